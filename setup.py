@@ -1,0 +1,32 @@
+"""Installs tpu-tiles-models: TF-GNN cost models for the TpuGraphs tile:xla collection."""
+
+from setuptools import find_packages, setup
+
+setup(
+    name="tpu-tiles-models",
+    version="0.1.0",
+    description=(
+        "Drop-in TF-GNN models, trainer, prediction and Kaggle tools for the "
+        "TpuGraphs tile:xla collection (tpu_graphs baselines)."
+    ),
+    long_description=open("README.md", encoding="utf-8").read(),
+    long_description_content_type="text/markdown",
+    python_requires=">=3.9,<3.12",
+    packages=find_packages(include=["tpu_tiles_models", "tpu_tiles_models.*"]),
+    # The top-level drop-in files travel inside the package too, so that
+    # `tpu-tiles install` and the registry find them in a non-editable install.
+    py_modules=["models", "tiles_gen_predictions_csv", "create_kaggle_csv"],
+    install_requires=[
+        # TF >= 2.16 ships Keras 3, which TF-GNN 1.0 and TF-Ranking 0.5.5 do not support.
+        "tensorflow>=2.13,<2.16",
+        "tensorflow-gnn==1.0.3",
+        "tensorflow-ranking==0.5.5",
+        "numpy<2",
+        "tqdm",
+        "absl-py",
+        "pandas",
+        "matplotlib",
+    ],
+    extras_require={"test": ["pytest", "ruff"]},
+    entry_points={"console_scripts": ["tpu-tiles=tpu_tiles_models.cli:main"]},
+)
