@@ -13,9 +13,6 @@ setup(
     long_description_content_type="text/markdown",
     python_requires=">=3.9,<3.12",
     packages=find_packages(include=["tpu_tiles_models", "tpu_tiles_models.*"]),
-    # The top-level drop-in files travel inside the package too, so that
-    # `tpu-tiles install` and the registry find them in a non-editable install.
-    py_modules=["models", "tiles_gen_predictions_csv", "create_kaggle_csv"],
     install_requires=[
         # TF >= 2.16 ships Keras 3, which TF-GNN 1.0 and TF-Ranking 0.5.5 do not support.
         "tensorflow>=2.13,<2.16",
