@@ -1,0 +1,57 @@
+"""Ranking quality of predicted scores against measured runtimes (numpy; lower score = faster).
+
+`top_k_error` is upstream's `top_error_performance` formula: for each kernel, the best measured
+runtime among the k configs the model ranks fastest, relative to the best runtime overall,
+averaged over kernels. The Kaggle tile score is `1 - top-5 error` per kernel, averaged.
+"""
+
+from __future__ import annotations
+
+from typing import Iterable, Sequence
+
+import numpy as np
+
+TOP_KS = (1, 5, 10)
+
+
+def kernel_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> float:
+    """`(min runtime among the k lowest scores - min runtime) / min runtime` for one kernel.
+
+    `runtimes`, `scores`: `[num_configs]`. With fewer than k configs, all of them count.
+    """
+    runtimes = np.asarray(runtimes, dtype=np.float64)
+    best = runtimes.min()
+    # A stable sort makes ties resolve by index, like tf.argsort.
+    chosen = np.argsort(np.asarray(scores), kind="stable")[:k]
+    return float((runtimes[chosen].min() - best) / best)
+
+
+def top_k_errors(
+    kernels: Iterable[tuple[np.ndarray, np.ndarray]], ks: Sequence[int] = TOP_KS
+) -> dict[int, float]:
+    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs, for each k in `ks`."""
+    per_kernel = [[kernel_top_k_error(r, s, k) for k in ks] for r, s in kernels]
+    if not per_kernel:
+        raise ValueError("top_k_errors: no kernels to evaluate")
+    means = np.mean(np.asarray(per_kernel), axis=0)
+    return {k: float(m) for k, m in zip(ks, means)}
+
+
+def kaggle_score(top5_error: float) -> float:
+    """The competition's tile score from the mean top-5 error: `1 - error` (higher is better)."""
+    return 1.0 - top5_error
+
+
+def ordered_pair_accuracy(runtimes: np.ndarray, scores: np.ndarray) -> float:
+    """Fraction of config pairs with different runtimes that the scores order the same way.
+
+    `runtimes`, `scores`: `[num_configs]`; O(num_configs^2) memory, meant for small lists.
+    """
+    r = np.asarray(runtimes, dtype=np.float64)
+    s = np.asarray(scores, dtype=np.float64)
+    dr = np.sign(r[:, None] - r[None, :])
+    ds = np.sign(s[:, None] - s[None, :])
+    pairs = dr != 0
+    if not pairs.any():
+        return 1.0
+    return float(np.mean(dr[pairs] == ds[pairs]))
