@@ -1,0 +1,161 @@
+"""install/uninstall into a fake upstream tpu_graphs checkout."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tpu_tiles_models import install as inst
+from tpu_tiles_models.install import InstallError
+
+UPSTREAM_MODELS = b"# upstream models.py\nclass EarlyJoinSAGE: ...\n"
+
+
+def _tree(root: Path) -> dict[str, bytes]:
+    """Every file under ``root`` (relative posix path -> bytes)."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    """A fake upstream checkout: tiles_train.py and the tiles package with its models.py."""
+    root = tmp_path / "tpu_graphs_checkout"
+    tiles = root / "tpu_graphs" / "baselines" / "tiles"
+    tiles.mkdir(parents=True)
+    (root / "tiles_train.py").write_text("# upstream trainer\n")
+    (tiles / "models.py").write_bytes(UPSTREAM_MODELS)
+    (tiles / "data.py").write_text("# upstream data\n")
+    return root
+
+
+@pytest.fixture
+def source(tmp_path) -> Path:
+    """A fake tpu-tiles-models checkout holding the three drop-in files."""
+    src = tmp_path / "ours"
+    src.mkdir()
+    for name in inst.DROPIN:
+        (src / name).write_text(f"# our {name}\n")
+    return src
+
+
+def test_round_trip_restores_originals(checkout, source):
+    before = _tree(checkout)
+    lines = inst.install(checkout, source_dir=source)
+
+    for name, rel in inst.DROPIN.items():
+        assert (checkout / rel).read_bytes() == (source / name).read_bytes()
+    backup = checkout / inst.BACKUP_DIR
+    assert (backup / "tpu_graphs/baselines/tiles/models.py").read_bytes() == UPSTREAM_MODELS
+    files = json.loads((backup / inst.MANIFEST).read_text())["files"]
+    assert set(files) == set(inst.DROPIN.values())
+    assert files["tpu_graphs/baselines/tiles/models.py"]["had_original"] is True
+    assert files["create_kaggle_csv.py"]["had_original"] is False
+    assert any("original saved to" in line and "models.py" in line for line in lines)
+    assert any("create_kaggle_csv.py" in line and "new file" in line for line in lines)
+    assert any("sample_submission.csv is missing" in line for line in lines)
+
+    undo = inst.uninstall(checkout)
+    assert _tree(checkout) == before
+    assert not backup.exists()
+    assert any(line.startswith("restored the original") for line in undo)
+    assert sum("did not exist before install" in line for line in undo) == 2
+
+
+def test_second_install_is_a_no_op(checkout, source):
+    inst.install(checkout, source_dir=source)
+    (checkout / "sample_submission.csv").write_text("ID,TopConfigs\n")
+    installed = _tree(checkout)
+    lines = inst.install(checkout, source_dir=source)
+    assert len(lines) == 1 and lines[0].startswith("already installed")
+    assert _tree(checkout) == installed
+
+
+def test_update_keeps_the_first_original(checkout, source):
+    inst.install(checkout, source_dir=source)
+    (source / "models.py").write_text("# our models.py, version 2\n")
+    lines = inst.install(checkout, source_dir=source)
+    assert lines[0].endswith("(updated our earlier copy)")
+    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    assert models.read_text() == "# our models.py, version 2\n"
+    inst.uninstall(checkout)
+    assert models.read_bytes() == UPSTREAM_MODELS
+
+
+def test_refuses_user_modified_file_unless_forced(checkout, source):
+    inst.install(checkout, source_dir=source)
+    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    models.write_text("# my edits\n")
+    (source / "models.py").write_text("# our models.py, version 2\n")
+
+    with pytest.raises(InstallError) as err:
+        inst.install(checkout, source_dir=source)
+    message = str(err.value)
+    assert str(models) in message and "--force" in message and "\n" not in message
+    assert models.read_text() == "# my edits\n"
+
+    lines = inst.install(checkout, force=True, source_dir=source)
+    assert models.read_text() == "# our models.py, version 2\n"
+    kept = checkout / inst.BACKUP_DIR / "tpu_graphs/baselines/tiles/models.py.modified"
+    assert kept.read_text() == "# my edits\n"
+    assert any(str(kept) in line for line in lines)
+
+    undo = inst.uninstall(checkout)
+    assert models.read_bytes() == UPSTREAM_MODELS
+    assert kept.read_text() == "# my edits\n"  # Uninstall never deletes the user's work.
+    assert undo[-1] == f"kept your earlier edited copy {kept}"
+
+
+def test_uninstall_refuses_user_modified_file_unless_forced(checkout, source):
+    inst.install(checkout, source_dir=source)
+    script = checkout / "create_kaggle_csv.py"
+    script.write_text("# my edits\n")
+    with pytest.raises(InstallError, match="refusing to uninstall: .*create_kaggle_csv.py"):
+        inst.uninstall(checkout)
+    assert script.read_text() == "# my edits\n"
+    inst.uninstall(checkout, force=True)
+    assert not script.exists()
+    assert (checkout / "tpu_graphs/baselines/tiles/models.py").read_bytes() == UPSTREAM_MODELS
+
+
+def test_deleted_file_is_reinstalled(checkout, source):
+    inst.install(checkout, source_dir=source)
+    (checkout / "tiles_gen_predictions_csv.py").unlink()
+    lines = inst.install(checkout, source_dir=source)
+    assert lines == [
+        f"installed tiles_gen_predictions_csv.py -> {checkout / 'tiles_gen_predictions_csv.py'}"
+        " (it had been deleted)",
+        f"note: {checkout / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
+        "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)",
+    ]
+
+
+def test_not_a_checkout(tmp_path, source):
+    other = tmp_path / "not_a_checkout"
+    other.mkdir()
+    (other / "tiles_train.py").write_text("")
+    with pytest.raises(InstallError) as err:
+        inst.install(other, source_dir=source)
+    message = str(err.value)
+    assert f"{other} is not a tpu_graphs checkout (no tpu_graphs/baselines/tiles)" in message
+    assert "google-research-datasets/tpu_graphs" in message
+    assert list(other.iterdir()) == [other / "tiles_train.py"]  # Nothing written.
+    with pytest.raises(InstallError, match=r"\(no tiles_train.py, tpu_graphs/baselines/tiles\)"):
+        inst.install(tmp_path / "nowhere", source_dir=source)
+
+
+def test_missing_source_files(checkout, source):
+    (source / "models.py").unlink()
+    with pytest.raises(InstallError, match=rf"source files missing from {source}: models.py"):
+        inst.install(checkout, source_dir=source)
+    assert not (checkout / inst.BACKUP_DIR).exists()
+
+
+def test_uninstall_without_install(checkout):
+    with pytest.raises(InstallError, match="nothing to uninstall"):
+        inst.uninstall(checkout)
+
+
+def test_default_source_dir_is_the_repo_root():
+    assert (inst.default_source_dir() / "tpu_tiles_models" / "install.py").is_file()

@@ -1,0 +1,377 @@
+"""Kaggle CSV tools: exact bytes, merge by ID, validation messages, create_kaggle_csv.py."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tpu_tiles_models import kaggle
+from tpu_tiles_models.kaggle import KaggleError
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "create_kaggle_csv.py"
+
+
+def _sample_rows(path: Path) -> list[str]:
+    return path.read_text(encoding="utf-8").splitlines()[1:]
+
+
+def _tile_ids(sample: Path) -> list[str]:
+    return [line.split(",")[0] for line in _sample_rows(sample) if line.startswith("tile:xla:")]
+
+
+def _ranked(seed: int, n: int) -> list[list[int]]:
+    """``n`` rows of 5 distinct config indices, different per row."""
+    rng = random.Random(seed)
+    return [rng.sample(range(50), kaggle.TOP_K) for _ in range(n)]
+
+
+def _write_predictions(path: Path, ids: list[str], ranks: list[list[int]]) -> Path:
+    rows = [(i[len("tile:xla:") :], r) for i, r in zip(ids, ranks)]
+    kaggle.write_predictions_csv(path, rows)
+    return path
+
+
+@pytest.fixture
+def small_sample(tmp_path) -> Path:
+    """A 6-row sample in the real layout: 4 tile rows, 2 layout rows with long dummies."""
+    layout = ";".join(map(str, range(40)))
+    lines = ["ID,TopConfigs"]
+    lines += [f"tile:xla:{c * 32},0;1;2;3;4" for c in "abcd"]
+    lines += [f"layout:xla:default:{c * 32},{layout}" for c in "ef"]
+    path = tmp_path / "sample_submission.csv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def _write_csv(path: Path, lines: list[str]) -> Path:
+    path.write_text("\n".join(["ID,TopConfigs", *lines]), encoding="utf-8")
+    return path
+
+
+# --- predictions CSV -------------------------------------------------------------------
+
+
+def test_format_matches_upstream_bytes():
+    rows = [("abc_1", [3, 0, 12, 1, 2]), ("ffff", np.array([9, 8, 7, 6, 5], dtype=np.int64))]
+    text = kaggle.format_predictions_csv(rows)
+    assert text == "ID,TopConfigs\ntile:xla:abc_1,3;0;12;1;2\ntile:xla:ffff,9;8;7;6;5"
+    assert kaggle.format_predictions_csv([]) == "ID,TopConfigs\n"
+
+
+@pytest.mark.parametrize("bad_id", ["tile:xla:abc", "a,b", "", "x\ny"])
+def test_format_rejects_bad_tile_ids(bad_id):
+    with pytest.raises(KaggleError, match="bad tile id"):
+        kaggle.format_predictions_csv([(bad_id, [0, 1, 2, 3, 4])])
+
+
+def test_format_rejects_float_indices():
+    with pytest.raises(TypeError):
+        kaggle.format_predictions_csv([("a", [0.0, 1, 2, 3, 4])])
+
+
+def test_write_then_read_round_trip(tmp_path):
+    path = tmp_path / "predictions_model_output.csv"
+    kaggle.write_predictions_csv(path, [("b", [4, 3, 2, 1, 0]), ("a", [0, 1, 2, 3, 5])])
+    assert path.read_bytes() == b"ID,TopConfigs\ntile:xla:b,4;3;2;1;0\ntile:xla:a,0;1;2;3;5"
+    assert list(tmp_path.iterdir()) == [path]  # No temp file left behind.
+    got = kaggle.read_predictions_csv(path)
+    assert got == {"tile:xla:b": [4, 3, 2, 1, 0], "tile:xla:a": [0, 1, 2, 3, 5]}
+    assert list(got) == ["tile:xla:b", "tile:xla:a"]
+
+
+def test_read_accepts_trailing_newline_crlf_and_bom(tmp_path):
+    path = tmp_path / "p.csv"
+    path.write_bytes(b"\xef\xbb\xbfID,TopConfigs\r\ntile:xla:a,1;0;2;3;4\r\n")
+    assert kaggle.read_predictions_csv(path) == {"tile:xla:a": [1, 0, 2, 3, 4]}
+
+
+def test_read_errors_name_file_and_ids(tmp_path):
+    bad_header = _write_csv(tmp_path / "h.csv", [])
+    bad_header.write_text("id,configs\ntile:xla:a,1", encoding="utf-8")
+    with pytest.raises(KaggleError, match=r"h\.csv: header is 'id,configs', expected"):
+        kaggle.read_predictions_csv(bad_header)
+
+    malformed = _write_csv(tmp_path / "m.csv", ["tile:xla:a,1;2", "tile:xla:b"])
+    with pytest.raises(KaggleError, match=r"m\.csv:3: expected 'ID,i1;i2;\.\.\.'"):
+        kaggle.read_predictions_csv(malformed)
+
+    dup = _write_csv(tmp_path / "d.csv", ["tile:xla:a,1", "tile:xla:b,1", "tile:xla:a,2"])
+    with pytest.raises(KaggleError, match=r"d\.csv: 1 id \(tile:xla:a\) appear on more"):
+        kaggle.read_predictions_csv(dup)
+
+    lines = [f"tile:xla:{i},0;x;2" for i in range(5)] + ["tile:xla:ok,1;2"]
+    not_int = _write_csv(tmp_path / "n.csv", lines)
+    with pytest.raises(KaggleError) as err:
+        kaggle.read_predictions_csv(not_int)
+    assert "n.csv: 5 ids (tile:xla:0, tile:xla:1, tile:xla:2, ...) have TopConfigs" in str(err)
+
+    with pytest.raises(KaggleError, match=r"predictions file .*nope\.csv not found"):
+        kaggle.read_predictions_csv(tmp_path / "nope.csv")
+
+
+# --- padding ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "indices, num_configs, expected",
+    [
+        ([7, 3, 9, 0, 1, 2], 10, [7, 3, 9, 0, 1]),  # Cut to k, order kept.
+        ([7, 3], 10, [7, 3, 0, 1, 2]),  # Short list: real configs fill first.
+        ([2, 0, 1], 3, [2, 0, 1, 3, 4]),  # All 3 configs listed, then 3 and 4.
+        ([1, 0], 2, [1, 0, 2, 3, 4]),
+        ([1, 0, 0, 0, 0], 2, [1, 0, 2, 3, 4]),  # Upstream's zero padding repaired.
+        ([], 0, [0, 1, 2, 3, 4]),
+    ],
+)
+def test_pad_top_k(indices, num_configs, expected):
+    padded = kaggle.pad_top_k(indices, num_configs)
+    assert padded == expected
+    assert len(set(padded)) == kaggle.TOP_K
+
+
+def test_pad_top_k_accepts_numpy_and_other_k():
+    assert kaggle.pad_top_k(np.array([4, 1]), 5, k=3) == [4, 1, 0]
+    assert all(type(i) is int for i in kaggle.pad_top_k(np.array([4, 1]), 5))
+
+
+@pytest.mark.parametrize("bad", [[5], [-1]])
+def test_pad_top_k_rejects_out_of_range(bad):
+    with pytest.raises(KaggleError, match="out of range for 5 configs"):
+        kaggle.pad_top_k(bad, 5)
+
+
+# --- merge with the real sample --------------------------------------------------------
+
+
+def test_merge_by_id_keeps_sample_order_and_layout_rows(sample_submission, tmp_path):
+    ids = _tile_ids(sample_submission)
+    assert len(ids) == 844
+    ranks = dict(zip(ids, _ranked(0, len(ids))))
+    shuffled = ids[:]
+    random.Random(1).shuffle(shuffled)
+    preds = _write_predictions(tmp_path / "p.csv", shuffled, [ranks[i] for i in shuffled])
+    out = tmp_path / "predictions_kaggle.csv"
+
+    counts = kaggle.merge_kaggle(sample_submission, preds, out)
+
+    assert counts == {"rows": 894, "tile_rows": 844, "kept_rows": 50}
+    sample_lines = _sample_rows(sample_submission)
+    data = out.read_bytes()
+    assert data.startswith(b"ID,TopConfigs\n") and data.endswith(b"\n")
+    out_lines = data.decode().splitlines()[1:]
+    assert [line.split(",")[0] for line in out_lines] == [s.split(",")[0] for s in sample_lines]
+    for ours, theirs in zip(out_lines, sample_lines):
+        row_id, value = ours.split(",")
+        if row_id.startswith("tile:xla:"):
+            assert value == ";".join(map(str, ranks[row_id]))
+        else:
+            assert ours == theirs  # Layout rows byte-identical.
+    assert kaggle.validate_submission(sample_submission, out) == counts
+
+
+def test_merge_matches_pandas_to_csv_bytes(sample_submission, tmp_path):
+    """The output is what pandas' to_csv(index=False) writes for the merged table."""
+    pd = pytest.importorskip("pandas")
+    ids = _tile_ids(sample_submission)
+    ranks = _ranked(2, len(ids))
+    preds = _write_predictions(tmp_path / "p.csv", ids, ranks)
+    out = tmp_path / "k.csv"
+    kaggle.merge_kaggle(sample_submission, preds, out)
+
+    table = pd.read_csv(sample_submission).set_index("ID")
+    table.loc[ids, "TopConfigs"] = [";".join(map(str, r)) for r in ranks]
+    expected = tmp_path / "pandas.csv"
+    table.reset_index().to_csv(expected, index=False)
+    assert out.read_bytes() == expected.read_bytes()
+
+
+def test_merging_the_sample_into_itself_reproduces_it(sample_submission, tmp_path):
+    preds = tmp_path / "p.csv"
+    lines = [line for line in _sample_rows(sample_submission) if line.startswith("tile:")]
+    _write_csv(preds, lines)
+    out = tmp_path / "k.csv"
+    kaggle.merge_kaggle(sample_submission, preds, out)
+    assert out.read_bytes() == sample_submission.read_bytes()
+
+
+# --- validation errors -----------------------------------------------------------------
+
+A, B, C, D = (f"tile:xla:{c * 32}" for c in "abcd")
+GOOD = {A: "0;1;2;3;4", B: "4;3;2;1;0", C: "9;8;7;6;5", D: "5;6;7;8;9"}
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({B: None, D: None}, f"2 ids ({B}, {D}) of the sample submission have no prediction"),
+        ({"tile:xla:zz": "0;1;2;3;4"}, "1 id (tile:xla:zz) are not tile:xla ids of the sample"),
+        ({"layout:xla:default:" + "e" * 32: "0;1;2;3;4"}, "are not tile:xla ids of the sample"),
+        ({A: "0;1;2;3", C: "0;1;2;3;4;5"}, f"2 ids ({A}, {C}) do not list exactly 5 configs"),
+        ({D: "0;1;-2;3;4"}, f"1 id ({D}) list negative config indices"),
+        ({B: "0;1;1;3;4", C: "0;0;0;0;0"}, f"2 ids ({B}, {C}) repeat a config index"),
+        ({A: "0;1;2.5;3;4"}, f"1 id ({A}) have TopConfigs that are not ';'-separated integers"),
+    ],
+)
+def test_merge_validation_errors(small_sample, tmp_path, change, message):
+    rows = {**GOOD, **change}
+    preds = _write_csv(tmp_path / "preds.csv", [f"{k},{v}" for k, v in rows.items() if v])
+    out = tmp_path / "out.csv"
+    with pytest.raises(KaggleError) as err:
+        kaggle.merge_kaggle(small_sample, preds, out)
+    assert message in str(err.value)
+    assert "preds.csv" in str(err.value) and "\n" not in str(err.value)
+    assert not out.exists()
+
+
+def test_merge_duplicate_ids_error(small_sample, tmp_path):
+    lines = [f"{k},{v}" for k, v in GOOD.items()] + [f"{C},0;1;2;3;4"]
+    preds = _write_csv(tmp_path / "preds.csv", lines)
+    with pytest.raises(KaggleError, match=rf"preds\.csv: 1 id \({C}\) appear on more"):
+        kaggle.merge_kaggle(small_sample, preds, tmp_path / "out.csv")
+
+
+def test_many_offenders_are_summarised(small_sample, tmp_path):
+    preds = _write_csv(tmp_path / "preds.csv", [f"{A},0;1;2;3;4"])
+    with pytest.raises(KaggleError, match=rf"3 ids \({B}, {C}, {D}\) of the sample"):
+        kaggle.merge_kaggle(small_sample, preds, tmp_path / "out.csv")
+    many = [f"tile:xla:x{i},0;1;2;3;4" for i in range(7)] + [f"{k},{v}" for k, v in GOOD.items()]
+    _write_csv(tmp_path / "preds.csv", many)
+    with pytest.raises(
+        KaggleError, match=r"7 ids \(tile:xla:x0, tile:xla:x1, tile:xla:x2, \.\.\.\)"
+    ):
+        kaggle.merge_kaggle(small_sample, preds, tmp_path / "out.csv")
+
+
+def test_missing_sample_says_where_to_get_it(tmp_path):
+    preds = _write_csv(tmp_path / "p.csv", [f"{A},0;1;2;3;4"])
+    with pytest.raises(KaggleError) as err:
+        kaggle.merge_kaggle(tmp_path / "sample_submission.csv", preds, tmp_path / "o.csv")
+    text = str(err.value)
+    assert "sample_submission.csv not found" in text
+    assert "'predict-ai-model-runtime'" in text and "ADAPT-uiuc/tpu_graphs_scripts" in text
+    assert "--sample PATH" in text
+
+
+def test_validate_submission_errors(small_sample, tmp_path):
+    preds = _write_csv(tmp_path / "p.csv", [f"{k},{v}" for k, v in GOOD.items()])
+    out = tmp_path / "k.csv"
+    kaggle.merge_kaggle(small_sample, preds, out)
+    lines = out.read_text().splitlines()
+
+    _write_csv(out, lines[1:5] + lines[6:])  # Drop a layout row.
+    with pytest.raises(KaggleError, match="1 id .*layout:xla:default:e+.* are missing"):
+        kaggle.validate_submission(small_sample, out)
+
+    _write_csv(out, lines[1:6] + [lines[6].replace(";39", ";38")])
+    with pytest.raises(KaggleError, match="differ from the sample; keep non-tile rows"):
+        kaggle.validate_submission(small_sample, out)
+
+    _write_csv(out, [lines[1].replace("0;1;2;3;4", "0;1;2;3;3"), *lines[2:]])
+    with pytest.raises(KaggleError, match=rf"1 id \({A}\) repeat a config index"):
+        kaggle.validate_submission(small_sample, out)
+
+
+def test_kaggle_module_imports_no_tensorflow():
+    """Loaded by path (the package __init__ imports TF): the CSV tools alone must not."""
+    module_path = str(REPO / "tpu_tiles_models" / "kaggle.py")
+    code = (
+        "import importlib.util, sys\n"
+        f"spec = importlib.util.spec_from_file_location('k', {module_path!r})\n"
+        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
+        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+    )
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+# --- create_kaggle_csv.py --------------------------------------------------------------
+
+
+def _run_script(cwd: Path, *args: str, standalone: bool) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    env.pop("TPU_TILES_STANDALONE", None)
+    if standalone:
+        env["TPU_TILES_STANDALONE"] = "1"
+    return subprocess.run(
+        [sys.executable, str(cwd / "create_kaggle_csv.py"), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+@pytest.fixture
+def upstream_root(tmp_path, sample_submission) -> Path:
+    """A directory laid out like an upstream root after the course steps."""
+    root = tmp_path / "root"
+    root.mkdir()
+    shutil.copy(SCRIPT, root / "create_kaggle_csv.py")
+    shutil.copy(sample_submission, root / "sample_submission.csv")
+    ids = _tile_ids(sample_submission)
+    order = ids[::-1]  # Not the sample's order: the merge must go by ID.
+    _write_predictions(root / "predictions_model_output.csv", order, _ranked(3, len(ids)))
+    return root
+
+
+def test_script_package_and_standalone_write_identical_bytes(upstream_root, sample_submission):
+    with_package = _run_script(upstream_root, standalone=False)
+    assert with_package.returncode == 0, with_package.stderr
+    assert "(tpu_tiles_models)" in with_package.stdout
+    out = upstream_root / "predictions_kaggle.csv"
+    package_bytes = out.read_bytes()
+    out.unlink()
+
+    alone = _run_script(upstream_root, standalone=True)
+    assert alone.returncode == 0, alone.stderr
+    assert alone.stdout.strip().endswith("(standalone)")
+    assert "894 rows, 844 tile:xla rows" in alone.stdout
+    assert out.read_bytes() == package_bytes
+    kaggle.validate_submission(sample_submission, out)
+
+
+def test_script_standalone_options_and_errors(upstream_root):
+    root = upstream_root
+    shutil.move(root / "predictions_model_output.csv", root / "mine.csv")
+    ok = _run_script(root, "--inputcsv", "mine.csv", "--out", "sub.csv", standalone=True)
+    assert ok.returncode == 0, ok.stderr
+    assert (root / "sub.csv").read_bytes().count(b"\n") == 895
+
+    gone = _run_script(root, "--inputcsv", "mine.csv", "--sample", "x.csv", standalone=True)
+    assert gone.returncode == 1
+    assert gone.stderr.count("\n") == 1
+    assert "x.csv not found" in gone.stderr and "predict-ai-model-runtime" in gone.stderr
+
+    lines = (root / "mine.csv").read_text().splitlines()
+    _write_csv(root / "bad.csv", lines[1:3] + [lines[3].replace(";", ";;", 1)] + lines[4:])
+    bad = _run_script(root, "--inputcsv", "bad.csv", standalone=True)
+    assert bad.returncode == 1
+    assert f"1 ids ({lines[3].split(',')[0]}) are not 5 distinct" in bad.stderr
+    _write_csv(root / "short.csv", lines[1:-4])
+    short = _run_script(root, "--inputcsv", "short.csv", standalone=True)
+    assert "4 ids (" in short.stderr and "have no prediction" in short.stderr
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("create_kaggle_csv", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_script_main_with_package_reports_one_line(upstream_root, capsys, monkeypatch):
+    monkeypatch.delenv("TPU_TILES_STANDALONE", raising=False)
+    monkeypatch.chdir(upstream_root)
+    script = _load_script()
+    assert script.main(["--inputcsv", "missing.csv"]) == 1
+    err = capsys.readouterr().err
+    assert err == "create_kaggle_csv.py: error: predictions file missing.csv not found\n"

@@ -1,0 +1,250 @@
+"""Installs our drop-in files into an upstream tpu_graphs checkout, and undoes it.
+
+``install(ROOT)`` copies each file of :data:`DROPIN` to its place in ROOT. Before the
+first overwrite of an upstream file it saves the original under ``ROOT/.tpu_tiles_backup``
+and records, in ``ROOT/.tpu_tiles_backup/manifest.json``, the sha256 of what it installed.
+That record is how a later install tells "our old copy" (safe to update) from "a file the
+user edited" (refused unless ``force``), and how ``uninstall`` restores the originals and
+deletes the files that did not exist before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Optional, Union
+
+# Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
+DROPIN = {
+    "models.py": "tpu_graphs/baselines/tiles/models.py",
+    "tiles_gen_predictions_csv.py": "tiles_gen_predictions_csv.py",
+    "create_kaggle_csv.py": "create_kaggle_csv.py",
+}
+BACKUP_DIR = ".tpu_tiles_backup"
+MANIFEST = "manifest.json"
+# What marks a directory as a tpu_graphs checkout (tiles_train.py imports the package).
+CHECKOUT_MARKERS = ("tiles_train.py", "tpu_graphs/baselines/tiles")
+# A user's edited copy that --force replaces is kept here (relative path + suffix).
+MODIFIED_SUFFIX = ".modified"
+
+PathLike = Union[str, "os.PathLike[str]"]
+
+
+class InstallError(RuntimeError):
+    """Installing or uninstalling cannot proceed; the message is one line with the fix."""
+
+
+def default_source_dir() -> Path:
+    """The repository root that holds our models.py and scripts."""
+    return Path(__file__).resolve().parents[1]
+
+
+def check_checkout(root: PathLike) -> Path:
+    """Returns ``root`` resolved, or raises unless it looks like a tpu_graphs checkout."""
+    path = Path(root).expanduser().resolve()
+    missing = [m for m in CHECKOUT_MARKERS if not (path / m).exists()]
+    if missing:
+        raise InstallError(
+            f"{path} is not a tpu_graphs checkout (no {', '.join(missing)}); pass the directory "
+            "of 'git clone https://github.com/google-research-datasets/tpu_graphs'"
+        )
+    return path
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _copy_atomic(src: Path, dst: Path) -> None:
+    """Copies ``src`` over ``dst`` via a temp file in dst's directory, keeping src's mode."""
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
+    os.close(fd)
+    try:
+        shutil.copyfile(src, tmp)
+        shutil.copymode(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _manifest_path(root: Path) -> Path:
+    return root / BACKUP_DIR / MANIFEST
+
+
+def _load_manifest(root: Path) -> dict:
+    """``{relpath: {"installed_sha256": str, "had_original": bool}}``; empty if none."""
+    path = _manifest_path(root)
+    if not path.exists():
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))["files"]
+    except (ValueError, KeyError, TypeError) as err:
+        raise InstallError(
+            f"{path} is unreadable ({err}); restore the files by hand from {path.parent}"
+        ) from err
+
+
+def _save_manifest(root: Path, files: dict) -> None:
+    """Writes the manifest atomically, or removes it when nothing is installed."""
+    path = _manifest_path(root)
+    if not files:
+        path.unlink(missing_ok=True)
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{MANIFEST}.tmp")
+    text = json.dumps({"version": 1, "files": files}, indent=2, sort_keys=True) + "\n"
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def _sources(source_dir: Optional[PathLike]) -> dict[str, Path]:
+    """``{relpath in ROOT: our file}``; raises if any of our files is missing."""
+    base = Path(source_dir) if source_dir is not None else default_source_dir()
+    sources = {rel: base / name for name, rel in DROPIN.items()}
+    missing = [name for name, rel in DROPIN.items() if not sources[rel].is_file()]
+    if missing:
+        raise InstallError(
+            f"source files missing from {base}: {', '.join(missing)}; run from a complete "
+            "tpu-tiles-models checkout or pass its path as source_dir"
+        )
+    return sources
+
+
+def _user_modified(root: Path, files: dict) -> list[str]:
+    """Installed paths whose current content is not what we installed."""
+    return [
+        rel
+        for rel, entry in files.items()
+        if (root / rel).exists() and _sha256(root / rel) != entry["installed_sha256"]
+    ]
+
+
+def install(
+    root: PathLike, *, force: bool = False, source_dir: Optional[PathLike] = None
+) -> list[str]:
+    """Copies our drop-in files into the tpu_graphs checkout ``root``.
+
+    Args:
+      root: the upstream checkout.
+      force: replace files the user edited since our last install (their copy is kept
+        as ``ROOT/.tpu_tiles_backup/<relpath>.modified``).
+      source_dir: where our files are; defaults to this repository's root.
+
+    Returns:
+      One line per action, or a single line saying everything is already installed.
+    """
+    root = check_checkout(root)
+    sources = _sources(source_dir)
+    files = _load_manifest(root)
+    edited = [
+        rel
+        for rel in _user_modified(root, files)
+        if rel in sources and _sha256(root / rel) != _sha256(sources[rel])
+    ]
+    if edited and not force:
+        raise InstallError(
+            f"refusing to overwrite {', '.join(str(root / r) for r in edited)}: changed since "
+            "tpu-tiles installed it; rerun with --force to replace it (your copy is kept "
+            f"under {root / BACKUP_DIR}) or --uninstall first"
+        )
+    lines = []
+    for rel, src in sources.items():
+        line = _install_one(root, rel, src, files, force=force)
+        if line:
+            lines.append(line)
+    if not lines:
+        return [f"already installed in {root}, nothing to do ({len(sources)} files up to date)"]
+    if not (root / "sample_submission.csv").exists():
+        lines.append(
+            f"note: {root / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
+            "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)"
+        )
+    return lines
+
+
+def _install_one(root: Path, rel: str, src: Path, files: dict, *, force: bool) -> str:
+    """Installs one file, updating ``files`` and the manifest; '' when already current."""
+    dst, backup = root / rel, root / BACKUP_DIR / rel
+    new_sha = _sha256(src)
+    entry = files.get(rel)
+    if entry and dst.exists() and _sha256(dst) == new_sha:
+        if entry["installed_sha256"] != new_sha:  # The user already made it our new version.
+            entry["installed_sha256"] = new_sha
+            _save_manifest(root, files)
+        return ""
+    if entry is None:
+        # First install of this path: keep the upstream original, if any, for uninstall.
+        had_original = dst.exists()
+        if had_original:
+            _copy_atomic(dst, backup)
+        action = f"original saved to {backup}" if had_original else "new file"
+        entry = files[rel] = {"had_original": had_original, "installed_sha256": new_sha}
+    elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
+        kept = backup.with_name(backup.name + MODIFIED_SUFFIX)
+        _copy_atomic(dst, kept)
+        action = f"--force: your edited copy kept as {kept}"
+    elif not dst.exists():
+        action = "it had been deleted"
+    else:
+        action = "updated our earlier copy"
+    entry["installed_sha256"] = new_sha
+    # Record before copying: a crash in between then reads as "edited", never loses data.
+    _save_manifest(root, files)
+    _copy_atomic(src, dst)
+    return f"installed {src.name} -> {dst} ({action})"
+
+
+def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
+    """Restores the files ``install`` replaced and removes the ones it created.
+
+    Refuses (unless ``force``) when an installed file was edited since, as restoring
+    would discard those edits. Returns one line per action.
+    """
+    root = Path(root).expanduser().resolve()
+    files = _load_manifest(root)
+    if not files:
+        raise InstallError(
+            f"nothing to uninstall: no {_manifest_path(root)} (tpu-tiles never installed here)"
+        )
+    edited = _user_modified(root, files)
+    if edited and not force:
+        raise InstallError(
+            f"refusing to uninstall: {', '.join(str(root / r) for r in edited)} changed since "
+            "tpu-tiles installed it; save your edits elsewhere and rerun with --force"
+        )
+    lines = []
+    for rel in sorted(files):
+        dst, backup = root / rel, root / BACKUP_DIR / rel
+        if files[rel]["had_original"]:
+            if not backup.is_file():
+                raise InstallError(
+                    f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
+                    f"{rel}) and delete {_manifest_path(root)}"
+                )
+            _copy_atomic(backup, dst)
+            backup.unlink()
+            lines.append(f"restored the original {dst}")
+        else:
+            dst.unlink(missing_ok=True)
+            lines.append(f"removed {dst} (it did not exist before install)")
+        del files[rel]
+        _save_manifest(root, files)
+    lines.extend(_prune_backup_dir(root / BACKUP_DIR))
+    return lines
+
+
+def _prune_backup_dir(backup_dir: Path) -> list[str]:
+    """Removes the now-empty backup tree; reports edited copies kept by ``--force``."""
+    kept = sorted(p for p in backup_dir.rglob(f"*{MODIFIED_SUFFIX}") if p.is_file())
+    for directory in sorted(backup_dir.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+        if directory.is_dir() and not any(directory.iterdir()):
+            directory.rmdir()
+    if backup_dir.is_dir() and not any(backup_dir.iterdir()):
+        backup_dir.rmdir()
+    return [f"kept your earlier edited copy {p}" for p in kept]
