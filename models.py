@@ -254,14 +254,31 @@ class _TileRanker(tf.keras.Model):
         configs = _config_features(graph, self._num_configs)
         return self._finish(self._embed(graph, configs, training), training)
 
-    def forward(self, graph: tfgnn.GraphTensor, num_configs: int) -> tf.Tensor:
-        """Scores all `num_configs` configs of each component: `[batch, num_configs]`."""
-        configs = _config_features(graph, num_configs)
-        chunks = [
-            self._embed(graph, configs[:, start : start + self._chunk_size], False)
-            for start in range(0, num_configs, self._chunk_size)
-        ]
-        return self._finish(tf.concat(chunks, axis=1), False)
+    def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+        """Scores all `num_configs` configs of each component: `[batch, num_configs]`.
+
+        `num_configs` may be a Python int (upstream) or a scalar tensor, so one traced
+        `tf.function` serves kernels of every size. Configs are embedded in chunks of at most
+        `chunk_size`; the last chunk is padded and its padding dropped before `_finish`.
+        """
+        configs = _config_features(graph, num_configs)  # [batch, n, config_dim]
+        n = tf.shape(configs)[1]
+        chunk = tf.minimum(n, self._chunk_size)
+        num_chunks = (n + chunk - 1) // chunk
+        padded = tf.pad(configs, [[0, 0], [0, num_chunks * chunk - n], [0, 0]])
+        # [num_chunks, batch, chunk, config_dim]: map_fn walks the chunks one at a time.
+        chunks = tf.transpose(
+            tf.reshape(padded, [tf.shape(configs)[0], num_chunks, chunk, configs.shape[-1]]),
+            [1, 0, 2, 3],
+        )
+        embedded = tf.map_fn(
+            lambda c: self._embed(graph, c, False),
+            chunks,
+            fn_output_signature=tf.float32,
+        )  # [num_chunks, batch, chunk, d]
+        embedded = tf.transpose(embedded, [1, 0, 2, 3])
+        embedded = tf.reshape(embedded, [tf.shape(configs)[0], num_chunks * chunk, -1])
+        return self._finish(embedded[:, :n], False)
 
     def _embed(self, graph: tfgnn.GraphTensor, configs: tf.Tensor, training: bool) -> tf.Tensor:
         """`[batch, c, config_dim]` -> per-config embeddings `[batch, c, d]`."""

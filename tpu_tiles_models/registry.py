@@ -1,0 +1,137 @@
+"""The one place that knows every model class: name, description, defaults, recommended flags.
+
+Classes come from our top-level `models.py` (the single source of truth; the package holds no
+second copy of model code) or from an upstream checkout's swapped-in
+`tpu_graphs/baselines/tiles/models.py`. Both are loaded by file path.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+
+PACKAGE_DIR = Path(__file__).resolve().parent
+UPSTREAM_MODELS = Path("tpu_graphs/baselines/tiles/models.py")
+
+
+@dataclass(frozen=True)
+class ModelInfo:
+    """What a user needs to pick a model: one line, its defaults and the flags we advise."""
+
+    description: str
+    kwargs: dict = field(default_factory=dict)
+    flags: str = ""
+
+
+MODELS: dict[str, ModelInfo] = {
+    "ResidualSAGE": ModelInfo(
+        "recommended: residual directed GraphSAGE, early config join, sum+mean+max pooling, "
+        "cross-config attention",
+        {"hidden_dim": 64, "num_layers": 3, "config_attention": True},
+        "--epochs 40 --early_stop 10 --configs 16 --lr 2e-3",
+    ),
+    "ResidualSAGEPlain": ModelInfo(
+        "ResidualSAGE without cross-config attention (each config scored alone)",
+        {"hidden_dim": 64, "num_layers": 3},
+        "--epochs 40 --early_stop 10 --configs 16 --lr 2e-3",
+    ),
+    "EarlyJoinSAGE": ModelInfo(
+        "paper baseline: config features on every node, GraphSAGE, sum pooling",
+        {"num_gnns": 3, "hidden_dim": 64},
+    ),
+    "LateJoinSAGE": ModelInfo("paper baseline: GraphSAGE on the kernel, config joined late"),
+    "EarlyJoinResGCN": ModelInfo("paper baseline: config on every node, residual GCN"),
+    "LateJoinResGCN": ModelInfo("paper baseline: residual GCN on the kernel, config late"),
+    "MLP": ModelInfo("paper baseline: pooled node features and config features, no GNN"),
+}
+
+
+def dropin_file(name: str) -> Path:
+    """Path of one of our top-level drop-in files (`models.py`, ...).
+
+    In a checkout or editable install they sit beside the package; a built wheel carries
+    copies in `tpu_tiles_models/dropin/` (see setup.py).
+    """
+    for candidate in (PACKAGE_DIR.parent / name, PACKAGE_DIR / "dropin" / name):
+        if candidate.is_file():
+            return candidate
+    raise FileNotFoundError(f"{name} not found beside {PACKAGE_DIR}; reinstall tpu-tiles-models")
+
+
+def load_models_module(path: str | Path | None = None) -> ModuleType:
+    """Imports a `models.py` by path: ours by default, or an upstream checkout's.
+
+    `path` may be a models.py file or an upstream root (then its swapped-in tiles models.py is
+    used, with the root on sys.path so that its own imports of `tpu_graphs` resolve).
+    """
+    path = Path(path) if path is not None else dropin_file("models.py")
+    if path.is_dir():
+        root, path = path, path / UPSTREAM_MODELS
+        if not path.is_file():
+            raise FileNotFoundError(f"{path} not found: is {root} a tpu_graphs checkout?")
+        if str(root) not in sys.path:
+            sys.path.insert(0, str(root))
+    path = path.resolve()
+    module_name = "tpu_tiles_models_dropin_" + str(abs(hash(str(path))))
+    if module_name in sys.modules:
+        return sys.modules[module_name]
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def model_class(name: str, module: ModuleType | None = None) -> type:
+    """The class `name` of `module` (default: our models.py); one-line error if unknown."""
+    module = module or load_models_module()
+    cls = getattr(module, name, None)
+    if not (isinstance(cls, type) and hasattr(cls, "forward")) or name.startswith("_"):
+        known = sorted(n for n in MODELS if hasattr(module, n))
+        raise ValueError(f"unknown model {name!r} in {module.__file__}; known: {', '.join(known)}")
+    return cls
+
+
+def parse_model_kwargs(text: str) -> dict:
+    """Parses `--model_kwargs_json`; one-line error naming the flag if it is not a JSON object."""
+    try:
+        kwargs = json.loads(text or "{}")
+    except json.JSONDecodeError as e:
+        raise ValueError(
+            f"--model_kwargs_json is not valid JSON ({e.msg}): {text!r}; "
+            "example: '{\"hidden_dim\": 64}'"
+        ) from None
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"--model_kwargs_json must be a JSON object, got {text!r}")
+    return kwargs
+
+
+def build_model(
+    name: str,
+    num_configs: int,
+    num_ops: int,
+    kwargs_json: str = "{}",
+    module: ModuleType | None = None,
+):
+    """Instantiates a model as upstream does: `cls(num_configs, num_ops, **kwargs)`."""
+    cls = model_class(name, module)
+    kwargs = parse_model_kwargs(kwargs_json)
+    try:
+        return cls(num_configs, num_ops, **kwargs)
+    except TypeError as e:
+        raise ValueError(f"--model_kwargs_json does not fit {name}: {e}") from None
+
+
+def describe() -> str:
+    """The `tpu-tiles models` table."""
+    width = max(map(len, MODELS))
+    lines = []
+    for name, info in MODELS.items():
+        lines.append(f"{name:<{width}}  {info.description}")
+        if info.flags:
+            lines.append(f"{'':<{width}}  flags: {info.flags}")
+    return "\n".join(lines)
