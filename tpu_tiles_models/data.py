@@ -1,0 +1,906 @@
+"""TpuGraphs tile:xla data pipeline: npz files -> validated arrays -> `tfgnn.GraphTensor`s.
+
+One npz file holds one kernel (file stem = tile id). A split is read once, in parallel, into
+concatenated arrays plus per-kernel offsets (`Split`); normalisation is applied once per split
+on those arrays; per-kernel GraphTensors are then built from cheap numpy slices.
+
+The GraphTensor schema is exactly upstream's (`tpu_graphs/baselines/tiles/data.py`), so one
+model runs under both pipelines:
+
+- node set `op`: `op` [n] int32 opcode, `feats` [n, stats.node_width] float32;
+- node set `config`: `feats` [c, stats.config_width] float32, `runtimes` [c] float32
+  (runtime / normalizer), `normalizers` [c] float32;
+- node set `g`: one node, `tile_id` [1] string;
+- edge sets `feed` (op -> op; source = edge_index[:, 0], target = edge_index[:, 1]),
+  `g_op` (g -> every op), `g_config` (g -> every config).
+
+Dtypes differ slightly from upstream (which passes uint8 opcodes and float64 runtimes and
+normalizers through unchanged); models cast their inputs, so both work.
+
+The preprocessing math is upstream's: node and config features drop the columns that are
+constant on train and min-max scale the rest with train's float32 min and max, computed as
+`(x - min) / (max - min)` in float32 (bit-identical to upstream's TF ops); `num_ops` is 1 + the
+largest opcode over all loaded splits. Unlike upstream, these statistics are a `FeatureStats`
+object saved with every model, so prediction reproduces them without the train split.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import dataclasses
+import hashlib
+import io
+import itertools
+import json
+import os
+import tempfile
+import warnings
+import zipfile
+import zlib
+from typing import Any, Callable, Iterator, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_gnn as tfgnn
+import tqdm
+
+SPLITS = ("train", "valid", "test")
+NODE_FEAT_DIM = 140
+CONFIG_FEAT_DIM = 24
+TOY_FILES = 100  # upstream's --toy_data keeps the first 100 files of each split
+MAX_OPCODE = 255  # the real files store opcodes as uint8
+REQUIRED_KEYS = (
+    "node_feat",
+    "node_opcode",
+    "edge_index",
+    "config_feat",
+    "config_runtime",
+    "config_runtime_normalizers",
+)
+_CACHE_VERSION = 1
+_SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
+
+
+class DataError(ValueError):
+    """A data file or directory is unusable; the message is one line naming it and the fix."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Files and validation
+# ---------------------------------------------------------------------------------------------
+
+
+def split_files(root: str | os.PathLike, split: str, *, toy_data: bool = False) -> list[str]:
+    """Lists `root/split/*.npz` in upstream's order (`tf.io.gfile.glob`, directory order).
+
+    With `toy_data`, keeps the first 100 files like upstream's `--toy_data` flag.
+    """
+    if split not in SPLITS:
+        raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+    directory = os.path.join(os.path.expanduser(os.fspath(root)), split)
+    if not os.path.isdir(directory):
+        raise DataError(
+            f"{directory}: split directory not found; point the data root at the folder "
+            f"holding {'/, '.join(SPLITS)}/ (e.g. ~/data/tpugraphs/npz/tile/xla)"
+        )
+    # Upstream's order is tf.io.gfile.glob's (unsorted, directory order); toy subsets and the
+    # course's predictions depend on it, so use the very same call.
+    files = tf.io.gfile.glob(os.path.join(directory, "*.npz"))
+    if not files:
+        raise DataError(f"{directory}: no *.npz files; download the tile:xla npz files into it")
+    return files[:TOY_FILES] if toy_data else files
+
+
+def tile_id_of(path: str) -> str:
+    """The tile id of a file: its name without directory and `.npz`."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def _unreadable(path: str, err: BaseException) -> DataError:
+    reason = " ".join(str(err).split()) or type(err).__name__
+    return DataError(f"{path}: not a readable npz file ({reason}); re-download it or delete it")
+
+
+_ZIP_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, ValueError)
+
+
+def _read_members(path: str) -> dict[str, bytes]:
+    """Decompressed `.npy` members of an npz file (thread-safe: no numpy parsing here)."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = [n for n in zf.namelist() if n.endswith(".npy")]
+            return {name[: -len(".npy")]: zf.read(name) for name in names}
+    except _ZIP_ERRORS as err:
+        raise _unreadable(path, err) from None
+
+
+def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray]:
+    """Arrays from `_read_members` output.
+
+    Call from one thread only: numpy parses .npy headers with `ast.literal_eval`, which
+    CPython 3.11 can fail on when several threads run it at once ("AST constructor recursion
+    depth mismatch"), so the thread pool only reads and decompresses.
+    """
+    try:
+        return {
+            key: np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
+            for key, raw in members.items()
+        }
+    except _ZIP_ERRORS as err:
+        raise _unreadable(path, err) from None
+
+
+def _read_npz(path: str) -> dict[str, np.ndarray]:
+    """Every array of one npz file; unreadable files raise `DataError`."""
+    return _parse_members(path, _read_members(path))
+
+
+def _fail(path: str, what: str) -> DataError:
+    return DataError(f"{path}: {what}; re-download the file or delete it (or pass skip_bad)")
+
+
+def _check_kind(path: str, arrays: dict[str, np.ndarray], key: str, kinds: str) -> None:
+    if arrays[key].dtype.kind not in kinds:
+        want = "integer" if kinds == "iu" else "numeric"
+        raise _fail(path, f"{key} has dtype {arrays[key].dtype}, expected {want}")
+
+
+def _check_shape(path: str, key: str, shape: tuple[int, ...], want: tuple[Any, ...]) -> None:
+    ok = len(shape) == len(want) and all(w is None or s == w for s, w in zip(shape, want))
+    if not ok:
+        parts = ["?" if w is None else str(w) for w in want]
+        pretty = f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
+        raise _fail(path, f"{key} has shape {shape}, expected {pretty}")
+
+
+def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> None:
+    """Raises `DataError` (one line naming `path`) unless `arrays` is a usable kernel.
+
+    Checks keys, dtypes, shapes and their agreement, opcode and edge ranges, finite features,
+    the number of configs (>= 2 on train, >= 1 elsewhere) and runtimes (> 0 on train and
+    valid; >= 0 on test, whose runtimes are all zero).
+    """
+    missing = [key for key in REQUIRED_KEYS if key not in arrays]
+    if missing:
+        raise _fail(path, f"missing key(s) {', '.join(missing)}")
+    for key in ("node_opcode", "edge_index"):
+        _check_kind(path, arrays, key, "iu")
+    for key in ("node_feat", "config_feat", "config_runtime", "config_runtime_normalizers"):
+        _check_kind(path, arrays, key, "iuf")
+
+    n = arrays["node_feat"].shape[0] if arrays["node_feat"].ndim else -1
+    c = arrays["config_feat"].shape[0] if arrays["config_feat"].ndim else -1
+    _check_shape(path, "node_feat", arrays["node_feat"].shape, (None, NODE_FEAT_DIM))
+    _check_shape(path, "node_opcode", arrays["node_opcode"].shape, (n,))
+    edges = arrays["edge_index"]
+    if edges.size or edges.ndim != 1:  # an empty edge list may be stored as shape (0,)
+        _check_shape(path, "edge_index", edges.shape, (None, 2))
+    _check_shape(path, "config_feat", arrays["config_feat"].shape, (None, CONFIG_FEAT_DIM))
+    _check_shape(path, "config_runtime", arrays["config_runtime"].shape, (c,))
+    _check_shape(
+        path, "config_runtime_normalizers", arrays["config_runtime_normalizers"].shape, (c,)
+    )
+
+    if n < 1:
+        raise _fail(path, "has no nodes")
+    ops = arrays["node_opcode"]
+    if ops.min() < 0 or ops.max() > MAX_OPCODE:
+        raise _fail(path, f"node_opcode outside 0..{MAX_OPCODE} (min {ops.min()}, max {ops.max()})")
+    if edges.size and (edges.min() < 0 or edges.max() >= n):
+        raise _fail(
+            path,
+            f"edge_index refers to node {edges.min() if edges.min() < 0 else edges.max()}"
+            f" but the kernel has nodes 0..{n - 1}",
+        )
+    for key in ("node_feat", "config_feat"):
+        if not np.isfinite(arrays[key]).all():
+            raise _fail(path, f"{key} has NaN or infinite values")
+
+    need = 2 if split == "train" else 1
+    if c < need:
+        raise _fail(path, f"has {c} config(s); the {split} split needs at least {need}")
+    for key in ("config_runtime", "config_runtime_normalizers"):
+        values = arrays[key]
+        if not np.isfinite(values).all() or values.min() < 0:
+            raise _fail(path, f"{key} has negative, NaN or infinite values")
+        if split != "test" and values.min() <= 0:
+            raise _fail(path, f"{key} has zeros; only the test split may lack runtimes")
+
+
+# ---------------------------------------------------------------------------------------------
+# Split: one partition in memory
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Split:
+    """One partition, raw (un-normalised) arrays of its K kernels concatenated.
+
+    Kernel i owns rows `node_offsets[i]:node_offsets[i + 1]` of `node_feat` / `node_opcode`,
+    and likewise for edges and configs. `edge_index` holds kernel-local node indices.
+    """
+
+    name: str
+    tile_ids: list[str]
+    files: list[str]
+    node_feat: np.ndarray  # [N, 140] float32
+    node_opcode: np.ndarray  # [N] int32
+    edge_index: np.ndarray  # [E, 2] int32, kernel-local
+    config_feat: np.ndarray  # [C, 24] float32
+    config_runtime: np.ndarray  # [C] float64, raw ns (zeros on test)
+    config_runtime_normalizers: np.ndarray  # [C] float64
+    node_offsets: np.ndarray  # [K + 1] int64
+    edge_offsets: np.ndarray  # [K + 1] int64
+    config_offsets: np.ndarray  # [K + 1] int64
+    # Normalised views, one per FeatureStats fingerprint (see `_prepared`).
+    _prepared: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
+
+    def __len__(self) -> int:
+        return len(self.tile_ids)
+
+    def num_configs(self, i: int) -> int:
+        """Number of configs of kernel i."""
+        return int(self.config_offsets[i + 1] - self.config_offsets[i])
+
+    def config_counts(self) -> np.ndarray:
+        """[K] int64: configs per kernel."""
+        return np.diff(self.config_offsets)
+
+
+def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -> Split:
+    """Concatenates validated per-kernel arrays into one `Split`."""
+
+    def cat(key: str, dtype: Any, width: int | None = None) -> np.ndarray:
+        parts = [k[key].reshape(-1, width) if width else k[key] for k in kernels]
+        if not parts:
+            return np.zeros((0, width) if width else (0,), dtype)
+        return np.concatenate(parts).astype(dtype, copy=False)
+
+    def offsets(key: str) -> np.ndarray:
+        sizes = [
+            len(k[key].reshape(-1, 2)) if key == "edge_index" else len(k[key]) for k in kernels
+        ]
+        return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
+
+    return Split(
+        name=name,
+        tile_ids=[tile_id_of(f) for f in files],
+        files=list(files),
+        node_feat=cat("node_feat", np.float32, NODE_FEAT_DIM),
+        node_opcode=cat("node_opcode", np.int32),
+        edge_index=cat("edge_index", np.int32, 2),
+        config_feat=cat("config_feat", np.float32, CONFIG_FEAT_DIM),
+        config_runtime=cat("config_runtime", np.float64),
+        config_runtime_normalizers=cat("config_runtime_normalizers", np.float64),
+        node_offsets=offsets("node_opcode"),
+        edge_offsets=offsets("edge_index"),
+        config_offsets=offsets("config_runtime"),
+    )
+
+
+_ARRAY_FIELDS = (
+    "node_feat",
+    "node_opcode",
+    "edge_index",
+    "config_feat",
+    "config_runtime",
+    "config_runtime_normalizers",
+    "node_offsets",
+    "edge_offsets",
+    "config_offsets",
+)
+
+
+def _cache_path(cache_dir: str, split: str, files: list[str], key_extra: dict) -> str:
+    """Cache file name keyed by each file's absolute path, size and mtime, plus options."""
+    stamp = []
+    for path in files:
+        st = os.stat(path)
+        stamp.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+    blob = json.dumps({"v": _CACHE_VERSION, "files": stamp, **key_extra}, sort_keys=True)
+    digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
+    return os.path.join(cache_dir, f"tiles-{split}-{digest}.npz")
+
+
+def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
+    """Writes the split atomically (temp file in the same folder, then os.replace)."""
+    directory = os.path.dirname(path)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            np.savez(
+                out,
+                files=np.array(split.files, dtype=str),
+                skipped=np.array(skipped, dtype=str),
+                **{f: getattr(split, f) for f in _ARRAY_FIELDS},
+            )
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
+    """The cached split and its skipped-file messages, or None if unreadable."""
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            arrays = {key: npz[key] for key in npz.files}
+        files = [str(f) for f in arrays.pop("files")]
+        skipped = [str(s) for s in arrays.pop("skipped")]
+        split = Split(name=name, tile_ids=[tile_id_of(f) for f in files], files=files, **arrays)
+    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, TypeError):
+        return None  # a damaged cache is rebuilt, never trusted
+    return split, skipped
+
+
+def _check_members(path: str, members: dict[str, bytes], split: str) -> dict[str, np.ndarray]:
+    """Parses and validates one file's members; returns the required arrays."""
+    arrays = _parse_members(path, members)
+    validate_arrays(path, arrays, split=split)
+    return {key: arrays[key] for key in REQUIRED_KEYS}
+
+
+def _warn_skipped(split: str, skipped: list[str]) -> None:
+    if skipped:
+        shown = " | ".join(skipped[:_SHOWN_NAMES])
+        more = f" (and {len(skipped) - _SHOWN_NAMES} more)" if len(skipped) > _SHOWN_NAMES else ""
+        warnings.warn(f"skipped {len(skipped)} bad file(s) in {split}: {shown}{more}", stacklevel=3)
+
+
+def load_split(
+    root: str | os.PathLike,
+    split: str,
+    *,
+    min_configs: int = -1,
+    cache_dir: str | os.PathLike | None = None,
+    toy_data: bool = False,
+    skip_bad: bool = False,
+    workers: int | None = None,
+    progress: bool = True,
+) -> Split:
+    """Reads and validates `root/split/*.npz` into one `Split`.
+
+    Kernels with fewer than `min_configs` configs are left out (like upstream). Bad files raise
+    `DataError`, or with `skip_bad` are left out with a warning giving their count and first
+    names. With `cache_dir`, the result is cached under a key made of every file's path, size
+    and mtime and the options, so changed files are re-read and unchanged ones are not.
+    """
+    files = split_files(root, split, toy_data=toy_data)
+    cache = None
+    if cache_dir is not None:
+        extra = {"min_configs": min_configs, "toy": toy_data, "skip_bad": skip_bad}
+        cache = _cache_path(os.path.expanduser(os.fspath(cache_dir)), split, files, extra)
+        hit = _load_cache(cache, split) if os.path.exists(cache) else None
+        if hit is not None:
+            _warn_skipped(split, hit[1])
+            return hit[0]
+
+    results: list[dict[str, np.ndarray] | None] = [None] * len(files)
+    errors: dict[int, str] = {}
+    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+        futures = {pool.submit(_read_members, f): i for i, f in enumerate(files)}
+        done = concurrent.futures.as_completed(futures)
+        if progress:
+            done = tqdm.tqdm(done, total=len(files), desc=f"loading {split}", unit="file")
+        for future in done:
+            i = futures[future]
+            try:
+                results[i] = _check_members(files[i], future.result(), split)
+            except DataError as err:
+                if not skip_bad:
+                    for other in futures:
+                        other.cancel()
+                    raise
+                errors[i] = str(err)
+
+    skipped = [errors[i] for i in sorted(errors)]
+    if len(skipped) == len(files):
+        raise DataError(f"{os.path.dirname(files[0])}: every file is bad, e.g. {skipped[0]}")
+    kept = [
+        i
+        for i, arrays in enumerate(results)
+        if arrays is not None and len(arrays["config_runtime"]) >= min_configs
+    ]
+    out = _concat(split, [files[i] for i in kept], [results[i] for i in kept])
+    _warn_skipped(split, skipped)
+    if cache is not None:
+        _save_cache(cache, out, skipped)
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Feature statistics
+# ---------------------------------------------------------------------------------------------
+
+
+def _scale(x: np.ndarray, keep: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """[n, kept] float32: upstream's `(x - min) / (max - min)` on the kept columns."""
+    x = np.asarray(x, dtype=np.float32)[:, keep]
+    return (x - lo) / (hi - lo)
+
+
+@dataclasses.dataclass
+class FeatureStats:
+    """Fitted preprocessing: kept columns, their train min/max, `num_ops`, and provenance.
+
+    JSON-serialisable and saved with every exported model, so prediction reproduces the
+    training-time features exactly without the train split.
+    """
+
+    node_keep: np.ndarray  # [140] bool: column not constant on train
+    node_min: np.ndarray  # [node_width] float32
+    node_max: np.ndarray  # [node_width] float32
+    config_keep: np.ndarray  # [24] bool
+    config_min: np.ndarray  # [config_width] float32
+    config_max: np.ndarray  # [config_width] float32
+    num_ops: int  # 1 + largest opcode over the splits seen when fitting
+    train_files: list[str]  # file names (no directory) the statistics came from
+    source: str = ""  # free text: where and how they were fitted
+
+    @classmethod
+    def fit(cls, train: Split, others: Sequence[Split] = (), *, source: str = "") -> FeatureStats:
+        """Fits on `train` like upstream; `num_ops` also covers `others` (upstream: all splits)."""
+        if len(train) == 0:
+            raise DataError(f"split {train.name!r} has no kernels; cannot fit feature statistics")
+
+        def columns(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+            lo, hi = x.min(axis=0), x.max(axis=0)
+            keep = lo != hi
+            return keep, lo[keep].astype(np.float32), hi[keep].astype(np.float32)
+
+        node_keep, node_min, node_max = columns(train.node_feat)
+        config_keep, config_min, config_max = columns(train.config_feat)
+        max_op = max(int(s.node_opcode.max()) for s in (train, *others) if len(s.node_opcode))
+        return cls(
+            node_keep=node_keep,
+            node_min=node_min,
+            node_max=node_max,
+            config_keep=config_keep,
+            config_min=config_min,
+            config_max=config_max,
+            num_ops=max_op + 1,
+            train_files=[os.path.basename(f) for f in train.files],
+            source=source,
+        )
+
+    @property
+    def node_width(self) -> int:
+        return int(self.node_keep.sum())
+
+    @property
+    def config_width(self) -> int:
+        return int(self.config_keep.sum())
+
+    def node(self, x: np.ndarray) -> np.ndarray:
+        """[n, 140] raw node features -> [n, node_width] float32."""
+        return _scale(x, self.node_keep, self.node_min, self.node_max)
+
+    def config(self, x: np.ndarray) -> np.ndarray:
+        """[c, 24] raw config features -> [c, config_width] float32."""
+        return _scale(x, self.config_keep, self.config_min, self.config_max)
+
+    def ops(self, opcodes: np.ndarray) -> np.ndarray:
+        """[n] opcodes as int32, those >= num_ops mapped to 0 (the 'unknown' opcode).
+
+        Only matters for statistics fitted on a subset (toy data) applied to the full set;
+        an out-of-range id would otherwise index past the model's embedding table.
+        """
+        ops = np.asarray(opcodes, dtype=np.int32)
+        return np.where(ops < self.num_ops, ops, 0).astype(np.int32)
+
+    def fingerprint(self) -> str:
+        """Hex digest of the JSON form: equal statistics, equal fingerprint."""
+        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON dict; float32 values survive the round trip exactly."""
+        return {
+            "format": "tpu_tiles_models.FeatureStats/1",
+            "node_keep": [bool(v) for v in self.node_keep],
+            "node_min": [float(v) for v in self.node_min],
+            "node_max": [float(v) for v in self.node_max],
+            "config_keep": [bool(v) for v in self.config_keep],
+            "config_min": [float(v) for v in self.config_min],
+            "config_max": [float(v) for v in self.config_max],
+            "num_ops": int(self.num_ops),
+            "train_files": list(self.train_files),
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> FeatureStats:
+        """Inverse of `to_json`; inconsistent input raises `DataError`."""
+        try:
+            stats = cls(
+                node_keep=np.array(d["node_keep"], dtype=bool),
+                node_min=np.array(d["node_min"], dtype=np.float32),
+                node_max=np.array(d["node_max"], dtype=np.float32),
+                config_keep=np.array(d["config_keep"], dtype=bool),
+                config_min=np.array(d["config_min"], dtype=np.float32),
+                config_max=np.array(d["config_max"], dtype=np.float32),
+                num_ops=int(d["num_ops"]),
+                train_files=[str(f) for f in d.get("train_files", [])],
+                source=str(d.get("source", "")),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise DataError(f"feature statistics are malformed ({err!r})") from None
+        ok = (
+            stats.node_keep.shape == (NODE_FEAT_DIM,)
+            and stats.config_keep.shape == (CONFIG_FEAT_DIM,)
+            and stats.node_min.shape == stats.node_max.shape == (stats.node_width,)
+            and stats.config_min.shape == stats.config_max.shape == (stats.config_width,)
+            and stats.num_ops >= 1
+        )
+        if not ok:
+            raise DataError("feature statistics are inconsistent (keep masks vs min/max lengths)")
+        return stats
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Writes JSON atomically (temp file beside `path`, then os.replace)."""
+        path = os.fspath(path)
+        directory = os.path.dirname(os.path.abspath(path))
+        os.makedirs(directory, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as out:
+                json.dump(self.to_json(), out)
+            os.replace(tmp, path)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+
+    @classmethod
+    def load(cls, path: str | os.PathLike) -> FeatureStats:
+        """Reads a file written by `save`; problems raise `DataError` naming the file."""
+        path = os.fspath(path)
+        try:
+            with open(path, encoding="utf-8") as f:
+                d = json.load(f)
+            return cls.from_json(d)
+        except (OSError, json.JSONDecodeError, DataError) as err:
+            raise DataError(
+                f"{path}: cannot read feature statistics ({err}); re-export the model"
+            ) from None
+
+
+# ---------------------------------------------------------------------------------------------
+# Whole data set
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Dataset:
+    """The loaded splits (None when not requested) and the statistics to apply to them."""
+
+    train: Split | None
+    valid: Split | None
+    test: Split | None
+    stats: FeatureStats
+
+    @property
+    def num_ops(self) -> int:
+        return self.stats.num_ops
+
+
+def load_dataset(
+    root: str | os.PathLike,
+    *,
+    min_train_configs: int = -1,
+    cache_dir: str | os.PathLike | None = None,
+    toy_data: bool = False,
+    splits: Sequence[str] = SPLITS,
+    stats: FeatureStats | None = None,
+    skip_bad: bool = False,
+    progress: bool = True,
+) -> Dataset:
+    """Loads `splits` of `root`; fits `FeatureStats` on train unless `stats` is given.
+
+    `min_train_configs` filters train only. Upstream also drops valid/test kernels with fewer
+    than 2 configs; we keep them so every test kernel gets a prediction (real data has none).
+    """
+    unknown = [s for s in splits if s not in SPLITS]
+    if unknown:
+        raise DataError(f"unknown split(s) {unknown}; use some of {', '.join(SPLITS)}")
+    if stats is None and "train" not in splits:
+        raise DataError("no feature statistics: load the train split or pass the model's stats")
+    loaded: dict[str, Split | None] = {name: None for name in SPLITS}
+    for name in splits:
+        loaded[name] = load_split(
+            root,
+            name,
+            min_configs=min_train_configs if name == "train" else -1,
+            cache_dir=cache_dir,
+            toy_data=toy_data,
+            skip_bad=skip_bad,
+            progress=progress,
+        )
+    if stats is None:
+        train = loaded["train"]
+        others = [s for n, s in loaded.items() if n != "train" and s is not None]
+        where = os.path.abspath(os.path.expanduser(os.fspath(root)))
+        stats = FeatureStats.fit(train, others, source=f"{where} toy_data={toy_data}")
+    else:
+        for split in loaded.values():
+            _warn_unknown_ops(split, stats)
+    return Dataset(stats=stats, **loaded)
+
+
+def _warn_unknown_ops(split: Split | None, stats: FeatureStats) -> None:
+    if split is None or not len(split.node_opcode):
+        return
+    unknown = int((split.node_opcode >= stats.num_ops).sum())
+    if unknown:
+        warnings.warn(
+            f"{split.name}: {unknown} node(s) have opcodes >= num_ops={stats.num_ops} of the "
+            "model's statistics; they are fed as opcode 0 (unknown)",
+            stacklevel=3,
+        )
+
+
+# ---------------------------------------------------------------------------------------------
+# GraphTensors
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class _Prepared:
+    """A split's arrays after normalisation, ready to slice per kernel."""
+
+    node_feat: np.ndarray  # [N, node_width] float32
+    node_opcode: np.ndarray  # [N] int32
+    edge_index: np.ndarray  # [E, 2] int32
+    config_feat: np.ndarray  # [C, config_width] float32
+    runtimes: np.ndarray  # [C] float32: runtime / normalizer, 0 where normalizer is 0
+    normalizers: np.ndarray  # [C] float32
+
+
+def _prepared(split: Split, stats: FeatureStats) -> _Prepared:
+    """Normalises the whole split once per statistics object (memoised on the split)."""
+    key = stats.fingerprint()
+    if key not in split._prepared:
+        norm = split.config_runtime_normalizers
+        # Test runtimes and normalizers are all zero: 0/0 must give 0, not NaN.
+        ratio = np.divide(
+            split.config_runtime, norm, out=np.zeros_like(norm, dtype=np.float64), where=norm != 0
+        )
+        split._prepared.clear()  # keep one normalised copy: config features are large
+        split._prepared[key] = _Prepared(
+            node_feat=stats.node(split.node_feat),
+            node_opcode=stats.ops(split.node_opcode),
+            edge_index=split.edge_index,
+            config_feat=stats.config(split.config_feat),
+            runtimes=ratio.astype(np.float32),
+            normalizers=norm.astype(np.float32),
+        )
+    return split._prepared[key]
+
+
+def _pick_configs(c0: int, c1: int, num_configs: int, rng: np.random.Generator) -> np.ndarray:
+    """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
+    uniformly without replacement (all of them, shuffled, when the kernel has fewer)."""
+    if num_configs < 0:
+        return np.arange(c0, c1)
+    return c0 + rng.choice(c1 - c0, size=min(num_configs, c1 - c0), replace=False)
+
+
+def _components(
+    split: Split,
+    prep: _Prepared,
+    kernels: Sequence[int],
+    num_configs: int,
+    rng: np.random.Generator,
+) -> dict[str, Any]:
+    """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
+
+    Node, edge and config rows are concatenated; edge indices are shifted to index the
+    merged `op` node set, as `GraphTensor.merge_batch_to_components` would do.
+    """
+    no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
+    picks = [_pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng) for i in kernels]
+    node_sizes = np.array([no[i + 1] - no[i] for i in kernels], np.int32)
+    edge_sizes = np.array([eo[i + 1] - eo[i] for i in kernels], np.int32)
+    shift = np.repeat(np.cumsum(node_sizes) - node_sizes, edge_sizes).astype(np.int32)
+    nodes = np.concatenate([np.arange(no[i], no[i + 1]) for i in kernels])
+    edges = np.concatenate([prep.edge_index[eo[i] : eo[i + 1]] for i in kernels])
+    configs = np.concatenate(picks)
+    return {
+        "op": prep.node_opcode[nodes],
+        "node_feats": prep.node_feat[nodes],
+        "edges": edges + shift[:, None],
+        "config_feats": prep.config_feat[configs],
+        "runtimes": prep.runtimes[configs],
+        "normalizers": prep.normalizers[configs],
+        "tile_id": np.array([split.tile_ids[i] for i in kernels], dtype=object),
+        "node_sizes": node_sizes,
+        "edge_sizes": edge_sizes,
+        "config_sizes": np.array([len(p) for p in picks], np.int32),
+    }
+
+
+def _signature(stats: FeatureStats, batch: int | None) -> dict[str, tf.TensorSpec]:
+    """Specs of `_components` output; `batch` = number of components (None: unknown)."""
+    return {
+        "op": tf.TensorSpec([None], tf.int32),
+        "node_feats": tf.TensorSpec([None, stats.node_width], tf.float32),
+        "edges": tf.TensorSpec([None, 2], tf.int32),
+        "config_feats": tf.TensorSpec([None, stats.config_width], tf.float32),
+        "runtimes": tf.TensorSpec([None], tf.float32),
+        "normalizers": tf.TensorSpec([None], tf.float32),
+        "tile_id": tf.TensorSpec([batch], tf.string),
+        "node_sizes": tf.TensorSpec([batch], tf.int32),
+        "edge_sizes": tf.TensorSpec([batch], tf.int32),
+        "config_sizes": tf.TensorSpec([batch], tf.int32),
+    }
+
+
+def _to_graph(pieces: dict[str, tf.Tensor]) -> tfgnn.GraphTensor:
+    """Merged components -> a scalar GraphTensor with upstream's schema (B components)."""
+    edges = pieces["edges"]
+    num_components = tf.shape(pieces["tile_id"], out_type=tf.int32)[0]
+
+    def star(sizes: tf.Tensor, target: str) -> tfgnn.EdgeSet:
+        # Component j's g node (index j) points at every node of that component.
+        return tfgnn.EdgeSet.from_fields(
+            sizes=sizes,
+            adjacency=tfgnn.Adjacency.from_indices(
+                source=("g", tf.repeat(tf.range(num_components), sizes)),
+                target=(target, tf.range(tf.reduce_sum(sizes), dtype=tf.int32)),
+            ),
+        )
+
+    return tfgnn.GraphTensor.from_pieces(
+        node_sets={
+            "op": tfgnn.NodeSet.from_fields(
+                sizes=pieces["node_sizes"],
+                features={"op": pieces["op"], "feats": pieces["node_feats"]},
+            ),
+            "config": tfgnn.NodeSet.from_fields(
+                sizes=pieces["config_sizes"],
+                features={
+                    "feats": pieces["config_feats"],
+                    "runtimes": pieces["runtimes"],
+                    "normalizers": pieces["normalizers"],
+                },
+            ),
+            "g": tfgnn.NodeSet.from_fields(
+                sizes=tf.ones_like(pieces["node_sizes"]),
+                features={"tile_id": pieces["tile_id"]},
+            ),
+        },
+        edge_sets={
+            "feed": tfgnn.EdgeSet.from_fields(
+                sizes=pieces["edge_sizes"],
+                adjacency=tfgnn.Adjacency.from_indices(
+                    source=("op", edges[:, 0]), target=("op", edges[:, 1])
+                ),
+            ),
+            "g_op": star(pieces["node_sizes"], "op"),
+            "g_config": star(pieces["config_sizes"], "config"),
+        },
+    )
+
+
+def kernel_graph(
+    split: Split,
+    i: int,
+    stats: FeatureStats,
+    *,
+    num_configs: int = -1,
+    rng: np.random.Generator | None = None,
+) -> tfgnn.GraphTensor:
+    """Kernel i of `split` as a one-component GraphTensor, built eagerly.
+
+    Eager GraphTensor construction costs tens of ms in TF-GNN; iterate `graph_dataset` inside
+    a tf.function (as Keras does) for bulk work. See `graph_dataset` for `num_configs`.
+    """
+    if not 0 <= i < len(split):
+        raise IndexError(f"kernel {i} out of range for {split.name} ({len(split)} kernels)")
+    rng = rng if rng is not None else np.random.default_rng()
+    pieces = _components(split, _prepared(split, stats), [i], num_configs, rng)
+    spec = _signature(stats, 1)
+    return _to_graph({k: tf.convert_to_tensor(v, spec[k].dtype) for k, v in pieces.items()})
+
+
+def _batches_dataset(
+    split: Split,
+    stats: FeatureStats,
+    *,
+    batch_size: int,
+    num_configs: int,
+    min_configs: int,
+    shuffle: bool,
+    seed: int,
+) -> tf.data.Dataset:
+    """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
+
+    Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
+    plus `merge_batch_to_components`, with the same result.
+    """
+    prep = _prepared(split, stats)
+    index = np.flatnonzero(split.config_counts() >= min_configs)
+    passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
+
+    def generate() -> Iterator[dict[str, Any]]:
+        rng = np.random.default_rng([seed, next(passes)])
+        order = rng.permutation(index) if shuffle else index
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            yield _components(split, prep, order[start : start + batch_size], num_configs, rng)
+
+    signature = _signature(stats, batch_size)
+    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return ds.map(_to_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def graph_dataset(
+    split: Split,
+    stats: FeatureStats,
+    *,
+    num_configs: int = -1,
+    min_configs: int = 0,
+    shuffle: bool = False,
+    seed: int = 0,
+) -> tf.data.Dataset:
+    """One GraphTensor per kernel of `split` (upstream schema), normalised with `stats`.
+
+    `num_configs` = -1 keeps every config in file order (inference); k >= 0 samples k distinct
+    configs uniformly per kernel and pass. Kernels with fewer than `min_configs` configs are
+    left out. `shuffle` reorders kernels every pass. Passes are reproducible from `seed`
+    (pass p uses generator seed [seed, p]).
+    """
+    ds = _batches_dataset(
+        split,
+        stats,
+        batch_size=1,
+        num_configs=num_configs,
+        min_configs=min_configs,
+        shuffle=shuffle,
+        seed=seed,
+    )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def _labels(batch_size: int, num_configs: int) -> Callable:
+    def attach(graph: tfgnn.GraphTensor) -> tuple[tfgnn.GraphTensor, tf.Tensor]:
+        runtimes = graph.node_sets["config"]["runtimes"]
+        return graph, tf.reshape(runtimes, [batch_size, num_configs])
+
+    return attach
+
+
+def training_batches(
+    split: Split,
+    stats: FeatureStats,
+    *,
+    num_configs: int,
+    batch_size: int,
+    seed: int = 0,
+    shuffle: bool = True,
+) -> tf.data.Dataset:
+    """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
+
+    Equivalent to upstream's `graph_dataset(...).batch(B, drop_remainder=True)
+    .map(GraphTensor.merge_batch_to_components)` plus labels = the sampled configs' runtimes
+    (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out.
+    """
+    if num_configs < 1 or batch_size < 1:
+        raise ValueError(
+            f"num_configs and batch_size must be >= 1 (got {num_configs}, {batch_size})"
+        )
+    usable = int((split.config_counts() >= num_configs).sum())
+    if usable < batch_size:
+        raise DataError(
+            f"{split.name}: only {usable} kernel(s) have >= {num_configs} configs, fewer than "
+            f"batch_size={batch_size}; lower --configs or --batch_size"
+        )
+    ds = _batches_dataset(
+        split,
+        stats,
+        batch_size=batch_size,
+        num_configs=num_configs,
+        min_configs=num_configs,
+        shuffle=shuffle,
+        seed=seed,
+    )
+    ds = ds.map(_labels(batch_size, num_configs))
+    return ds.prefetch(tf.data.AUTOTUNE)
