@@ -1,0 +1,132 @@
+"""`tpu-tiles`: the command line of the package. Each subcommand is a thin front end."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Callable
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+# Errors we turn into one line and exit code 1; anything else is a bug and keeps its traceback.
+_USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, RuntimeError, KeyError)
+
+
+def _synth(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import synthetic
+
+    summary = synthetic.generate(
+        a.out, train=a.train, valid=a.valid, test=a.test, seed=a.seed,
+        max_configs=a.max_configs, cost_model=a.cost_model, test_ids_from=a.test_ids_from,
+    )  # fmt: skip
+    print(f"wrote {summary['kernels']} kernels ({summary['configs']} configs) to {a.out}")
+
+
+def _train(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import train
+
+    train.train(a)
+
+
+def _predict(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import predict
+
+    path, rows = predict.predict_to_csv(
+        a.dir, a.data_root, a.out, top_k=a.top_k, cache_dir=a.cache_dir or None,
+        models_path=a.models,
+    )  # fmt: skip
+    print(f"wrote {path} ({rows} kernels)")
+
+
+def _kaggle(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import kaggle
+
+    counts = kaggle.merge_kaggle(a.sample, a.inputcsv, a.out)
+    print(f"wrote {a.out}: {counts}")
+
+
+def _install(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import install
+
+    lines = (
+        install.uninstall(a.root, force=a.force)
+        if a.uninstall
+        else install.install(a.root, force=a.force)
+    )
+    print("\n".join(lines))
+
+
+def _models(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import registry
+
+    print(registry.describe())
+
+
+def _add_data_flags(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--data_root", default="~/data/tpugraphs/npz/tile/xla")
+    p.add_argument("--cache_dir", default="", help="cache of loaded arrays (default none)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from tpu_tiles_models import train
+
+    parser = argparse.ArgumentParser(prog="tpu-tiles", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    commands: dict[str, Callable] = {}
+
+    def command(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
+        commands[name] = fn
+        p = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = command("synth", _synth, "generate a synthetic TpuGraphs tile:xla data set")
+    p.add_argument("out")
+    p.add_argument("--train", type=int, default=300)
+    p.add_argument("--valid", type=int, default=60)
+    p.add_argument("--test", type=int, default=60)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max_configs", type=int, default=None)
+    p.add_argument("--cost_model", default="roofline", help="roofline or alt")
+    p.add_argument("--test_ids_from", default=None, help="sample_submission.csv for test ids")
+
+    p = command("train", _train, "train a model; writes upstream's artifacts")
+    train.add_flags(p)
+
+    p = command("predict", _predict, "rank the test split: predictions_model_output.csv")
+    p.add_argument("--dir", required=True, help="a model_<hash> directory")
+    _add_data_flags(p)
+    p.add_argument("--out", default="predictions_model_output.csv")
+    p.add_argument("--top_k", type=int, default=5)
+    p.add_argument("--models", default=None, help="models.py or upstream root (default ours)")
+
+    p = command("kaggle", _kaggle, "merge predictions into the Kaggle submission, by ID")
+    p.add_argument("--inputcsv", default="predictions_model_output.csv")
+    p.add_argument("--sample", default="sample_submission.csv")
+    p.add_argument("--out", default="predictions_kaggle.csv")
+
+    p = command("install", _install, "copy our drop-in files into an upstream checkout")
+    p.add_argument("root")
+    p.add_argument("--force", action="store_true")
+    p.add_argument("--uninstall", action="store_true")
+
+    command("models", _models, "list the model classes")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        args.fn(args)
+    except KeyboardInterrupt:
+        print("interrupted; nothing half-written was left behind", file=sys.stderr)
+        return 130
+    except _USER_ERRORS as e:
+        print(f"tpu-tiles {args.command}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

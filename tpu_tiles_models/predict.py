@@ -1,0 +1,183 @@
+"""Ranking the configs of whole splits with a model, and the course's prediction command.
+
+`score_split` is the one scoring path: the trainer's validation and test predictions, the
+evaluator and `tiles_gen_predictions_csv.py` all use it, so their rankings agree exactly.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+import tensorflow as tf
+import tensorflow_gnn as tfgnn
+import tqdm
+
+from tpu_tiles_models import data, export, kaggle, registry
+
+
+@dataclass
+class Scored:
+    """One kernel's scores `[num_configs]` (lower = faster) and runtimes (zeros on test)."""
+
+    tile_id: str
+    scores: np.ndarray
+    runtimes: np.ndarray
+
+
+def compiled_forward(
+    model: tf.keras.Model, spec: tfgnn.GraphTensorSpec
+) -> Callable[[tfgnn.GraphTensor], tf.Tensor]:
+    """`graph -> model.forward(graph, n)[0]` for one-kernel graphs, traced once if possible.
+
+    Our models accept the config count as a tensor, so one trace serves every kernel size.
+    Upstream's models need a Python int (they `tf.stack` n copies); for them we fall back
+    to eager calls, as upstream runs them.
+    """
+    traced = tf.function(
+        lambda g: model.forward(g, g.node_sets["config"].sizes[0])[0],
+        input_signature=[spec],
+        reduce_retracing=True,
+    )
+    try:
+        traced.get_concrete_function()
+    except (TypeError, ValueError, NotImplementedError):
+        return lambda g: model.forward(g, int(g.node_sets["config"].sizes[0]))[0]
+    return traced
+
+
+def score_split(
+    model: tf.keras.Model,
+    split: data.Split,
+    stats: data.FeatureStats,
+    *,
+    limit: int | None = None,
+    forward: Callable[[tfgnn.GraphTensor], tf.Tensor] | None = None,
+    progress: bool = True,
+    desc: str = "scoring",
+) -> list[Scored]:
+    """Scores all configs of every kernel (or the first `limit`) of `split`.
+
+    Pass the `compiled_forward` of an earlier call as `forward` to skip tracing it again.
+    """
+    ds = data.graph_dataset(split, stats)
+    total = len(split) if limit is None else min(limit, len(split))
+    forward = forward or compiled_forward(model, ds.element_spec)
+    scored = []
+    bar = tqdm.tqdm(ds.take(total), total=total, desc=desc, disable=not progress, leave=False)
+    for graph in bar:
+        scores = forward(graph).numpy()
+        tile_id = graph.node_sets["g"]["tile_id"][0].numpy().decode()
+        runtimes = graph.node_sets["config"]["runtimes"].numpy()
+        scored.append(Scored(tile_id, scores, runtimes))
+    return scored
+
+
+def upstream_top(scores: np.ndarray, k: int) -> list[int]:
+    """Upstream's ranking: the k lowest-score indices, zero-padded when fewer than k."""
+    order = np.argsort(scores, kind="stable")[:k].tolist()
+    return order + [0] * (k - len(order))
+
+
+def prediction_rows(scored: list[Scored], top_k: int) -> list[tuple[str, list[int]]]:
+    """CSV rows: each kernel's `top_k` fastest configs, padded to distinct indices."""
+    return [
+        (
+            s.tile_id,
+            kaggle.pad_top_k(
+                np.argsort(s.scores, kind="stable")[:top_k].tolist(), len(s.scores), top_k
+            ),
+        )
+        for s in scored
+    ]
+
+
+# ---------------------------------------------------------------------------------------------
+# Reloading a trained model for prediction
+# ---------------------------------------------------------------------------------------------
+
+
+def _first_graph(split: data.Split, stats: data.FeatureStats) -> tfgnn.GraphTensor:
+    return data.kernel_graph(split, 0, stats)
+
+
+def load_for_prediction(
+    model_dir: str | Path,
+    data_root: str | Path,
+    *,
+    cache_dir: str | None = None,
+    models_path: str | Path | None = None,
+    progress: bool = True,
+) -> tuple[tf.keras.Model, data.Dataset, dict]:
+    """Reloads `model_dir` by the course procedure with the statistics it was trained with.
+
+    Our trainer stores the fitted statistics in the run file, so only the test split is read.
+    For a model from upstream's `tiles_train.py` they are refitted exactly as training did
+    (train kernels with at least `--configs` configs); if the widths still disagree, the
+    `--toy_data` subset is tried, since that is the usual cause.
+    """
+    model_dir = Path(os.path.expanduser(str(model_dir))).resolve()
+    if not model_dir.is_dir():
+        raise export.ExportError(f"{model_dir}: no such model directory (pass --dir model_<h>)")
+    run_info = export.read_run(model_dir)
+    module = registry.load_models_module(models_path)
+    registry.model_class(run_info["args"]["model"], module)  # fail fast on unknown names
+    saved = export.load_saved_model(model_dir)
+    stored = run_info.get(export.EXTRAS_KEY, {}).get("feature_stats")
+    if stored is not None:
+        dataset = data.load_dataset(
+            data_root,
+            splits=("test",),
+            stats=data.FeatureStats.from_json(stored),
+            cache_dir=cache_dir,
+            progress=progress,
+        )
+        sample = _first_graph(dataset.test, dataset.stats)
+        model = export.rebuild(
+            model_dir, run_info, sample, num_ops=dataset.num_ops, module=module, saved=saved
+        )
+        return model, dataset, run_info
+    errors = []
+    for toy in (False, True):
+        dataset = data.load_dataset(
+            data_root,
+            min_train_configs=run_info["args"]["configs"],
+            toy_data=toy,
+            cache_dir=cache_dir,
+            progress=progress,
+        )
+        sample = _first_graph(dataset.test, dataset.stats)
+        try:
+            model = export.rebuild(
+                model_dir, run_info, sample, num_ops=dataset.num_ops, module=module, saved=saved
+            )
+            return model, dataset, run_info
+        except export.ExportError as e:
+            errors.append(str(e))
+    raise export.ExportError(
+        f"{errors[0]}; retrying with the --toy_data subset's statistics failed too, so the "
+        f"model was trained on other data than {data_root}"
+    )
+
+
+def predict_to_csv(
+    model_dir: str | Path,
+    data_root: str | Path,
+    out: str | Path,
+    *,
+    top_k: int = kaggle.TOP_K,
+    cache_dir: str | None = None,
+    models_path: str | Path | None = None,
+    progress: bool = True,
+) -> tuple[Path, int]:
+    """The course command: ranks every test kernel, writes `ID,TopConfigs`; returns (path, rows)."""
+    model, dataset, _ = load_for_prediction(
+        model_dir, data_root, cache_dir=cache_dir, models_path=models_path, progress=progress
+    )
+    scored = score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
+    rows = prediction_rows(scored, top_k)
+    kaggle.write_predictions_csv(out, rows)
+    return Path(out), len(rows)
