@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
@@ -28,25 +28,36 @@ class Scored:
     runtimes: np.ndarray
 
 
-def compiled_forward(
-    model: tf.keras.Model, spec: tfgnn.GraphTensorSpec
-) -> Callable[[tfgnn.GraphTensor], tf.Tensor]:
-    """`graph -> model.forward(graph, n)[0]` for one-kernel graphs, traced once if possible.
+def _score_next(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
+    """Pulls one one-kernel graph; returns (scores [n], tile_id, runtimes [n])."""
+    graph = next(iterator)
+    n = graph.node_sets["config"].sizes[0]
+    scores = model.forward(graph, n if dynamic else int(n))[0]
+    return scores, graph.node_sets["g"]["tile_id"][0], graph.node_sets["config"]["runtimes"]
 
-    Our models accept the config count as a tensor, so one trace serves every kernel size.
-    Upstream's models need a Python int (they `tf.stack` n copies); for them we fall back
-    to eager calls, as upstream runs them.
+
+def kernel_scorer(model: tf.keras.Model) -> Callable[[Iterator], tuple]:
+    """`iterator -> (scores [n], tile_id, runtimes [n])` for the iterator's next kernel.
+
+    The graph is pulled inside one traced function: a GraphTensor built in Python and passed
+    in costs more than scoring it. Our models take the config count as a tensor, so one
+    trace serves every kernel size; upstream's need a Python int (they `tf.stack` n copies)
+    and fail to trace, so for them we fall back to eager calls, as upstream runs them.
+    The model must be built (one eager `forward`) first.
     """
-    traced = tf.function(
-        lambda g: model.forward(g, g.node_sets["config"].sizes[0])[0],
-        input_signature=[spec],
-        reduce_retracing=True,
-    )
-    try:
-        traced.get_concrete_function()
-    except (TypeError, ValueError, NotImplementedError):
-        return lambda g: model.forward(g, int(g.node_sets["config"].sizes[0]))[0]
-    return traced
+    traced = tf.function(lambda it: _score_next(model, it, dynamic=True))
+    eager = False
+
+    def score(iterator: Iterator) -> tuple:
+        nonlocal eager
+        if not eager:
+            try:
+                return traced(iterator)
+            except (TypeError, ValueError, NotImplementedError):
+                eager = True  # a tracing failure: nothing was pulled from the iterator
+        return _score_next(model, iterator, dynamic=False)
+
+    return score
 
 
 def score_split(
@@ -55,24 +66,21 @@ def score_split(
     stats: data.FeatureStats,
     *,
     limit: int | None = None,
-    forward: Callable[[tfgnn.GraphTensor], tf.Tensor] | None = None,
+    scorer: Callable[[Iterator], tuple] | None = None,
     progress: bool = True,
     desc: str = "scoring",
 ) -> list[Scored]:
     """Scores all configs of every kernel (or the first `limit`) of `split`.
 
-    Pass the `compiled_forward` of an earlier call as `forward` to skip tracing it again.
+    Pass the `kernel_scorer` of an earlier call as `scorer` to skip tracing it again.
     """
-    ds = data.graph_dataset(split, stats)
     total = len(split) if limit is None else min(limit, len(split))
-    forward = forward or compiled_forward(model, ds.element_spec)
+    iterator = iter(data.graph_dataset(split, stats).take(total))
+    scorer = scorer or kernel_scorer(model)
     scored = []
-    bar = tqdm.tqdm(ds.take(total), total=total, desc=desc, disable=not progress, leave=False)
-    for graph in bar:
-        scores = forward(graph).numpy()
-        tile_id = graph.node_sets["g"]["tile_id"][0].numpy().decode()
-        runtimes = graph.node_sets["config"]["runtimes"].numpy()
-        scored.append(Scored(tile_id, scores, runtimes))
+    for _ in tqdm.trange(total, desc=desc, disable=not progress, leave=False):
+        scores, tile_id, runtimes = scorer(iterator)
+        scored.append(Scored(tile_id.numpy().decode(), scores.numpy(), runtimes.numpy()))
     return scored
 
 

@@ -17,7 +17,7 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
@@ -115,6 +115,7 @@ class _Loop:
         self.loss = CombinedLoss(flags.losses, reduction=tf.keras.losses.Reduction.NONE)
         self.opa = tfr.keras.metrics.OPAMetric()
         self.mean_loss = tf.keras.metrics.Mean()
+        self._traced: dict[bool, Callable] = {}
 
     def _train_step(self, graph, labels):
         with tf.GradientTape() as tape:
@@ -138,30 +139,38 @@ class _Loop:
         desc: str,
         total: int | None = None,
     ) -> tuple[float, float]:
-        """One pass over `ds`; returns (mean loss, OPA)."""
-        step = self._train_step if train else self._eval_step
-        if not hasattr(self, "_traced"):
-            self._traced = {}
+        """One pass over `ds`; returns (mean loss, OPA).
+
+        The traced step pulls its batch with `next(iterator)`: handing a GraphTensor built in
+        Python to a tf.function costs ~30x more than the step itself on small batches.
+        """
         if train not in self._traced:
-            self._traced[train] = tf.function(
-                lambda g, y, step=step: self.strategy.run(step, args=(g, y)),
-                input_signature=list(ds.element_spec),
-            )
+            step = self._train_step if train else self._eval_step
+
+            def traced(iterator, step=step):
+                graph, labels = next(iterator)
+                loss, scores = self.strategy.run(step, args=(graph, labels))
+                self.mean_loss.update_state(loss)
+                self.opa.update_state(labels, scores)
+
+            self._traced[train] = tf.function(traced)
         self.opa.reset_state()
         self.mean_loss.reset_state()
-        for graph, labels in tqdm.tqdm(
-            ds, desc=desc, total=total, disable=not progress, leave=False
-        ):
-            loss, scores = self._traced[train](graph, labels)
-            self.mean_loss.update_state(loss)
-            self.opa.update_state(labels, scores)
+        iterator = iter(ds)
+        with tqdm.tqdm(total=total, desc=desc, disable=not progress, leave=False) as bar:
+            while True:
+                try:
+                    self._traced[train](iterator)
+                except (StopIteration, tf.errors.OutOfRangeError):
+                    break
+                bar.update()
         return float(self.mean_loss.result()), float(self.opa.result())
 
 
-def _val_score(model, split, stats, limit, progress, forward=None) -> tuple[float, dict]:
+def _val_score(model, split, stats, limit, progress, scorer=None) -> tuple[float, dict]:
     """Kaggle-form score and top-k errors on all configs of (the first `limit`) valid kernels."""
     scored = predict.score_split(
-        model, split, stats, limit=limit, forward=forward, progress=progress, desc="valid"
+        model, split, stats, limit=limit, scorer=scorer, progress=progress, desc="valid"
     )
     errors = metrics.top_k_errors((s.runtimes, s.scores) for s in scored)
     return metrics.kaggle_score(errors[5]), errors
@@ -239,7 +248,7 @@ def train(flags: argparse.Namespace) -> TrainResult:
         valid_ds = valid_ds.take(flags.validate_batches)
     score_limit = flags.validate_batches * flags.batch if flags.validate_batches > 0 else None
     loop = _Loop(model, flags, steps_per_epoch * flags.epochs, strategy)
-    forward = predict.compiled_forward(model, data.graph_dataset(ds.valid, ds.stats).element_spec)
+    scorer = predict.kernel_scorer(model)
 
     curve = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     extras: dict[str, Any] = dict(val_score=[], epoch_seconds=[])
@@ -250,7 +259,7 @@ def train(flags: argparse.Namespace) -> TrainResult:
             train_ds, train=True, progress=progress, desc=f"epoch {epoch}", total=steps_per_epoch
         )
         val_loss, val_opa = loop.run(valid_ds, train=False, progress=progress, desc="valid")
-        score, _ = _val_score(model, ds.valid, ds.stats, score_limit, progress, forward)
+        score, _ = _val_score(model, ds.valid, ds.stats, score_limit, progress, scorer)
         seconds = time.perf_counter() - start
         for key, value in zip(curve, (epoch, train_loss, train_opa, val_loss, val_opa)):
             curve[key].append(value)
@@ -272,16 +281,20 @@ def train(flags: argparse.Namespace) -> TrainResult:
             break
     for v, value in zip(model.trainable_variables, best):
         v.assign(value)
-    return _finish(flags, args, model, ds, curve, extras, best_epoch, out_dir, progress)
+    return _finish(flags, args, model, ds, curve, extras, best_epoch, out_dir, progress, scorer)
 
 
-def _finish(flags, args, model, ds, curve, extras, best_epoch, out_dir, progress) -> TrainResult:
+def _finish(
+    flags, args, model, ds, curve, extras, best_epoch, out_dir, progress, scorer
+) -> TrainResult:
     """Final validation, test ranking, and the artifacts."""
-    _, val_errors = _val_score(model, ds.valid, ds.stats, None, progress)
+    _, val_errors = _val_score(model, ds.valid, ds.stats, None, progress, scorer)
     run_info: dict[str, Any] = dict(train_curve=curve, final_error=dict(val=val_errors), args=args)
     results_csv = None
     if ds.test is not None and len(ds.test):
-        scored = predict.score_split(model, ds.test, ds.stats, progress=progress, desc="test")
+        scored = predict.score_split(
+            model, ds.test, ds.stats, scorer=scorer, progress=progress, desc="test"
+        )
         if flags.test_mode == "metrics":
             run_info["final_error"]["test"] = metrics.top_k_errors(
                 (s.runtimes, s.scores) for s in scored
