@@ -57,6 +57,34 @@ def _install(a: argparse.Namespace) -> None:
     print("\n".join(lines))
 
 
+def _evaluate(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import evaluate
+
+    result = evaluate.evaluate_dirs(
+        a.dirs, a.data_root, cache_dir=a.cache_dir or None, models_path=a.models
+    )
+    print(evaluate.format_table(result))
+    if a.json:
+        print(f"wrote {evaluate.write_json(result, a.json)}")
+    if a.png:
+        print(f"wrote {evaluate.plot(result, a.png)}")
+
+
+def _bundle(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import bundle
+
+    out = bundle.make_bundle(a.dir, a.out, models_path=a.models)
+    print(f"wrote {out}: " + ", ".join(sorted(p.name for p in out.iterdir())))
+
+
+def _check(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import bundle
+
+    report = bundle.check_bundle(a.dir, a.data_root, cache_dir=a.cache_dir or None)
+    print(report.table())
+    report.raise_for_failure()
+
+
 def _models(a: argparse.Namespace) -> None:
     from tpu_tiles_models import registry
 
@@ -110,6 +138,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("root")
     p.add_argument("--force", action="store_true")
     p.add_argument("--uninstall", action="store_true")
+
+    p = command("evaluate", _evaluate, "top-k errors per benchmark on the valid split")
+    p.add_argument("--dirs", required=True, help="model_<h> dirs or out_dirs, comma-separated")
+    _add_data_flags(p)
+    p.add_argument("--models", default=None, help="models.py or upstream root (default ours)")
+    p.add_argument("--json", default=None, help="also write the table as JSON here")
+    p.add_argument("--png", default=None, help="also draw a bar chart here")
+
+    p = command("bundle", _bundle, "make the course hand-in folder")
+    p.add_argument("--dir", required=True, help="a model_<hash> directory")
+    p.add_argument("--out", required=True)
+    p.add_argument("--models", default=None, help="models.py to hand in (default ours)")
+
+    p = command("check", _check, "verify a hand-in folder as a grader would")
+    p.add_argument("dir")
+    _add_data_flags(p)
 
     command("models", _models, "list the model classes")
     return parser

@@ -1,0 +1,170 @@
+"""`tpu-tiles bundle` / `check`: the course hand-in, made and verified like a grader would."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tpu_tiles_models import bundle, export, registry, train
+
+
+@pytest.fixture(scope="module")
+def trained(synth_root, tmp_path_factory) -> train.TrainResult:
+    out = tmp_path_factory.mktemp("bundle_model")
+    return train.main(
+        ["--model", "ResidualSAGE", "--model_kwargs_json", '{"hidden_dim": 8, "num_layers": 1}',
+         "--data_root", str(synth_root), "--cache_dir", "", "--out_dir", str(out),
+         "--epochs", "1", "--configs", "4", "--batch", "4", "--no_progress"]
+    )  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def good(trained, tmp_path_factory) -> Path:
+    return bundle.make_bundle(trained.model_dir, tmp_path_factory.mktemp("b") / "bundle")
+
+
+def _variant(good: Path, dest: Path, edit) -> Path:
+    """A copy of the good bundle whose models.py is `edit(text)`."""
+    shutil.copytree(good, dest)
+    path = dest / "models.py"
+    text = path.read_text()
+    changed = edit(text)
+    assert changed != text
+    path.write_text(changed)
+    return dest
+
+
+def _in_residual_sage(text: str, old: str, new: str) -> str:
+    """Replaces the first `old` after `class ResidualSAGE(` (its constructor defaults)."""
+    start = text.index("class ResidualSAGE(")
+    at = text.index(old, start)
+    return text[:at] + new + text[at + len(old) :]
+
+
+def _statuses(report: bundle.CheckReport) -> dict[str, str]:
+    return {r.name: r.status for r in report.rows}
+
+
+def test_bundle_holds_exactly_the_hand_in(trained, good):
+    h = trained.model_dir.name[len("model_") :]
+    assert sorted(p.name for p in good.iterdir()) == sorted(
+        ["models.py", f"model_{h}", f"run_{h}.jsonz"]
+    )
+    assert (good / "models.py").read_bytes() == registry.dropin_file("models.py").read_bytes()
+    assert (good / f"run_{h}.jsonz").read_bytes() == trained.run_file.read_bytes()
+    assert (good / f"model_{h}" / "saved_model.pb").is_file()
+
+
+def test_good_bundle_passes(good, synth_root):
+    report = bundle.check_bundle(good, synth_root, progress=False)
+    assert report.passed, report.table()
+    assert set(_statuses(report).values()) == {"pass"}
+    assert list(_statuses(report)) == [
+        "files present", "hash matches", "class found", "saved model loads",
+        "variables copy", "predictions match",
+    ]  # fmt: skip
+    rows = {r.name: r.detail for r in report.rows}
+    assert rows["predictions match"].startswith("6/6 test kernels")
+    assert "stats from run file" in rows["variables copy"]
+    assert report.table().splitlines()[-1] == "PASSED"
+    report.raise_for_failure()  # a passing report raises nothing
+
+
+def test_models_py_with_other_default_fails_variable_copy(good, synth_root, tmp_path):
+    b = _variant(
+        good,
+        tmp_path / "b",
+        lambda t: _in_residual_sage(t, "op_embed_dim: int = 32", "op_embed_dim: int = 16"),
+    )
+    report = bundle.check_bundle(b, synth_root, progress=False)
+    assert not report.passed
+    assert _statuses(report)["variables copy"] == "FAIL"
+    assert "predictions match" not in _statuses(report)
+    (failure,) = report.failures()
+    assert "has shape [128, 32] saved but [128, 16] rebuilt" in failure.detail
+    with pytest.raises(bundle.BundleError, match="failed its check: variables copy"):
+        report.raise_for_failure()
+
+
+def test_models_py_with_other_activation_fails_predictions(good, synth_root, tmp_path):
+    """Same variables, different function: only the prediction comparison can tell."""
+    b = _variant(
+        good,
+        tmp_path / "b",
+        lambda t: _in_residual_sage(t, 'activation: str = "gelu"', 'activation: str = "tanh"'),
+    )
+    report = bundle.check_bundle(b, synth_root, progress=False)
+    assert _statuses(report)["variables copy"] == "pass"
+    assert _statuses(report)["predictions match"] == "FAIL"
+    detail = report.rows[-1].detail
+    matched = int(re.match(r"(\d+)/6 test kernels", detail).group(1))
+    assert matched < 6 and "top-5 differs on" in detail
+
+
+def test_renamed_class_fails_class_found(good, synth_root, tmp_path):
+    b = _variant(good, tmp_path / "b", lambda t: re.sub(r"\bResidualSAGE\b", "RenamedSAGE", t))
+    report = bundle.check_bundle(b, synth_root, progress=False)
+    assert _statuses(report) == {"files present": "pass", "hash matches": "pass",
+                                 "class found": "FAIL"}  # fmt: skip
+    assert "unknown model 'ResidualSAGE'" in report.rows[-1].detail
+
+
+def test_check_reports_missing_and_foreign_files(good, synth_root, tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    report = bundle.check_bundle(empty, synth_root, progress=False)
+    assert not report.passed
+    assert report.rows[0].detail == (
+        "no models.py; 0 model_<hash>/ directories (need exactly 1); "
+        "0 run_*.jsonz files (need exactly 1)"
+    )
+    # A run file renamed to the model's hash but holding other args: hash check fails.
+    b = tmp_path / "foreign"
+    shutil.copytree(good, b)
+    (run,) = b.glob("run_*.jsonz")
+    model = next(b.glob("model_*"))
+    model.rename(b / "model_0123")
+    run.rename(b / "run_0123.jsonz")
+    report = bundle.check_bundle(b, synth_root, progress=False)
+    assert _statuses(report)["hash matches"] == "FAIL"
+    assert "it belongs to another model directory" in report.rows[-1].detail
+
+
+def test_make_bundle_refuses_missing_or_foreign_run_file(trained, tmp_path):
+    lonely = tmp_path / "lonely" / trained.model_dir.name
+    shutil.copytree(trained.model_dir, lonely)
+    with pytest.raises(export.ExportError, match="needs its run file beside it"):
+        bundle.make_bundle(lonely, tmp_path / "out")
+    other = tmp_path / "other" / "model_0123"
+    shutil.copytree(trained.model_dir, other)
+    shutil.copy(trained.run_file, other.with_name("run_0123.jsonz"))
+    with pytest.raises(export.ExportError, match="belongs to another model directory"):
+        bundle.make_bundle(other, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_make_bundle_refuses_a_folder_with_another_model(trained, tmp_path):
+    out = tmp_path / "out"
+    (out / "model_ffff").mkdir(parents=True)
+    with pytest.raises(bundle.BundleError, match="already holds model_ffff"):
+        bundle.make_bundle(trained.model_dir, out)
+    with pytest.raises(bundle.BundleError, match="must be a new folder"):
+        bundle.make_bundle(trained.model_dir, trained.model_dir.parent)
+    with pytest.raises(bundle.BundleError, match="no such models.py"):
+        bundle.make_bundle(trained.model_dir, tmp_path / "x", models_path=tmp_path / "nope.py")
+
+
+def test_kernel_match():
+    scores = np.array([0.5, 0.1, 0.9, 0.3, 0.7, 0.2], dtype=np.float32)
+    assert bundle.kernel_match([1, 5, 3, 0, 4, 2], scores) == "exact"
+    assert bundle.kernel_match([1, 5, 3, 4, 0], scores) == "differ"
+    # Fewer than 5 configs: only the real indices count, the zero padding does not.
+    assert bundle.kernel_match([1, 0, 0, 0, 0], np.array([0.4, 0.2])) == "exact"
+    assert bundle.kernel_match([0, 1, 0, 0, 0], np.array([0.4, 0.2])) == "differ"
+    # Equal scores may come out in either order.
+    tied = np.array([0.3, 0.1, 0.1, 0.5, 0.6, 0.7])
+    assert bundle.kernel_match([2, 1, 0, 3, 4], tied) == "tie"

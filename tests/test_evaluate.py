@@ -1,0 +1,158 @@
+"""`tpu-tiles evaluate`: per-benchmark and overall top-k errors of reloaded models."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tpu_tiles_models import data, evaluate, export, metrics, predict, train
+
+TINY_ID = "tiny_bench_0000"  # benchmark "tiny_bench": one valid kernel with < 5 configs
+MODELS = (
+    ("ResidualSAGE", '{"hidden_dim": 8, "num_layers": 1}'),
+    ("MLP", '{"hidden_dim": 8}'),
+)
+
+
+@pytest.fixture(scope="module")
+def eval_root(synth_root, tmp_path_factory) -> Path:
+    """The synthetic tree plus one valid kernel with fewer than 5 configs (a train copy)."""
+    root = tmp_path_factory.mktemp("eval") / "data"
+    shutil.copytree(synth_root, root)
+    for path in sorted((root / "train").glob("*.npz")):
+        if len(np.load(path)["config_runtime"]) < 5:
+            shutil.copy(path, root / "valid" / f"{TINY_ID}.npz")
+            return root
+    raise AssertionError("the synthetic train split has no kernel with fewer than 5 configs")
+
+
+@pytest.fixture(scope="module")
+def trained(synth_root, tmp_path_factory) -> list[train.TrainResult]:
+    """Two tiny models (1 epoch) in one out_dir."""
+    out = tmp_path_factory.mktemp("eval_models")
+    return [
+        train.main(
+            [
+                "--model",
+                name,
+                "--model_kwargs_json",
+                kwargs,
+                "--data_root",
+                str(synth_root),
+                "--cache_dir",
+                "",
+                "--out_dir",
+                str(out),
+                "--epochs",
+                "1",
+                "--configs",
+                "4",
+                "--batch",
+                "4",
+                "--no_progress",
+                "--run_id",
+                name,
+            ]
+        )  # fmt: skip
+        for name, kwargs in MODELS
+    ]
+
+
+@pytest.fixture(scope="module")
+def result(trained, eval_root) -> dict:
+    dirs = ",".join(str(r.model_dir) for r in trained)
+    return evaluate.evaluate_dirs(dirs, eval_root, progress=False)
+
+
+def _direct_scores(r: train.TrainResult, root: Path) -> list[predict.Scored]:
+    """The in-memory trained model scored on the valid split with its stored statistics."""
+    run = json.loads(gzip.decompress(r.run_file.read_bytes()))
+    stats = data.FeatureStats.from_json(run[export.EXTRAS_KEY]["feature_stats"])
+    ds = data.load_dataset(root, splits=("valid",), stats=stats, progress=False)
+    return predict.score_split(r.model, ds.valid, stats, progress=False)
+
+
+def test_overall_and_benchmarks_match_direct_recomputation(trained, eval_root, result):
+    assert [m["model"] for m in result["models"]] == [name for name, _ in MODELS]
+    for r, m in zip(trained, result["models"]):
+        scored = _direct_scores(r, eval_root)
+        want = metrics.top_k_errors((s.runtimes, s.scores) for s in scored)
+        overall = m["rows"][evaluate.OVERALL]
+        assert overall["kernels"] == len(scored) == 9
+        for k in metrics.TOP_KS:
+            assert overall[f"top{k}"] == pytest.approx(want[k], rel=1e-6, abs=1e-9)
+        assert overall["score"] == pytest.approx(1 - want[5], rel=1e-6, abs=1e-9)
+        benchmarks = {s.tile_id.rsplit("_", 1)[0] for s in scored}
+        assert set(m["rows"]) == benchmarks | {evaluate.OVERALL}
+        assert sum(row["kernels"] for b, row in m["rows"].items() if b in benchmarks) == 9
+        one = sorted(benchmarks)[0]
+        group = [(s.runtimes, s.scores) for s in scored if s.tile_id.rsplit("_", 1)[0] == one]
+        assert m["rows"][one]["top1"] == pytest.approx(metrics.top_k_errors(group)[1], abs=1e-9)
+
+
+def test_kernel_with_fewer_than_5_configs(eval_root, result):
+    runtimes = np.load(eval_root / "valid" / f"{TINY_ID}.npz")["config_runtime"]
+    assert len(runtimes) < 5
+    for m in result["models"]:
+        row = m["rows"]["tiny_bench"]
+        # Top-5 and top-10 see all its configs, so they always contain the fastest one.
+        assert row["kernels"] == 1
+        assert row["top5"] == row["top10"] == 0.0
+        assert row["score"] == 1.0
+        assert row["top1"] >= 0.0
+
+
+def test_table_json_and_png(result, tmp_path):
+    table = evaluate.format_table(result)
+    lines = table.splitlines()
+    overall = next(line for line in lines if line.startswith("overall"))
+    for m in result["models"]:
+        assert m["label"] in table
+        assert f"{m['rows']['overall']['score']:.4f}" in overall
+    assert any(line.startswith("tiny_bench ") for line in lines)
+
+    path = evaluate.write_json(result, tmp_path / "sub" / "eval.json")
+    assert json.loads(path.read_text()) == json.loads(json.dumps(result))
+    png = evaluate.plot(result, tmp_path / "eval.png")
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.png", "sub"]  # no temp left
+
+
+def test_refit_statistics_when_the_run_file_has_none(trained, eval_root, result, tmp_path):
+    """A run file from upstream's trainer has no stored stats: they are refitted from train."""
+    r = trained[0]
+    shutil.copytree(r.model_dir, tmp_path / r.model_dir.name)
+    run = json.loads(gzip.decompress(r.run_file.read_bytes()))
+    del run[export.EXTRAS_KEY]
+    export.write_run(tmp_path, run["args"], run)
+    refit = evaluate.evaluate_dirs([tmp_path / r.model_dir.name], eval_root, progress=False)
+    got, want = refit["models"][0]["rows"], result["models"][0]["rows"]
+    assert got.keys() == want.keys()
+    for name in want:
+        for column in ("top1", "top5", "top10", "score"):
+            assert got[name][column] == pytest.approx(want[name][column], abs=1e-9)
+
+
+def test_expand_dirs(tmp_path):
+    for name in ("model_b", "model_a"):
+        (tmp_path / "out" / name).mkdir(parents=True)
+    (tmp_path / "out" / "run_a.jsonz").write_bytes(b"")
+    got = evaluate.expand_dirs(f"{tmp_path / 'out'}, {tmp_path / 'x'}")
+    assert [p.name for p in got] == ["model_a", "model_b", "x"]
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(evaluate.EvaluateError, match="no model_<hash> directories"):
+        evaluate.expand_dirs([tmp_path / "empty"])
+    with pytest.raises(evaluate.EvaluateError, match="no model directories"):
+        evaluate.expand_dirs(" , ")
+
+
+def test_missing_run_file_names_the_fix(trained, eval_root, tmp_path):
+    lonely = tmp_path / trained[0].model_dir.name
+    shutil.copytree(trained[0].model_dir, lonely)
+    with pytest.raises(export.ExportError, match="needs its run file beside it"):
+        evaluate.evaluate_dirs([lonely], eval_root, progress=False)

@@ -1,0 +1,324 @@
+"""The course hand-in: `models.py`, `model_<h>/` and `run_<h>.jsonz`, made and checked.
+
+`make_bundle` copies exactly those three things into one folder, refusing a model whose run
+file is missing or belongs to another model. `check_bundle` then does what a grader does with
+the folder: imports the bundle's own `models.py`, reloads the SavedModel, rebuilds the class
+named in the run file and copies the variables pairwise (the course procedure), ranks the test
+split, and compares the top 5 of every kernel with the `test_predictions` stored at training.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import ModuleType
+from typing import Callable
+
+import numpy as np
+
+from tpu_tiles_models import data, export, predict, registry
+
+MODELS_FILE = "models.py"
+TOP_K = 5  # the course's prediction script keeps this many indices per kernel
+PASS, FAIL, SKIP = "pass", "FAIL", "skip"
+
+
+class BundleError(RuntimeError):
+    """A bundle that cannot be made or did not pass its check; one line with the reason."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Making a bundle
+# ---------------------------------------------------------------------------------------------
+
+
+def _models_source(models_path: str | os.PathLike | None) -> Path:
+    """The models.py to hand in: ours, a given file, or an upstream root's swapped-in one."""
+    if models_path is None:
+        return registry.dropin_file(MODELS_FILE)
+    path = Path(os.path.expanduser(os.fspath(models_path)))
+    if path.is_dir():
+        path = path / registry.UPSTREAM_MODELS
+    if not path.is_file():
+        raise BundleError(f"{path}: no such models.py; pass --models <file or upstream root>")
+    return path
+
+
+def _copy_file(src: Path, dst: Path) -> None:
+    """Copies to a temp name beside `dst`, then renames into place."""
+    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
+    os.close(fd)
+    try:
+        shutil.copy2(src, tmp)
+        os.replace(tmp, dst)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """Copies a directory beside `dst`, then swaps it in (a rerun replaces its own copy)."""
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    try:
+        shutil.copytree(src, tmp)
+        if dst.exists():
+            shutil.rmtree(dst)
+        tmp.rename(dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def make_bundle(
+    model_dir: str | os.PathLike,
+    out_dir: str | os.PathLike,
+    *,
+    models_path: str | os.PathLike | None = None,
+) -> Path:
+    """Copies `models.py`, `model_<h>/` and its `run_<h>.jsonz` into `out_dir`; returns it.
+
+    Refuses (BundleError / export.ExportError) a model without its matching run file, a
+    models.py lacking the run's class, and an `out_dir` that already holds another model.
+    """
+    model_dir = Path(os.path.expanduser(os.fspath(model_dir))).resolve()
+    out = Path(os.path.expanduser(os.fspath(out_dir))).resolve()
+    if not (model_dir / "saved_model.pb").is_file():
+        raise BundleError(f"{model_dir}: not a SavedModel directory; pass --dir model_<hash>")
+    run_info = export.read_run(model_dir)  # missing or foreign run file: ExportError
+    run_file = export.run_file_for(model_dir)
+    source = _models_source(models_path)
+    # An upstream root is loaded as a root, so that its models.py's own imports resolve.
+    loadable = Path(os.path.expanduser(os.fspath(models_path))) if models_path else source
+    try:
+        registry.model_class(run_info["args"]["model"], registry.load_models_module(loadable))
+    except (ValueError, ImportError, SyntaxError) as e:
+        raise BundleError(f"{source} cannot rebuild this model: {e}") from None
+    if out == model_dir.parent:
+        raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
+    out.mkdir(parents=True, exist_ok=True)
+    others = [
+        p.name
+        for p in (*out.glob("model_*"), *out.glob("run_*.jsonz"))
+        if p.name not in (model_dir.name, run_file.name)
+    ]
+    if others:
+        raise BundleError(
+            f"{out} already holds {', '.join(sorted(others))}; a bundle has one model, pick "
+            "an empty --out folder"
+        )
+    _copy_file(source, out / MODELS_FILE)
+    _copy_tree(model_dir, out / model_dir.name)
+    _copy_file(run_file, out / run_file.name)  # last: a run file never points at nothing
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Checking a bundle
+# ---------------------------------------------------------------------------------------------
+
+
+@dataclass
+class CheckRow:
+    """One check: its name, `pass` / `FAIL` / `skip`, and what was found."""
+
+    name: str
+    status: str
+    detail: str
+
+
+@dataclass
+class CheckReport:
+    """The outcome of `check_bundle`; `passed` when no check failed."""
+
+    bundle_dir: Path
+    rows: list[CheckRow] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return bool(self.rows) and all(r.status != FAIL for r in self.rows)
+
+    def add(self, name: str, status: str, detail: str) -> bool:
+        """Records a check; returns whether later checks can go on."""
+        self.rows.append(CheckRow(name, status, detail))
+        return status != FAIL
+
+    def failures(self) -> list[CheckRow]:
+        return [r for r in self.rows if r.status == FAIL]
+
+    def table(self) -> str:
+        """The pass/fail table, then the verdict."""
+        width = max(len(r.name) for r in self.rows) if self.rows else 0
+        lines = [f"bundle {self.bundle_dir}"]
+        lines += [f"  {r.status:<4}  {r.name:<{width}}  {r.detail}" for r in self.rows]
+        verdict = "PASSED" if self.passed else f"FAILED ({len(self.failures())} check(s))"
+        return "\n".join(lines + [verdict])
+
+    def raise_for_failure(self) -> None:
+        """Raises BundleError naming the failed checks (the CLI's non-zero exit)."""
+        if not self.passed:
+            reasons = "; ".join(f"{r.name}: {r.detail}" for r in self.failures())
+            raise BundleError(f"{self.bundle_dir} failed its check: {reasons}")
+
+
+def _find_files(bundle: Path, report: CheckReport) -> Path | None:
+    """Checks that exactly models.py, one model_<h>/ and one run_*.jsonz are there."""
+    if not bundle.is_dir():
+        report.add("files present", FAIL, f"{bundle} is not a directory")
+        return None
+    models = sorted(p for p in bundle.glob("model_*") if p.is_dir())
+    runs = sorted(p.name for p in bundle.glob("run_*.jsonz"))
+    problems = []
+    if not (bundle / MODELS_FILE).is_file():
+        problems.append(f"no {MODELS_FILE}")
+    if len(models) != 1:
+        problems.append(f"{len(models)} model_<hash>/ directories (need exactly 1)")
+    elif not (models[0] / "saved_model.pb").is_file():
+        problems.append(f"{models[0].name}/ has no saved_model.pb")
+    if len(runs) != 1:
+        problems.append(f"{len(runs)} run_*.jsonz files (need exactly 1)")
+    if problems:
+        report.add("files present", FAIL, "; ".join(problems))
+        return None
+    report.add("files present", PASS, f"{MODELS_FILE}, {models[0].name}/, {runs[0]}")
+    return models[0]
+
+
+def _attempt(report: CheckReport, name: str, fn: Callable, ok: Callable[..., str]):
+    """Runs `fn`; records `ok(result)` as a pass, or the exception's message as a failure."""
+    try:
+        result = fn()
+    except Exception as e:  # a grader sees any failure here, so we report rather than raise
+        report.add(name, FAIL, " ".join(f"{type(e).__name__}: {e}".split()))
+        return None
+    report.add(name, PASS, ok(result))
+    return result
+
+
+def _test_data(
+    run_info: dict, data_root: str, cache_dir: str | None, progress: bool
+) -> tuple[data.Split, data.FeatureStats, str]:
+    """The test split and the statistics the model was trained with (stored, else refit)."""
+    stored = run_info.get(export.EXTRAS_KEY, {}).get("feature_stats")
+    if stored is not None:
+        stats = data.FeatureStats.from_json(stored)
+        split = data.load_split(data_root, "test", cache_dir=cache_dir, progress=progress)
+        return split, stats, "stats from run file"
+    dataset = data.load_dataset(
+        data_root,
+        min_train_configs=run_info["args"]["configs"],
+        cache_dir=cache_dir,
+        progress=progress,
+    )
+    return dataset.test, dataset.stats, "stats refitted from train"
+
+
+def kernel_match(stored: list[int], scores: np.ndarray) -> str:
+    """`exact`, `tie` or `differ`: stored top-5 of one kernel against fresh scores.
+
+    Kernels with fewer than 5 configs compare only their real indices (the rest is padding).
+    `tie`: the lists differ but the stored one is equally fastest under the fresh scores,
+    i.e. the order changed among scores equal to float precision.
+    """
+    k = min(TOP_K, len(scores))
+    ours = predict.upstream_top(scores, TOP_K)[:k]
+    theirs = [int(i) for i in stored[:k]]
+    if ours == theirs:
+        return "exact"
+    if len(theirs) < k or len(set(theirs)) < k or not all(0 <= i < len(scores) for i in theirs):
+        return "differ"
+    best = np.sort(scores, kind="stable")[:k]
+    return "tie" if np.allclose(scores[theirs], best, rtol=1e-5, atol=1e-6) else "differ"
+
+
+def _compare(stored: dict[str, list[int]], scored: list[predict.Scored]) -> tuple[bool, str]:
+    """(all match, detail) for the test kernels against the run file's predictions."""
+    outcome = {
+        s.tile_id: kernel_match(stored[s.tile_id], s.scores) for s in scored if s.tile_id in stored
+    }
+    missing = [s.tile_id for s in scored if s.tile_id not in stored]
+    matched = sum(v != "differ" for v in outcome.values())
+    ties = sum(v == "tie" for v in outcome.values())
+    detail = f"{matched}/{len(scored)} test kernels" + (
+        f" ({ties} within float ties)" if ties else ""
+    )
+    differ = [t for t, v in outcome.items() if v == "differ"]
+    if differ:
+        detail += f"; top-5 differs on {differ[0]}" + (
+            f" and {len(differ) - 1} more" if len(differ) > 1 else ""
+        )
+    if missing:
+        detail += (
+            f"; {len(missing)} not in the run file (trained on other test data?), e.g. {missing[0]}"
+        )
+    return matched == len(scored) and len(scored) > 0, detail
+
+
+def check_bundle(
+    bundle_dir: str | os.PathLike,
+    data_root: str | os.PathLike,
+    *,
+    cache_dir: str | None = None,
+    progress: bool = True,
+) -> CheckReport:
+    """Verifies a bundle the way a grader would; see the module docstring for the steps.
+
+    Data problems (a wrong `data_root`) raise `data.DataError`: the check could not run.
+    """
+    bundle = Path(os.path.expanduser(os.fspath(bundle_dir))).resolve()
+    root = os.path.expanduser(os.fspath(data_root))
+    cache = os.path.expanduser(cache_dir) if cache_dir else None
+    report = CheckReport(bundle)
+    model_dir = _find_files(bundle, report)
+    if model_dir is None:
+        return report
+    run_info = _attempt(
+        report, "hash matches", lambda: export.read_run(model_dir),
+        lambda r: f"args hash to {export.args_hash(r['args'])} = model dir and run file names",
+    )  # fmt: skip
+    if run_info is None:
+        return report
+    args = run_info["args"]
+    module: ModuleType | None = _attempt(
+        report, "class found", lambda: _import_class(bundle / MODELS_FILE, args["model"]),
+        lambda m: f"{args['model']} in {MODELS_FILE}, kwargs {args['model_kwargs_json']}",
+    )  # fmt: skip
+    if module is None:
+        return report
+    saved = _attempt(
+        report, "saved model loads", lambda: export.load_saved_model(model_dir),
+        lambda s: f"{len(s.trainable_variables)} trainable variables",
+    )  # fmt: skip
+    if saved is None:
+        return report
+    split, stats, where = _test_data(run_info, root, cache, progress)
+    model = _attempt(
+        report, "variables copy",
+        lambda: export.rebuild(
+            model_dir, run_info, data.kernel_graph(split, 0, stats), num_ops=stats.num_ops,
+            module=module, saved=saved,
+        ),
+        lambda m: f"{len(m.trainable_variables)} variables, count and shapes equal ({where})",
+    )  # fmt: skip
+    if model is None:
+        return report
+    stored = run_info.get("test_predictions")
+    if not stored:
+        report.add(
+            "predictions match", SKIP,
+            "run file has no test_predictions (trained with --test_mode metrics)",
+        )  # fmt: skip
+        return report
+    scored = predict.score_split(model, split, stats, progress=progress, desc="test")
+    ok, detail = _compare(stored, scored)
+    report.add("predictions match", PASS if ok else FAIL, detail)
+    return report
+
+
+def _import_class(path: Path, name: str) -> ModuleType:
+    """Imports the bundle's models.py and checks it defines class `name`; returns the module."""
+    module = registry.load_models_module(path)
+    registry.model_class(name, module)
+    return module

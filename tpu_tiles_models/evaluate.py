@@ -1,0 +1,249 @@
+"""`tpu-tiles evaluate`: top-k errors and Kaggle-form score of trained models on the valid split.
+
+Upstream's `tiles_evaluate.py` reloads each model by the course procedure and averages the
+top-1 and top-5 errors of every validation kernel per benchmark, one eager `forward` per
+kernel. We do the same reload (`export.rebuild`), score with the compiled `predict.score_split`
+(one trace per model for all kernel sizes), read the validation split once for all models, and
+report top-1/5/10 error and `1 - top-5 error` per benchmark and over all kernels.
+
+The benchmark of a tile id is the id without its last `_part`, as upstream groups them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import tensorflow as tf
+import tqdm
+
+from tpu_tiles_models import data, export, metrics, predict, registry
+
+OVERALL = "overall"
+_COLUMNS = ("top1", "top5", "top10", "score")
+
+
+class EvaluateError(ValueError):
+    """Nothing to evaluate, or an output that cannot be written; one line with the fix."""
+
+
+def benchmark_of(tile_id: str) -> str:
+    """`resnet50_train_batch_8_1a2b` -> `resnet50_train_batch_8` (upstream's grouping)."""
+    return tile_id.rsplit("_", 1)[0]
+
+
+def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
+    """Model directories from `--dirs`: comma-separated or a list.
+
+    A directory that is not itself a SavedModel but holds `model_*` directories (a training
+    `--out_dir`) stands for all of them, in name order.
+    """
+    items = [d for d in dirs.split(",") if d.strip()] if isinstance(dirs, str) else list(dirs)
+    found: list[Path] = []
+    for item in items:
+        path = Path(os.path.expanduser(str(item).strip())).resolve()
+        if path.is_dir() and not (path / "saved_model.pb").is_file():
+            children = sorted(p for p in path.glob("model_*") if p.is_dir())
+            if not children:
+                raise EvaluateError(f"{path}: no model_<hash> directories in it; pass --dirs")
+            found.extend(children)
+        else:
+            found.append(path)
+    if not found:
+        raise EvaluateError("no model directories given; pass --dirs model_<h>[,model_<h2>...]")
+    return found
+
+
+def _rebuild_on_valid(
+    model_dir: Path,
+    data_root: str,
+    valid: dict[str, data.Split],
+    *,
+    cache_dir: str | None,
+    models_path: str | Path | None,
+    progress: bool,
+) -> tuple[tf.keras.Model, data.Split, data.FeatureStats, dict]:
+    """Reloads one model by the course procedure, with the statistics it was trained with.
+
+    Stats stored by our trainer need only the valid split, which `valid` shares between
+    models (a Split holds raw arrays; normalised views are cached per statistics). Without
+    them `predict.load_for_prediction` refits from train, including its --toy_data retry.
+    """
+    if not model_dir.is_dir():
+        raise export.ExportError(f"{model_dir}: no such model directory (pass --dirs model_<h>)")
+    run_info = export.read_run(model_dir)
+    stored = run_info.get(export.EXTRAS_KEY, {}).get("feature_stats")
+    if stored is None:
+        model, dataset, run_info = predict.load_for_prediction(
+            model_dir, data_root, cache_dir=cache_dir, models_path=models_path, progress=progress
+        )
+        return model, dataset.valid, dataset.stats, run_info
+    if "split" not in valid:
+        valid["split"] = data.load_split(data_root, "valid", cache_dir=cache_dir, progress=progress)
+    split, stats = valid["split"], data.FeatureStats.from_json(stored)
+    module = registry.load_models_module(models_path)
+    registry.model_class(run_info["args"]["model"], module)  # fail before the slow load
+    sample = data.kernel_graph(split, 0, stats)
+    model = export.rebuild(model_dir, run_info, sample, num_ops=stats.num_ops, module=module)
+    return model, split, stats, run_info
+
+
+def _errors_row(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """`{"kernels", "top1", "top5", "top10", "score"}` of (runtimes, scores) pairs."""
+    errors = metrics.top_k_errors(pairs, metrics.TOP_KS)
+    row: dict[str, Any] = {"kernels": len(pairs)}
+    row.update({f"top{k}": errors[k] for k in metrics.TOP_KS})
+    row["score"] = metrics.kaggle_score(errors[5])
+    return row
+
+
+def summarize(scored: list[predict.Scored]) -> dict[str, dict[str, Any]]:
+    """Per-benchmark rows (sorted by name) and the `overall` row, a mean over all kernels."""
+    groups: dict[str, list] = defaultdict(list)
+    for s in scored:
+        groups[benchmark_of(s.tile_id)].append((s.runtimes, s.scores))
+    rows = {name: _errors_row(groups[name]) for name in sorted(groups)}
+    rows[OVERALL] = _errors_row([(s.runtimes, s.scores) for s in scored])
+    return rows
+
+
+def evaluate_dirs(
+    dirs: str | Sequence[str | os.PathLike],
+    data_root: str | os.PathLike,
+    *,
+    cache_dir: str | None = None,
+    models_path: str | Path | None = None,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """Evaluates every model of `dirs` on the valid split of `data_root`.
+
+    Returns a JSON-ready dict: `data_root`, `split`, and `models`, a list of
+    `{"dir", "label", "model", "model_kwargs_json", "run_val_errors", "rows"}` where `rows`
+    maps each benchmark and `overall` to `{"kernels", "top1", "top5", "top10", "score"}`.
+    """
+    model_dirs = expand_dirs(dirs)
+    root = os.path.expanduser(os.fspath(data_root))
+    cache = os.path.expanduser(cache_dir) if cache_dir else None
+    valid: dict[str, data.Split] = {}
+    models = []
+    for i, model_dir in enumerate(
+        tqdm.tqdm(model_dirs, desc="models", disable=not progress or len(model_dirs) < 2), 1
+    ):
+        model, split, stats, run_info = _rebuild_on_valid(
+            model_dir, root, valid, cache_dir=cache, models_path=models_path, progress=progress
+        )
+        scored = predict.score_split(model, split, stats, progress=progress, desc=f"[{i}] valid")
+        args = run_info["args"]
+        models.append(
+            {
+                "dir": str(model_dir),
+                "label": f"[{i}] {args['model']}",
+                "model": args["model"],
+                "model_kwargs_json": args["model_kwargs_json"],
+                "run_val_errors": run_info.get("final_error", {}).get("val"),
+                "rows": summarize(scored),
+            }
+        )
+        del model  # one model in memory at a time
+    return {"data_root": str(Path(root).resolve()), "split": "valid", "models": models}
+
+
+def _row_names(result: dict[str, Any]) -> list[str]:
+    """Benchmarks in name order (union over models), then `overall`."""
+    names = {n for m in result["models"] for n in m["rows"] if n != OVERALL}
+    return sorted(names) + [OVERALL]
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """Text table: a row per benchmark and `overall`; per model top-1/5/10 error and score."""
+    models = result["models"]
+    names = _row_names(result)
+    name_w = max(len("benchmark"), *map(len, names))
+    cell, group_w = 7, 4 * 7 + 3
+    lines = [f"{result['split']} split of {result['data_root']}"]
+    for m in models:
+        stored = m.get("run_val_errors") or {}
+        note = f"  (run file top-5 error {stored['5']:.4f})" if "5" in stored else ""
+        lines.append(f"{m['label']} {m['model_kwargs_json']}  {m['dir']}{note}")
+    lines.append("")
+    head1 = " " * (name_w + 6) + "".join(
+        f" | {m['label'][: group_w - 1]:<{group_w - 1}}" for m in models
+    )
+    head2 = f"{'benchmark':<{name_w}} {'n':>5}"
+    head2 += "".join(" | " + " ".join(f"{c:>{cell}}" for c in _COLUMNS) for _ in models)
+    lines += [head1, head2, "-" * len(head2)]
+    for name in names:
+        kernels = next((m["rows"][name]["kernels"] for m in models if name in m["rows"]), 0)
+        if name == OVERALL:
+            lines.append("-" * len(head2))
+        line = f"{name:<{name_w}} {kernels:>5}"
+        for m in models:
+            row = m["rows"].get(name)
+            values = [f"{row[c]:>{cell}.4f}" if row else f"{'-':>{cell}}" for c in _COLUMNS]
+            line += " | " + " ".join(values)
+        lines.append(line)
+    return "\n".join(lines)
+
+
+def _atomic_target(path: str | os.PathLike) -> tuple[Path, str]:
+    """(final path, temp name beside it); creates the parent directory."""
+    path = Path(os.path.expanduser(os.fspath(path)))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    os.close(fd)
+    return path, tmp
+
+
+def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
+    """Writes `result` as indented JSON atomically; returns the path."""
+    path, tmp = _atomic_target(path)
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(result, f, indent=2)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
+    """PNG bar chart: overall score per model, and overall top-1/5/10 error per model."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    models = result["models"]
+    if not models:
+        raise EvaluateError("no models in the result; nothing to plot")
+    labels = [m["label"] for m in models]
+    overall = [m["rows"][OVERALL] for m in models]
+    x = np.arange(len(models))
+    fig, (ax_score, ax_err) = plt.subplots(1, 2, figsize=(4 + 2.2 * len(models), 3.6))
+    bars = ax_score.bar(x, [r["score"] for r in overall], color="tab:green")
+    ax_score.bar_label(bars, fmt="%.3f", fontsize=8)
+    ax_score.set_title("score (1 - top-5 error), higher is better")
+    width = 0.8 / len(metrics.TOP_KS)
+    for j, k in enumerate(metrics.TOP_KS):
+        ax_err.bar(x + (j - 1) * width, [r[f"top{k}"] for r in overall], width, label=f"top-{k}")
+    ax_err.set_title("top-k error, lower is better")
+    ax_err.legend()
+    for ax in (ax_score, ax_err):
+        ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
+    fig.tight_layout()
+    path, tmp = _atomic_target(path)
+    try:
+        fig.savefig(tmp, format="png", dpi=90)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    finally:
+        plt.close(fig)
+    return path
