@@ -313,6 +313,7 @@ class ResidualSAGE(_TileRanker):
       activation: Keras activation name.
       config_attention: whether the configs of a kernel see each other.
       attention_heads, inducing_points: see `ConfigSetAttention`.
+      pooling: reductions over the nodes of a kernel (`sum`, `mean`, `max`).
     """
 
     def __init__(
@@ -327,9 +328,11 @@ class ResidualSAGE(_TileRanker):
         config_attention: bool = True,
         attention_heads: int = 4,
         inducing_points: int = 8,
+        pooling: Sequence[str] = ("sum", "mean", "max"),
         chunk_size: int = DEFAULT_CHUNK,
     ):
         super().__init__(num_configs, num_ops, chunk_size=chunk_size)
+        self._pooling = tuple(pooling)
         if num_layers < 1:
             raise ValueError(f"num_layers must be at least 1, got {num_layers}")
         self._op_embedding = tf.keras.layers.Embedding(OPCODE_VOCAB, op_embed_dim)
@@ -363,7 +366,7 @@ class ResidualSAGE(_TileRanker):
         h = node_h[:, tf.newaxis, :] + _broadcast_to_ops(graph, config_h)
         for block in self._blocks:
             h = block(graph, h)  # [num_nodes, c, hidden]
-        pooled = _pool_ops(graph, self._pool_norm(h), ("sum", "mean", "max"))
+        pooled = _pool_ops(graph, self._pool_norm(h), self._pooling)
         return self._readout(tf.concat([pooled, config_h], axis=-1))  # [batch, c, hidden]
 
     def _finish(self, embeddings, training):

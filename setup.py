@@ -1,6 +1,23 @@
 """Installs tpu-tiles-models: TF-GNN cost models for the TpuGraphs tile:xla collection."""
 
+import shutil
+from pathlib import Path
+
 from setuptools import find_packages, setup
+from setuptools.command.build_py import build_py
+
+# The drop-in files live at the top level, where users copy them from; a built wheel carries
+# copies in tpu_tiles_models/dropin/ so that `tpu-tiles install` and the registry find them.
+DROPIN_FILES = ("models.py", "tiles_gen_predictions_csv.py", "create_kaggle_csv.py")
+
+
+class BuildWithDropins(build_py):
+    def run(self):
+        super().run()
+        target = Path(self.build_lib, "tpu_tiles_models", "dropin")
+        target.mkdir(parents=True, exist_ok=True)
+        for name in DROPIN_FILES:
+            shutil.copy2(name, target / name)
 
 setup(
     name="tpu-tiles-models",
@@ -26,4 +43,5 @@ setup(
     ],
     extras_require={"test": ["pytest", "ruff"]},
     entry_points={"console_scripts": ["tpu-tiles=tpu_tiles_models.cli:main"]},
+    cmdclass={"build_py": BuildWithDropins},
 )

@@ -85,6 +85,12 @@ def _check(a: argparse.Namespace) -> None:
     report.raise_for_failure()
 
 
+def _demo(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import demo
+
+    demo.run(a)
+
+
 def _models(a: argparse.Namespace) -> None:
     from tpu_tiles_models import registry
 
@@ -154,6 +160,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("check", _check, "verify a hand-in folder as a grader would")
     p.add_argument("dir")
     _add_data_flags(p)
+
+    p = command("demo", _demo, "the whole journey on synthetic data, in a few minutes")
+    from tpu_tiles_models import demo
+
+    demo.add_flags(p)
 
     command("models", _models, "list the model classes")
     return parser

@@ -39,8 +39,10 @@ class InstallError(RuntimeError):
 
 
 def default_source_dir() -> Path:
-    """The repository root that holds our models.py and scripts."""
-    return Path(__file__).resolve().parents[1]
+    """The folder that holds our models.py and scripts (checkout root, or the wheel's copy)."""
+    from tpu_tiles_models import registry
+
+    return registry.dropin_file("models.py").parent
 
 
 def check_checkout(root: PathLike) -> Path:
