@@ -136,7 +136,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
 
 
 def _fail(path: str, what: str) -> DataError:
-    return DataError(f"{path}: {what}; re-download the file or delete it (or pass skip_bad)")
+    return DataError(f"{path}: {what}; re-download the file or delete it (or pass --skip_bad)")
 
 
 def _check_kind(path: str, arrays: dict[str, np.ndarray], key: str, kinds: str) -> None:

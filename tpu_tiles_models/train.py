@@ -52,6 +52,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     a("--data_root", default="~/data/tpugraphs/npz/tile/xla")
     a("--cache_dir", default="~/data/tpugraphs/cache/tile")
     a("--toy_data", action="store_true", help="first 100 files of each split")
+    a("--skip_bad", action="store_true", help="leave out unreadable npz files, with a warning")
     # Ours.
     a("--lr_schedule", choices=["cosine", "constant"], default="cosine")
     a(
@@ -223,7 +224,7 @@ def train(flags: argparse.Namespace) -> TrainResult:
     ds = data.load_dataset(
         os.path.expanduser(flags.data_root), min_train_configs=flags.configs,
         cache_dir=os.path.expanduser(flags.cache_dir) if flags.cache_dir else None,
-        toy_data=flags.toy_data, progress=progress,
+        toy_data=flags.toy_data, skip_bad=flags.skip_bad, progress=progress,
     )  # fmt: skip
     strategy = _strategy(flags.strategy)
     with strategy.scope():

@@ -1,0 +1,53 @@
+"""Losses chosen by name, upstream's weighting, and the ranking metrics, against hand figures."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from tpu_tiles_models import losses, metrics
+
+
+def test_parse_losses_names_the_bad_item():
+    assert [w for w, _ in losses.parse_losses("ListMLELoss:1,MSE:0.02")] == [1.0, 0.02]
+    with pytest.raises(ValueError, match="unknown loss 'Nope'.*known: ListMLELoss"):
+        losses.parse_losses("Nope:1")
+    with pytest.raises(ValueError, match="weight of 'MSE' must be a number"):
+        losses.parse_losses("MSE:x")
+
+
+def test_combined_loss_is_the_normalised_weighted_sum():
+    y = tf.constant([[1.0, 2.0, 3.0]])
+    s = tf.constant([[0.5, 0.1, 0.9]])
+    mse = float(tf.keras.losses.MeanSquaredError()(y, s))
+    mle = float(losses.LOSSES["ListMLELoss"]()(y, s))
+    got = float(losses.CombinedLoss("ListMLELoss:1,MSE:3")(y, s))
+    assert got == pytest.approx(0.25 * mle + 0.75 * mse, rel=1e-5)
+    assert (
+        losses.CombinedLoss.from_config(losses.CombinedLoss("MSE:1").get_config()).spec == "MSE:1"
+    )
+
+
+def test_fast_first_list_mle_prefers_fast_configs_low():
+    runtimes = tf.constant([[1.0, 2.0, 4.0, 8.0]])
+    good = tf.constant([[0.0, 10.0, 20.0, 30.0]])  # lower score = faster: right order
+    loss = losses.LOSSES["FastFirstListMLE"]()
+    assert float(loss(runtimes, good)) < float(loss(runtimes, -good))
+
+
+def test_top_k_error_by_hand():
+    runtimes = np.array([4.0, 2.0, 8.0, 1.0])
+    scores = np.array([0.0, 1.0, 2.0, 3.0])  # ranks config 0 first, config 3 last
+    assert metrics.kernel_top_k_error(runtimes, scores, 1) == pytest.approx(3.0)  # 4 vs 1
+    assert metrics.kernel_top_k_error(runtimes, scores, 2) == pytest.approx(1.0)  # 2 vs 1
+    assert metrics.kernel_top_k_error(runtimes, scores, 10) == 0.0  # fewer than k: all count
+    errors = metrics.top_k_errors([(runtimes, scores), (runtimes, -scores)], ks=(1, 2))
+    assert errors == {1: pytest.approx(1.5), 2: pytest.approx(0.5)}
+    assert metrics.kaggle_score(0.25) == 0.75
+
+
+def test_ordered_pair_accuracy_by_hand():
+    runtimes = np.array([1.0, 2.0, 3.0, 3.0])
+    assert metrics.ordered_pair_accuracy(runtimes, runtimes) == 1.0
+    assert metrics.ordered_pair_accuracy(runtimes, -runtimes) == 0.0
+    # Pairs (0,1) right, (0,2),(0,3) right, (1,2),(1,3) wrong: 3 of 5; the tie is skipped.
+    assert metrics.ordered_pair_accuracy(runtimes, np.array([0.0, 5.0, 1.0, 1.0])) == 0.6

@@ -1,0 +1,113 @@
+"""The standalone trainer writes upstream's artifacts, atomically, with upstream's hash."""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from tpu_tiles_models import cli, export, train
+
+FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0", "--no_progress"]
+TINY = ["--model", "ResidualSAGE", "--model_kwargs_json", '{"hidden_dim": 8, "num_layers": 1}']
+
+
+@pytest.fixture(scope="module")
+def run(synth_root, tmp_path_factory) -> train.TrainResult:
+    out = tmp_path_factory.mktemp("out")
+    return train.main(
+        [*TINY, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "", "--out_dir", str(out)]
+    )
+
+
+def _run_info(result) -> dict:
+    return json.loads(gzip.decompress(result.run_file.read_bytes()))
+
+
+def test_artifacts_have_upstream_names_and_hash(run):
+    info = _run_info(run)
+    args = info["args"]
+    assert list(args) == list(export.ARG_FIELDS)  # exactly upstream's TrainArgs fields
+    expected = hashlib.md5(json.dumps(args, sort_keys=True).encode()).hexdigest()
+    assert run.model_dir.name == f"model_{expected}"
+    assert run.run_file.name == f"run_{expected}.jsonz"
+    assert (run.model_dir / "saved_model.pb").is_file()
+    assert (run.model_dir.parent / f"train_curve_{expected}.png").read_bytes()[:4] == b"\x89PNG"
+    assert not [p for p in run.model_dir.parent.iterdir() if p.name.startswith(".")]
+
+
+def test_run_file_has_upstream_keys_and_our_extras(run):
+    info = _run_info(run)
+    assert set(info["train_curve"]) == {"epoch", "train_loss", "train_opa", "val_loss", "val_opa"}
+    assert info["train_curve"]["epoch"] == [0, 1]
+    assert set(info["final_error"]["val"]) == {"1", "5", "10"}
+    assert info["final_error"]["val"]["1"] >= info["final_error"]["val"]["5"] >= 0
+    ours = info["tpu_tiles"]
+    assert len(ours["epoch_seconds"]) == 2 and ours["feature_stats"]["num_ops"] > 1
+    # Upstream keeps 10 indices per test kernel, zero-padded.
+    assert len(info["test_predictions"]) == 6
+    assert all(len(v) == 10 for v in info["test_predictions"].values())
+
+
+def test_results_csv_matches_test_predictions(run):
+    info = _run_info(run)
+    lines = run.results_csv.read_text().split("\n")
+    assert lines[0] == "ID,TopConfigs" and not run.results_csv.read_text().endswith("\n")
+    rows = dict(line.split(",") for line in lines[1:])
+    assert rows == {
+        f"tile:xla:{k}": ";".join(map(str, v)) for k, v in info["test_predictions"].items()
+    }
+
+
+def test_rerun_replaces_its_own_artifacts(run, synth_root):
+    out = run.model_dir.parent
+    args = json.loads(gzip.decompress(run.run_file.read_bytes()))["args"]
+    again = train.main([
+        *TINY, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "", "--out_dir", str(out),
+        "--results_csv", args["results_csv"], "--epochs", "1",
+    ])  # fmt: skip
+    assert again.model_dir != run.model_dir  # epochs differ, so the hash differs
+    same = train.main([
+        *TINY, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "", "--out_dir", str(out),
+        "--results_csv", args["results_csv"], "--epochs", "1",
+    ])  # fmt: skip
+    assert same.model_dir == again.model_dir and (same.model_dir / "saved_model.pb").is_file()
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_interrupted_save_leaves_no_model_dir(run, tmp_path, monkeypatch):
+    def interrupted(self, path, *a, **k):
+        Path(path).mkdir()
+        (Path(path) / "partial").write_text("x")
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(type(run.model), "save", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        export.save_model_dir(run.model, tmp_path / "model_abc")
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--model", "NoSuchModel"], "unknown model 'NoSuchModel'"),
+        (["--model", "MLP", "--model_kwargs_json", "{bad"], "--model_kwargs_json is not valid"),
+        (["--model", "MLP", "--model_kwargs_json", '{"nope": 1}'], "does not fit MLP"),
+        (["--model", "MLP", "--losses", "Foo:1"], "unknown loss 'Foo'"),
+    ],
+)
+def test_bad_flags_give_one_line(argv, message, synth_root, tmp_path, capsys):
+    code = cli.main(["train", *argv, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "",
+                     "--out_dir", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and message in err and len(err.splitlines()) == 1
+
+
+def test_missing_data_dir_gives_one_line(tmp_path, capsys):
+    code = cli.main(["train", "--model", "MLP", "--data_root", str(tmp_path / "none"),
+                     "--cache_dir", "", "--out_dir", str(tmp_path)])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 1 and str(tmp_path / "none") in err and len(err.splitlines()) == 1
