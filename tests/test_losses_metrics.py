@@ -16,8 +16,8 @@ def test_parse_losses_names_the_bad_item():
 
 
 def test_combined_loss_is_the_normalised_weighted_sum():
-    y = tf.constant([[1.0, 2.0, 3.0]])
-    s = tf.constant([[0.5, 0.1, 0.9]])
+    y = tf.constant([[1.0, 2.0, 3.0], [3.0, 1.0, 2.0]])
+    s = tf.constant([[0.5, 0.1, 0.9], [0.2, 0.3, 0.4]])
     mse = float(tf.keras.losses.MeanSquaredError()(y, s))
     mle = float(losses.LOSSES["ListMLELoss"]()(y, s))
     got = float(losses.CombinedLoss("ListMLELoss:1,MSE:3")(y, s))

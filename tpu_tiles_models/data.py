@@ -278,13 +278,7 @@ def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -
     )
 
 
-_ARRAY_FIELDS = (
-    "node_feat",
-    "node_opcode",
-    "edge_index",
-    "config_feat",
-    "config_runtime",
-    "config_runtime_normalizers",
+_ARRAY_FIELDS = REQUIRED_KEYS + (
     "node_offsets",
     "edge_offsets",
     "config_offsets",

@@ -36,7 +36,7 @@ class FastFirstListMLE(tf.keras.losses.Loss):
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         y_true = tf.cast(y_true, y_pred.dtype)
-        return self._list_mle(1.0 / tf.maximum(y_true, 1e-9), -y_pred)
+        return per_list(self._list_mle, 1.0 / tf.maximum(y_true, 1e-9), -y_pred)
 
 
 def _fast_first_list_mle() -> tf.keras.losses.Loss:
@@ -85,6 +85,16 @@ def parse_losses(spec: str) -> list[tuple[float, tf.keras.losses.Loss]]:
     return weighted
 
 
+def per_list(loss: tf.keras.losses.Loss, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+    """`loss` of each list, unreduced: `[batch]`.
+
+    Calling the inner losses unreduced leaves one reduction, which a `tf.distribute`
+    strategy requires to be explicit (it rejects the inner losses' default AUTO).
+    """
+    values = loss.call(y_true, y_pred)
+    return tf.reduce_mean(tf.reshape(values, [tf.shape(y_pred)[0], -1]), axis=1)
+
+
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class CombinedLoss(tf.keras.losses.Loss):
     """Weighted average of named losses, as upstream's `--losses` defines it.
@@ -107,8 +117,9 @@ class CombinedLoss(tf.keras.losses.Loss):
         self._weighted = [(w / total, loss) for w, loss in weighted]
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+        """Per-list losses `[batch]`; the one reduction is this loss's own (see `per_list`)."""
         y_true = tf.cast(y_true, y_pred.dtype)
-        return tf.math.add_n([w * loss(y_true, y_pred) for w, loss in self._weighted])
+        return tf.math.add_n([w * per_list(loss, y_true, y_pred) for w, loss in self._weighted])
 
     def get_config(self) -> dict:
         return {**super().get_config(), "spec": self.spec}

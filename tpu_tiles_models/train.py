@@ -119,17 +119,23 @@ class _Loop:
         self._traced: dict[bool, Callable] = {}
 
     def _train_step(self, graph, labels):
+        """One replica's step on its own batch; gradients are summed over replicas."""
         with tf.GradientTape() as tape:
             scores = self.model(graph, training=True)
             loss = tf.reduce_mean(self.loss(labels, scores))
             loss += tf.add_n(self.model.losses) if self.model.losses else 0.0
-        grads = tape.gradient(loss, self.model.trainable_variables)
+            scaled = loss / self.strategy.num_replicas_in_sync
+        grads = tape.gradient(scaled, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        return loss, scores
+        self._update_metrics(loss, labels, scores)
 
     def _eval_step(self, graph, labels):
         scores = self.model(graph, training=False)
-        return tf.reduce_mean(self.loss(labels, scores)), scores
+        self._update_metrics(tf.reduce_mean(self.loss(labels, scores)), labels, scores)
+
+    def _update_metrics(self, loss, labels, scores):
+        self.mean_loss.update_state(loss)
+        self.opa.update_state(labels, scores)
 
     def run(
         self,
@@ -149,10 +155,7 @@ class _Loop:
             step = self._train_step if train else self._eval_step
 
             def traced(iterator, step=step):
-                graph, labels = next(iterator)
-                loss, scores = self.strategy.run(step, args=(graph, labels))
-                self.mean_loss.update_state(loss)
-                self.opa.update_state(labels, scores)
+                self.strategy.run(step, args=next(iterator))
 
             self._traced[train] = tf.function(traced)
         self.opa.reset_state()
@@ -236,7 +239,10 @@ def train(flags: argparse.Namespace) -> TrainResult:
     train_ds = data.training_batches(
         ds.train, ds.stats, num_configs=flags.configs, batch_size=flags.batch, seed=flags.seed
     )
-    steps_per_epoch = int((ds.train.config_counts() >= flags.configs).sum()) // flags.batch
+    replicas = strategy.num_replicas_in_sync
+    steps_per_epoch = int((ds.train.config_counts() >= flags.configs).sum()) // (
+        flags.batch * replicas
+    )
     valid_ds = data.training_batches(
         ds.valid,
         ds.stats,
@@ -247,6 +253,9 @@ def train(flags: argparse.Namespace) -> TrainResult:
     )
     if flags.validate_batches > 0:
         valid_ds = valid_ds.take(flags.validate_batches)
+    if replicas > 1:  # each replica takes its own batches of --batch kernels
+        train_ds = strategy.distribute_datasets_from_function(lambda _: train_ds)
+        valid_ds = strategy.distribute_datasets_from_function(lambda _: valid_ds)
     score_limit = flags.validate_batches * flags.batch if flags.validate_batches > 0 else None
     loop = _Loop(model, flags, steps_per_epoch * flags.epochs, strategy)
     scorer = predict.kernel_scorer(model)
