@@ -50,6 +50,10 @@ class ExportError(RuntimeError):
     """A model directory or run file that cannot be used; the message says why and the fix."""
 
 
+class ShapeMismatch(ExportError):
+    """Saved and rebuilt variables differ in shape: usually other feature widths (data)."""
+
+
 def args_hash(args: Mapping[str, Any]) -> str:
     """Upstream's `TrainArgs.compute_hash`: md5 of `json.dumps(args, sort_keys=True)`."""
     missing = [f for f in ARG_FIELDS if f not in args]
@@ -147,7 +151,7 @@ def copy_variables(target: tf.keras.Model, source: tf.keras.Model, *, origin: st
         )
     for i, (t, s) in enumerate(zip(tv, sv)):
         if t.shape != s.shape:
-            raise ExportError(
+            raise ShapeMismatch(
                 f"{origin}: variable {i} ({t.name}) has shape {s.shape.as_list()} saved but "
                 f"{t.shape.as_list()} rebuilt: the feature widths differ (trained with "
                 "--toy_data or other data) or it comes from a different models.py"

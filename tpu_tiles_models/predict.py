@@ -163,7 +163,7 @@ def load_for_prediction(
                 model_dir, run_info, sample, num_ops=dataset.num_ops, module=module, saved=saved
             )
             return model, dataset, run_info
-        except export.ExportError as e:
+        except export.ShapeMismatch as e:  # other causes are not about the data: no retry
             errors.append(str(e))
     raise export.ExportError(
         f"{errors[0]}; retrying with the --toy_data subset's statistics failed too, so the "

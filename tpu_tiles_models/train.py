@@ -53,6 +53,11 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     a("--cache_dir", default="~/data/tpugraphs/cache/tile")
     a("--toy_data", action="store_true", help="first 100 files of each split")
     a("--skip_bad", action="store_true", help="leave out unreadable npz files, with a warning")
+    a(
+        "--models",
+        default=None,
+        help="models.py file or upstream checkout whose swapped-in models.py to use (default ours)",
+    )
     # Ours.
     a("--lr_schedule", choices=["cosine", "constant"], default="cosine")
     a(
@@ -217,7 +222,8 @@ def _strategy(name: str) -> tf.distribute.Strategy:
 def train(flags: argparse.Namespace) -> TrainResult:
     """Trains, validates, predicts the test split and writes upstream's artifacts."""
     progress = not flags.no_progress
-    registry.model_class(flags.model)  # fail before loading data
+    module = registry.load_models_module(flags.models)
+    registry.model_class(flags.model, module)  # fail before loading data
     registry.parse_model_kwargs(flags.model_kwargs_json)
     args = upstream_args(flags)
     out_dir = Path(os.path.expanduser(flags.out_dir))
@@ -232,7 +238,7 @@ def train(flags: argparse.Namespace) -> TrainResult:
     strategy = _strategy(flags.strategy)
     with strategy.scope():
         model = registry.build_model(
-            flags.model, flags.configs, ds.num_ops, flags.model_kwargs_json
+            flags.model, flags.configs, ds.num_ops, flags.model_kwargs_json, module
         )
         # All variables from one eager forward, as the course script builds them.
         model.forward(data.kernel_graph(ds.train, 0, ds.stats), ds.train.num_configs(0))

@@ -1,0 +1,196 @@
+"""Test-split ranking speed: the course procedure vs `predict.score_split`, same model.
+
+Run by hand (not a test):
+
+    .venv/bin/python benchmarks/predict_bench.py [--kernels 60] [--max_configs 1000]
+
+1. Generates a synthetic tile:xla set into a temporary folder (or reuses one in `--work`).
+2. Builds one model (random weights: speed does not depend on training).
+3. Course procedure: one eager `model.forward(graph, n)` per test kernel, `n` a Python int,
+   then argsort, as upstream's `rank_config_indices` does (reimplemented here in brief).
+4. Ours: `predict.score_split`, cold (tracing included) and warm (later passes).
+   Timings keep the best of `--repeats` passes: CPUs shared with other jobs are noisy.
+5. Peak RSS of a fresh process scoring one 6000-config kernel, ours and the course's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import numpy as np  # noqa: E402
+import tensorflow as tf  # noqa: E402
+
+from tpu_tiles_models import data, predict, registry, synthetic  # noqa: E402
+
+TOP = 5
+BIG_CONFIGS = 6000
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kernels", type=int, default=60, help="test kernels to rank")
+    p.add_argument("--max_configs", type=int, default=1000, help="configs per kernel at most")
+    p.add_argument("--model", default="ResidualSAGE")
+    p.add_argument("--model_kwargs_json", default="{}", help="default: the class defaults")
+    p.add_argument("--work", default="", help="folder for the synthetic data (default: temp)")
+    p.add_argument("--repeats", type=int, default=2, help="timings keep the best of these")
+    p.add_argument("--skip_rss", action="store_true", help="skip the 6000-config RSS runs")
+    # Internal: the RSS child process.
+    p.add_argument("--rss_child", default="", help=argparse.SUPPRESS)
+    p.add_argument("--method", choices=["ours", "course"], default="ours", help=argparse.SUPPRESS)
+    return p.parse_args(argv)
+
+
+def build_model(args: argparse.Namespace, ds: data.Dataset) -> tf.keras.Model:
+    """The model both procedures use, built by one eager forward like the course script.
+
+    The build uses 16 sampled configs so that it does not raise the peak RSS measured later.
+    """
+    tf.keras.utils.set_random_seed(0)
+    model = registry.build_model(args.model, 10, ds.num_ops, args.model_kwargs_json)
+    sample = data.kernel_graph(ds.test, 0, ds.stats, num_configs=16)
+    model.forward(sample, int(sample.node_sets["config"].sizes[0]))
+    return model
+
+
+def course_rank(model: tf.keras.Model, ds: data.Dataset) -> dict[str, list[int]]:
+    """The course procedure: iterate GraphTensors, eager `forward(graph, int n)`, argsort."""
+    ranks = {}
+    for graph in data.graph_dataset(ds.test, ds.stats):
+        n = int(graph.node_sets["config"].sizes[0].numpy())
+        order = tf.argsort(tf.squeeze(model.forward(graph, n), 0)).numpy()
+        ranks[graph.node_sets["g"]["tile_id"][0].numpy().decode()] = order[:TOP].tolist()
+    return ranks
+
+
+def our_rank(model: tf.keras.Model, ds: data.Dataset, scorer=None) -> dict[str, list[int]]:
+    scored = predict.score_split(model, ds.test, ds.stats, scorer=scorer, progress=False)
+    return {s.tile_id: np.argsort(s.scores, kind="stable")[:TOP].tolist() for s in scored}
+
+
+def timed(fn, *args, repeats: int = 1) -> tuple[float, dict]:
+    """(best wall seconds over `repeats` calls, the last result): shared CPUs are noisy."""
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        result = fn(*args)
+        best = min(best, time.perf_counter() - start)
+    return best, result
+
+
+def peak_rss_mb() -> float:
+    """This process's peak RSS: VmHWM (resettable, see `reset_peak_rss`) or ru_maxrss."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux: KiB
+
+
+def current_rss_mb() -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def reset_peak_rss() -> None:
+    """Linux: '5' to clear_refs resets VmHWM to the current RSS, so the peak is scoring's."""
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+    except OSError:
+        pass  # the peak then includes loading
+
+
+def rss_child(args: argparse.Namespace) -> None:
+    """Scores the one test kernel of `--rss_child`; prints peak RSS before/after as JSON."""
+    ds = data.load_dataset(args.rss_child, progress=False)
+    model = build_model(args, ds)
+    process_peak = peak_rss_mb()
+    before = current_rss_mb()
+    reset_peak_rss()
+    fn = our_rank if args.method == "ours" else course_rank
+    seconds, _ = timed(fn, model, ds)
+    peak = peak_rss_mb()
+    print(
+        json.dumps(
+            dict(
+                before_mb=before,
+                peak_mb=peak,
+                process_peak_mb=max(peak, process_peak),
+                seconds=seconds,
+            )
+        )
+    )
+
+
+def measure_rss(args: argparse.Namespace, root: Path, method: str) -> dict:
+    cmd = [sys.executable, __file__, "--rss_child", str(root), "--method", method]
+    cmd += ["--model", args.model, "--model_kwargs_json", args.model_kwargs_json]
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=True)
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    if args.rss_child:
+        rss_child(args)
+        return
+    work = Path(args.work or tempfile.mkdtemp(prefix="predict_bench_"))
+    root = work / f"set_{args.kernels}_{args.max_configs}"
+    if not root.exists():
+        synthetic.generate(
+            root, train=20, valid=4, test=args.kernels, max_configs=args.max_configs,
+            progress=False,
+        )  # fmt: skip
+    ds = data.load_dataset(root, progress=False)
+    model = build_model(args, ds)
+    n, configs = len(ds.test), int(ds.test.config_counts().sum())
+    print(f"{args.model} {args.model_kwargs_json}: {n} test kernels, {configs} configs")
+
+    course_s, course = timed(course_rank, model, ds, repeats=args.repeats)
+    scorer = predict.kernel_scorer(model)
+    cold_s, ours = timed(our_rank, model, ds, scorer)
+    warm_s, _ = timed(our_rank, model, ds, scorer, repeats=args.repeats)
+    agree = sum(course[t] == ours[t] for t in course)
+
+    print(f"{'procedure':<28}{'seconds':>9}{'kernels/s':>11}{'speedup':>9}")
+    for name, s in (
+        ("course (eager forward)", course_s),
+        ("ours, cold (with tracing)", cold_s),
+        ("ours, warm", warm_s),
+    ):
+        print(f"{name:<28}{s:>9.2f}{n / s:>11.1f}{course_s / s:>8.1f}x")
+    print(f"top-5 agreement: {agree}/{n} kernels")
+
+    if args.skip_rss:
+        return
+    big = work / "big"
+    if not big.exists():
+        synthetic.generate(
+            big, train=2, valid=1, test=1, min_configs=BIG_CONFIGS, max_configs=BIG_CONFIGS,
+            progress=False,
+        )  # fmt: skip
+    print(f"one {BIG_CONFIGS}-config kernel, fresh process (RSS includes TF, data and model):")
+    for method in ("ours", "course"):
+        r = measure_rss(args, big, method)
+        print(
+            f"  {method:<7} peak RSS while scoring {r['peak_mb']:6.0f} MB (RSS before "
+            f"{r['before_mb']:.0f}, process peak {r['process_peak_mb']:.0f})  {r['seconds']:.2f}s"
+        )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,326 @@
+"""tiles_gen_predictions_csv.py and predict.predict_to_csv on models from our trainer."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from tpu_tiles_models import data, export, kaggle, train
+
+REPO = Path(__file__).resolve().parents[1]
+SCRIPT = REPO / "tiles_gen_predictions_csv.py"
+MODEL_FLAGS = ["--model", "MLP", "--model_kwargs_json", '{"hidden_dim": 8, "mlp_layers": 1}']
+# Test kernels cut to fewer configs than the top 5, to exercise the padding rule.
+SHORT_KERNELS = {0: 3, 1: 1}
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("tiles_gen_predictions_csv", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+script = _load_script()
+
+
+def _truncate_configs(path: Path, keep: int) -> None:
+    """Rewrites one npz keeping its first `keep` configs."""
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    for key in ("config_feat", "config_runtime", "config_runtime_normalizers"):
+        arrays[key] = arrays[key][:keep]
+    np.savez(path, **arrays)
+
+
+@pytest.fixture(scope="module")
+def data_root(synth_root, tmp_path_factory) -> Path:
+    """synth_root with two test kernels cut to 3 and 1 configs."""
+    root = tmp_path_factory.mktemp("predict_data")
+    shutil.copytree(synth_root, root, dirs_exist_ok=True)
+    test_files = sorted((root / "test").glob("*.npz"))
+    for i, keep in SHORT_KERNELS.items():
+        _truncate_configs(test_files[i], keep)
+    return root
+
+
+def _train(root: Path, out_dir: Path) -> train.TrainResult:
+    return train.main(
+        ["--data_root", str(root), "--cache_dir", "", "--out_dir", str(out_dir)]
+        + ["--epochs", "1", "--configs", "4", "--batch", "4", "--no_progress"]
+        + MODEL_FLAGS
+    )
+
+
+@pytest.fixture(scope="module")
+def trained(data_root, tmp_path_factory) -> train.TrainResult:
+    return _train(data_root, tmp_path_factory.mktemp("predict_out"))
+
+
+def _run_info(result: train.TrainResult) -> dict:
+    return json.loads(gzip.decompress(result.run_file.read_bytes()))
+
+
+def _predict(model_dir: Path, root: Path, out: Path, capsys) -> tuple[int, str, str]:
+    """Runs the script's main in-process; returns (exit code, stdout, stderr)."""
+    code = script.main(
+        ["--dir", str(model_dir), "--data_root", str(root), "--cache_dir=", "--out", str(out)]
+        + ["--no_progress"]
+    )
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def _config_counts(root: Path) -> dict[str, int]:
+    """Configs per test kernel, in the order the rows are written (directory order)."""
+    counts = {}
+    for path in data.split_files(root, "test"):
+        with np.load(path) as npz:
+            counts[data.tile_id_of(path)] = len(npz["config_feat"])
+    return counts
+
+
+def _expected_top5(run_info: dict, counts: dict[str, int]) -> dict[str, list[int]]:
+    """The trainer's upstream-style top 10, cut to 5 and padded by the distinct rule."""
+    expected = {}
+    for tile_id, ranks in run_info["test_predictions"].items():
+        n = counts[tile_id]
+        expected[kaggle.TILE_PREFIX + tile_id] = kaggle.pad_top_k(ranks[: min(n, 5)], n, 5)
+    return expected
+
+
+def test_csv_matches_trainer_test_predictions(trained, data_root, tmp_path, capsys, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # not an upstream root: the package's models.py
+    out = tmp_path / "preds.csv"
+    code, stdout, stderr = _predict(trained.model_dir, data_root, out, capsys)
+    assert (code, stderr) == (0, "")
+    assert f"wrote {out} (6 kernels" in stdout and "tpu_tiles_models' models.py" in stdout
+
+    text = out.read_text()
+    lines = text.split("\n")
+    assert lines[0] == "ID,TopConfigs" and not text.endswith("\n")
+    counts = _config_counts(data_root)
+    assert [line.split(",")[0] for line in lines[1:]] == [kaggle.TILE_PREFIX + t for t in counts]
+    predictions = kaggle.read_predictions_csv(out)
+    kaggle.validate_predictions(predictions, predictions, source=str(out))
+    assert predictions == _expected_top5(_run_info(trained), counts)
+    # The short kernels list their real configs first, then distinct indices past the end.
+    short = {n: predictions[kaggle.TILE_PREFIX + t] for t, n in counts.items() if n < 5}
+    assert short[1] == [0, 1, 2, 3, 4]
+    assert sorted(short[3][:3]) == [0, 1, 2] and short[3][3:] == [3, 4]
+
+
+def test_top_k_flag(trained, data_root, tmp_path, capsys):
+    out = tmp_path / "top2.csv"
+    code = script.main(
+        ["--dir", str(trained.model_dir), f"--data_root={data_root}", "--cache_dir="]
+        + ["--out", str(out), "--top_k", "2", "--no_progress"]
+    )
+    capsys.readouterr()
+    assert code == 0
+    run_info = _run_info(trained)
+    counts = _config_counts(data_root)
+    got = kaggle.read_predictions_csv(out)
+    for tile_id, ranks in run_info["test_predictions"].items():
+        n = counts[tile_id]
+        assert got[kaggle.TILE_PREFIX + tile_id] == kaggle.pad_top_k(ranks[: min(n, 2)], n, 2)
+
+
+def test_model_from_train_subset_predicts_on_full_data(data_root, tmp_path, capsys):
+    """Trained on 5 train kernels (like --toy_data): its stored statistics make it reload."""
+    subset = tmp_path / "subset"
+    shutil.copytree(data_root, subset)
+    for path in sorted((subset / "train").glob("*.npz"))[5:]:
+        path.unlink()
+    full_stats = data.load_dataset(data_root, min_train_configs=4, progress=False).stats
+    sub_stats = data.load_dataset(subset, min_train_configs=4, progress=False).stats
+    # Otherwise the test would not show anything: the course procedure would fit other widths.
+    assert (sub_stats.node_width, sub_stats.config_width, sub_stats.num_ops) != (
+        full_stats.node_width,
+        full_stats.config_width,
+        full_stats.num_ops,
+    )
+    result = _train(subset, tmp_path / "out")
+    capsys.readouterr()  # the trainer's output
+    out = tmp_path / "preds.csv"
+    code, _, stderr = _predict(result.model_dir, data_root, out, capsys)
+    assert (code, stderr) == (0, "")
+    expected = _expected_top5(_run_info(result), _config_counts(data_root))
+    assert kaggle.read_predictions_csv(out) == expected
+
+
+def _copy_model(result: train.TrainResult, out_dir: Path, **arg_changes) -> Path:
+    """A copy of the model dir whose run file has `arg_changes` (renamed to their hash)."""
+    run_info = _run_info(result)
+    run_info["args"].update(arg_changes)
+    out_dir.mkdir()
+    model_dir = out_dir / f"model_{export.args_hash(run_info['args'])}"
+    shutil.copytree(result.model_dir, model_dir)
+    export.write_run(out_dir, run_info["args"], run_info)
+    return model_dir
+
+
+def _one_line_error(capsys_result: tuple[int, str, str]) -> str:
+    code, _, stderr = capsys_result
+    assert code == 1
+    assert stderr.startswith("tiles_gen_predictions_csv.py: error: ")
+    assert stderr.count("\n") == 1
+    return stderr
+
+
+def test_missing_run_file(trained, data_root, tmp_path, capsys):
+    model_dir = tmp_path / trained.model_dir.name
+    shutil.copytree(trained.model_dir, model_dir)
+    err = _one_line_error(_predict(model_dir, data_root, tmp_path / "p.csv", capsys))
+    assert f"{tmp_path / trained.run_file.name} not found" in err
+    assert "needs its run file beside it" in err
+    assert not (tmp_path / "p.csv").exists()
+
+
+def test_missing_model_dir(data_root, tmp_path, capsys):
+    err = _one_line_error(_predict(tmp_path / "model_abc", data_root, tmp_path / "p.csv", capsys))
+    assert "no such model directory" in err
+
+
+def test_model_class_not_in_models_py(trained, data_root, tmp_path, capsys):
+    model_dir = _copy_model(trained, tmp_path / "out", model="NoSuchModel")
+    err = _one_line_error(_predict(model_dir, data_root, tmp_path / "p.csv", capsys))
+    assert "unknown model 'NoSuchModel'" in err and "known: " in err and "MLP" in err
+
+
+def test_variable_shape_mismatch(trained, data_root, tmp_path, capsys):
+    kwargs = json.dumps({"hidden_dim": 16, "mlp_layers": 1})
+    model_dir = _copy_model(trained, tmp_path / "out", model_kwargs_json=kwargs)
+    err = _one_line_error(_predict(model_dir, data_root, tmp_path / "p.csv", capsys))
+    assert "has shape" in err and "saved but" in err and "rebuilt" in err
+
+
+def test_bad_top_k(trained, data_root, capsys):
+    with pytest.raises(SystemExit) as info:
+        script.main(["--dir", str(trained.model_dir), "--top_k", "0"])
+    assert info.value.code == 2
+    assert "--top_k must be at least 1" in capsys.readouterr().err
+
+
+def test_upstream_root_detection(tmp_path):
+    root = tmp_path / "root"
+    (root / "tpu_graphs/baselines/tiles").mkdir(parents=True)
+    (root / "tpu_graphs/baselines/tiles/models.py").write_text("")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    assert script.upstream_root(script_dir=root, cwd=elsewhere) == root.resolve()
+    assert script.upstream_root(script_dir=elsewhere, cwd=root) == root.resolve()
+    assert script.upstream_root(script_dir=elsewhere, cwd=elsewhere) is None
+
+
+# ---------------------------------------------------------------------------------------------
+# The script as users run it: a subprocess, in an upstream checkout and standalone
+# ---------------------------------------------------------------------------------------------
+
+
+def _run_script(
+    script_path: Path, cwd: Path, *args: str, python_flags: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess:
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run(
+        [sys.executable, *python_flags, str(script_path), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.fixture
+def fake_upstream(tmp_path) -> Path:
+    """A tpu_graphs checkout with our models.py swapped in and the script copied to its root."""
+    root = tmp_path / "tpu_graphs_checkout"
+    tiles = root / "tpu_graphs" / "baselines" / "tiles"
+    tiles.mkdir(parents=True)
+    shutil.copy(REPO / "models.py", tiles / "models.py")
+    shutil.copy(SCRIPT, root / SCRIPT.name)
+    return root
+
+
+def test_script_in_upstream_root(trained, data_root, fake_upstream):
+    proc = _run_script(
+        fake_upstream / SCRIPT.name,
+        fake_upstream,
+        "--dir",
+        str(trained.model_dir),
+        "--data_root",
+        str(data_root),
+        "--cache_dir",
+        "",
+        "--no_progress",
+    )
+    assert proc.returncode == 0, proc.stderr
+    models = fake_upstream.resolve() / "tpu_graphs/baselines/tiles/models.py"
+    assert f"models from {models}" in proc.stdout
+    out = fake_upstream / "predictions_model_output.csv"
+    assert kaggle.read_predictions_csv(out) == _expected_top5(
+        _run_info(trained), _config_counts(data_root)
+    )
+
+
+def test_script_uses_the_checkouts_models_py(trained, data_root, fake_upstream):
+    """The checkout's models.py, not ours, defines the classes: one without MLP fails."""
+    models = fake_upstream / "tpu_graphs/baselines/tiles/models.py"
+    models.write_text(models.read_text() + "\ndel MLP\n")
+    proc = _run_script(
+        fake_upstream / SCRIPT.name,
+        fake_upstream,
+        f"--dir={trained.model_dir}",
+        f"--data_root={data_root}",
+        "--cache_dir=",
+    )
+    assert proc.returncode == 1
+    assert (
+        proc.stderr.strip()
+        .splitlines()[-1]
+        .startswith(
+            f"tiles_gen_predictions_csv.py: error: unknown model 'MLP' in {models.resolve()}"
+        )
+    )
+
+
+def test_script_standalone(trained, data_root, tmp_path):
+    proc = _run_script(
+        SCRIPT,
+        tmp_path,
+        "--dir",
+        str(trained.model_dir),
+        "--data_root",
+        str(data_root),
+        "--cache_dir",
+        str(tmp_path / "cache"),
+        "--no_progress",
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "tpu_tiles_models' models.py" in proc.stdout
+    assert any((tmp_path / "cache").iterdir())  # --cache_dir is honoured
+    assert kaggle.read_predictions_csv(tmp_path / "predictions_model_output.csv") == (
+        _expected_top5(_run_info(trained), _config_counts(data_root))
+    )
+
+
+def test_script_without_the_package(tmp_path):
+    """-S hides site-packages (and the editable install); the copy sits away from the repo."""
+    copy = tmp_path / SCRIPT.name
+    shutil.copy(SCRIPT, copy)
+    proc = _run_script(copy, tmp_path, "--dir", "model_x", python_flags=("-S",))
+    assert proc.returncode == 1
+    assert proc.stderr.count("\n") == 1
+    assert "tpu_tiles_models package is not installed" in proc.stderr
+    assert "pip install" in proc.stderr and "tpu-tiles-models" in proc.stderr
+    assert not (tmp_path / "predictions_model_output.csv").exists()

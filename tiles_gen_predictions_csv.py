@@ -1,0 +1,100 @@
+"""Ranks every test kernel with a trained model and writes `predictions_model_output.csv`.
+
+The course's prediction command, same flags:
+
+    python tiles_gen_predictions_csv.py --dir ~/out/tpugraphs_tiles/model_<hash>
+
+Copied into a `tpu_graphs` checkout (this file's folder or the working directory holds
+`tpu_graphs/baselines/tiles/models.py`), it rebuilds the model from that checkout's models.py;
+anywhere else, from the models.py of the installed `tpu_tiles_models` package. Either way the
+package does the work (`tpu_tiles_models.predict.predict_to_csv`), so it must be installed.
+Unlike the course script it reloads models trained with `--toy_data`, ranks faster, and pads
+kernels with fewer than `--top_k` configs with distinct indices instead of repeated zeros.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+PROG = "tiles_gen_predictions_csv.py"
+UPSTREAM_MODELS = Path("tpu_graphs", "baselines", "tiles", "models.py")
+INSTALL_HINT = (
+    f"{PROG}: error: the tpu_tiles_models package is not installed in {sys.executable}; "
+    "run `pip install -e <your clone of the tpu-tiles-models repo>` (or `pip install "
+    "tpu-tiles-models`) and retry"
+)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The course script's flags (`--dir`, `--data_root`, `--cache_dir`) and ours."""
+    parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
+    parser.add_argument("--dir", required=True, help="the model_<hash> directory to load")
+    parser.add_argument("--data_root", default="~/data/tpugraphs/npz/tile/xla")
+    parser.add_argument(
+        "--cache_dir", default="~/data/tpugraphs/cache/tile", help="'' for no cache"
+    )
+    parser.add_argument("--out", default="predictions_model_output.csv", help="CSV to write")
+    parser.add_argument("--top_k", type=int, default=5, help="configs listed per kernel")
+    parser.add_argument("--no_progress", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    if args.top_k < 1:
+        parser.error(f"--top_k must be at least 1, got {args.top_k}")
+    return args
+
+
+def upstream_root(script_dir: Path | None = None, cwd: Path | None = None) -> Path | None:
+    """The `tpu_graphs` checkout this script runs in (cwd first, then its folder), if any."""
+    script_dir = script_dir or Path(__file__).resolve().parent
+    for candidate in (cwd or Path.cwd(), script_dir):
+        if (candidate / UPSTREAM_MODELS).is_file():
+            return candidate.resolve()
+    return None
+
+
+def _expand(path: str) -> str:
+    return os.path.expanduser(path) if path else path
+
+
+def run(args: argparse.Namespace) -> str:
+    """Writes the predictions CSV; returns the line to print."""
+    from tpu_tiles_models import predict
+
+    root = upstream_root()
+    path, rows = predict.predict_to_csv(
+        _expand(args.dir),
+        _expand(args.data_root),
+        args.out,
+        top_k=args.top_k,
+        cache_dir=_expand(args.cache_dir) or None,
+        models_path=root,  # None: the package's own models.py
+        progress=not args.no_progress,
+    )
+    models = root / UPSTREAM_MODELS if root else "tpu_tiles_models' models.py"
+    return f"wrote {path} ({rows} kernels; models from {models})"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        import tpu_tiles_models  # noqa: F401  (checked before TensorFlow is loaded)
+    except ImportError:
+        print(INSTALL_HINT, file=sys.stderr)
+        return 1
+    from tpu_tiles_models import data, export, kaggle
+
+    try:
+        print(run(args))
+    # User errors: the package's (ExportError, DataError, KaggleError) and missing files.
+    except (export.ExportError, data.DataError, kaggle.KaggleError, ValueError, OSError) as e:
+        print(f"{PROG}: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
