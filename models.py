@@ -321,7 +321,7 @@ class ResidualSAGE(_TileRanker):
         num_configs: int,
         num_ops: int,
         *,
-        hidden_dim: int = 64,
+        hidden_dim: int = 48,
         num_layers: int = 3,
         op_embed_dim: int = 32,
         activation: str = "gelu",

@@ -31,12 +31,12 @@ MODELS: dict[str, ModelInfo] = {
     "ResidualSAGE": ModelInfo(
         "recommended: residual directed GraphSAGE, early config join, sum+mean+max pooling, "
         "cross-config attention",
-        {"hidden_dim": 64, "num_layers": 3, "config_attention": True},
+        {"hidden_dim": 48, "num_layers": 3, "config_attention": True},
         "--epochs 40 --early_stop 10 --configs 16 --lr 2e-3",
     ),
     "ResidualSAGEPlain": ModelInfo(
         "ResidualSAGE without cross-config attention (each config scored alone)",
-        {"hidden_dim": 64, "num_layers": 3},
+        {"hidden_dim": 48, "num_layers": 3},
         "--epochs 40 --early_stop 10 --configs 16 --lr 2e-3",
     ),
     "EarlyJoinSAGE": ModelInfo(
