@@ -230,9 +230,9 @@ def _mlp(dims: Sequence[int], activation: str) -> tf.keras.Sequential:
 class _TileRanker(tf.keras.Model):
     """Upstream's model protocol: `call` on training batches, chunked `forward` on kernels.
 
-    Subclasses implement `_score(graph, configs, training)`: `configs` `[batch, c, config_dim]`
-    -> scores `[batch, c]`, where each config is scored independently of the others, and may
-    override `_rescore(embeddings)` for a final step that mixes the configs of a kernel.
+    Subclasses implement `_embed(graph, configs, training)`, which embeds each config of
+    `[batch, c, config_dim]` on its own (so `forward` may split the configs into chunks), and
+    `_finish(embeddings, training)`, which sees all configs of a kernel at once and scores them.
 
     Args:
       num_configs: configs per kernel in the training batches that `call` receives.
