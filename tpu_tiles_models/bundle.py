@@ -201,18 +201,9 @@ def _test_data(
     run_info: dict, data_root: str, cache_dir: str | None, progress: bool
 ) -> tuple[data.Split, data.FeatureStats, str]:
     """The test split and the statistics the model was trained with (stored, else refit)."""
-    stored = run_info.get(export.EXTRAS_KEY, {}).get("feature_stats")
-    if stored is not None:
-        stats = data.FeatureStats.from_json(stored)
-        split = data.load_split(data_root, "test", cache_dir=cache_dir, progress=progress)
-        return split, stats, "stats from run file"
-    dataset = data.load_dataset(
-        data_root,
-        min_train_configs=run_info["args"]["configs"],
-        cache_dir=cache_dir,
-        progress=progress,
-    )
-    return dataset.test, dataset.stats, "stats refitted from train"
+    dataset, source = predict.trained_data(run_info, data_root, cache_dir=cache_dir,
+                                           progress=progress)  # fmt: skip
+    return dataset.test, dataset.stats, source
 
 
 def kernel_match(stored: list[int], scores: np.ndarray) -> str:

@@ -13,7 +13,6 @@ from typing import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_gnn as tfgnn
 import tqdm
 
 from tpu_tiles_models import data, export, kaggle, registry
@@ -108,10 +107,6 @@ def prediction_rows(scored: list[Scored], top_k: int) -> list[tuple[str, list[in
 # ---------------------------------------------------------------------------------------------
 
 
-def _first_graph(split: data.Split, stats: data.FeatureStats) -> tfgnn.GraphTensor:
-    return data.kernel_graph(split, 0, stats)
-
-
 def load_for_prediction(
     model_dir: str | Path,
     data_root: str | Path,
@@ -122,9 +117,7 @@ def load_for_prediction(
 ) -> tuple[tf.keras.Model, data.Dataset, dict]:
     """Reloads `model_dir` by the course procedure with the statistics it was trained with.
 
-    Our trainer stores the fitted statistics in the run file, so only the test split is read.
-    For a model from upstream's `tiles_train.py` they are refitted exactly as training did
-    (train kernels with at least `--configs` configs); if the widths still disagree, the
+    See `trained_data`; when refitted statistics give other widths than the saved model, the
     `--toy_data` subset is tried, since that is the usual cause.
     """
     model_dir = Path(os.path.expanduser(str(model_dir))).resolve()
@@ -134,41 +127,58 @@ def load_for_prediction(
     module = registry.load_models_module(models_path)
     registry.model_class(run_info["args"]["model"], module)  # fail fast on unknown names
     saved = export.load_saved_model(model_dir)
-    stored = run_info.get(export.EXTRAS_KEY, {}).get("feature_stats")
-    if stored is not None:
-        dataset = data.load_dataset(
-            data_root,
-            splits=("test",),
-            stats=data.FeatureStats.from_json(stored),
-            cache_dir=cache_dir,
-            progress=progress,
-        )
-        sample = _first_graph(dataset.test, dataset.stats)
-        model = export.rebuild(
-            model_dir, run_info, sample, num_ops=dataset.num_ops, module=module, saved=saved
-        )
-        return model, dataset, run_info
     errors = []
     for toy in (False, True):
-        dataset = data.load_dataset(
-            data_root,
-            min_train_configs=run_info["args"]["configs"],
-            toy_data=toy,
-            cache_dir=cache_dir,
-            progress=progress,
-        )
-        sample = _first_graph(dataset.test, dataset.stats)
+        dataset, _ = trained_data(run_info, data_root, toy_data=toy, cache_dir=cache_dir,
+                                  progress=progress)  # fmt: skip
+        sample = data.kernel_graph(dataset.test, 0, dataset.stats)
         try:
             model = export.rebuild(
                 model_dir, run_info, sample, num_ops=dataset.num_ops, module=module, saved=saved
             )
             return model, dataset, run_info
         except export.ShapeMismatch as e:  # other causes are not about the data: no retry
+            if _has_stored_stats(run_info):
+                raise
             errors.append(str(e))
     raise export.ExportError(
         f"{errors[0]}; retrying with the --toy_data subset's statistics failed too, so the "
         f"model was trained on other data than {data_root}"
     )
+
+
+def _has_stored_stats(run_info: dict) -> bool:
+    return run_info.get(export.EXTRAS_KEY, {}).get("feature_stats") is not None
+
+
+def trained_data(
+    run_info: dict,
+    data_root: str | Path,
+    *,
+    split: str = "test",
+    toy_data: bool = False,
+    cache_dir: str | None = None,
+    progress: bool = True,
+) -> tuple[data.Dataset, str]:
+    """`split` under the statistics the model of `run_info` was trained with, and their source.
+
+    Our trainer stores them in the run file, so only `split` is read. For a model from
+    upstream's `tiles_train.py` they are refitted as training did: all splits, train kernels
+    with at least `--configs` configs, the first 100 files of each with `toy_data`.
+    """
+    if _has_stored_stats(run_info):
+        stats = data.FeatureStats.from_json(run_info[export.EXTRAS_KEY]["feature_stats"])
+        dataset = data.load_dataset(data_root, splits=(split,), stats=stats,
+                                    cache_dir=cache_dir, progress=progress)  # fmt: skip
+        return dataset, "stats from run file"
+    dataset = data.load_dataset(
+        data_root,
+        min_train_configs=run_info["args"]["configs"],
+        toy_data=toy_data,
+        cache_dir=cache_dir,
+        progress=progress,
+    )
+    return dataset, "stats refitted from train"
 
 
 def predict_to_csv(
