@@ -32,12 +32,12 @@ MODELS: dict[str, ModelInfo] = {
         "recommended: residual directed GraphSAGE, early config join, sum+mean+max pooling, "
         "cross-config attention",
         {"hidden_dim": 48, "num_layers": 3, "config_attention": True},
-        "--epochs 40 --early_stop 10 --configs 16 --lr 2e-3",
+        "--configs 32 --batch 8 --lr 2e-3 --losses FastFirstListMLE:1,MSE:0.02",
     ),
     "ResidualSAGEPlain": ModelInfo(
         "ResidualSAGE without cross-config attention (each config scored alone)",
         {"hidden_dim": 48, "num_layers": 3},
-        "--epochs 40 --early_stop 10 --configs 16 --lr 2e-3",
+        "--configs 32 --batch 8 --lr 2e-3 --losses FastFirstListMLE:1,MSE:0.02",
     ),
     "EarlyJoinSAGE": ModelInfo(
         "paper baseline: config features on every node, GraphSAGE, sum pooling",
