@@ -19,6 +19,7 @@ class BuildWithDropins(build_py):
         for name in DROPIN_FILES:
             shutil.copy2(name, target / name)
 
+
 setup(
     name="tpu-tiles-models",
     version="0.1.0",

@@ -1,6 +1,6 @@
 """Top-k errors of a random ranking on a data set's valid split: the floor any model must beat.
 
-    python benchmarks/random_baseline.py /tmp/tpu_tiles_bench_data
+python benchmarks/random_baseline.py /tmp/tpu_tiles_bench_data
 """
 
 import sys
