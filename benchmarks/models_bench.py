@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -24,7 +25,7 @@ from pathlib import Path
 import numpy as np
 
 
-def _one(model: str, data_root: str, epochs: int, kwargs: str, out: str) -> dict:
+def _one(model: str, data_root: str, epochs: int, kwargs: str, extra: str, out: str) -> dict:
     """Trains one model in this process; returns its row of the table."""
     import tensorflow as tf
 
@@ -33,7 +34,7 @@ def _one(model: str, data_root: str, epochs: int, kwargs: str, out: str) -> dict
     result = train.main([
         "--model", model, "--model_kwargs_json", kwargs, "--data_root", data_root,
         "--cache_dir", "", "--out_dir", out, "--epochs", str(epochs), "--early_stop", "0",
-        "--results_csv", str(Path(out) / "results.csv"), "--no_progress",
+        "--results_csv", str(Path(out) / "results.csv"), "--no_progress", *shlex.split(extra),
     ])  # fmt: skip
     run = json.loads(__import__("gzip").decompress(result.run_file.read_bytes()))
     seconds = run["tpu_tiles"]["epoch_seconds"]
@@ -100,12 +101,14 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--models", default="ResidualSAGE,ResidualSAGEPlain,EarlyJoinSAGE,MLP")
     p.add_argument("--kwargs", default="{}", help="model_kwargs_json for every model")
+    p.add_argument("--extra", default="", help="more `tpu-tiles train` flags, e.g. '--configs 32'")
     p.add_argument("--one", help=argparse.SUPPRESS)
     p.add_argument("--json", default="", help="also write the rows here")
     a = p.parse_args()
     if a.one:
         with tempfile.TemporaryDirectory() as out:
-            print("ROW " + json.dumps(_one(a.one, a.data, a.epochs, a.kwargs, out)), flush=True)
+            row = _one(a.one, a.data, a.epochs, a.kwargs, a.extra, out)
+            print("ROW " + json.dumps(row), flush=True)
         return
     if not Path(a.data, "train").is_dir():
         from tpu_tiles_models import synthetic
@@ -122,7 +125,7 @@ def main() -> None:
     rows = []
     for model in a.models.split(","):
         cmd = [sys.executable, __file__, "--one", model, "--data", a.data,
-               "--epochs", str(a.epochs), "--kwargs", a.kwargs]  # fmt: skip
+               "--epochs", str(a.epochs), "--kwargs", a.kwargs, "--extra", a.extra]  # fmt: skip
         out = subprocess.run(cmd, capture_output=True, text=True)
         row = [line[4:] for line in out.stdout.splitlines() if line.startswith("ROW ")]
         if not row:
