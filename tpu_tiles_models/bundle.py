@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
@@ -19,7 +18,7 @@ from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import data, export, predict, registry
+from tpu_tiles_models import data, export, files, predict, registry
 
 MODELS_FILE = "models.py"
 TOP_K = 5  # the course's prediction script keeps this many indices per kernel
@@ -49,14 +48,8 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
 
 def _copy_file(src: Path, dst: Path) -> None:
     """Copies to a temp name beside `dst`, then renames into place."""
-    fd, tmp = tempfile.mkstemp(dir=dst.parent, prefix=f".{dst.name}.", suffix=".tmp")
-    os.close(fd)
-    try:
+    with files.atomic_path(dst) as tmp:
         shutil.copy2(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _copy_tree(src: Path, dst: Path) -> None:

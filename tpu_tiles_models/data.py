@@ -33,7 +33,6 @@ import io
 import itertools
 import json
 import os
-import tempfile
 import warnings
 import zipfile
 import zlib
@@ -43,6 +42,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_gnn as tfgnn
 import tqdm
+
+from tpu_tiles_models import files
 
 SPLITS = ("train", "valid", "test")
 NODE_FEAT_DIM = 140
@@ -297,22 +298,14 @@ def _cache_path(cache_dir: str, split: str, files: list[str], key_extra: dict) -
 
 
 def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
-    """Writes the split atomically (temp file in the same folder, then os.replace)."""
-    directory = os.path.dirname(path)
-    os.makedirs(directory, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".npz", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as out:
-            np.savez(
-                out,
-                files=np.array(split.files, dtype=str),
-                skipped=np.array(skipped, dtype=str),
-                **{f: getattr(split, f) for f in _ARRAY_FIELDS},
-            )
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
+    """Writes the split atomically (see `files.atomic_path`)."""
+    with files.atomic_path(path) as tmp, open(tmp, "wb") as out:
+        np.savez(
+            out,
+            files=np.array(split.files, dtype=str),
+            skipped=np.array(skipped, dtype=str),
+            **{f: getattr(split, f) for f in _ARRAY_FIELDS},
+        )
 
 
 def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
@@ -531,18 +524,9 @@ class FeatureStats:
         return stats
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes JSON atomically (temp file beside `path`, then os.replace)."""
-        path = os.fspath(path)
-        directory = os.path.dirname(os.path.abspath(path))
-        os.makedirs(directory, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".json", dir=directory)
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as out:
-                json.dump(self.to_json(), out)
-            os.replace(tmp, path)
-        except BaseException:
-            os.unlink(tmp)
-            raise
+        """Writes JSON atomically (see `files.atomic_path`)."""
+        with files.atomic_path(path) as tmp:
+            tmp.write_text(json.dumps(self.to_json()), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FeatureStats:

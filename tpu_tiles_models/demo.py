@@ -11,7 +11,7 @@ import argparse
 import time
 from pathlib import Path
 
-from tpu_tiles_models import evaluate, kaggle, predict, synthetic, train
+from tpu_tiles_models import evaluate, export, kaggle, predict, synthetic, train
 
 DEMO_MODELS = ("ResidualSAGE", "EarlyJoinSAGE")
 # Both models train with the flags we recommend for ResidualSAGE (see registry.MODELS): more
@@ -35,7 +35,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 def _write_sample(path: Path, test_dir: Path) -> None:
     """A sample_submission.csv for the synthetic test ids, shaped like the real one."""
     ids = sorted(p.stem for p in test_dir.glob("*.npz"))
-    rows = [f"tile:xla:{i},0;1;2;3;4" for i in ids]
+    rows = [f"{kaggle.TILE_PREFIX}{i},0;1;2;3;4" for i in ids]
     rows += [f"layout:xla:default:demo{i},0;1;2" for i in range(LAYOUT_ROWS)]
     path.write_text("ID,TopConfigs\n" + "\n".join(rows) + "\n")
 
@@ -80,8 +80,7 @@ def run(a: argparse.Namespace) -> None:
     for label, path in (
         ("synthetic data", data_root),
         *((f"model {n}", d) for n, d in model_dirs.items()),
-        *((f"run file {n}", d.with_name("run_" + d.name[6:] + ".jsonz"))
-          for n, d in model_dirs.items()),
+        *((f"run file {n}", export.run_file_for(d)) for n, d in model_dirs.items()),
         ("evaluation chart", chart),
         (f"predictions ({rows} kernels)", predictions),
         ("Kaggle submission", kaggle_csv),

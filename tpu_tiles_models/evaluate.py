@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
-import tensorflow as tf
 import tqdm
 
-from tpu_tiles_models import data, export, metrics, predict, registry
+from tpu_tiles_models import files, metrics, predict
 
 OVERALL = "overall"
 _COLUMNS = ("top1", "top5", "top10", "score")
@@ -57,40 +55,6 @@ def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
     if not found:
         raise EvaluateError("no model directories given; pass --dirs model_<h>[,model_<h2>...]")
     return found
-
-
-def _rebuild_on_valid(
-    model_dir: Path,
-    data_root: str,
-    valid: dict[str, data.Split],
-    *,
-    cache_dir: str | None,
-    models_path: str | Path | None,
-    progress: bool,
-) -> tuple[tf.keras.Model, data.Split, data.FeatureStats, dict]:
-    """Reloads one model by the course procedure, with the statistics it was trained with.
-
-    Stats stored by our trainer need only the valid split, which `valid` shares between
-    models (a Split holds raw arrays; normalised views are cached per statistics). Without
-    them `predict.load_for_prediction` refits from train, including its --toy_data retry.
-    """
-    if not model_dir.is_dir():
-        raise export.ExportError(f"{model_dir}: no such model directory (pass --dirs model_<h>)")
-    run_info = export.read_run(model_dir)
-    stored = run_info.get(export.EXTRAS_KEY, {}).get("feature_stats")
-    if stored is None:
-        model, dataset, run_info = predict.load_for_prediction(
-            model_dir, data_root, cache_dir=cache_dir, models_path=models_path, progress=progress
-        )
-        return model, dataset.valid, dataset.stats, run_info
-    if "split" not in valid:
-        valid["split"] = data.load_split(data_root, "valid", cache_dir=cache_dir, progress=progress)
-    split, stats = valid["split"], data.FeatureStats.from_json(stored)
-    module = registry.load_models_module(models_path)
-    registry.model_class(run_info["args"]["model"], module)  # fail before the slow load
-    sample = data.kernel_graph(split, 0, stats)
-    model = export.rebuild(model_dir, run_info, sample, num_ops=stats.num_ops, module=module)
-    return model, split, stats, run_info
 
 
 def _errors_row(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
@@ -129,15 +93,17 @@ def evaluate_dirs(
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))
     cache = os.path.expanduser(cache_dir) if cache_dir else None
-    valid: dict[str, data.Split] = {}
     models = []
     for i, model_dir in enumerate(
         tqdm.tqdm(model_dirs, desc="models", disable=not progress or len(model_dirs) < 2), 1
     ):
-        model, split, stats, run_info = _rebuild_on_valid(
-            model_dir, root, valid, cache_dir=cache, models_path=models_path, progress=progress
+        model, dataset, run_info = predict.load_for_prediction(
+            model_dir, root, split="valid", cache_dir=cache, models_path=models_path,
+            progress=progress,
+        )  # fmt: skip
+        scored = predict.score_split(
+            model, dataset.valid, dataset.stats, progress=progress, desc=f"[{i}] valid"
         )
-        scored = predict.score_split(model, split, stats, progress=progress, desc=f"[{i}] valid")
         args = run_info["args"]
         models.append(
             {
@@ -190,25 +156,11 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _atomic_target(path: str | os.PathLike) -> tuple[Path, str]:
-    """(final path, temp name beside it); creates the parent directory."""
-    path = Path(os.path.expanduser(os.fspath(path)))
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    return path, tmp
-
-
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
     """Writes `result` as indented JSON atomically; returns the path."""
-    path, tmp = _atomic_target(path)
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            json.dump(result, f, indent=2)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    path = Path(os.path.expanduser(os.fspath(path)))
+    with files.atomic_path(path) as tmp:
+        tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
     return path
 
 
@@ -237,13 +189,10 @@ def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
     for ax in (ax_score, ax_err):
         ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
     fig.tight_layout()
-    path, tmp = _atomic_target(path)
+    path = Path(os.path.expanduser(os.fspath(path)))
     try:
-        fig.savefig(tmp, format="png", dpi=90)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+        with files.atomic_path(path) as tmp:
+            fig.savefig(tmp, format="png", dpi=90)
     finally:
         plt.close(fig)
     return path

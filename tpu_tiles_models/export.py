@@ -12,9 +12,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from types import ModuleType
 from typing import Any, Mapping
@@ -22,7 +20,7 @@ from typing import Any, Mapping
 import tensorflow as tf
 import tensorflow_gnn as tfgnn
 
-from tpu_tiles_models import registry
+from tpu_tiles_models import files, registry
 from tpu_tiles_models.losses import CombinedLoss
 
 # The fields of upstream's `TrainArgs`, which its hash covers (and nothing else).
@@ -71,21 +69,11 @@ def run_file_for(model_dir: str | Path) -> Path:
     return model_dir.with_name("run_" + model_dir.name[len("model_") :] + ".jsonz")
 
 
-def _atomic_write_bytes(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def write_run(out_dir: str | Path, args: Mapping[str, Any], run_info: Mapping) -> Path:
     """Writes `run_<h>.jsonz` (gzip JSON) atomically; returns its path."""
     path = Path(out_dir) / f"run_{args_hash(args)}.jsonz"
-    _atomic_write_bytes(path, gzip.compress(json.dumps(run_info).encode()))
+    with files.atomic_path(path) as tmp:
+        tmp.write_bytes(gzip.compress(json.dumps(run_info).encode()))
     return path
 
 

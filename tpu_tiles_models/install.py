@@ -14,9 +14,10 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Optional, Union
+
+from tpu_tiles_models import files
 
 # Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
 DROPIN = {
@@ -63,16 +64,9 @@ def _sha256(path: Path) -> str:
 
 def _copy_atomic(src: Path, dst: Path) -> None:
     """Copies ``src`` over ``dst`` via a temp file in dst's directory, keeping src's mode."""
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent)
-    os.close(fd)
-    try:
+    with files.atomic_path(dst) as tmp:
         shutil.copyfile(src, tmp)
         shutil.copymode(src, tmp)
-        os.replace(tmp, dst)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _manifest_path(root: Path) -> Path:
@@ -92,17 +86,15 @@ def _load_manifest(root: Path) -> dict:
         ) from err
 
 
-def _save_manifest(root: Path, files: dict) -> None:
+def _save_manifest(root: Path, installed: dict) -> None:
     """Writes the manifest atomically, or removes it when nothing is installed."""
     path = _manifest_path(root)
-    if not files:
+    if not installed:
         path.unlink(missing_ok=True)
         return
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{MANIFEST}.tmp")
-    text = json.dumps({"version": 1, "files": files}, indent=2, sort_keys=True) + "\n"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    text = json.dumps({"version": 1, "files": installed}, indent=2, sort_keys=True) + "\n"
+    with files.atomic_path(path) as tmp:
+        tmp.write_text(text, encoding="utf-8")
 
 
 def _sources(source_dir: Optional[PathLike]) -> dict[str, Path]:
@@ -118,11 +110,11 @@ def _sources(source_dir: Optional[PathLike]) -> dict[str, Path]:
     return sources
 
 
-def _user_modified(root: Path, files: dict) -> list[str]:
+def _user_modified(root: Path, manifest: dict) -> list[str]:
     """Installed paths whose current content is not what we installed."""
     return [
         rel
-        for rel, entry in files.items()
+        for rel, entry in manifest.items()
         if (root / rel).exists() and _sha256(root / rel) != entry["installed_sha256"]
     ]
 
@@ -143,10 +135,10 @@ def install(
     """
     root = check_checkout(root)
     sources = _sources(source_dir)
-    files = _load_manifest(root)
+    manifest = _load_manifest(root)
     edited = [
         rel
-        for rel in _user_modified(root, files)
+        for rel in _user_modified(root, manifest)
         if rel in sources and _sha256(root / rel) != _sha256(sources[rel])
     ]
     if edited and not force:
@@ -157,7 +149,7 @@ def install(
         )
     lines = []
     for rel, src in sources.items():
-        line = _install_one(root, rel, src, files, force=force)
+        line = _install_one(root, rel, src, manifest, force=force)
         if line:
             lines.append(line)
     if not lines:
@@ -170,15 +162,15 @@ def install(
     return lines
 
 
-def _install_one(root: Path, rel: str, src: Path, files: dict, *, force: bool) -> str:
-    """Installs one file, updating ``files`` and the manifest; '' when already current."""
+def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool) -> str:
+    """Installs one file, updating ``manifest`` and its file; '' when already current."""
     dst, backup = root / rel, root / BACKUP_DIR / rel
     new_sha = _sha256(src)
-    entry = files.get(rel)
+    entry = manifest.get(rel)
     if entry and dst.exists() and _sha256(dst) == new_sha:
         if entry["installed_sha256"] != new_sha:  # The user already made it our new version.
             entry["installed_sha256"] = new_sha
-            _save_manifest(root, files)
+            _save_manifest(root, manifest)
         return ""
     if entry is None:
         # First install of this path: keep the upstream original, if any, for uninstall.
@@ -186,7 +178,7 @@ def _install_one(root: Path, rel: str, src: Path, files: dict, *, force: bool) -
         if had_original:
             _copy_atomic(dst, backup)
         action = f"original saved to {backup}" if had_original else "new file"
-        entry = files[rel] = {"had_original": had_original, "installed_sha256": new_sha}
+        entry = manifest[rel] = {"had_original": had_original, "installed_sha256": new_sha}
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
         kept = backup.with_name(backup.name + MODIFIED_SUFFIX)
         _copy_atomic(dst, kept)
@@ -197,7 +189,7 @@ def _install_one(root: Path, rel: str, src: Path, files: dict, *, force: bool) -
         action = "updated our earlier copy"
     entry["installed_sha256"] = new_sha
     # Record before copying: a crash in between then reads as "edited", never loses data.
-    _save_manifest(root, files)
+    _save_manifest(root, manifest)
     _copy_atomic(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
 
@@ -209,21 +201,21 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
     would discard those edits. Returns one line per action.
     """
     root = Path(root).expanduser().resolve()
-    files = _load_manifest(root)
-    if not files:
+    manifest = _load_manifest(root)
+    if not manifest:
         raise InstallError(
             f"nothing to uninstall: no {_manifest_path(root)} (tpu-tiles never installed here)"
         )
-    edited = _user_modified(root, files)
+    edited = _user_modified(root, manifest)
     if edited and not force:
         raise InstallError(
             f"refusing to uninstall: {', '.join(str(root / r) for r in edited)} changed since "
             "tpu-tiles installed it; save your edits elsewhere and rerun with --force"
         )
     lines = []
-    for rel in sorted(files):
+    for rel in sorted(manifest):
         dst, backup = root / rel, root / BACKUP_DIR / rel
-        if files[rel]["had_original"]:
+        if manifest[rel]["had_original"]:
             if not backup.is_file():
                 raise InstallError(
                     f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
@@ -235,8 +227,8 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
         else:
             dst.unlink(missing_ok=True)
             lines.append(f"removed {dst} (it did not exist before install)")
-        del files[rel]
-        _save_manifest(root, files)
+        del manifest[rel]
+        _save_manifest(root, manifest)
     lines.extend(_prune_backup_dir(root / BACKUP_DIR))
     return lines
 

@@ -111,12 +111,14 @@ def load_for_prediction(
     model_dir: str | Path,
     data_root: str | Path,
     *,
+    split: str = "test",
     cache_dir: str | None = None,
     models_path: str | Path | None = None,
     progress: bool = True,
 ) -> tuple[tf.keras.Model, data.Dataset, dict]:
     """Reloads `model_dir` by the course procedure with the statistics it was trained with.
 
+    The returned dataset holds `split` (and, when the statistics were refitted, every split).
     See `trained_data`; when refitted statistics give other widths than the saved model, the
     `--toy_data` subset is tried, since that is the usual cause.
     """
@@ -129,9 +131,11 @@ def load_for_prediction(
     saved = export.load_saved_model(model_dir)
     errors = []
     for toy in (False, True):
-        dataset, _ = trained_data(run_info, data_root, toy_data=toy, cache_dir=cache_dir,
-                                  progress=progress)  # fmt: skip
-        sample = data.kernel_graph(dataset.test, 0, dataset.stats)
+        dataset, _ = trained_data(
+            run_info, data_root, split=split, toy_data=toy, cache_dir=cache_dir,
+            progress=progress,
+        )  # fmt: skip
+        sample = data.kernel_graph(getattr(dataset, split), 0, dataset.stats)
         try:
             model = export.rebuild(
                 model_dir, run_info, sample, num_ops=dataset.num_ops, module=module, saved=saved

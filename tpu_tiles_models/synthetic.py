@@ -30,13 +30,13 @@ from __future__ import annotations
 import csv
 import hashlib
 import math
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
+
+from tpu_tiles_models import files, kaggle
 
 # --------------------------------------------------------------------------------------
 # Feature layout (TpuGraphs README, "Node Features" and "Tile Config Features").
@@ -1039,7 +1039,7 @@ def _benchmarks(seed: int) -> Dict[str, List[Tuple[str, str]]]:
 
 def read_test_ids(path: str | Path) -> List[str]:
     """Tile ids (without ``tile:xla:``) of a sample_submission-style csv, in file order."""
-    prefix = "tile:xla:"
+    prefix = kaggle.TILE_PREFIX
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     return [r[0][len(prefix) :] for r in rows if r and r[0].startswith(prefix)]
@@ -1068,16 +1068,9 @@ def _split_plan(
 
 
 def _write_npz(path: Path, arrays: Dict[str, np.ndarray]) -> None:
-    """Writes an npz atomically: a temporary file in the same directory, then os.replace."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            np.savez(f, **arrays)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    """Writes an npz atomically (see `files.atomic_path`)."""
+    with files.atomic_path(path) as tmp, open(tmp, "wb") as f:
+        np.savez(f, **arrays)
 
 
 def generate(

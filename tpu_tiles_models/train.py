@@ -25,7 +25,7 @@ import tensorflow_ranking as tfr
 import tqdm
 
 import tpu_tiles_models
-from tpu_tiles_models import data, export, kaggle, metrics, predict, registry
+from tpu_tiles_models import data, export, files, kaggle, metrics, predict, registry
 from tpu_tiles_models.losses import DEFAULT_LOSSES, CombinedLoss
 
 UPSTREAM_TOP = 10  # upstream writes this many indices per kernel into results_*.csv
@@ -207,10 +207,9 @@ def _plot_curve(curve: dict, extras: dict, path: Path) -> None:
     for ax in axes:
         ax.set_xlabel("epoch")
     fig.tight_layout()
-    tmp = path.with_name(f".{path.name}.tmp.png")
-    fig.savefig(tmp, dpi=90)
+    with files.atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=90)
     plt.close(fig)
-    os.replace(tmp, path)
 
 
 def _strategy(name: str) -> tf.distribute.Strategy:
