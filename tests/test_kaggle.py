@@ -6,6 +6,7 @@ import importlib.util
 import os
 import random
 import shutil
+import stat
 import subprocess
 import sys
 from pathlib import Path
@@ -13,7 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import kaggle
+from tpu_tiles_models import files, kaggle
+from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kaggle import KaggleError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -180,7 +182,8 @@ def test_merge_by_id_keeps_sample_order_and_layout_rows(sample_submission, tmp_p
 
 def test_merge_matches_pandas_to_csv_bytes(sample_submission, tmp_path):
     """The output is what pandas' to_csv(index=False) writes for the merged table."""
-    pd = pytest.importorskip("pandas")
+    import pandas as pd  # The course script's writer; a test-only dependency (setup.py).
+
     ids = _tile_ids(sample_submission)
     ranks = _ranked(2, len(ids))
     preds = _write_predictions(tmp_path / "p.csv", ids, ranks)
@@ -281,15 +284,121 @@ def test_validate_submission_errors(small_sample, tmp_path):
 
 
 def test_kaggle_module_imports_no_tensorflow():
-    """Loaded by path (the package __init__ imports TF): the CSV tools alone must not."""
-    module_path = str(REPO / "tpu_tiles_models" / "kaggle.py")
-    code = (
-        "import importlib.util, sys\n"
-        f"spec = importlib.util.spec_from_file_location('k', {module_path!r})\n"
-        "spec.loader.exec_module(importlib.util.module_from_spec(spec))\n"
-        "assert 'tensorflow' not in sys.modules, 'tensorflow imported'\n"
+    """A fresh interpreter: importing the CSV tools (and the package) loads no TensorFlow."""
+    code = "import tpu_tiles_models.kaggle, sys; print('tensorflow' in sys.modules)"
+    done = subprocess.run(
+        [sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, check=True
     )
-    subprocess.run([sys.executable, "-c", code], check=True)
+    assert done.stdout == "False\n"
+
+
+def test_errors_are_user_errors_and_still_value_errors():
+    assert issubclass(KaggleError, UserError) and issubclass(KaggleError, ValueError)
+
+
+# --- --out: folders, inputs, permissions (issue 10, defects 7, 8, 9, 13) ----------------
+
+
+@pytest.fixture
+def umask():
+    """Sets the process umask for one test, restoring the old one after."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def _good_predictions(folder: Path) -> Path:
+    return _write_csv(folder / "preds.csv", [f"{k},{v}" for k, v in GOOD.items()])
+
+
+def test_out_folder_is_one_line_naming_the_flag(small_sample, tmp_path):
+    preds = _good_predictions(tmp_path)
+    folder = tmp_path / "subs"
+    folder.mkdir()
+    with pytest.raises(KaggleError) as err:
+        kaggle.merge_kaggle(small_sample, preds, folder)
+    assert str(err.value) == (
+        f"--out {folder} is a folder; pass a file path, e.g. --out {folder}/predictions_kaggle.csv"
+    )
+    with pytest.raises(files.WriteError) as err:
+        kaggle.write_predictions_csv(folder, [("a", [0, 1, 2, 3, 4])])
+    assert str(err.value) == f"--out {folder} is a folder; pass the path of a file to write"
+    assert isinstance(err.value, UserError)
+    assert list(folder.iterdir()) == []
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "preds.csv", "sample_submission.csv", "subs",
+    ]  # fmt: skip
+
+
+def test_out_under_a_file_names_the_flag_not_errno_17(small_sample, tmp_path):
+    preds = _good_predictions(tmp_path)
+    with pytest.raises(files.WriteError) as err:
+        kaggle.merge_kaggle(small_sample, preds, preds / "k.csv")
+    message = str(err.value)
+    assert message == f"--out {preds / 'k.csv'}: {preds} is a file, not a folder; pass another path"
+    assert "Errno" not in message
+    with pytest.raises(files.WriteError, match=r"^--results_csv .* is a file, not a folder"):
+        kaggle.write_predictions_csv(preds / "r.csv", [], flag="--results_csv")
+
+
+def _same_file_cases(tmp_path: Path, sample: Path, preds: Path) -> list[tuple[str, str, Path]]:
+    """(flag, --out as given, input it names) by relative path, symlink and hard link."""
+    (tmp_path / "link.csv").symlink_to(sample)
+    os.link(preds, tmp_path / "hard.csv")
+    return [
+        ("--sample", "sample_submission.csv", sample),
+        ("--sample", "./sub/../sample_submission.csv", sample),
+        ("--inputcsv", "preds.csv", preds),
+        ("--sample", "link.csv", sample),
+        ("--inputcsv", "hard.csv", preds),
+    ]
+
+
+def test_out_equal_to_an_input_is_refused_and_the_input_kept(small_sample, tmp_path, monkeypatch):
+    preds = _good_predictions(tmp_path)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    before = {p: p.read_bytes() for p in (small_sample, preds)}
+    for flag, out, named in _same_file_cases(tmp_path, small_sample, preds):
+        with pytest.raises(KaggleError) as err:
+            kaggle.merge_kaggle(small_sample, preds, out)
+        assert str(err.value) == (
+            f"--out {out} is the {flag} file {named}; writing it would destroy that input, "
+            "so pass another --out (e.g. predictions_kaggle.csv)"
+        )
+        assert {p: p.read_bytes() for p in before} == before
+    assert (tmp_path / "link.csv").is_symlink()
+    assert sorted(os.listdir(tmp_path)) == [
+        "hard.csv", "link.csv", "preds.csv", "sample_submission.csv", "sub",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize("mask, expected", [(0o022, 0o644), (0o002, 0o664)])
+def test_csvs_are_written_with_the_umask(small_sample, tmp_path, umask, mask, expected):
+    umask(mask)
+    preds = tmp_path / "p.csv"
+    kaggle.write_predictions_csv(preds, [(i[len("tile:xla:") :], [0, 1, 2, 3, 4]) for i in GOOD])
+    out = tmp_path / "k.csv"
+    kaggle.merge_kaggle(small_sample, preds, out)
+    assert (_mode(preds), _mode(out)) == (expected, expected)
+
+
+def test_unreadable_inputs_are_one_line(small_sample, tmp_path):
+    out = tmp_path / "k.csv"
+    with pytest.raises(KaggleError, match=r"^predictions file .* is a folder; pass the CSV"):
+        kaggle.merge_kaggle(small_sample, tmp_path, out)
+    binary = tmp_path / "model.npz"
+    binary.write_bytes(b"PK\x03\x04\xff\xfe")
+    with pytest.raises(KaggleError) as err:
+        kaggle.merge_kaggle(small_sample, binary, out)
+    assert (
+        str(err.value) == f"{binary}: not a UTF-8 text file (byte 4); expected an ID,TopConfigs CSV"
+    )
+    assert not out.exists()
 
 
 # --- create_kaggle_csv.py --------------------------------------------------------------

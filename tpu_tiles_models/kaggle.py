@@ -11,7 +11,9 @@ Two formats are involved:
   and the ``layout:*`` rows left byte-identical; it ends with a newline, as pandas'
   ``to_csv`` (used by the course script) writes it.
 
-This module imports no TensorFlow, so ``create_kaggle_csv.py`` stays fast.
+This module imports no TensorFlow (a test checks it), so ``tpu-tiles kaggle`` and
+``create_kaggle_csv.py`` start in well under a second. Errors name the flags of both
+front ends, which are the same: ``--inputcsv``, ``--sample`` and ``--out``.
 """
 
 from __future__ import annotations
@@ -19,9 +21,11 @@ from __future__ import annotations
 import operator
 import os
 import re
-import tempfile
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence, Union
+
+from tpu_tiles_models import files
+from tpu_tiles_models.errors import UserError
 
 TOP_K = 5
 HEADER = "ID,TopConfigs"
@@ -38,8 +42,8 @@ _SHOWN_IDS = 3
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class KaggleError(ValueError):
-    """A CSV is missing or malformed; the message is one line naming the file and the fix."""
+class KaggleError(UserError, ValueError):
+    """A CSV is missing or malformed, or --out is unusable; one line naming the file and fix."""
 
 
 def _describe(ids: Sequence[str]) -> str:
@@ -73,26 +77,31 @@ def format_predictions_csv(rows: Iterable[tuple[str, Sequence[int]]]) -> str:
     return HEADER + "\n" + "\n".join(lines)
 
 
-def _write_atomic(path: PathLike, text: str) -> None:
-    """Writes ``text`` to ``path`` via a temp file in the same directory and os.replace.
+def _write_atomic(path: PathLike, text: str, flag: str) -> None:
+    """Writes ``text`` to ``path`` through :func:`files.atomic_path` (``flag`` chose it).
 
     A reader never sees a half-written CSV, and an interrupted run leaves the old file.
     """
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
+    with files.atomic_path(path, flag=flag) as tmp:
         # newline="" so that '\n' is written as-is on every platform (byte-exact output).
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as out:
+        with open(tmp, "w", encoding="utf-8", newline="") as out:
             out.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
-def write_predictions_csv(path: PathLike, rows: Iterable[tuple[str, Sequence[int]]]) -> None:
-    """Writes :func:`format_predictions_csv` of ``rows`` to ``path`` atomically."""
-    _write_atomic(path, format_predictions_csv(rows))
+def write_predictions_csv(
+    path: PathLike, rows: Iterable[tuple[str, Sequence[int]]], *, flag: str = "--out"
+) -> None:
+    """Writes :func:`format_predictions_csv` of ``rows`` to ``path`` atomically.
+
+    Args:
+      path: the CSV to write.
+      rows: ``(tile_id, ranked_config_indices)`` pairs, as for :func:`format_predictions_csv`.
+      flag: the command-line flag that chose ``path``, named when it cannot be written.
+
+    Raises:
+      files.WriteError: ``path`` is a folder or cannot be written (a ``UserError``).
+    """
+    _write_atomic(path, format_predictions_csv(rows), flag)
 
 
 def _read_rows(path: PathLike, what: str, help_text: str = "") -> list[tuple[str, str]]:
@@ -102,13 +111,25 @@ def _read_rows(path: PathLike, what: str, help_text: str = "") -> list[tuple[str
       path: the CSV file.
       what: a name for the file in messages ('predictions', 'sample submission').
       help_text: appended to the message when the file does not exist.
+
+    Raises:
+      KaggleError: the file is missing, a folder, unreadable, not UTF-8 or malformed.
     """
     path = Path(path)
+    if path.is_dir():
+        raise KaggleError(f"{what} file {path} is a folder; pass the CSV file itself")
     if not path.is_file():
         hint = f"; {help_text}" if help_text else ""
         raise KaggleError(f"{what} file {path} not found{hint}")
-    # utf-8-sig drops the byte-order mark some editors (and Excel) prepend.
-    lines = path.read_text(encoding="utf-8-sig").splitlines()
+    try:
+        # utf-8-sig drops the byte-order mark some editors (and Excel) prepend.
+        lines = path.read_text(encoding="utf-8-sig").splitlines()
+    except UnicodeDecodeError as err:
+        raise KaggleError(
+            f"{path}: not a UTF-8 text file (byte {err.start}); expected an {HEADER} CSV"
+        ) from err
+    except OSError as err:
+        raise KaggleError(f"cannot read {what} file {path} ({err.strerror})") from err
     if not lines or lines[0].strip() != HEADER:
         got = repr(lines[0][:60]) if lines else "an empty file"
         raise KaggleError(f"{path}: header is {got}, expected {HEADER!r}")
@@ -271,17 +292,50 @@ def _kaggle_text(rows: Iterable[tuple[str, str]]) -> str:
     return "".join(f"{line}\n" for line in [HEADER, *(f"{i},{v}" for i, v in rows)])
 
 
+def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
+    """Refuses an ``--out`` that is a folder or the same file as one of ``inputs``.
+
+    Args:
+      out_path: the submission to write.
+      inputs: ``{flag: path}`` of the files read; "same" follows symlinks and hard links.
+    """
+    if Path(out_path).is_dir():
+        example = Path(out_path) / "predictions_kaggle.csv"
+        raise KaggleError(f"--out {out_path} is a folder; pass a file path, e.g. --out {example}")
+    for flag, path in inputs.items():
+        try:
+            same = os.path.samefile(out_path, path)
+        except OSError:  # One of them does not exist (yet): not the same file.
+            continue
+        if same:
+            raise KaggleError(
+                f"--out {out_path} is the {flag} file {path}; writing it would destroy that "
+                "input, so pass another --out (e.g. predictions_kaggle.csv)"
+            )
+
+
 def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: PathLike) -> dict:
     """Writes the Kaggle submission: the sample with its tile:xla rows replaced by ours.
 
     Rows are matched by ID (the course script matched by position, which silently
     mislabels a shuffled or filtered predictions file); the output keeps the sample's
     order and its other (layout) rows byte-identical. Nothing is written unless the
-    predictions pass :func:`validate_predictions`.
+    predictions pass :func:`validate_predictions`, and never over an input.
+
+    Args:
+      sample_path: Kaggle's ``sample_submission.csv`` (flag ``--sample``).
+      predictions_path: our ``ID,TopConfigs`` predictions (flag ``--inputcsv``).
+      out_path: the submission to write (flag ``--out``).
 
     Returns:
       ``{"rows": all rows written, "tile_rows": rows replaced, "kept_rows": rows copied}``.
+
+    Raises:
+      KaggleError: an input is missing or malformed, or ``out_path`` is a folder or one of
+        the inputs (a ``UserError``; the message names the flag).
+      files.WriteError: ``out_path`` cannot be written (also a ``UserError``).
     """
+    _check_out(out_path, {"--sample": sample_path, "--inputcsv": predictions_path})
     sample = _read_sample(sample_path)
     predictions = read_predictions_csv(predictions_path)
     validate_predictions(predictions, _tile_ids(sample), source=str(predictions_path))
@@ -289,7 +343,7 @@ def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: Pa
         (i, ";".join(map(str, predictions[i])) if i in predictions else value)
         for i, value in sample
     ]
-    _write_atomic(out_path, _kaggle_text(merged))
+    _write_atomic(out_path, _kaggle_text(merged), "--out")
     tile_rows = len(predictions)
     return {"rows": len(merged), "tile_rows": tile_rows, "kept_rows": len(merged) - tile_rows}
 
