@@ -1,0 +1,77 @@
+"""Synthetic TpuGraphs `tile:xla` data: fused XLA kernels, tile configs and runtimes.
+
+Real TpuGraphs data cannot be downloaded everywhere, so this package writes trees in the
+exact on-disk format of the real collection (`{train,valid,test}/<tile_id>.npz`, see
+`UPSTREAM_CONTRACT.md`) from a seed:
+
+- **Kernels** are fused HLO subgraphs whose 140 node features are filled at the documented
+  indices (shape dims/sum/product, element type, window and convolution fields, slice/pad
+  fields, layout). Nodes are in topological order and edges are `[consumer, producer]`.
+  Opcode ids are those of the TpuGraphs featuriser
+  (`tpu_graphs/process_data/xla/hlo_opcode.h`), listed in `OPCODES`.
+- **Configs** are tile bounds in the 24-wide layout (kernel, output and input bounds, each 6
+  dims + sum + product).
+- **Runtimes** come from a TPU-like cost model that reads *only the features*
+  (`noise_free_runtime`), so a config's rank is learnable from the graph and the tile.
+  Measured runtimes add noise; normalisers are the runtime of a default tile with per-row
+  jitter; a few configs are duplicated with different noise.
+
+Modules: `features` (the npz feature layout), `graph` (building a kernel node by node),
+`kernels` (the HLO fusions of the `roofline` and `alt` families), `geometry` (reading a
+kernel back from its features), `tiling` (tile configs and per-tile quantities), `analytic`
+(what `roofline` and `alt` share), one module per cost model (`roofline`, `alt`),
+`families` (families by name) and `writer` (ids, splits, npz files, summary).
+"""
+
+from __future__ import annotations
+
+from tpu_tiles_models.synthetic.analytic import MAX_CONFIGS_DEFAULT
+from tpu_tiles_models.synthetic.families import (
+    COST_MODELS,
+    HARDWARE,
+    default_config,
+    geometry_runtime,
+    make_kernel,
+    noise_free_runtime,
+)
+from tpu_tiles_models.synthetic.features import (
+    CFG_INPUT,
+    CFG_KERNEL,
+    CFG_OUTPUT,
+    CONFIG_FEAT_DIM,
+    MAX_NODES,
+    NODE_FEAT_DIM,
+    OPCODES,
+    REAL_CONFIG_SCALES,
+    REAL_NODE_SCALES,
+)
+from tpu_tiles_models.synthetic.geometry import KernelGeometry, kernel_geometry
+from tpu_tiles_models.synthetic.tiling import DOT_K_CHUNK, Hardware
+from tpu_tiles_models.synthetic.writer import SPLITS, generate, read_test_ids, summarize
+
+__all__ = [
+    "CFG_INPUT",
+    "CFG_KERNEL",
+    "CFG_OUTPUT",
+    "CONFIG_FEAT_DIM",
+    "COST_MODELS",
+    "DOT_K_CHUNK",
+    "HARDWARE",
+    "MAX_CONFIGS_DEFAULT",
+    "MAX_NODES",
+    "NODE_FEAT_DIM",
+    "OPCODES",
+    "REAL_CONFIG_SCALES",
+    "REAL_NODE_SCALES",
+    "SPLITS",
+    "Hardware",
+    "KernelGeometry",
+    "default_config",
+    "generate",
+    "geometry_runtime",
+    "kernel_geometry",
+    "make_kernel",
+    "noise_free_runtime",
+    "read_test_ids",
+    "summarize",
+]

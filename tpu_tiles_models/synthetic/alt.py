@@ -1,0 +1,44 @@
+"""The `alt` family: the same HLO fusions as `roofline`, timed on a wider, faster core (256
+MXU, 8 MiB scratchpad) with partial compute/memory overlap, an operand cache that speeds up
+re-reads of operands that fit it, and a smooth capacity penalty instead of a hard spill."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpu_tiles_models.synthetic import analytic
+from tpu_tiles_models.synthetic.geometry import KernelGeometry
+from tpu_tiles_models.synthetic.tiling import Hardware
+
+
+def _time(geom: KernelGeometry, t: dict[str, np.ndarray], hw: Hardware) -> np.ndarray:
+    """Partial overlap, cached operand re-reads and a smooth capacity penalty."""
+    operand_bytes = geom.operand_bytes + float(np.dot(geom.side_elems, geom.side_bytes))
+    peak = np.where(t["f32"], hw.mxu_f32, hw.mxu_bf16)
+    comp = t["mxu"] / (peak * t["eff"]) + t["vpu"] / hw.vpu
+    cached = operand_bytes <= hw.cache
+    reuse = t["reuse"] / (hw.cache_speedup if cached else 1.0)
+    mem = (t["stream"] + reuse) / hw.hbm
+    per_tile = comp + mem - hw.overlap * np.minimum(comp, mem)
+    over = np.maximum(t["ws"] / hw.vmem - 1.0, 0.0)
+    per_tile = per_tile * (1.0 + 2.0 * over**2) + hw.tile_ns + hw.pass_ns * np.sqrt(t["passes"])
+    return t["tiles"] * per_tile + 2.0 * mem + hw.launch_ns
+
+
+COST = analytic.CostModel(
+    "alt",
+    Hardware(180e3, 45e3, 5.0e3, 800.0, 8 * 2**20, 256, 150.0, 120.0, 4000.0, 0.7, 24 * 2**20, 3.0),
+    _time,
+)
+
+
+def make_kernel(rng: np.random.Generator, **kwargs) -> dict[str, np.ndarray]:
+    """One `alt` kernel's npz arrays; `kwargs` as `analytic.make_kernel`'s."""
+    return analytic.make_kernel(rng, COST, **kwargs)
+
+
+def runtime(
+    node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: np.ndarray, config_feat: np.ndarray
+) -> np.ndarray:
+    """Noise-free `[c]` runtimes (ns) of a kernel's configs under this family's cost model."""
+    return analytic.features_runtime(COST, node_feat, node_opcode, edge_index, config_feat)

@@ -1,0 +1,119 @@
+"""The npz feature layout every generator family writes (TpuGraphs README, "Node Features"
+and "Tile Config Features"), and the real train-split scales the families aim at."""
+
+from __future__ import annotations
+
+import numpy as np
+
+NODE_FEAT_DIM = 140
+CONFIG_FEAT_DIM = 24
+MAX_NODES = 394  # the largest real tile:xla kernel
+
+# HLO opcode ids of the TpuGraphs featuriser used by the generators (0 = unknown;
+# 97 "trace" and 101 "tuple-select" are tombstones and never emitted).
+OPCODES: dict[str, int] = {
+    "abs": 1,
+    "add": 2,
+    "broadcast": 13,
+    "clamp": 17,
+    "compare": 20,
+    "concatenate": 22,
+    "constant": 24,
+    "convert": 25,
+    "convolution": 26,
+    "copy": 27,
+    "divide": 32,
+    "dot": 34,
+    "exponential": 37,
+    "get-tuple-element": 45,
+    "iota": 48,
+    "log": 50,
+    "maximum": 57,
+    "minimum": 58,
+    "multiply": 59,
+    "negate": 60,
+    "pad": 62,
+    "parameter": 63,
+    "power": 66,
+    "reduce": 70,
+    "reshape": 75,
+    "rsqrt": 81,
+    "select": 83,
+    "slice": 92,
+    "sqrt": 94,
+    "subtract": 95,
+    "tanh": 96,
+    "transpose": 98,
+    "tuple": 100,
+    "logistic": 107,
+}
+
+# Column indices in node_feat.
+COL_IS_ROOT = 0
+COL_ELEM_TYPE = 2  # one-hot over columns 2..20
+COL_SHAPE = 21  # 6 dims, then sum (27) and product (28)
+COL_TUPLE_SIZE = 29
+COL_PARAM_NUMBER = 30
+COL_DIMENSIONS = 31  # 6 entries, no aggregates
+COL_WINDOW_SIZE = 37
+COL_WINDOW_STRIDE = 45
+COL_WINDOW_PAD_LOW = 53
+COL_WINDOW_PAD_HIGH = 61
+COL_WINDOW_DILATION = 69
+COL_BASE_DILATION = 77
+COL_REVERSAL_FALSE = 92
+COL_CONV_DIMS = 93  # 93..106
+COL_FEATURE_GROUPS = 107
+COL_BATCH_GROUPS = 108
+COL_SLICE_START = 109  # blocks of 2 dims + sum + product
+COL_SLICE_STRIDE = 113
+COL_SLICE_LIMIT = 117
+COL_PAD_LOW = 125
+COL_PAD_HIGH = 129
+COL_LAYOUT = 134  # minor_to_major, 6 entries
+
+# Product columns of node features are 1 for an empty list (featuriser behaviour; the
+# real train means of these columns are ~1.0).
+NODE_PRODUCT_COLS = (28, 44, 52, 60, 68, 76, 84, 112, 116, 120, 124, 128, 132)
+
+# Offsets of element types inside the one-hot block, and their sizes in bytes.
+ELEM_TYPES: dict[str, tuple[int, int]] = {
+    "pred": (1, 1),
+    "s8": (2, 1),
+    "s32": (4, 4),
+    "u8": (6, 1),
+    "u32": (8, 4),
+    "f16": (10, 2),
+    "f32": (11, 4),
+    "bf16": (13, 2),
+    "tuple": (16, 0),
+}
+# Bytes per element indexed by one-hot offset (invalid/opaque/token count as 0).
+BYTES_BY_TYPE = np.array([0, 1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 2, 8, 16, 0, 0, 0], float)
+
+# Config feature blocks: 6 bounds + sum + product each.
+CFG_KERNEL = 0
+CFG_OUTPUT = 8
+CFG_INPUT = 16
+
+# Real train-split scales (tile_feature_stats.json) the generators aim at, kept as
+# constants so the package works without shared data: (mean, std) per column.
+REAL_NODE_SCALES: dict[int, tuple[float, float]] = {
+    0: (0.10, 0.30),  # is_root
+    13: (0.71, 0.45),  # f32
+    15: (0.22, 0.41),  # bf16
+    21: (707.0, 69563.0),  # shape dim 0
+    27: (1804.0, 73430.0),  # shape sum
+    28: (6.29e6, 3.1e7),  # shape product
+    30: (1.53, 2.88),  # parameter number
+    44: (19.8, 910.0),  # window size product
+    134: (1.50, 1.37),  # layout minor_to_major_0
+}
+REAL_CONFIG_SCALES: dict[int, tuple[float, float]] = {
+    2: (15.5, 22.5),  # kernel bound 2
+    7: (130.8, 189.4),  # kernel bounds product
+    8: (8.7, 22.6),  # output bound 0
+    14: (26.2, 29.8),  # output bounds sum
+    15: (161.9, 232.3),  # output bounds product
+    23: (0.21, 10.9),  # input bounds product
+}

@@ -1,0 +1,181 @@
+"""Building a kernel graph node by node, with its 140 node features filled as the TpuGraphs
+featuriser fills them. Shared by every generator family."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from tpu_tiles_models.synthetic.features import (
+    COL_BASE_DILATION,
+    COL_BATCH_GROUPS,
+    COL_CONV_DIMS,
+    COL_DIMENSIONS,
+    COL_ELEM_TYPE,
+    COL_FEATURE_GROUPS,
+    COL_LAYOUT,
+    COL_PARAM_NUMBER,
+    COL_REVERSAL_FALSE,
+    COL_SHAPE,
+    COL_WINDOW_DILATION,
+    COL_WINDOW_PAD_HIGH,
+    COL_WINDOW_PAD_LOW,
+    COL_WINDOW_SIZE,
+    COL_WINDOW_STRIDE,
+    ELEM_TYPES,
+    NODE_FEAT_DIM,
+    NODE_PRODUCT_COLS,
+    OPCODES,
+)
+
+
+def _blank_row() -> np.ndarray:
+    """A node feature row for an op with no optional fields: `[140]` float64."""
+    row = np.zeros(NODE_FEAT_DIM, np.float64)
+    row[list(NODE_PRODUCT_COLS)] = 1.0
+    return row
+
+
+_BLANK_ROW = _blank_row()
+
+
+def put_seq(row: np.ndarray, start: int, values: Sequence[int], width: int) -> None:
+    """Writes `values` (truncated to `width`) at `row[start:]`, then their sum and product.
+
+    Args:
+        row: `[140]` node feature row, changed in place.
+        start: column of the first value.
+        values: the list (the product of an empty list is 1, like the featuriser's).
+        width: how many value columns the block has before its sum and product.
+    """
+    for i, v in enumerate(values[:width]):
+        row[start + i] = v
+    row[start + width] = float(sum(values))
+    row[start + width + 1] = float(math.prod(values))
+
+
+def minor_to_major(rank: int, style: int) -> tuple[int, ...]:
+    """The layout of a shape of `rank` dims.
+
+    Args:
+        rank: number of dims.
+        style: 0 row-major; 1 puts the batch dim second-minor (TPU convolution style) for
+            rank >= 3; 2 transposes rank-2 shapes.
+
+    Returns:
+        The minor_to_major permutation (empty for a scalar).
+    """
+    if rank == 0:
+        return ()
+    if style == 1 and rank >= 3:
+        return (rank - 1, 0) + tuple(range(rank - 2, 0, -1))
+    if style == 2 and rank == 2:
+        return (0, 1)
+    return tuple(range(rank - 1, -1, -1))
+
+
+@dataclass
+class Graph:
+    """Accumulates nodes (in topological order) and `[consumer, producer]` edges.
+
+    Attributes:
+        layout_style: the `minor_to_major` style of every node's layout.
+        rows: one `[140]` feature row per node.
+        ops: opcode ids, one per node.
+        shapes: the shape of every node.
+        edges: `(consumer, producer)` pairs in operand order.
+        n_params: parameters added so far (the next parameter number).
+    """
+
+    layout_style: int
+    rows: list[np.ndarray] = field(default_factory=list)
+    ops: list[int] = field(default_factory=list)
+    shapes: list[tuple[int, ...]] = field(default_factory=list)
+    edges: list[tuple[int, int]] = field(default_factory=list)
+    n_params: int = 0
+
+    def add(
+        self,
+        op: str,
+        shape: Sequence[int],
+        dtype: str,
+        operands: Iterable[int] = (),
+        dims: Sequence[int] = (),
+    ) -> int:
+        """Adds one node and returns its index.
+
+        Args:
+            op: HLO opcode name (a key of `OPCODES`).
+            shape: the node's output shape.
+            dtype: element type (a key of `ELEM_TYPES`).
+            operands: producer node indices, in operand order.
+            dims: the op's `dimensions` field (broadcast, reduce, transpose).
+
+        Returns:
+            The new node's index.
+        """
+        row = _BLANK_ROW.copy()
+        shape = tuple(int(s) for s in shape)
+        row[COL_ELEM_TYPE + ELEM_TYPES[dtype][0]] = 1.0
+        put_seq(row, COL_SHAPE, shape, 6)
+        for i, d in enumerate(dims[:6]):
+            row[COL_DIMENSIONS + i] = d
+        for i, m in enumerate(minor_to_major(len(shape), self.layout_style)):
+            row[COL_LAYOUT + i] = m
+        if op == "parameter":
+            row[COL_PARAM_NUMBER] = self.n_params
+            self.n_params += 1
+        idx = len(self.rows)
+        self.edges.extend((idx, int(o)) for o in operands)
+        self.rows.append(row)
+        self.ops.append(OPCODES[op])
+        self.shapes.append(shape)
+        return idx
+
+    def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The graph as npz arrays.
+
+        Returns:
+            node_feat `[n, 140]` float32, node_opcode `[n]` uint8, edge_index `[m, 2]` int64.
+        """
+        feat = np.stack(self.rows).astype(np.float32)
+        ops = np.asarray(self.ops, np.uint8)
+        edges = np.asarray(self.edges, np.int64).reshape(-1, 2)
+        return feat, ops, edges
+
+
+def put_conv_fields(row: np.ndarray, window: tuple[int, int], stride: int, groups: int) -> None:
+    """Fills the window and NHWC/HWIO convolution-dimension fields of a convolution's row.
+
+    Args:
+        row: `[140]` feature row of the convolution node, changed in place.
+        window: spatial window (kh, kw), padded to keep the spatial size ("same").
+        stride: spatial stride on both dims.
+        groups: feature group count (the input features for a depthwise convolution).
+    """
+    pad = [(k - 1) // 2 for k in window]
+    pad_hi = [k - 1 - p for k, p in zip(window, pad)]
+    put_seq(row, COL_WINDOW_SIZE, list(window), 6)
+    put_seq(row, COL_WINDOW_STRIDE, [stride, stride], 6)
+    put_seq(row, COL_WINDOW_PAD_LOW, pad, 6)
+    put_seq(row, COL_WINDOW_PAD_HIGH, pad_hi, 6)
+    put_seq(row, COL_WINDOW_DILATION, [1, 1], 6)
+    put_seq(row, COL_BASE_DILATION, [1, 1], 6)
+    row[COL_REVERSAL_FALSE] = 2
+    # input b,f,s0,s1,s2,s3 | kernel in_f,out_f,s0..s3 | output b,f
+    conv_dims = [0, 3, 1, 2, 0, 0, 2, 3, 0, 1, 0, 0, 0, 3]
+    row[COL_CONV_DIMS : COL_CONV_DIMS + 14] = conv_dims
+    row[COL_FEATURE_GROUPS] = groups
+    row[COL_BATCH_GROUPS] = 1
+
+
+def pick(rng: np.random.Generator, values: Sequence[Any], weights: Sequence[float] | None = None):
+    """One element of `values`, uniformly or with `weights` (normalised here)."""
+    if weights is None:
+        return values[rng.integers(len(values))]
+    p = np.asarray(weights, float)
+    return values[rng.choice(len(values), p=p / p.sum())]

@@ -1,0 +1,40 @@
+"""The `roofline` family: HLO fusions timed on a v3-like TPU core (16 MiB scratchpad, 128x128
+MXU) as the max of compute and memory time per tile with strict double buffering, a hard
+scratchpad capacity, and fixed costs per tile and per reduction pass."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tpu_tiles_models.synthetic import analytic
+from tpu_tiles_models.synthetic.geometry import KernelGeometry
+from tpu_tiles_models.synthetic.tiling import Hardware
+
+
+def _time(geom: KernelGeometry, t: dict[str, np.ndarray], hw: Hardware) -> np.ndarray:
+    """Max(compute, memory) per tile; a tile overflowing VMEM loses overlap and spills."""
+    peak = np.where(t["f32"], hw.mxu_f32, hw.mxu_bf16)
+    comp = t["mxu"] / (peak * t["eff"]) + t["vpu"] / hw.vpu
+    mem = (t["stream"] + t["reuse"]) / hw.hbm
+    over = t["ws"] / hw.vmem
+    # An overflowing tile cannot double-buffer and re-fetches what spilled.
+    per_tile = np.where(over <= 1.0, np.maximum(comp, mem), comp + mem * (1.0 + over))
+    per_tile = per_tile + hw.tile_ns + hw.pass_ns * t["passes"]
+    return t["tiles"] * per_tile + mem + hw.launch_ns
+
+
+COST = analytic.CostModel(
+    "roofline", Hardware(60e3, 20e3, 2.0e3, 450.0, 16 * 2**20, 128, 350.0, 60.0, 2500.0), _time
+)
+
+
+def make_kernel(rng: np.random.Generator, **kwargs) -> dict[str, np.ndarray]:
+    """One `roofline` kernel's npz arrays; `kwargs` as `analytic.make_kernel`'s."""
+    return analytic.make_kernel(rng, COST, **kwargs)
+
+
+def runtime(
+    node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: np.ndarray, config_feat: np.ndarray
+) -> np.ndarray:
+    """Noise-free `[c]` runtimes (ns) of a kernel's configs under this family's cost model."""
+    return analytic.features_runtime(COST, node_feat, node_opcode, edge_index, config_feat)
