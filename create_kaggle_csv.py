@@ -3,7 +3,8 @@
 Usage (same as the course script): ``python create_kaggle_csv.py [--inputcsv F]``, run
 where ``sample_submission.csv`` is, or with ``--sample PATH`` / ``--out PATH``. The
 sample's ``tile:xla:*`` rows are replaced by the predictions of the same ID; its layout
-rows, and its order, are kept. Exit code 1 with a one-line message on any problem.
+rows, and its order, are kept. Exit code 1 with a one-line message on any problem; the
+inputs are never overwritten and nothing half-written is left behind.
 
 This is a front end over ``tpu_tiles_models.kaggle``. It is also copied alone into an
 upstream tpu_graphs checkout, where that package may not be installed (or may not import,
@@ -14,8 +15,10 @@ producing the same bytes. Set TPU_TILES_STANDALONE=1 to force the fallback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import re
+import stat
 import sys
 from typing import Callable
 
@@ -27,10 +30,21 @@ HELP = (
 )
 
 
-def _read(path: str) -> list[tuple[str, str]]:
+def _read(path: str, what: str, hint: str = "") -> list[tuple[str, str]]:
     """Fallback reader: ``(ID, value)`` rows of an ``ID,TopConfigs`` CSV, header checked."""
-    with open(path, encoding="utf-8-sig") as f:
-        lines = f.read().splitlines()
+    if os.path.isdir(path):
+        raise ValueError(f"{what} file {path} is a folder; pass the CSV file itself")
+    if not os.path.isfile(path):
+        raise ValueError(f"{what} file {path} not found" + (f"; {hint}" if hint else ""))
+    try:
+        with open(path, encoding="utf-8-sig") as f:
+            lines = f.read().splitlines()
+    except UnicodeDecodeError as err:
+        raise ValueError(
+            f"{path}: not a UTF-8 text file (byte {err.start}); expected an ID,TopConfigs CSV"
+        ) from err
+    except OSError as err:
+        raise ValueError(f"cannot read {what} file {path} ({err.strerror})") from err
     if not lines or lines[0].strip() != "ID,TopConfigs":
         raise ValueError(f"{path}: header must be 'ID,TopConfigs'")
     rows = [tuple(line.split(",", 1)) for line in lines[1:] if line.strip()]
@@ -51,12 +65,52 @@ def _top_k(value: str) -> str | None:
     return ";".join(map(str, indices)) if len(set(indices)) == len(indices) == TOP_K else None
 
 
+def _check_out(out_path: str, inputs: dict[str, str]) -> None:
+    """Fallback check: ``--out`` is no folder and not the file of a flag in ``inputs``."""
+    if os.path.isdir(out_path):
+        example = os.path.join(out_path, "predictions_kaggle.csv")
+        raise ValueError(f"--out {out_path} is a folder; pass a file path, e.g. --out {example}")
+    for flag, path in inputs.items():
+        try:
+            same = os.path.samefile(out_path, path)
+        except OSError:  # One of them does not exist (yet): not the same file.
+            continue
+        if same:
+            raise ValueError(
+                f"--out {out_path} is the {flag} file {path}; writing it would destroy that "
+                "input, so pass another --out (e.g. predictions_kaggle.csv)"
+            )
+
+
+def _write(out_path: str, text: str) -> None:
+    """Fallback writer: a temp file beside ``out_path`` renamed onto it, removed on failure."""
+    folder = os.path.dirname(os.path.abspath(out_path))
+    tmp = os.path.join(folder, f".{os.path.basename(out_path)}.{os.getpid()}.tmp")
+    try:
+        os.makedirs(folder, exist_ok=True)
+        # open() applies the umask as for any new file; a rewrite keeps the old permissions.
+        with open(tmp, "w", encoding="utf-8", newline="") as f:
+            f.write(text)
+        if os.path.isfile(out_path):
+            os.chmod(tmp, stat.S_IMODE(os.stat(out_path).st_mode))
+        os.replace(tmp, out_path)
+    except BaseException as err:
+        with contextlib.suppress(OSError):
+            os.remove(tmp)
+        if not isinstance(err, OSError):
+            raise
+        # Its own text would show the temp name, or a bare '[Errno 17] File exists'.
+        reason = err.strerror or type(err).__name__
+        if isinstance(err, (FileExistsError, NotADirectoryError)):
+            reason = "a folder on its path is a file"
+        raise OSError(f"cannot write --out {out_path} ({reason}); pass another --out") from err
+
+
 def _fallback_merge(sample_path: str, predictions_path: str, out_path: str) -> dict:
     """Merge by ID with the package's checks, without the package (see module docstring)."""
-    if not os.path.isfile(sample_path):
-        raise ValueError(f"sample submission file {sample_path} not found; {HELP}")
-    sample = _read(sample_path)
-    ours = dict(_read(predictions_path))
+    _check_out(out_path, {"--sample": sample_path, "--inputcsv": predictions_path})
+    sample = _read(sample_path, "sample submission", HELP)
+    ours = dict(_read(predictions_path, "predictions"))
     tiles = [i for i, _ in sample if i.startswith("tile:xla:")]
     problems = {
         "have no prediction": [i for i in tiles if i not in ours],
@@ -70,19 +124,14 @@ def _fallback_merge(sample_path: str, predictions_path: str, out_path: str) -> d
             shown = ", ".join(ids[:3]) + (", ..." if len(ids) > 3 else "")
             raise ValueError(f"{predictions_path}: {len(ids)} ids ({shown}) {problem}")
     merged = [(i, _top_k(ours[i]) if i in ours else v) for i, v in sample]
-    tmp = f"{out_path}.tmp{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8", newline="") as f:
-        f.write("ID,TopConfigs\n" + "".join(f"{i},{v}\n" for i, v in merged))
-    os.replace(tmp, out_path)
+    _write(out_path, "ID,TopConfigs\n" + "".join(f"{i},{v}\n" for i, v in merged))
     return {"rows": len(merged), "tile_rows": len(tiles), "kept_rows": len(merged) - len(tiles)}
 
 
 def _merge_function() -> tuple[Callable[[str, str, str], dict], str]:
     """The package's merge when it imports, else the fallback; and which one it is."""
     if os.environ.get("TPU_TILES_STANDALONE") != "1":
-        # The package imports TensorFlow, whose start-up log would bury our one-line result.
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        try:
+        try:  # Imports no TensorFlow: fast, and no TensorFlow log before our line.
             from tpu_tiles_models import kaggle
         except ImportError:
             pass
@@ -105,9 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     merge, mode = _merge_function()
     try:
         counts = merge(args.sample, args.inputcsv, args.out)
-    except (ValueError, OSError) as err:  # KaggleError is a ValueError.
+    except (ValueError, OSError) as err:  # KaggleError is a ValueError, WriteError an OSError.
         print(f"create_kaggle_csv.py: error: {err}", file=sys.stderr)
         return 1
+    except KeyboardInterrupt:
+        print(f"create_kaggle_csv.py: interrupted; {args.out} left as it was", file=sys.stderr)
+        return 130
     print(
         f"Wrote {args.out}: {counts['rows']} rows, {counts['tile_rows']} tile:xla rows "
         f"from {args.inputcsv}, {counts['kept_rows']} kept from {args.sample} ({mode})"

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import os
 import random
+import re
 import shutil
 import stat
 import subprocess
@@ -346,13 +348,16 @@ def test_out_under_a_file_names_the_flag_not_errno_17(small_sample, tmp_path):
 
 
 def _same_file_cases(tmp_path: Path, sample: Path, preds: Path) -> list[tuple[str, str, Path]]:
-    """(flag, --out as given, input it names) by relative path, symlink and hard link."""
+    """(flag, --out as given, input it names): by name, relative path, symlink, hard link.
+
+    The names are relative to ``tmp_path``, which holds both inputs: run from there.
+    """
     (tmp_path / "link.csv").symlink_to(sample)
     os.link(preds, tmp_path / "hard.csv")
     return [
-        ("--sample", "sample_submission.csv", sample),
-        ("--sample", "./sub/../sample_submission.csv", sample),
-        ("--inputcsv", "preds.csv", preds),
+        ("--sample", sample.name, sample),
+        ("--sample", f"./sub/../{sample.name}", sample),
+        ("--inputcsv", preds.name, preds),
         ("--sample", "link.csv", sample),
         ("--inputcsv", "hard.csv", preds),
     ]
@@ -484,3 +489,121 @@ def test_script_main_with_package_reports_one_line(upstream_root, capsys, monkey
     assert script.main(["--inputcsv", "missing.csv"]) == 1
     err = capsys.readouterr().err
     assert err == "create_kaggle_csv.py: error: predictions file missing.csv not found\n"
+
+
+# create_kaggle_csv.py's flags, which are also `tpu-tiles kaggle`'s: messages name no others.
+SCRIPT_FLAGS = {"--help", "--inputcsv", "--sample", "--out"}
+MODES = ("tpu_tiles_models", "standalone")
+
+
+def _script_main(monkeypatch, mode: str, *args: str) -> int:
+    """Runs create_kaggle_csv.main in this process with the package or the fallback."""
+    monkeypatch.setenv("TPU_TILES_STANDALONE", "1" if mode == "standalone" else "0")
+    return _load_script().main(list(args))
+
+
+def _one_error_line(capsys) -> str:
+    """The single stderr line of a failed run, checked to name only the script's flags."""
+    err = capsys.readouterr().err
+    assert err.startswith("create_kaggle_csv.py: error: ") and err.count("\n") == 1, err
+    assert set(re.findall(r"--\w+", err)) <= SCRIPT_FLAGS
+    assert ".tmp" not in err and "Errno" not in err
+    return err[len("create_kaggle_csv.py: error: ") : -1]
+
+
+@pytest.fixture
+def small_root(tmp_path, small_sample, monkeypatch) -> Path:
+    """The current directory: the small sample and predictions_model_output.csv for it."""
+    _write_csv(tmp_path / "predictions_model_output.csv", [f"{k},{v}" for k, v in GOOD.items()])
+    monkeypatch.chdir(tmp_path)
+    return tmp_path
+
+
+def test_script_flags_are_the_ones_messages_name(capsys):
+    with pytest.raises(SystemExit):
+        _load_script().main(["--help"])
+    assert set(re.findall(r"(?<![\w-])--\w+", capsys.readouterr().out)) == SCRIPT_FLAGS
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_script_out_folder_fails_without_a_stray_file(small_root, monkeypatch, capsys, mode):
+    (small_root / "subs").mkdir()
+    before = sorted(os.listdir(small_root))
+    assert _script_main(monkeypatch, mode, "--out", "subs") == 1
+    assert _one_error_line(capsys) == (
+        "--out subs is a folder; pass a file path, e.g. --out subs/predictions_kaggle.csv"
+    )
+    assert sorted(os.listdir(small_root)) == before and os.listdir("subs") == []
+
+
+@pytest.mark.parametrize(
+    "mode, message",
+    [
+        ("tpu_tiles_models", "--out preds/k.csv: preds is a file, not a folder; pass another path"),
+        ("standalone", "cannot write --out preds/k.csv (a folder on its path is a file); "
+                       "pass another --out"),
+    ],
+)  # fmt: skip
+def test_script_out_under_a_file_is_one_line(small_root, monkeypatch, capsys, mode, message):
+    (small_root / "preds").write_text("keep")
+    before = sorted(os.listdir(small_root))
+    assert _script_main(monkeypatch, mode, "--out", "preds/k.csv") == 1
+    assert _one_error_line(capsys) == message
+    assert sorted(os.listdir(small_root)) == before
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_script_failed_or_interrupted_write_leaves_the_old_out(
+    small_root, monkeypatch, capsys, mode
+):
+    (small_root / "predictions_kaggle.csv").write_text("old")
+    before = sorted(os.listdir(small_root))
+
+    def fail(*_):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "replace", fail)
+    assert _script_main(monkeypatch, mode) == 1
+    assert "cannot write --out predictions_kaggle.csv (No space left on device)" in (
+        _one_error_line(capsys)
+    )
+
+    def interrupt(*_):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(os, "replace", interrupt)
+    assert _script_main(monkeypatch, mode) == 130
+    assert capsys.readouterr().err == (
+        "create_kaggle_csv.py: interrupted; predictions_kaggle.csv left as it was\n"
+    )
+    assert sorted(os.listdir(small_root)) == before
+    assert (small_root / "predictions_kaggle.csv").read_text() == "old"
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_script_refuses_out_equal_to_an_input(small_root, monkeypatch, capsys, mode):
+    sample, preds = (
+        small_root / "sample_submission.csv",
+        small_root / "predictions_model_output.csv",
+    )
+    (small_root / "sub").mkdir()
+    cases = _same_file_cases(small_root, sample, preds)
+    cases = [(f, out, p.name) for f, out, p in cases]  # The script passes the flags' text.
+    before = {p: p.read_bytes() for p in (sample, preds)}
+    for flag, out, named in cases:
+        assert _script_main(monkeypatch, mode, "--out", out) == 1
+        assert _one_error_line(capsys) == (
+            f"--out {out} is the {flag} file {named}; writing it would destroy that input, "
+            "so pass another --out (e.g. predictions_kaggle.csv)"
+        )
+    assert {p: p.read_bytes() for p in before} == before
+
+
+@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mask, expected", [(0o022, 0o644), (0o002, 0o664)])
+def test_script_output_mode_follows_the_umask(
+    small_root, monkeypatch, capsys, umask, mode, mask, expected
+):
+    umask(mask)
+    assert _script_main(monkeypatch, mode) == 0, capsys.readouterr().err
+    assert _mode(small_root / "predictions_kaggle.csv") == expected
