@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 
 import pytest
 
 from tpu_tiles_models import install as inst
+from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.install import InstallError
 
 UPSTREAM_MODELS = b"# upstream models.py\nclass EarlyJoinSAGE: ...\n"
@@ -159,3 +162,38 @@ def test_uninstall_without_install(checkout):
 
 def test_default_source_dir_is_the_repo_root():
     assert (inst.default_source_dir() / "tpu_tiles_models" / "install.py").is_file()
+
+
+def test_install_error_is_a_user_error():
+    assert issubclass(InstallError, UserError) and issubclass(InstallError, RuntimeError)
+
+
+@pytest.fixture
+def umask():
+    """Sets the process umask for one test, restoring the old one after."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+@pytest.mark.parametrize("mask, plain, executable", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775)])
+def test_copies_get_modes_as_cp_would(checkout, source, umask, mask, plain, executable):
+    """New files: the source's bits less the umask; replaced files keep their own mode."""
+    umask(mask)
+    (source / "create_kaggle_csv.py").chmod(0o666)
+    (source / "tiles_gen_predictions_csv.py").chmod(0o777)
+    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    models.chmod(0o640)
+    inst.install(checkout, source_dir=source)
+    backup = checkout / inst.BACKUP_DIR
+    assert _mode(checkout / "create_kaggle_csv.py") == plain
+    assert _mode(checkout / "tiles_gen_predictions_csv.py") == executable
+    assert _mode(backup / inst.MANIFEST) == plain
+    assert _mode(backup / "tpu_graphs/baselines/tiles/models.py") == 0o640 & ~mask
+    assert _mode(models) == 0o640  # Replaced in place: upstream's mode is kept.
+    inst.uninstall(checkout)
+    assert models.read_bytes() == UPSTREAM_MODELS and _mode(models) == 0o640

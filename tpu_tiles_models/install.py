@@ -14,10 +14,12 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 from pathlib import Path
-from typing import Optional, Union
+from typing import Union
 
 from tpu_tiles_models import files
+from tpu_tiles_models.errors import UserError
 
 # Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
 DROPIN = {
@@ -35,7 +37,7 @@ MODIFIED_SUFFIX = ".modified"
 PathLike = Union[str, "os.PathLike[str]"]
 
 
-class InstallError(RuntimeError):
+class InstallError(UserError, RuntimeError):
     """Installing or uninstalling cannot proceed; the message is one line with the fix."""
 
 
@@ -63,10 +65,14 @@ def _sha256(path: Path) -> str:
 
 
 def _copy_atomic(src: Path, dst: Path) -> None:
-    """Copies ``src`` over ``dst`` via a temp file in dst's directory, keeping src's mode."""
-    with files.atomic_path(dst) as tmp:
+    """Copies ``src`` over ``dst`` via a temp file in dst's directory, as ``cp`` would.
+
+    A new ``dst`` gets src's permission bits less the umask (an executable stays
+    executable, a group-shared checkout stays readable to the group); an existing one keeps
+    its own permissions.
+    """
+    with files.atomic_path(dst, mode=stat.S_IMODE(src.stat().st_mode) & 0o777) as tmp:
         shutil.copyfile(src, tmp)
-        shutil.copymode(src, tmp)
 
 
 def _manifest_path(root: Path) -> Path:
@@ -97,7 +103,7 @@ def _save_manifest(root: Path, installed: dict) -> None:
         tmp.write_text(text, encoding="utf-8")
 
 
-def _sources(source_dir: Optional[PathLike]) -> dict[str, Path]:
+def _sources(source_dir: PathLike | None) -> dict[str, Path]:
     """``{relpath in ROOT: our file}``; raises if any of our files is missing."""
     base = Path(source_dir) if source_dir is not None else default_source_dir()
     sources = {rel: base / name for name, rel in DROPIN.items()}
@@ -120,7 +126,7 @@ def _user_modified(root: Path, manifest: dict) -> list[str]:
 
 
 def install(
-    root: PathLike, *, force: bool = False, source_dir: Optional[PathLike] = None
+    root: PathLike, *, force: bool = False, source_dir: PathLike | None = None
 ) -> list[str]:
     """Copies our drop-in files into the tpu_graphs checkout ``root``.
 
