@@ -19,8 +19,9 @@ import os
 import sys
 from pathlib import Path
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow: no start-up noise
 
+EXIT_USER_ERROR = 2  # like argparse and `tpu-tiles`
 PROG = "tiles_gen_predictions_csv.py"
 UPSTREAM_MODELS = Path("tpu_graphs", "baselines", "tiles", "models.py")
 INSTALL_HINT = (
@@ -42,7 +43,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--top_k", type=int, default=5, help="configs listed per kernel")
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    if args.top_k < 1:
+    if args.top_k < 1:  # before TensorFlow loads
         parser.error(f"--top_k must be at least 1, got {args.top_k}")
     return args
 
@@ -81,18 +82,15 @@ def run(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        import tpu_tiles_models  # noqa: F401  (checked before TensorFlow is loaded)
+        from tpu_tiles_models.errors import UserError
     except ImportError:
         print(INSTALL_HINT, file=sys.stderr)
-        return 1
-    from tpu_tiles_models import data, export, kaggle
-
+        return EXIT_USER_ERROR
     try:
         print(run(args))
-    # User errors: the package's (ExportError, DataError, KaggleError) and missing files.
-    except (export.ExportError, data.DataError, kaggle.KaggleError, ValueError, OSError) as e:
-        print(f"{PROG}: error: {e}", file=sys.stderr)
-        return 1
+    except UserError as e:
+        print(f"{PROG}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_USER_ERROR
     return 0
 
 

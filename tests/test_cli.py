@@ -47,5 +47,5 @@ def test_kaggle_without_sample_says_where_to_get_it(tmp_path, capsys):
     code = cli.main(["kaggle", "--sample", str(sample), "--inputcsv", str(predictions),
                      "--out", str(out)])  # fmt: skip
     err = capsys.readouterr().err.strip()
-    assert code == 1 and len(err.splitlines()) == 1 and "sample_submission.csv" in err
+    assert code == 2 and len(err.splitlines()) == 1 and "sample_submission.csv" in err
     assert not out.exists()

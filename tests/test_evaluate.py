@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import data, evaluate, export, metrics, predict, train
+from tpu_tiles_models import data, evaluate, export, metrics, scoring, train
 
 TINY_ID = "tiny_bench_0000"  # benchmark "tiny_bench": one valid kernel with < 5 configs
 MODELS = (
@@ -69,12 +69,12 @@ def result(trained, eval_root) -> dict:
     return evaluate.evaluate_dirs(dirs, eval_root, progress=False)
 
 
-def _direct_scores(r: train.TrainResult, root: Path) -> list[predict.Scored]:
+def _direct_scores(r: train.TrainResult, root: Path) -> list[scoring.Scored]:
     """The in-memory trained model scored on the valid split with its stored statistics."""
     run = json.loads(gzip.decompress(r.run_file.read_bytes()))
     stats = data.FeatureStats.from_json(run[export.EXTRAS_KEY]["feature_stats"])
     ds = data.load_dataset(root, splits=("valid",), stats=stats, progress=False)
-    return predict.score_split(r.model, ds.valid, stats, progress=False)
+    return scoring.score_split(r.model, ds.valid, stats, progress=False)
 
 
 def test_overall_and_benchmarks_match_direct_recomputation(trained, eval_root, result):

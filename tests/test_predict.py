@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import data, export, kaggle, train
+from tpu_tiles_models import data, export, kaggle, train, train_args
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tiles_gen_predictions_csv.py"
@@ -163,7 +163,7 @@ def _copy_model(result: train.TrainResult, out_dir: Path, **arg_changes) -> Path
     run_info = _run_info(result)
     run_info["args"].update(arg_changes)
     out_dir.mkdir()
-    model_dir = out_dir / f"model_{export.args_hash(run_info['args'])}"
+    model_dir = out_dir / f"model_{train_args.args_hash(run_info['args'])}"
     shutil.copytree(result.model_dir, model_dir)
     export.write_run(out_dir, run_info["args"], run_info)
     return model_dir
@@ -171,7 +171,7 @@ def _copy_model(result: train.TrainResult, out_dir: Path, **arg_changes) -> Path
 
 def _one_line_error(capsys_result: tuple[int, str, str]) -> str:
     code, _, stderr = capsys_result
-    assert code == 1
+    assert code == 2
     assert stderr.startswith("tiles_gen_predictions_csv.py: error: ")
     assert stderr.count("\n") == 1
     return stderr
@@ -284,7 +284,7 @@ def test_script_uses_the_checkouts_models_py(trained, data_root, fake_upstream):
         f"--data_root={data_root}",
         "--cache_dir=",
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert (
         proc.stderr.strip()
         .splitlines()[-1]
@@ -319,7 +319,7 @@ def test_script_without_the_package(tmp_path):
     copy = tmp_path / SCRIPT.name
     shutil.copy(SCRIPT, copy)
     proc = _run_script(copy, tmp_path, "--dir", "model_x", python_flags=("-S",))
-    assert proc.returncode == 1
+    assert proc.returncode == 2
     assert proc.stderr.count("\n") == 1
     assert "tpu_tiles_models package is not installed" in proc.stderr
     assert "pip install" in proc.stderr and "tpu-tiles-models" in proc.stderr

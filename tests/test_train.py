@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tpu_tiles_models import cli, export, train
+from tpu_tiles_models import cli, export, train, train_args
 
 FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0", "--no_progress"]
 TINY = ["--model", "ResidualSAGE", "--model_kwargs_json", '{"hidden_dim": 8, "num_layers": 1}']
@@ -30,7 +30,7 @@ def _run_info(result) -> dict:
 def test_artifacts_have_upstream_names_and_hash(run):
     info = _run_info(run)
     args = info["args"]
-    assert list(args) == list(export.ARG_FIELDS)  # exactly upstream's TrainArgs fields
+    assert list(args) == list(train_args.UPSTREAM_FIELDS)  # exactly upstream's TrainArgs fields
     expected = hashlib.md5(json.dumps(args, sort_keys=True).encode()).hexdigest()
     assert run.model_dir.name == f"model_{expected}"
     assert run.run_file.name == f"run_{expected}.jsonz"
@@ -103,11 +103,11 @@ def test_bad_flags_give_one_line(argv, message, synth_root, tmp_path, capsys):
     code = cli.main(["train", *argv, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "",
                      "--out_dir", str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err.strip()
-    assert code == 1 and message in err and len(err.splitlines()) == 1
+    assert code == 2 and message in err and len(err.splitlines()) == 1
 
 
 def test_missing_data_dir_gives_one_line(tmp_path, capsys):
     code = cli.main(["train", "--model", "MLP", "--data_root", str(tmp_path / "none"),
                      "--cache_dir", "", "--out_dir", str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err.strip()
-    assert code == 1 and str(tmp_path / "none") in err and len(err.splitlines()) == 1
+    assert code == 2 and str(tmp_path / "none") in err and len(err.splitlines()) == 1

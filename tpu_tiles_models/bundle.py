@@ -13,19 +13,20 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import data, export, files, predict, registry
+from tpu_tiles_models import files, registry, scoring
+from tpu_tiles_models.errors import UserError
+from tpu_tiles_models.runs import TrainedRun
 
 MODELS_FILE = "models.py"
 TOP_K = 5  # the course's prediction script keeps this many indices per kernel
 PASS, FAIL, SKIP = "pass", "FAIL", "skip"
 
 
-class BundleError(RuntimeError):
+class BundleError(UserError, RuntimeError):
     """A bundle that cannot be made or did not pass its check; one line with the reason."""
 
 
@@ -76,17 +77,13 @@ def make_bundle(
     Refuses (BundleError / export.ExportError) a model without its matching run file, a
     models.py lacking the run's class, and an `out_dir` that already holds another model.
     """
-    model_dir = Path(os.path.expanduser(os.fspath(model_dir))).resolve()
     out = Path(os.path.expanduser(os.fspath(out_dir))).resolve()
-    if not (model_dir / "saved_model.pb").is_file():
-        raise BundleError(f"{model_dir}: not a SavedModel directory; pass --dir model_<hash>")
-    run_info = export.read_run(model_dir)  # missing or foreign run file: ExportError
-    run_file = export.run_file_for(model_dir)
     source = _models_source(models_path)
     # An upstream root is loaded as a root, so that its models.py's own imports resolve.
-    loadable = Path(os.path.expanduser(os.fspath(models_path))) if models_path else source
+    run = TrainedRun.open(model_dir, models_path=models_path or source)
+    model_dir, run_file = run.model_dir, run.run_file
     try:
-        registry.model_class(run_info["args"]["model"], registry.load_models_module(loadable))
+        run.model_class()
     except (ValueError, ImportError, SyntaxError) as e:
         raise BundleError(f"{source} cannot rebuild this model: {e}") from None
     if out == model_dir.parent:
@@ -190,15 +187,6 @@ def _attempt(report: CheckReport, name: str, fn: Callable, ok: Callable[..., str
     return result
 
 
-def _test_data(
-    run_info: dict, data_root: str, cache_dir: str | None, progress: bool
-) -> tuple[data.Split, data.FeatureStats, str]:
-    """The test split and the statistics the model was trained with (stored, else refit)."""
-    dataset, source = predict.trained_data(run_info, data_root, cache_dir=cache_dir,
-                                           progress=progress)  # fmt: skip
-    return dataset.test, dataset.stats, source
-
-
 def kernel_match(stored: list[int], scores: np.ndarray) -> str:
     """`exact`, `tie` or `differ`: stored top-5 of one kernel against fresh scores.
 
@@ -207,7 +195,7 @@ def kernel_match(stored: list[int], scores: np.ndarray) -> str:
     i.e. the order changed among scores equal to float precision.
     """
     k = min(TOP_K, len(scores))
-    ours = predict.upstream_top(scores, TOP_K)[:k]
+    ours = scoring.upstream_top(scores, TOP_K)[:k]
     theirs = [int(i) for i in stored[:k]]
     if ours == theirs:
         return "exact"
@@ -217,7 +205,7 @@ def kernel_match(stored: list[int], scores: np.ndarray) -> str:
     return "tie" if np.allclose(scores[theirs], best, rtol=1e-5, atol=1e-6) else "differ"
 
 
-def _compare(stored: dict[str, list[int]], scored: list[predict.Scored]) -> tuple[bool, str]:
+def _compare(stored: dict[str, list[int]], scored: list[scoring.Scored]) -> tuple[bool, str]:
     """(all match, detail) for the test kernels against the run file's predictions."""
     outcome = {
         s.tile_id: kernel_match(stored[s.tile_id], s.scores) for s in scored if s.tile_id in stored
@@ -258,51 +246,42 @@ def check_bundle(
     model_dir = _find_files(bundle, report)
     if model_dir is None:
         return report
-    run_info = _attempt(
-        report, "hash matches", lambda: export.read_run(model_dir),
-        lambda r: f"args hash to {export.args_hash(r['args'])} = model dir and run file names",
+    run: TrainedRun | None = _attempt(
+        report, "hash matches",
+        lambda: TrainedRun.open(model_dir, models_path=bundle / MODELS_FILE),
+        lambda r: f"args hash to {r.model_dir.name[len('model_'):]} = model dir and run file names",
     )  # fmt: skip
-    if run_info is None:
+    if run is None:
         return report
-    args = run_info["args"]
-    module: ModuleType | None = _attempt(
-        report, "class found", lambda: _import_class(bundle / MODELS_FILE, args["model"]),
-        lambda m: f"{args['model']} in {MODELS_FILE}, kwargs {args['model_kwargs_json']}",
+    args = run.args
+    cls = _attempt(
+        report, "class found", run.model_class,
+        lambda c: f"{args['model']} in {MODELS_FILE}, kwargs {args['model_kwargs_json']}",
     )  # fmt: skip
-    if module is None:
+    if cls is None:
         return report
     saved = _attempt(
-        report, "saved model loads", lambda: export.load_saved_model(model_dir),
+        report, "saved model loads", lambda: run.saved_model,
         lambda s: f"{len(s.trainable_variables)} trainable variables",
     )  # fmt: skip
     if saved is None:
         return report
-    split, stats, where = _test_data(run_info, root, cache, progress)
+    dataset = run.dataset(root, split="test", cache_dir=cache, progress=progress)
+    where = "stats from run file" if run.stats is not None else "stats refitted from train"
     model = _attempt(
-        report, "variables copy",
-        lambda: export.rebuild(
-            model_dir, run_info, data.kernel_graph(split, 0, stats), num_ops=stats.num_ops,
-            module=module, saved=saved,
-        ),
+        report, "variables copy", lambda: run.build(dataset.test, dataset.stats),
         lambda m: f"{len(m.trainable_variables)} variables, count and shapes equal ({where})",
     )  # fmt: skip
     if model is None:
         return report
-    stored = run_info.get("test_predictions")
+    stored = run.info.get("test_predictions")
     if not stored:
         report.add(
             "predictions match", SKIP,
             "run file has no test_predictions (trained with --test_mode metrics)",
         )  # fmt: skip
         return report
-    scored = predict.score_split(model, split, stats, progress=progress, desc="test")
+    scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
     ok, detail = _compare(stored, scored)
     report.add("predictions match", PASS if ok else FAIL, detail)
     return report
-
-
-def _import_class(path: Path, name: str) -> ModuleType:
-    """Imports the bundle's models.py and checks it defines class `name`; returns the module."""
-    module = registry.load_models_module(path)
-    registry.model_class(name, module)
-    return module

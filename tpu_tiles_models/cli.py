@@ -1,4 +1,9 @@
-"""`tpu-tiles`: the command line of the package. Each subcommand is a thin front end."""
+"""`tpu-tiles`: the command line of the package. Each subcommand is a thin front end.
+
+Anything a user can cause ends in one line, `tpu-tiles <cmd>: error: <message>`, and exit
+status 2 (`errors.UserError`); any other exception is our bug and keeps its traceback.
+Ctrl-C stops at the next safe point, removes what the run had started and exits 130.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +12,15 @@ import os
 import sys
 from typing import Callable
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+# Before anything imports TensorFlow: its C++ start-up logging (CUDA plugin registration,
+# oneDNN, TensorRT) would otherwise come before our own output. A user's setting wins.
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-# Errors we turn into one line and exit code 1; anything else is a bug and keeps its traceback.
-_USER_ERRORS = (ValueError, FileNotFoundError, FileExistsError, RuntimeError, KeyError)
+from tpu_tiles_models import interrupts  # noqa: E402  (after the logging setting)
+from tpu_tiles_models.errors import UserError  # noqa: E402
+
+EXIT_USER_ERROR = 2
+EXIT_INTERRUPTED = 130
 
 
 def _synth(a: argparse.Namespace) -> None:
@@ -26,7 +36,7 @@ def _synth(a: argparse.Namespace) -> None:
 def _train(a: argparse.Namespace) -> None:
     from tpu_tiles_models import train
 
-    train.train(a)
+    train.main(a.extra)
 
 
 def _predict(a: argparse.Namespace) -> None:
@@ -34,7 +44,7 @@ def _predict(a: argparse.Namespace) -> None:
 
     path, rows = predict.predict_to_csv(
         a.dir, a.data_root, a.out, top_k=a.top_k, cache_dir=a.cache_dir or None,
-        models_path=a.models,
+        models_path=a.models, progress=not a.no_progress,
     )  # fmt: skip
     print(f"wrote {path} ({rows} kernels)")
 
@@ -61,8 +71,9 @@ def _evaluate(a: argparse.Namespace) -> None:
     from tpu_tiles_models import evaluate
 
     result = evaluate.evaluate_dirs(
-        a.dirs, a.data_root, cache_dir=a.cache_dir or None, models_path=a.models
-    )
+        a.dirs, a.data_root, cache_dir=a.cache_dir or None, models_path=a.models,
+        progress=not a.no_progress,
+    )  # fmt: skip
     print(evaluate.format_table(result))
     if a.json:
         print(f"wrote {evaluate.write_json(result, a.json)}")
@@ -80,7 +91,9 @@ def _bundle(a: argparse.Namespace) -> None:
 def _check(a: argparse.Namespace) -> None:
     from tpu_tiles_models import bundle
 
-    report = bundle.check_bundle(a.dir, a.data_root, cache_dir=a.cache_dir or None)
+    report = bundle.check_bundle(
+        a.dir, a.data_root, cache_dir=a.cache_dir or None, progress=not a.no_progress
+    )
     print(report.table())
     report.raise_for_failure()
 
@@ -100,18 +113,23 @@ def _models(a: argparse.Namespace) -> None:
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--data_root", default="~/data/tpugraphs/npz/tile/xla")
     p.add_argument("--cache_dir", default="", help="cache of loaded arrays (default none)")
+    p.add_argument("--no_progress", action="store_true", help="no progress bars")
+
+
+# Commands whose flags are upstream's absl flags: argparse hands them everything after the
+# command name, and `TrainArgs.from_argv` parses it with absl's rules.
+_ABSL_COMMANDS = ("train",)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from tpu_tiles_models import train
+    """The `tpu-tiles` parser; importing it loads no TensorFlow."""
+    from tpu_tiles_models import demo
 
-    parser = argparse.ArgumentParser(prog="tpu-tiles", description=__doc__)
+    parser = argparse.ArgumentParser(prog="tpu-tiles", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    commands: dict[str, Callable] = {}
 
-    def command(name: str, fn: Callable, help: str) -> argparse.ArgumentParser:
-        commands[name] = fn
-        p = sub.add_parser(name, help=help, description=help)
+    def command(name: str, fn: Callable, help: str, **kw) -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=help, description=help, **kw)
         p.set_defaults(fn=fn)
         return p
 
@@ -125,8 +143,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cost_model", default="roofline", help="roofline or alt")
     p.add_argument("--test_ids_from", default=None, help="sample_submission.csv for test ids")
 
-    p = command("train", _train, "train a model; writes upstream's artifacts")
-    train.add_flags(p)
+    command(
+        "train", _train, "train a model; writes upstream's artifacts (--help lists the flags)",
+        add_help=False,
+    )  # fmt: skip
 
     p = command("predict", _predict, "rank the test split: predictions_model_output.csv")
     p.add_argument("--dir", required=True, help="a model_<hash> directory")
@@ -162,8 +182,6 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p)
 
     p = command("demo", _demo, "the whole journey on synthetic data, in a few minutes")
-    from tpu_tiles_models import demo
-
     demo.add_flags(p)
 
     command("models", _models, "list the model classes")
@@ -171,15 +189,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, extra = parser.parse_known_args(argv)
+    if extra and args.command not in _ABSL_COMMANDS:
+        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    args.extra = extra
     try:
-        args.fn(args)
+        with interrupts.deferred():
+            args.fn(args)
     except KeyboardInterrupt:
-        print("interrupted; nothing half-written was left behind", file=sys.stderr)
-        return 130
-    except _USER_ERRORS as e:
-        print(f"tpu-tiles {args.command}: error: {e}", file=sys.stderr)
-        return 1
+        print(
+            f"tpu-tiles {args.command}: interrupted; removed what this run had started",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    except UserError as e:
+        print(f"tpu-tiles {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_USER_ERROR
     return 0
 
 

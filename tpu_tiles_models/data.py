@@ -43,7 +43,8 @@ import tensorflow as tf
 import tensorflow_gnn as tfgnn
 import tqdm
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, interrupts
+from tpu_tiles_models.errors import UserError
 
 SPLITS = ("train", "valid", "test")
 NODE_FEAT_DIM = 140
@@ -62,7 +63,7 @@ _CACHE_VERSION = 1
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
 
 
-class DataError(ValueError):
+class DataError(UserError, ValueError):
     """A data file or directory is unusable; the message is one line naming it and the fix."""
 
 
@@ -137,7 +138,7 @@ def _read_npz(path: str) -> dict[str, np.ndarray]:
 
 
 def _fail(path: str, what: str) -> DataError:
-    return DataError(f"{path}: {what}; re-download the file or delete it (or pass --skip_bad)")
+    return DataError(f"{path}: {what}; re-download the file or delete it")
 
 
 def _check_kind(path: str, arrays: dict[str, np.ndarray], key: str, kinds: str) -> None:
@@ -158,8 +159,9 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
     """Raises `DataError` (one line naming `path`) unless `arrays` is a usable kernel.
 
     Checks keys, dtypes, shapes and their agreement, opcode and edge ranges, finite features,
-    the number of configs (>= 2 on train, >= 1 elsewhere) and runtimes (> 0 on train and
-    valid; >= 0 on test, whose runtimes are all zero).
+    that there is at least one config, and runtimes (> 0 on train and valid; >= 0 on test,
+    whose runtimes are all zero). A train kernel with a single config is valid but cannot be
+    ranked: `load_split` leaves it out with a warning, as upstream does.
     """
     missing = [key for key in REQUIRED_KEYS if key not in arrays]
     if missing:
@@ -197,9 +199,8 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
         if not np.isfinite(arrays[key]).all():
             raise _fail(path, f"{key} has NaN or infinite values")
 
-    need = 2 if split == "train" else 1
-    if c < need:
-        raise _fail(path, f"has {c} config(s); the {split} split needs at least {need}")
+    if c < 1:
+        raise _fail(path, "has no configs")
     for key in ("config_runtime", "config_runtime_normalizers"):
         values = arrays[key]
         if not np.isfinite(values).all() or values.min() < 0:
@@ -335,6 +336,17 @@ def _warn_skipped(split: str, skipped: list[str]) -> None:
         warnings.warn(f"skipped {len(skipped)} bad file(s) in {split}: {shown}{more}", stacklevel=3)
 
 
+def _warn_single_config(split: str, paths: list[str]) -> None:
+    if split == "train" and paths:
+        shown = ", ".join(tile_id_of(p) for p in paths[:_SHOWN_NAMES])
+        more = f" and {len(paths) - _SHOWN_NAMES} more" if len(paths) > _SHOWN_NAMES else ""
+        warnings.warn(
+            f"train: left out {len(paths)} kernel(s) with a single config ({shown}{more}); "
+            "a ranking needs two",
+            stacklevel=3,
+        )
+
+
 def load_split(
     root: str | os.PathLike,
     split: str,
@@ -370,27 +382,32 @@ def load_split(
         done = concurrent.futures.as_completed(futures)
         if progress:
             done = tqdm.tqdm(done, total=len(files), desc=f"loading {split}", unit="file")
-        for future in done:
-            i = futures[future]
-            try:
-                results[i] = _check_members(files[i], future.result(), split)
-            except DataError as err:
-                if not skip_bad:
-                    for other in futures:
-                        other.cancel()
-                    raise
-                errors[i] = str(err)
+        try:
+            for future in done:
+                interrupts.check()
+                i = futures[future]
+                try:
+                    results[i] = _check_members(files[i], future.result(), split)
+                except DataError as err:
+                    if not skip_bad:
+                        # Only training may leave kernels out: every test kernel needs a row.
+                        hint = "" if split == "test" else " (or train with --skip_bad)"
+                        raise DataError(f"{err}{hint}") from None
+                    errors[i] = str(err)
+        except BaseException:
+            pool.shutdown(wait=False, cancel_futures=True)  # do not read the rest first
+            raise
 
     skipped = [errors[i] for i in sorted(errors)]
     if len(skipped) == len(files):
         raise DataError(f"{os.path.dirname(files[0])}: every file is bad, e.g. {skipped[0]}")
-    kept = [
-        i
-        for i, arrays in enumerate(results)
-        if arrays is not None and len(arrays["config_runtime"]) >= min_configs
-    ]
+    loaded = [i for i, arrays in enumerate(results) if arrays is not None]
+    # A single config cannot be ranked; upstream leaves such train kernels out too.
+    fewest = max(min_configs, 2) if split == "train" else min_configs
+    kept = [i for i in loaded if len(results[i]["config_runtime"]) >= fewest]
     out = _concat(split, [files[i] for i in kept], [results[i] for i in kept])
     _warn_skipped(split, skipped)
+    _warn_single_config(split, [files[i] for i in loaded if len(results[i]["config_runtime"]) < 2])
     if cache is not None:
         _save_cache(cache, out, skipped)
     return out
@@ -869,7 +886,7 @@ def training_batches(
     if usable < batch_size:
         raise DataError(
             f"{split.name}: only {usable} kernel(s) have >= {num_configs} configs, fewer than "
-            f"batch_size={batch_size}; lower --configs or --batch_size"
+            f"--batch={batch_size}; lower --configs or --batch"
         )
     ds = _batches_dataset(
         split,

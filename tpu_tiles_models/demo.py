@@ -11,14 +11,13 @@ import argparse
 import time
 from pathlib import Path
 
-from tpu_tiles_models import evaluate, export, kaggle, predict, synthetic, train
+from tpu_tiles_models.train_args import TrainArgs
 
 DEMO_MODELS = ("ResidualSAGE", "EarlyJoinSAGE")
 # Both models train with the flags we recommend for ResidualSAGE (see registry.MODELS): more
 # configs per kernel and a loss that ranks from the fastest config give far more signal per
 # step than upstream's defaults, which matters in a short demo.
-DEMO_FLAGS = ("--configs", "32", "--batch", "8", "--lr", "2e-3",
-              "--losses", "FastFirstListMLE:1,MSE:0.02")  # fmt: skip
+DEMO_ARGS = TrainArgs(configs=32, batch=8, lr=2e-3, losses="FastFirstListMLE:1,MSE:0.02")
 LAYOUT_ROWS = 3  # the synthetic sample keeps a few layout rows, as the real one has 50
 
 
@@ -34,6 +33,8 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 def _write_sample(path: Path, test_dir: Path) -> None:
     """A sample_submission.csv for the synthetic test ids, shaped like the real one."""
+    from tpu_tiles_models import kaggle
+
     ids = sorted(p.stem for p in test_dir.glob("*.npz"))
     rows = [f"{kaggle.TILE_PREFIX}{i},0;1;2;3;4" for i in ids]
     rows += [f"layout:xla:default:demo{i},0;1;2" for i in range(LAYOUT_ROWS)]
@@ -41,6 +42,8 @@ def _write_sample(path: Path, test_dir: Path) -> None:
 
 
 def run(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import evaluate, export, kaggle, predict, synthetic, train
+
     start = time.perf_counter()
     out = Path(a.out).resolve()
     data_root, models_dir = out / "data", out / "models"
@@ -53,11 +56,12 @@ def run(a: argparse.Namespace) -> None:
     model_dirs = {}
     for name in DEMO_MODELS:
         print(f"\n== training {name}")
-        result = train.main([
-            "--model", name, "--data_root", str(data_root), "--cache_dir", "",
-            "--out_dir", str(models_dir), "--epochs", str(a.epochs), "--early_stop", "0",
-            "--results_csv", str(models_dir / f"results_{name}.csv"), *DEMO_FLAGS,
-        ] + ([] if progress else ["--no_progress"]))  # fmt: skip
+        args = DEMO_ARGS.replace(
+            model=name, data_root=str(data_root), cache_dir="", out_dir=str(models_dir),
+            epochs=a.epochs, early_stop=0, results_csv=str(models_dir / f"results_{name}.csv"),
+            no_progress=not progress,
+        )  # fmt: skip
+        result = train.train(args)
         model_dirs[name] = result.model_dir
 
     print("\n== evaluating on the validation split")

@@ -2,9 +2,9 @@
 
 Upstream's `tiles_evaluate.py` reloads each model by the course procedure and averages the
 top-1 and top-5 errors of every validation kernel per benchmark, one eager `forward` per
-kernel. We do the same reload (`export.rebuild`), score with the compiled `predict.score_split`
-(one trace per model for all kernel sizes), read the validation split once for all models, and
-report top-1/5/10 error and `1 - top-5 error` per benchmark and over all kernels.
+kernel. We do the same reload (`runs.TrainedRun`), score with the compiled `scoring.score_split`
+(one trace per model for all kernel sizes), and report top-1/5/10 error and `1 - top-5 error`
+per benchmark and over all kernels.
 
 The benchmark of a tile id is the id without its last `_part`, as upstream groups them.
 """
@@ -20,13 +20,15 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import files, metrics, predict
+from tpu_tiles_models import files, metrics, scoring
+from tpu_tiles_models.errors import UserError
+from tpu_tiles_models.runs import TrainedRun
 
 OVERALL = "overall"
 _COLUMNS = ("top1", "top5", "top10", "score")
 
 
-class EvaluateError(ValueError):
+class EvaluateError(UserError, ValueError):
     """Nothing to evaluate, or an output that cannot be written; one line with the fix."""
 
 
@@ -48,7 +50,10 @@ def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
         if path.is_dir() and not (path / "saved_model.pb").is_file():
             children = sorted(p for p in path.glob("model_*") if p.is_dir())
             if not children:
-                raise EvaluateError(f"{path}: no model_<hash> directories in it; pass --dirs")
+                raise EvaluateError(
+                    f"{path}: no model_<hash> directories in it; pass --dirs model_<h>[,...] "
+                    "or a training --out_dir"
+                )
             found.extend(children)
         else:
             found.append(path)
@@ -66,7 +71,7 @@ def _errors_row(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     return row
 
 
-def summarize(scored: list[predict.Scored]) -> dict[str, dict[str, Any]]:
+def summarize(scored: list[scoring.Scored]) -> dict[str, dict[str, Any]]:
     """Per-benchmark rows (sorted by name) and the `overall` row, a mean over all kernels."""
     groups: dict[str, list] = defaultdict(list)
     for s in scored:
@@ -97,21 +102,19 @@ def evaluate_dirs(
     for i, model_dir in enumerate(
         tqdm.tqdm(model_dirs, desc="models", disable=not progress or len(model_dirs) < 2), 1
     ):
-        model, dataset, run_info = predict.load_for_prediction(
-            model_dir, root, split="valid", cache_dir=cache, models_path=models_path,
-            progress=progress,
-        )  # fmt: skip
-        scored = predict.score_split(
+        run = TrainedRun.open(model_dir, models_path=models_path)
+        model, dataset = run.load(root, split="valid", cache_dir=cache, progress=progress)
+        scored = scoring.score_split(
             model, dataset.valid, dataset.stats, progress=progress, desc=f"[{i}] valid"
         )
-        args = run_info["args"]
+        args = run.args
         models.append(
             {
                 "dir": str(model_dir),
                 "label": f"[{i}] {args['model']}",
                 "model": args["model"],
                 "model_kwargs_json": args["model_kwargs_json"],
-                "run_val_errors": run_info.get("final_error", {}).get("val"),
+                "run_val_errors": run.val_errors or None,
                 "rows": summarize(scored),
             }
         )

@@ -1,64 +1,37 @@
-"""Upstream's training artifacts: `model_<hash>/`, `run_<hash>.jsonz`, and reloading them.
+"""Writing upstream's training artifacts: `model_<hash>/` and `run_<hash>.jsonz`.
 
 `tiles_train.py` writes a Keras-2 SavedModel `model_<h>` and a gzip JSON `run_<h>.jsonz`
-whose `h` is the md5 of the sorted-key JSON of its 15 argument fields. The course script
-reloads by `load_model`, rebuilding the class from `args`, one `forward` to create its
-variables, and a pairwise in-order copy of `trainable_variables`. We write and read exactly
-that, and put our own extras under one extra key, `tpu_tiles`, never touching upstream's.
+whose `h` is the md5 of the sorted-key JSON of its 15 argument fields (`train_args.args_hash`).
+We write exactly that, and put our own extras under one extra key, `tpu_tiles`, never touching
+upstream's. Reading them back is `runs.TrainedRun`'s job; the low-level readers live here,
+beside the writers they mirror.
 """
 
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import shutil
+import zlib
 from pathlib import Path
-from types import ModuleType
 from typing import Any, Mapping
 
 import tensorflow as tf
-import tensorflow_gnn as tfgnn
 
-from tpu_tiles_models import files, registry
+from tpu_tiles_models import files
+from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.losses import CombinedLoss
+from tpu_tiles_models.train_args import args_hash
 
-# The fields of upstream's `TrainArgs`, which its hash covers (and nothing else).
-ARG_FIELDS = (
-    "epochs",
-    "eval_every",
-    "batch_size",
-    "configs",
-    "early_stop",
-    "losses",
-    "learning_rate",
-    "clip_norm",
-    "model",
-    "model_kwargs_json",
-    "test_mode",
-    "out_dir",
-    "results_csv",
-    "validate_batches",
-    "run_id",
-)
 EXTRAS_KEY = "tpu_tiles"
 
 
-class ExportError(RuntimeError):
+class ExportError(UserError, RuntimeError):
     """A model directory or run file that cannot be used; the message says why and the fix."""
 
 
 class ShapeMismatch(ExportError):
     """Saved and rebuilt variables differ in shape: usually other feature widths (data)."""
-
-
-def args_hash(args: Mapping[str, Any]) -> str:
-    """Upstream's `TrainArgs.compute_hash`: md5 of `json.dumps(args, sort_keys=True)`."""
-    missing = [f for f in ARG_FIELDS if f not in args]
-    if missing:
-        raise ValueError(f"args lack upstream fields: {', '.join(missing)}")
-    fields = {f: args[f] for f in ARG_FIELDS}
-    return hashlib.md5(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 def run_file_for(model_dir: str | Path) -> Path:
@@ -78,7 +51,11 @@ def write_run(out_dir: str | Path, args: Mapping[str, Any], run_info: Mapping) -
 
 
 def read_run(model_dir: str | Path) -> dict:
-    """Reads the `run_<h>.jsonz` beside `model_dir`, checking that it belongs to it."""
+    """Reads the `run_<h>.jsonz` beside `model_dir`, checking that it belongs to it.
+
+    Raises:
+      ExportError: missing, truncated or corrupt run file, or one of another model.
+    """
     run_file = run_file_for(model_dir)
     if not run_file.is_file():
         raise ExportError(
@@ -88,8 +65,12 @@ def read_run(model_dir: str | Path) -> dict:
     try:
         run_info = json.loads(gzip.decompress(run_file.read_bytes()))
         expected = args_hash(run_info["args"])
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ExportError(f"{run_file}: not a readable run file ({e})") from None
+    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+        raise ExportError(
+            f"{run_file}: not a readable run file ({reason}); it is truncated or corrupt, "
+            "copy it again from the training --out_dir"
+        ) from None
     if run_file.name != f"run_{expected}.jsonz":
         raise ExportError(
             f"{run_file}: its args hash to {expected}, not to this name; it belongs to another "
@@ -146,26 +127,3 @@ def copy_variables(target: tf.keras.Model, source: tf.keras.Model, *, origin: st
             )
     for t, s in zip(tv, sv):
         t.assign(s)
-
-
-def rebuild(
-    model_dir: str | Path,
-    run_info: Mapping,
-    sample_graph: tfgnn.GraphTensor,
-    *,
-    num_ops: int,
-    module: ModuleType | None = None,
-    saved: tf.keras.Model | None = None,
-) -> tf.keras.Model:
-    """The course procedure: fresh class from `args`, one `forward`, in-order variable copy.
-
-    `sample_graph` is one kernel with all its configs, preprocessed like the training data.
-    `saved` skips the (slow) `load_model` when the caller has it already.
-    """
-    args = run_info["args"]
-    model = registry.build_model(
-        args["model"], args["configs"], num_ops, args["model_kwargs_json"], module
-    )
-    model.forward(sample_graph, int(sample_graph.node_sets["config"].sizes[0]))
-    copy_variables(model, saved or load_saved_model(model_dir), origin=str(model_dir))
-    return model

@@ -13,7 +13,8 @@ from typing import Callable
 import tensorflow as tf
 import tensorflow_ranking as tfr
 
-DEFAULT_LOSSES = "ListMLELoss:1,MSE:0.02"
+from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models.train_args import DEFAULT_LOSSES
 
 
 def _list_mle() -> tf.keras.losses.Loss:
@@ -67,19 +68,19 @@ def parse_losses(spec: str) -> list[tuple[float, tf.keras.losses.Loss]]:
     """Parses upstream's `--losses` string, e.g. `"ListMLELoss:1,MSE:0.02"`.
 
     Raises:
-      ValueError: naming the bad item and the known loss names.
+      FlagError: naming the bad item and the known loss names.
     """
     weighted = []
     for item in spec.split(","):
         name, _, weight = item.strip().partition(":")
         if name not in LOSSES:
-            raise ValueError(
+            raise FlagError(
                 f"--losses: unknown loss {name!r} in {spec!r}; known: {', '.join(LOSSES)}"
             )
         try:
             weighted.append((float(weight), LOSSES[name]()))
         except ValueError:
-            raise ValueError(
+            raise FlagError(
                 f"--losses: weight of {name!r} must be a number, e.g. {name}:1 (got {item!r})"
             ) from None
     return weighted

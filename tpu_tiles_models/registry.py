@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import ModuleType
 
+from tpu_tiles_models.errors import FlagError, UserError
+
 PACKAGE_DIR = Path(__file__).resolve().parent
 UPSTREAM_MODELS = Path("tpu_graphs/baselines/tiles/models.py")
 
@@ -59,7 +61,7 @@ def dropin_file(name: str) -> Path:
     for candidate in (PACKAGE_DIR.parent / name, PACKAGE_DIR / "dropin" / name):
         if candidate.is_file():
             return candidate
-    raise FileNotFoundError(f"{name} not found beside {PACKAGE_DIR}; reinstall tpu-tiles-models")
+    raise UserError(f"{name} not found beside {PACKAGE_DIR}; reinstall tpu-tiles-models")
 
 
 def load_models_module(path: str | Path | None = None) -> ModuleType:
@@ -72,9 +74,11 @@ def load_models_module(path: str | Path | None = None) -> ModuleType:
     if path.is_dir():
         root, path = path, path / UPSTREAM_MODELS
         if not path.is_file():
-            raise FileNotFoundError(f"{path} not found: is {root} a tpu_graphs checkout?")
+            raise FlagError(f"{path} not found: is {root} a tpu_graphs checkout? (--models)")
         if str(root) not in sys.path:
             sys.path.insert(0, str(root))
+    if not path.is_file():
+        raise FlagError(f"{path}: no such models.py; pass --models <models.py or upstream root>")
     path = path.resolve()
     module_name = "tpu_tiles_models_dropin_" + str(abs(hash(str(path))))
     if module_name in sys.modules:
@@ -92,7 +96,9 @@ def model_class(name: str, module: ModuleType | None = None) -> type:
     cls = getattr(module, name, None)
     if not (isinstance(cls, type) and hasattr(cls, "forward")) or name.startswith("_"):
         known = sorted(n for n in MODELS if hasattr(module, n))
-        raise ValueError(f"unknown model {name!r} in {module.__file__}; known: {', '.join(known)}")
+        raise FlagError(
+            f"unknown model {name!r} in {module.__file__}; known: {', '.join(known)}"
+        )
     return cls
 
 
@@ -101,12 +107,12 @@ def parse_model_kwargs(text: str) -> dict:
     try:
         kwargs = json.loads(text or "{}")
     except json.JSONDecodeError as e:
-        raise ValueError(
+        raise FlagError(
             f"--model_kwargs_json is not valid JSON ({e.msg}): {text!r}; "
             "example: '{\"hidden_dim\": 64}'"
         ) from None
     if not isinstance(kwargs, dict):
-        raise ValueError(f"--model_kwargs_json must be a JSON object, got {text!r}")
+        raise FlagError(f"--model_kwargs_json must be a JSON object, got {text!r}")
     return kwargs
 
 
@@ -122,8 +128,8 @@ def build_model(
     kwargs = parse_model_kwargs(kwargs_json)
     try:
         return cls(num_configs, num_ops, **kwargs)
-    except TypeError as e:
-        raise ValueError(f"--model_kwargs_json does not fit {name}: {e}") from None
+    except (TypeError, ValueError) as e:
+        raise FlagError(f"--model_kwargs_json does not fit {name}: {e}") from None
 
 
 def describe() -> str:

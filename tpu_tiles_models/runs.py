@@ -1,0 +1,171 @@
+"""`TrainedRun`: the one way to open a trained model, ours or upstream's.
+
+A trained run is a `model_<h>/` SavedModel and the `run_<h>.jsonz` beside it. Opening one
+checks that the two belong together, reads the arguments, history and (our trainer's) feature
+statistics, and rebuilds the model by the course procedure: a fresh instance of the class named
+in the run file, one `forward` to create its variables, then a pairwise in-order copy of the
+saved trainable variables. `predict`, `evaluate`, `bundle` and `ensemble` all go through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import os
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import tensorflow as tf
+
+from tpu_tiles_models import data, export, registry
+from tpu_tiles_models.train_args import TrainArgs
+
+
+@dataclasses.dataclass
+class TrainedRun:
+    """A model directory, its run file's content, and the models.py to rebuild it from.
+
+    Build with `TrainedRun.open`. `info` is the whole run file: upstream's `args`,
+    `train_curve`, `final_error`, `test_predictions`, and our extras under `tpu_tiles`.
+    """
+
+    model_dir: Path
+    run_file: Path
+    info: dict[str, Any]
+    models_path: Path | None = None
+
+    @classmethod
+    def open(
+        cls, model_dir: str | os.PathLike, *, models_path: str | os.PathLike | None = None
+    ) -> TrainedRun:
+        """Opens `model_dir` and its run file; nothing heavy is loaded yet.
+
+        Args:
+          model_dir: a `model_<hash>` directory.
+          models_path: the models.py (or upstream checkout) holding its class; default ours.
+
+        Raises:
+          ExportError: no such directory, no SavedModel in it, or a missing, corrupt or
+            foreign run file; each in one line naming the path and the fix.
+        """
+        path = Path(os.path.expanduser(os.fspath(model_dir))).resolve()
+        if not path.is_dir():
+            raise export.ExportError(f"{path}: no such model directory; pass --dir model_<hash>")
+        if not (path / "saved_model.pb").is_file():
+            raise export.ExportError(f"{path}: no saved_model.pb; pass a model_<hash> directory")
+        info = export.read_run(path)
+        where = Path(os.path.expanduser(os.fspath(models_path))) if models_path else None
+        return cls(path, export.run_file_for(path), info, where)
+
+    # -- what the run file says ----------------------------------------------------------
+
+    @property
+    def args(self) -> dict[str, Any]:
+        """Upstream's 15 argument fields, as stored."""
+        return self.info["args"]
+
+    @property
+    def extras(self) -> dict[str, Any]:
+        """Our trainer's extras (`tpu_tiles` key); empty for upstream's runs."""
+        return self.info.get(export.EXTRAS_KEY) or {}
+
+    @property
+    def train_args(self) -> TrainArgs:
+        """All training options: ours when stored, else upstream's fields over our defaults."""
+        stored = self.extras.get("train_args")
+        return TrainArgs.from_dict(stored if stored else self.args)
+
+    @property
+    def stats(self) -> data.FeatureStats | None:
+        """The feature statistics it was trained with (our trainer stores them), else None."""
+        stored = self.extras.get("feature_stats")
+        return data.FeatureStats.from_json(stored) if stored else None
+
+    @property
+    def val_errors(self) -> dict[str, float]:
+        """Validation top-k errors written at training (`{"1": .., "5": .., "10": ..}`)."""
+        return self.info.get("final_error", {}).get("val") or {}
+
+    @functools.cached_property
+    def module(self) -> ModuleType:
+        """The models.py module its class comes from."""
+        return registry.load_models_module(self.models_path)
+
+    def model_class(self) -> type:
+        """The class named in the run file (one-line error if `module` lacks it)."""
+        return registry.model_class(self.args["model"], self.module)
+
+    # -- loading -------------------------------------------------------------------------
+
+    @functools.cached_property
+    def saved_model(self) -> tf.keras.Model:
+        """`tf.keras.models.load_model` of the directory, as the course script calls it."""
+        return export.load_saved_model(self.model_dir)
+
+    def dataset(
+        self,
+        data_root: str | os.PathLike,
+        *,
+        split: str = "test",
+        toy_data: bool = False,
+        cache_dir: str | None = None,
+        progress: bool = True,
+    ) -> data.Dataset:
+        """`split` of `data_root` under the statistics the model was trained with.
+
+        Our runs store them, so only `split` is read. For upstream's they are refitted as its
+        training did: every split, train kernels with at least `--configs` configs, the first
+        100 files of each with `toy_data`.
+        """
+        root = os.path.expanduser(os.fspath(data_root))
+        stats = self.stats
+        if stats is not None:
+            return data.load_dataset(root, splits=(split,), stats=stats, cache_dir=cache_dir,
+                                     progress=progress)  # fmt: skip
+        return data.load_dataset(root, min_train_configs=self.args["configs"], toy_data=toy_data,
+                                 cache_dir=cache_dir, progress=progress)  # fmt: skip
+
+    def build(self, sample: data.Split, stats: data.FeatureStats) -> tf.keras.Model:
+        """The course procedure: fresh class, one `forward` on kernel 0, in-order copy.
+
+        Raises:
+          ExportError: variable count differs; ShapeMismatch: a shape differs.
+        """
+        args = self.args
+        model = registry.build_model(
+            args["model"], args["configs"], stats.num_ops, args["model_kwargs_json"], self.module
+        )
+        graph = data.kernel_graph(sample, 0, stats)
+        model.forward(graph, sample.num_configs(0))
+        export.copy_variables(model, self.saved_model, origin=str(self.model_dir))
+        return model
+
+    def load(
+        self,
+        data_root: str | os.PathLike,
+        *,
+        split: str = "test",
+        cache_dir: str | None = None,
+        progress: bool = True,
+    ) -> tuple[tf.keras.Model, data.Dataset]:
+        """The rebuilt model and `split` under its statistics.
+
+        When refitted statistics give other widths than the saved model, the `--toy_data`
+        subset's statistics are tried, since training on it is the usual cause.
+        """
+        self.model_class()  # an unknown class fails before any data is read
+        errors = []
+        for toy in (False, True):
+            dataset = self.dataset(data_root, split=split, toy_data=toy, cache_dir=cache_dir,
+                                   progress=progress)  # fmt: skip
+            try:
+                return self.build(getattr(dataset, split), dataset.stats), dataset
+            except export.ShapeMismatch as e:  # other causes are not about the data
+                if self.stats is not None:
+                    raise
+                errors.append(str(e))
+        raise export.ExportError(
+            f"{errors[0]}; retrying with the --toy_data subset's statistics failed too, so the "
+            f"model was trained on other data than {data_root}"
+        )

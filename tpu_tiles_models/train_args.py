@@ -1,0 +1,260 @@
+"""`TrainArgs`: every training flag as one typed, frozen value.
+
+Built from a command line (absl's flag syntax, as upstream's `tiles_train.py` parses it: the
+course handouts write `--toy_data=True`), from a dict (a run file's `args`, a sweep's grid
+point) or in code. It produces upstream's 15-field args dict and its md5 hash, so our
+artifacts carry upstream's names. This module imports no TensorFlow: a sweep driver can build
+and hash arguments without it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import time
+from typing import Any, Mapping, Sequence
+
+from absl import flags as absl_flags
+
+from tpu_tiles_models.errors import FlagError
+
+DEFAULT_LOSSES = "ListMLELoss:1,MSE:0.02"
+
+# Upstream's `TrainArgs` fields in its order, and the name each has here (= our flag name).
+UPSTREAM_FIELDS = {
+    "epochs": "epochs",
+    "eval_every": "eval_every",
+    "batch_size": "batch",
+    "configs": "configs",
+    "early_stop": "early_stop",
+    "losses": "losses",
+    "learning_rate": "lr",
+    "clip_norm": "clip_norm",
+    "model": "model",
+    "model_kwargs_json": "model_kwargs_json",
+    "test_mode": "test_mode",
+    "out_dir": "out_dir",
+    "results_csv": "results_csv",
+    "validate_batches": "validate_batches",
+    "run_id": "run_id",
+}
+
+
+def _flag(default: Any, help: str, choices: Sequence[str] = ()) -> Any:
+    """A dataclass field that is also a flag: its help text and, for enums, its choices."""
+    return dataclasses.field(default=default, metadata={"help": help, "choices": tuple(choices)})
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainArgs:
+    """Every option of one training run; field names are the flag names.
+
+    Upstream's flags come first, with upstream's defaults, so its command lines mean the same
+    here; ours follow. Invalid values raise `FlagError` naming the flag.
+    """
+
+    # Upstream's flags (tiles_train.py / train_args.py).
+    model: str = _flag("EarlyJoinSAGE", "class name in models.py (see: tpu-tiles models)")
+    model_kwargs_json: str = _flag("{}", "JSON object of constructor kwargs")
+    epochs: int = _flag(100, "training epochs")
+    eval_every: int = _flag(5, "deprecated upstream; kept because upstream hashes it")
+    early_stop: int = _flag(20, "stop after this many epochs without gain (0: never)")
+    losses: str = _flag(DEFAULT_LOSSES, 'weighted losses, e.g. "ListMLELoss:1,MSE:0.02"')
+    lr: float = _flag(1e-3, "Adam learning rate")
+    clip_norm: float = _flag(1e-3, "gradient clipping norm")
+    configs: int = _flag(10, "configs sampled per kernel per step")
+    batch: int = _flag(10, "kernels per step")
+    validate_batches: int = _flag(-1, ">0: validate on this many batches per epoch")
+    test_mode: str = _flag(
+        "predictions", "rank the test split or score it", ("predictions", "metrics")
+    )
+    out_dir: str = _flag("~/out/tpugraphs_tiles", "where the artifacts go")
+    results_csv: str = _flag("", "test predictions CSV (default <out_dir>/results_<ms>.csv)")
+    run_id: str = _flag("", "a tag for the run; part of the hash")
+    data_root: str = _flag("~/data/tpugraphs/npz/tile/xla", "folder holding train/ valid/ test/")
+    cache_dir: str = _flag("~/data/tpugraphs/cache/tile", "cache of loaded arrays ('': none)")
+    toy_data: bool = _flag(False, "first 100 files of each split")
+    # Ours.
+    skip_bad: bool = _flag(False, "leave out unreadable npz files, with a warning")
+    models: str = _flag("", "models.py file or upstream checkout to take classes from ('': ours)")
+    lr_schedule: str = _flag("cosine", "learning-rate schedule", ("cosine", "constant"))
+    select_by: str = _flag(
+        "score", "keep weights by Kaggle-form score (ours) or OPA (upstream's)", ("score", "opa")
+    )
+    seed: int = _flag(0, "seed of weights and sampling")
+    strategy: str = _flag("default", "tf.distribute strategy", ("default", "mirrored"))
+    tensorboard: str = _flag("", "write per-epoch TensorBoard scalars here ('': none)")
+    no_progress: bool = _flag(False, "no progress bars (logs, CI)")
+
+    def __post_init__(self) -> None:
+        for f in dataclasses.fields(self):
+            _check_type(f, getattr(self, f.name))
+        _check_values(self)
+
+    # -- construction --------------------------------------------------------------------
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any]) -> TrainArgs:
+        """From our field names or upstream's (`batch_size`, `learning_rate`), e.g. a run file.
+
+        Raises:
+          FlagError: for an unknown key, naming the known ones.
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        kwargs = {}
+        for key, value in values.items():
+            name = UPSTREAM_FIELDS.get(key, key)
+            if name not in names:
+                raise FlagError(
+                    f"unknown training option {key!r}; known: {', '.join(sorted(names))}"
+                )
+            kwargs[name] = value
+        return cls(**kwargs)
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str], prog: str = "tpu-tiles train") -> TrainArgs:
+        """Parses `argv` (no program name) with absl's rules: `--flag=v`, `--flag v`, and for
+        booleans `--flag`, `--noflag`, `--flag=true|false|1|0`.
+
+        `-h`/`--help` prints the flags and exits 0.
+
+        Raises:
+          FlagError: unknown flag, bad value, or stray positional argument, in one line.
+        """
+        if any(a in ("-h", "--help", "-help", "--helpfull") for a in argv):
+            print(help_text(prog))
+            raise SystemExit(0)
+        values = _define_flags(cls())
+        try:
+            rest = values([prog, *argv])
+        except absl_flags.Error as e:
+            raise FlagError(f"{' '.join(str(e).split())} (see {prog} --help)") from None
+        if len(rest) > 1:
+            raise FlagError(f"unexpected argument {rest[1]!r}; flags look like --epochs=10")
+        return cls.from_dict({f.name: values[f.name].value for f in dataclasses.fields(cls)})
+
+    def replace(self, **changes: Any) -> TrainArgs:
+        """A copy with some fields changed (validated again)."""
+        return dataclasses.replace(self, **changes)
+
+    # -- what gets recorded --------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, by our names (JSON-ready)."""
+        return dataclasses.asdict(self)
+
+    def to_argv(self) -> list[str]:
+        """The flags that differ from the defaults, as `--name=value` strings."""
+        defaults = TrainArgs()
+        return [
+            f"--{f.name}={_format(getattr(self, f.name))}"
+            for f in dataclasses.fields(self)
+            if getattr(self, f.name) != getattr(defaults, f.name)
+        ]
+
+    def resolved(self, now_ms: int | None = None) -> TrainArgs:
+        """With `results_csv` filled in as upstream does: `<out_dir>/results_<ms>.csv`."""
+        if self.results_csv:
+            return self
+        ms = int(time.time() * 1000) if now_ms is None else now_ms
+        csv = os.path.join(os.path.expanduser(self.out_dir), f"results_{ms}.csv")
+        return self.replace(results_csv=csv)
+
+    def upstream_args(self) -> dict[str, Any]:
+        """Upstream's `TrainArgs._asdict()`: its 15 fields, in its order and names."""
+        if not self.results_csv:
+            raise ValueError("upstream_args() needs results_csv: call resolved() first")
+        return {up: getattr(self, ours) for up, ours in UPSTREAM_FIELDS.items()}
+
+    def hash(self) -> str:
+        """Upstream's `compute_hash`: md5 of the sorted-key JSON of `upstream_args()`."""
+        return args_hash(self.upstream_args())
+
+
+def args_hash(upstream_args: Mapping[str, Any]) -> str:
+    """md5 hex of `json.dumps(args, sort_keys=True)` over upstream's 15 fields.
+
+    Raises:
+      ValueError: if a field is missing (the dict is not upstream's args).
+    """
+    missing = [f for f in UPSTREAM_FIELDS if f not in upstream_args]
+    if missing:
+        raise ValueError(f"args lack upstream fields: {', '.join(missing)}")
+    fields = {f: upstream_args[f] for f in UPSTREAM_FIELDS}
+    return hashlib.md5(json.dumps(fields, sort_keys=True).encode()).hexdigest()
+
+
+def help_text(prog: str = "tpu-tiles train") -> str:
+    """`--help` output: every flag with its default and meaning, upstream's first."""
+    lines = [f"usage: {prog} [--flag=value ...]  (absl syntax; booleans: --flag / --noflag)", ""]
+    for f in dataclasses.fields(TrainArgs):
+        choices = f" {{{','.join(f.metadata['choices'])}}}" if f.metadata["choices"] else ""
+        lines.append(f"  --{f.name}{choices}  (default: {f.default!r})")
+        lines.append(f"      {f.metadata['help']}")
+    return "\n".join(lines)
+
+
+# -- helpers ---------------------------------------------------------------------------------
+
+_TYPES = {"int": int, "float": float, "str": str, "bool": bool}
+
+
+def _type_of(f: dataclasses.Field) -> type:
+    return _TYPES[f.type] if isinstance(f.type, str) else f.type
+
+
+def _check_type(f: dataclasses.Field, value: Any) -> None:
+    want = _type_of(f)
+    ok = isinstance(value, want) and not (want is not bool and isinstance(value, bool))
+    if want is float and isinstance(value, int) and not isinstance(value, bool):
+        ok = True
+    if not ok:
+        raise FlagError(f"--{f.name} must be {want.__name__}, got {value!r}")
+
+
+def _check_values(a: TrainArgs) -> None:
+    """Range and choice checks; each message names the flag and what it accepts."""
+    for f in dataclasses.fields(a):
+        choices = f.metadata["choices"]
+        if choices and getattr(a, f.name) not in choices:
+            raise FlagError(
+                f"--{f.name} must be one of {', '.join(choices)}, got {getattr(a, f.name)!r}"
+            )
+    at_least = {"epochs": 1, "batch": 1, "configs": 2, "early_stop": 0, "eval_every": 1}
+    for name, low in at_least.items():
+        if getattr(a, name) < low:
+            raise FlagError(f"--{name} must be at least {low}, got {getattr(a, name)}")
+    for name in ("lr", "clip_norm"):
+        if not getattr(a, name) > 0:
+            raise FlagError(f"--{name} must be positive, got {getattr(a, name)}")
+    if a.validate_batches == 0:
+        raise FlagError("--validate_batches must be -1 (all) or positive, got 0")
+    if not a.model:
+        raise FlagError("--model must name a class, e.g. --model=ResidualSAGE")
+
+
+def _define_flags(defaults: TrainArgs) -> absl_flags.FlagValues:
+    """A fresh absl `FlagValues` with one flag per field (never absl's global FLAGS)."""
+    values = absl_flags.FlagValues()
+    for f in dataclasses.fields(defaults):
+        default, help = getattr(defaults, f.name), f.metadata["help"]
+        kind = _type_of(f)
+        if f.metadata["choices"]:
+            absl_flags.DEFINE_enum(
+                f.name, default, list(f.metadata["choices"]), help, flag_values=values
+            )
+        elif kind is bool:
+            absl_flags.DEFINE_boolean(f.name, default, help, flag_values=values)
+        elif kind is int:
+            absl_flags.DEFINE_integer(f.name, default, help, flag_values=values)
+        elif kind is float:
+            absl_flags.DEFINE_float(f.name, default, help, flag_values=values)
+        else:
+            absl_flags.DEFINE_string(f.name, default, help, flag_values=values)
+    return values
+
+
+def _format(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
