@@ -96,7 +96,7 @@ def test_parent_that_is_a_file_names_it_not_errno_17(tmp_path):
     message = str(err.value)
     assert message == (
         f"--out {blocker / 'deeper' / 'x.csv'}: {blocker} is a file, not a folder; "
-        "pass another path"
+        "pass another --out"
     )
     assert "Errno" not in message and blocker.read_text() == "keep"
 
@@ -137,3 +137,18 @@ def test_other_os_errors_from_the_block_pass_through(tmp_path):
             open(tmp_path / "missing-input.txt")
     assert not isinstance(err.value, UserError)
     assert os.listdir(tmp_path) == []
+
+
+def test_check_output_path_creates_nothing(tmp_path):
+    target = tmp_path / "new" / "deeper" / "p.csv"
+    assert files.check_output_path(target, flag="--out") == target
+    assert os.listdir(tmp_path) == []
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(files.WriteError) as err:
+        files.check_output_path(tmp_path / "file" / "p.csv")
+    assert str(err.value) == (
+        f"{tmp_path / 'file' / 'p.csv'}: {tmp_path / 'file'} is a file, not a folder; "
+        "pass another path"
+    )
+    with pytest.raises(files.WriteError, match=r"^\S+ is a folder; pass the path of a file"):
+        files.check_output_path(tmp_path)

@@ -341,7 +341,9 @@ def test_out_under_a_file_names_the_flag_not_errno_17(small_sample, tmp_path):
     with pytest.raises(files.WriteError) as err:
         kaggle.merge_kaggle(small_sample, preds, preds / "k.csv")
     message = str(err.value)
-    assert message == f"--out {preds / 'k.csv'}: {preds} is a file, not a folder; pass another path"
+    assert (
+        message == f"--out {preds / 'k.csv'}: {preds} is a file, not a folder; pass another --out"
+    )
     assert "Errno" not in message
     with pytest.raises(files.WriteError, match=r"^--results_csv .* is a file, not a folder"):
         kaggle.write_predictions_csv(preds / "r.csv", [], flag="--results_csv")
@@ -539,9 +541,10 @@ def test_script_out_folder_fails_without_a_stray_file(small_root, monkeypatch, c
 @pytest.mark.parametrize(
     "mode, message",
     [
-        ("tpu_tiles_models", "--out preds/k.csv: preds is a file, not a folder; pass another path"),
-        ("standalone", "cannot write --out preds/k.csv (a folder on its path is a file); "
-                       "pass another --out"),
+        ("tpu_tiles_models",
+         "--out preds/k.csv: preds is a file, not a folder; pass another --out"),
+        ("standalone",
+         "cannot write --out preds/k.csv (a folder on its path is a file); pass another --out"),
     ],
 )  # fmt: skip
 def test_script_out_under_a_file_is_one_line(small_root, monkeypatch, capsys, mode, message):

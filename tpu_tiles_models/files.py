@@ -57,7 +57,7 @@ def atomic_path(
     """
     path = Path(path)
     where = f"{flag} {path}" if flag else str(path)
-    _check_target(path, where)
+    _check_target(path, where, flag)
     tmp = _create_temp(path, where, flag, mode)
     try:
         yield tmp
@@ -71,21 +71,44 @@ def atomic_path(
         raise
 
 
-def _check_target(path: Path, where: str) -> None:
-    """Refuses a folder as the target and a file where a parent folder should be."""
+def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Path:
+    """Fails early, creating nothing, if `atomic_path(path)` could not write there.
+
+    For commands that work a long time before writing (`predict`): call it first.
+
+    Args:
+      path: the file that will be written.
+      flag: the command-line flag that chose `path`, named in the message.
+
+    Returns:
+      `path` as a `Path`.
+
+    Raises:
+      WriteError: `path` is a folder, or one of its parents is a file.
+    """
+    path = Path(path)
+    where = f"{flag} {path}" if flag else str(path)
     if path.is_dir():
         raise WriteError(f"{where} is a folder; pass the path of a file to write")
     for parent in path.parents:
         if parent.exists():
             if not parent.is_dir():
-                raise WriteError(f"{where}: {parent} is a file, not a folder; pass another path")
+                other = f"another {flag}" if flag else "another path"
+                raise WriteError(f"{where}: {parent} is a file, not a folder; pass {other}")
             break
+    return path
+
+
+def _check_target(path: Path, where: str, flag: str | None) -> None:
+    """`check_output_path`, then creates the missing parent folders."""
+    check_output_path(path, flag=flag)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
     except OSError as err:
+        other = f"another {flag}" if flag else "another path"
         raise WriteError(
             f"cannot create the folder {path.parent} for {where} ({err.strerror}); "
-            "pass a path in a folder you can write"
+            f"pass {other} in a folder you can write"
         ) from err
 
 
