@@ -197,3 +197,21 @@ def test_copies_get_modes_as_cp_would(checkout, source, umask, mask, plain, exec
     assert _mode(models) == 0o640  # Replaced in place: upstream's mode is kept.
     inst.uninstall(checkout)
     assert models.read_bytes() == UPSTREAM_MODELS and _mode(models) == 0o640
+
+
+def test_folder_in_the_way_is_one_line(checkout, source):
+    folder = checkout / "create_kaggle_csv.py"
+    folder.mkdir()
+    before = _tree(checkout)
+    with pytest.raises(InstallError) as err:
+        inst.install(checkout, source_dir=source)
+    assert str(err.value) == (
+        f"{folder}: a folder where tpu-tiles puts a file; move it elsewhere and rerun"
+    )
+    assert _tree(checkout) == before and not (checkout / inst.BACKUP_DIR).exists()
+    folder.rmdir()
+    inst.install(checkout, source_dir=source)
+    (checkout / "create_kaggle_csv.py").unlink()
+    folder.mkdir()
+    with pytest.raises(InstallError, match="a folder where tpu-tiles puts a file"):
+        inst.uninstall(checkout)

@@ -116,6 +116,16 @@ def _sources(source_dir: PathLike | None) -> dict[str, Path]:
     return sources
 
 
+def _refuse_folders(root: Path, relpaths: list[str]) -> None:
+    """Raises if a folder stands where one of our files goes (a file copy cannot replace it)."""
+    folders = [str(root / rel) for rel in relpaths if (root / rel).is_dir()]
+    if folders:
+        raise InstallError(
+            f"{', '.join(folders)}: a folder where tpu-tiles puts a file; move it elsewhere "
+            "and rerun"
+        )
+
+
 def _user_modified(root: Path, manifest: dict) -> list[str]:
     """Installed paths whose current content is not what we installed."""
     return [
@@ -141,6 +151,7 @@ def install(
     """
     root = check_checkout(root)
     sources = _sources(source_dir)
+    _refuse_folders(root, list(sources))
     manifest = _load_manifest(root)
     edited = [
         rel
@@ -212,6 +223,7 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
         raise InstallError(
             f"nothing to uninstall: no {_manifest_path(root)} (tpu-tiles never installed here)"
         )
+    _refuse_folders(root, list(manifest))
     edited = _user_modified(root, manifest)
     if edited and not force:
         raise InstallError(
