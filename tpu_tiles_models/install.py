@@ -110,8 +110,8 @@ def _sources(source_dir: PathLike | None) -> dict[str, Path]:
     missing = [name for name, rel in DROPIN.items() if not sources[rel].is_file()]
     if missing:
         raise InstallError(
-            f"source files missing from {base}: {', '.join(missing)}; run from a complete "
-            "tpu-tiles-models checkout or pass its path as source_dir"
+            f"source files missing from {base}: {', '.join(missing)}; reinstall "
+            "tpu-tiles-models from a complete checkout (pip install -e <checkout>)"
         )
     return sources
 
