@@ -1,16 +1,20 @@
-"""Tests of the synthetic TpuGraphs tile:xla generator: format, ids, determinism, realism."""
+"""Tests of the synthetic TpuGraphs tile:xla generators: format, ids, determinism, realism,
+the family table and the `tpu-tiles synth` refusals."""
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import re
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Dict, Iterator, List, Tuple
 
 import numpy as np
 import pytest
 
 from tpu_tiles_models import synthetic
+from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.synthetic import writer
 
 KEYS = {
     "node_feat": (np.float32, 2),
@@ -21,9 +25,11 @@ KEYS = {
     "config_runtime_normalizers": (np.int64, 1),
 }
 PARAMETER, CONSTANT = synthetic.OPCODES["parameter"], synthetic.OPCODES["constant"]
+# Most sets here are too small for upstream's validation batches; the warning has its own test.
+pytestmark = pytest.mark.filterwarnings("ignore::tpu_tiles_models.synthetic.ValidationSplitWarning")
 
 
-def _kernels(root: Path, split: str) -> Iterator[Tuple[str, Dict[str, np.ndarray]]]:
+def _kernels(root: Path, split: str) -> Iterator[tuple[str, dict[str, np.ndarray]]]:
     """(tile id, arrays) for every npz of a split, in name order."""
     for path in sorted((root / split).glob("*.npz")):
         with np.load(path) as d:
@@ -31,16 +37,14 @@ def _kernels(root: Path, split: str) -> Iterator[Tuple[str, Dict[str, np.ndarray
 
 
 @pytest.fixture(scope="module")
-def ranked_roots(tmp_path_factory) -> Dict[str, Path]:
-    """Larger trees (more configs per kernel) for the statistical checks, one per cost model."""
+def ranked_roots(tmp_path_factory) -> dict[str, Path]:
+    """Larger trees (more configs per kernel) for the statistical checks, one per family."""
     roots = {}
-    for cost_model in synthetic.COST_MODELS:
-        root = tmp_path_factory.mktemp(f"ranked_{cost_model}")
-        synthetic.generate(
-            root, train=100, valid=0, test=0, seed=3, max_configs=200, cost_model=cost_model,
-            progress=False,
-        )  # fmt: skip
-        roots[cost_model] = root
+    for family in synthetic.FAMILIES:
+        root = tmp_path_factory.mktemp(f"ranked_{family}")
+        synthetic.generate(root, train=100, valid=0, test=0, seed=3, max_configs=200,
+                           family=family, progress=False)  # fmt: skip
+        roots[family] = root
     return roots
 
 
@@ -65,7 +69,8 @@ def test_generate_returns_summary(tmp_path: Path) -> None:
     out = synthetic.generate(tmp_path, train=2, valid=1, test=1, max_configs=8, progress=False)
     total = sum(len(d["config_feat"]) for s in synthetic.SPLITS for _, d in _kernels(tmp_path, s))
     assert out == {"train": 2, "valid": 1, "test": 1, "kernels": 4, "configs": total,
-                   "out_dir": str(tmp_path)}  # fmt: skip
+                   "out_dir": str(tmp_path), "family": "roofline", "seed": 0,
+                   "usable_valid": 0, "replaced": 0}  # fmt: skip
 
 
 def test_dtypes_and_shapes(synth_root: Path) -> None:
@@ -164,7 +169,7 @@ def test_ids(synth_root: Path) -> None:
 
 
 def test_deterministic_for_a_seed(tmp_path: Path) -> None:
-    def make(seed: int, name: str) -> List[Tuple[str, Dict[str, np.ndarray]]]:
+    def make(seed: int, name: str) -> list[tuple[str, dict[str, np.ndarray]]]:
         root = tmp_path / name
         synthetic.generate(
             root, train=3, valid=1, test=1, seed=seed, max_configs=16, progress=False
@@ -200,9 +205,13 @@ def test_test_ids_from_small_csv(tmp_path: Path) -> None:
     assert sorted(p.stem for p in (tmp_path / "d" / "test").glob("*.npz")) == ["a" * 32, "b" * 32]
 
 
-def test_unknown_cost_model(tmp_path: Path) -> None:
-    with pytest.raises(ValueError, match=r"cost_model.*roofline.*alt"):
-        synthetic.generate(tmp_path, train=1, cost_model="nope", progress=False)
+def test_unknown_family(tmp_path: Path) -> None:
+    with pytest.raises(synthetic.UnknownFamilyError) as err:
+        synthetic.generate(tmp_path / "d", train=1, family="nope", progress=False)
+    assert isinstance(err.value, UserError)
+    known = ", ".join(synthetic.FAMILIES)
+    assert str(err.value) == f"--family 'nope' is not a generator family; use one of: {known}"
+    assert not (tmp_path / "d").exists()
 
 
 def test_min_and_max_configs(tmp_path: Path) -> None:
@@ -212,10 +221,10 @@ def test_min_and_max_configs(tmp_path: Path) -> None:
     assert min(counts) >= 5 and max(counts) <= 9
 
 
-@pytest.mark.parametrize("cost_model", synthetic.COST_MODELS)
-def test_ratio_distributions_are_realistic(ranked_roots: Dict[str, Path], cost_model: str) -> None:
+@pytest.mark.parametrize("family", synthetic.FAMILIES)
+def test_ratio_distributions_are_realistic(ranked_roots: dict[str, Path], family: str) -> None:
     best, spread = [], []
-    for _, d in _kernels(ranked_roots[cost_model], "train"):
+    for _, d in _kernels(ranked_roots[family], "train"):
         rt = d["config_runtime"].astype(np.float64)
         best.append(np.min(rt / d["config_runtime_normalizers"]))
         if len(rt) >= 10:
@@ -227,15 +236,15 @@ def test_ratio_distributions_are_realistic(ranked_roots: Dict[str, Path], cost_m
     assert np.median(spread) >= 3
 
 
-def _slowdowns(root: Path, cost_model: str) -> Dict[str, np.ndarray]:
+def _slowdowns(root: Path, family: str) -> dict[str, np.ndarray]:
     """Measured runtime of each ranker's top-1 over the measured best, per kernel."""
-    out: Dict[str, List[float]] = {"oracle": [], "largest_tile": [], "smallest_tile": []}
+    out: dict[str, list[float]] = {"oracle": [], "largest_tile": [], "smallest_tile": []}
     for _, d in _kernels(root, "train"):
         rt = d["config_runtime"].astype(np.float64)
         if len(rt) < 10:
             continue
         pred = synthetic.noise_free_runtime(
-            d["node_feat"], d["node_opcode"], d["edge_index"], d["config_feat"], cost_model
+            d["node_feat"], d["node_opcode"], d["edge_index"], d["config_feat"], family
         )
         product = d["config_feat"][:, 15]
         out["oracle"].append(rt[np.argmin(pred)] / rt.min())
@@ -244,9 +253,9 @@ def _slowdowns(root: Path, cost_model: str) -> Dict[str, np.ndarray]:
     return {k: np.array(v) for k, v in out.items()}
 
 
-@pytest.mark.parametrize("cost_model", synthetic.COST_MODELS)
-def test_rank_is_predictable_from_features(ranked_roots: Dict[str, Path], cost_model: str) -> None:
-    s = _slowdowns(ranked_roots[cost_model], cost_model)
+@pytest.mark.parametrize("family", synthetic.FAMILIES)
+def test_rank_is_predictable_from_features(ranked_roots: dict[str, Path], family: str) -> None:
+    s = _slowdowns(ranked_roots[family], family)
     # The noise-free cost model, reading only the npz features, finds the measured best
     # (within noise) almost always ...
     assert np.mean(s["oracle"] <= 1.03) >= 0.9 and s["oracle"].mean() < 1.05
@@ -289,8 +298,148 @@ def _tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
-@pytest.mark.parametrize("cost_model", sorted(FROZEN_DIGESTS))
-def test_roofline_and_alt_are_bit_identical_to_before(tmp_path: Path, cost_model: str) -> None:
-    synthetic.generate(tmp_path, train=3, valid=2, test=1, seed=5, max_configs=12,
-                       cost_model=cost_model, progress=False)  # fmt: skip
-    assert _tree_digest(tmp_path) == FROZEN_DIGESTS[cost_model]
+@pytest.mark.parametrize("family", sorted(FROZEN_DIGESTS))
+def test_roofline_and_alt_are_bit_identical_to_before(tmp_path: Path, family: str) -> None:
+    synthetic.generate(tmp_path, train=3, valid=2, test=1, seed=5, max_configs=12, family=family,
+                       progress=False)  # fmt: skip
+    assert _tree_digest(tmp_path) == FROZEN_DIGESTS[family]
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    """Every file under `root` (hidden ones included) by relative path, with its bytes."""
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"train": -3}, "--train must be a kernel count >= 0, got -3"),
+        ({"valid": -1}, "--valid must be a kernel count >= 0, got -1"),
+        ({"test": -2}, "--test must be a kernel count >= 0, got -2"),
+        ({"train": 0, "valid": 0, "test": 0},
+         "--train, --valid and --test are all 0: nothing to generate"),
+        ({"seed": -1}, "--seed must be >= 0, got -1"),
+        ({"max_configs": 1},
+         "--max_configs must be at least 2 (the fewest configs a kernel gets), got 1"),
+        ({"test_ids_from": "/nonexistent/sub.csv"},
+         "--test_ids_from /nonexistent/sub.csv: cannot read it (No such file or directory); "
+         "give the competition's sample_submission.csv"),
+    ],
+)  # fmt: skip
+def test_bad_values_are_refused_in_one_line(tmp_path: Path, kwargs: dict, message: str) -> None:
+    with pytest.raises(FlagError) as err:
+        synthetic.generate(tmp_path / "d", **kwargs, progress=False)
+    assert str(err.value) == message
+    assert not (tmp_path / "d").exists()
+
+
+def test_test_ids_csv_without_tile_rows(tmp_path: Path) -> None:
+    csv = tmp_path / "sub.csv"
+    csv.write_text("ID,TopConfigs\nlayout:xla:default:x,0\n")
+    with pytest.raises(FlagError, match=r"^--test_ids_from .*sub.csv has no tile:xla:\* rows"):
+        synthetic.generate(tmp_path / "d", train=1, test_ids_from=csv, progress=False)
+
+
+def test_existing_data_set_is_refused_then_replaced_with_overwrite(tmp_path: Path) -> None:
+    out = tmp_path / "data"
+    synthetic.generate(out, train=3, valid=1, test=1, seed=0, max_configs=8, progress=False)
+    (out / "train" / "notes.txt").write_text("mine")
+    before = _files(out)
+    with pytest.raises(synthetic.DataSetExistsError) as err:
+        synthetic.generate(out, train=2, valid=1, test=1, seed=1, max_configs=8, progress=False)
+    assert str(err.value) == (
+        f"{out} already holds a data set (5 npz files in {{train,valid,test}}/); "
+        "pass --overwrite to replace it, or choose another folder"
+    )
+    assert isinstance(err.value, UserError) and _files(out) == before
+
+    summary = synthetic.generate(out, train=2, valid=1, test=1, seed=1, max_configs=8,
+                                 overwrite=True, progress=False)  # fmt: skip
+    assert summary["replaced"] == 5
+    fresh = tmp_path / "fresh"
+    synthetic.generate(fresh, train=2, valid=1, test=1, seed=1, max_configs=8, progress=False)
+    # exactly the seed-1 set (no old kernel mixed in), and the user's own file kept
+    assert _files(out) == {**_files(fresh), "train/notes.txt": b"mine"}
+
+
+def test_interrupted_generation_leaves_the_folder_as_it_was(tmp_path: Path, monkeypatch) -> None:
+    out = tmp_path / "data"
+    synthetic.generate(out, train=3, valid=1, test=1, seed=0, max_configs=8, progress=False)
+    before = _files(out)
+    real_write, written = writer._write_npz, []
+
+    def write_then_interrupt(path: Path, arrays: dict[str, np.ndarray]) -> None:
+        if len(written) == 2:
+            raise KeyboardInterrupt
+        written.append(path)
+        real_write(path, arrays)
+
+    monkeypatch.setattr(writer, "_write_npz", write_then_interrupt)
+    for target in (out, tmp_path / "new"):
+        written.clear()
+        with pytest.raises(KeyboardInterrupt):
+            synthetic.generate(target, train=4, valid=1, test=1, seed=2, max_configs=8,
+                               overwrite=True, progress=False)  # fmt: skip
+        assert len(written) == 2
+    assert _files(out) == before  # the old set, and no hidden staging folder
+    assert not (tmp_path / "new").exists()
+
+
+def test_output_that_is_a_file(tmp_path: Path) -> None:
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(FlagError, match="f is a file; give synth a folder"):
+        synthetic.generate(tmp_path / "f", train=1, progress=False)
+
+
+def test_small_validation_split_warns(tmp_path: Path) -> None:
+    with pytest.warns(synthetic.ValidationSplitWarning) as caught:
+        out = synthetic.generate(tmp_path, train=1, valid=3, test=0, max_configs=20,
+                                 progress=False)  # fmt: skip
+    assert out["usable_valid"] == synthetic.usable_valid_kernels(tmp_path) <= 3
+    assert str(caught[0].message) == (
+        f"only {out['usable_valid']} of 3 validation kernels have >= 10 configs; upstream's "
+        "tiles_train.py (--configs 10 --batch 10) needs 10 or stops with KeyError: 'val_loss' "
+        "(use --valid 20 or more)"
+    )
+
+
+@pytest.mark.parametrize("family", synthetic.FAMILIES)
+def test_default_validation_split_feeds_upstream(tmp_path: Path, family: str) -> None:
+    # Upstream validates on kernels with >= --configs (10) configs, --batch (10) at a time.
+    for seed in range(3):
+        root = tmp_path / str(seed)
+        out = synthetic.generate(root, train=0, test=0, seed=seed, family=family, progress=False)
+        assert out["valid"] == 60
+        assert synthetic.usable_valid_kernels(root) == out["usable_valid"] >= 2 * 10
+
+
+def _cli_args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tpu-tiles synth")
+    synthetic.add_flags(parser)
+    return parser.parse_args(list(argv))
+
+
+def test_run_prints_what_it_wrote(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "d"
+    synthetic.run(_cli_args(str(out), "--train", "2", "--valid", "2", "--test", "1",
+                            "--max_configs", "6", "--family", "alt", "--no_progress"))  # fmt: skip
+    stdout, stderr = capsys.readouterr()
+    configs = sum(len(d["config_feat"]) for s in synthetic.SPLITS for _, d in _kernels(out, s))
+    assert stdout == (
+        f"wrote 5 kernels ({configs} configs) of family alt, seed 0, to {out}: train 2, "
+        "valid 2 (0 with >= 10 configs), test 1\n"
+    )
+    assert stderr.startswith("tpu-tiles synth: warning: only 0 of 2 validation kernels")
+    assert stderr.endswith("(use --max_configs 10 or more)\n")
+
+    synthetic.run(_cli_args(str(out), "--train", "1", "--test", "0", "--valid", "0",
+                            "--overwrite", "--no_progress"))  # fmt: skip
+    assert capsys.readouterr()[0].endswith("; replaced 5 old npz files\n")
+    assert sum(1 for _ in out.rglob("*.npz")) == 1
+
+
+def test_flags_and_defaults() -> None:
+    a = _cli_args("out")
+    assert (a.out, a.train, a.valid, a.test, a.seed, a.max_configs, a.family) == (
+        "out", 300, 60, 60, 0, None, "roofline")  # fmt: skip
+    assert (a.test_ids_from, a.overwrite, a.no_progress) == (None, False, False)

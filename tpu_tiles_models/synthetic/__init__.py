@@ -16,21 +16,32 @@ exact on-disk format of the real collection (`{train,valid,test}/<tile_id>.npz`,
   Measured runtimes add noise; normalisers are the runtime of a default tile with per-row
   jitter; a few configs are duplicated with different noise.
 
+Generator families (`FAMILIES`, chosen with `generate(..., family=...)` or `tpu-tiles synth
+--family`) differ in how kernels are built and how tiles change runtime, so benchmarks can
+check that a model does not overfit one generator.
+
 Modules: `features` (the npz feature layout), `graph` (building a kernel node by node),
 `kernels` (the HLO fusions of the `roofline` and `alt` families), `geometry` (reading a
 kernel back from its features), `tiling` (tile configs and per-tile quantities), `analytic`
-(what `roofline` and `alt` share), one module per cost model (`roofline`, `alt`),
-`families` (families by name) and `writer` (ids, splits, npz files, summary).
+(what `roofline` and `alt` share), one module per family (`roofline`, `alt`), `families`
+(families by name), `writer` (ids, splits, npz files, summary) and `command` (the
+`tpu-tiles synth` flags).
 """
 
 from __future__ import annotations
 
 from tpu_tiles_models.synthetic.analytic import MAX_CONFIGS_DEFAULT
+from tpu_tiles_models.synthetic.command import add_flags, format_summary, run
 from tpu_tiles_models.synthetic.families import (
     COST_MODELS,
+    DEFAULT_FAMILY,
+    FAMILIES,
     HARDWARE,
+    Family,
+    UnknownFamilyError,
     default_config,
     geometry_runtime,
+    get_family,
     make_kernel,
     noise_free_runtime,
 )
@@ -47,7 +58,17 @@ from tpu_tiles_models.synthetic.features import (
 )
 from tpu_tiles_models.synthetic.geometry import KernelGeometry, kernel_geometry
 from tpu_tiles_models.synthetic.tiling import DOT_K_CHUNK, Hardware
-from tpu_tiles_models.synthetic.writer import SPLITS, generate, read_test_ids, summarize
+from tpu_tiles_models.synthetic.writer import (
+    SPLITS,
+    UPSTREAM_BATCH,
+    UPSTREAM_CONFIGS,
+    DataSetExistsError,
+    ValidationSplitWarning,
+    generate,
+    read_test_ids,
+    summarize,
+    usable_valid_kernels,
+)
 
 __all__ = [
     "CFG_INPUT",
@@ -55,7 +76,9 @@ __all__ = [
     "CFG_OUTPUT",
     "CONFIG_FEAT_DIM",
     "COST_MODELS",
+    "DEFAULT_FAMILY",
     "DOT_K_CHUNK",
+    "FAMILIES",
     "HARDWARE",
     "MAX_CONFIGS_DEFAULT",
     "MAX_NODES",
@@ -64,14 +87,25 @@ __all__ = [
     "REAL_CONFIG_SCALES",
     "REAL_NODE_SCALES",
     "SPLITS",
+    "UPSTREAM_BATCH",
+    "UPSTREAM_CONFIGS",
+    "DataSetExistsError",
+    "Family",
     "Hardware",
     "KernelGeometry",
+    "UnknownFamilyError",
+    "ValidationSplitWarning",
+    "add_flags",
     "default_config",
+    "format_summary",
     "generate",
     "geometry_runtime",
+    "get_family",
     "kernel_geometry",
     "make_kernel",
     "noise_free_runtime",
     "read_test_ids",
+    "run",
     "summarize",
+    "usable_valid_kernels",
 ]

@@ -1,37 +1,120 @@
-"""The generator families by name, and the cost-model entry points that take a name."""
+"""The generator families by name (`FAMILIES`), and the entry points that take a name."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, Protocol
 
 import numpy as np
 
+from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.synthetic import alt, analytic, roofline
 from tpu_tiles_models.synthetic.geometry import KernelGeometry
 from tpu_tiles_models.synthetic.tiling import Hardware
 
+
+class KernelMaker(Protocol):
+    """Builds one kernel's six npz arrays from its own rng (see `analytic.make_kernel`)."""
+
+    def __call__(
+        self,
+        rng: np.random.Generator,
+        *,
+        kind_weights: Sequence[float],
+        max_configs: int | None,
+        min_configs: int,
+        labelled: bool,
+    ) -> dict[str, np.ndarray]: ...
+
+
+class RuntimeFn(Protocol):
+    """Noise-free `[c]` runtimes (ns) of a kernel's configs, from its npz arrays only."""
+
+    def __call__(
+        self,
+        node_feat: np.ndarray,
+        node_opcode: np.ndarray,
+        edge_index: np.ndarray,
+        config_feat: np.ndarray,
+    ) -> np.ndarray: ...
+
+
+@dataclass(frozen=True)
+class Family:
+    """One generator family: how it builds kernels and how it times their configs.
+
+    Attributes:
+        name: what `--family` takes.
+        summary: one line for `--help` and benchmark tables.
+        make_kernel: builds one kernel.
+        runtime: the family's cost model, reading only what a learned model sees.
+    """
+
+    name: str
+    summary: str
+    make_kernel: KernelMaker
+    runtime: RuntimeFn
+
+
+FAMILIES: dict[str, Family] = {
+    "roofline": Family(
+        "roofline",
+        "HLO fusions; max(compute, memory) per tile, hard scratchpad limit (v3-like core)",
+        roofline.make_kernel,
+        roofline.runtime,
+    ),
+    "alt": Family(
+        "alt",
+        "the same fusions; partial overlap, operand cache, smooth capacity penalty",
+        alt.make_kernel,
+        alt.runtime,
+    ),
+}
+DEFAULT_FAMILY = "roofline"
+
+# The analytic cost models behind `roofline` and `alt`, for the geometry-level helpers.
 COST_MODELS = ("roofline", "alt")
 _COSTS: dict[str, analytic.CostModel] = {"roofline": roofline.COST, "alt": alt.COST}
 HARDWARE: dict[str, Hardware] = {name: cost.hw for name, cost in _COSTS.items()}
 
 
+class UnknownFamilyError(FlagError):
+    """`--family` (or `family=`) names no generator family."""
+
+
+def get_family(name: str) -> Family:
+    """The family called `name`.
+
+    Raises:
+        UnknownFamilyError: naming the known families.
+    """
+    if name not in FAMILIES:
+        known = ", ".join(FAMILIES)
+        raise UnknownFamilyError(
+            f"--family {name!r} is not a generator family; use one of: {known}"
+        )
+    return FAMILIES[name]
+
+
 def _cost(cost_model: str) -> analytic.CostModel:
-    """The named analytic cost model; ValueError naming the choices otherwise."""
+    """The named analytic cost model (`roofline` or `alt`)."""
     if cost_model not in _COSTS:
         raise ValueError(f"cost_model must be one of {COST_MODELS}, got {cost_model!r}")
     return _COSTS[cost_model]
 
 
 def geometry_runtime(geom: KernelGeometry, config_feat: np.ndarray, cost_model: str) -> np.ndarray:
-    """Noise-free runtime in ns of each config row `[c, 24]` for an extracted geometry."""
+    """Noise-free runtime in ns of each config row `[c, 24]` for an extracted geometry, under
+    the `roofline` or `alt` cost model."""
     return _cost(cost_model).runtime(geom, config_feat)
 
 
 def default_config(
     geom: KernelGeometry, meta: dict[str, Any] | None = None, cost_model: str = "roofline"
 ) -> np.ndarray:
-    """The compiler-style default tile of a kernel under a cost model: `[24]` features."""
+    """The compiler-style default tile of a kernel under the `roofline` or `alt` cost model:
+    `[24]` config features."""
     return analytic.default_config(geom, meta, _cost(cost_model))
 
 
@@ -40,12 +123,21 @@ def noise_free_runtime(
     node_opcode: np.ndarray,
     edge_index: np.ndarray,
     config_feat: np.ndarray,
-    cost_model: str = "roofline",
+    family: str = DEFAULT_FAMILY,
 ) -> np.ndarray:
-    """The generator's runtime (ns, float64, no noise) of each config, from features only."""
-    return analytic.features_runtime(
-        _cost(cost_model), node_feat, node_opcode, edge_index, config_feat
-    )
+    """A family's runtime (ns, float64, no noise) of each config, from the npz arrays only.
+
+    Args:
+        node_feat: `[n, 140]` node features.
+        node_opcode: `[n]` opcodes.
+        edge_index: `[m, 2]` `(consumer, producer)` edges.
+        config_feat: `[c, 24]` config features.
+        family: a key of `FAMILIES`.
+
+    Returns:
+        `[c]` float64 runtimes.
+    """
+    return get_family(family).runtime(node_feat, node_opcode, edge_index, config_feat)
 
 
 def make_kernel(
@@ -54,13 +146,24 @@ def make_kernel(
     kind_weights: Sequence[float] = (0.3, 0.2, 0.15, 0.35),
     max_configs: int | None = None,
     min_configs: int = 2,
-    cost_model: str = "roofline",
+    family: str = DEFAULT_FAMILY,
     labelled: bool = True,
 ) -> dict[str, np.ndarray]:
-    """Builds one kernel's npz arrays (runtimes zero when `labelled` is False)."""
-    return analytic.make_kernel(
+    """Builds one kernel's npz arrays with a family's generator.
+
+    Args:
+        rng: the kernel's own generator.
+        kind_weights: relative odds of conv, dot, reduce and element-wise main ops.
+        max_configs: cap on configs (family default when None).
+        min_configs: floor on configs.
+        family: a key of `FAMILIES`.
+        labelled: False writes zero runtimes (the test split).
+
+    Returns:
+        The six npz arrays.
+    """
+    return get_family(family).make_kernel(
         rng,
-        _cost(cost_model),
         kind_weights=kind_weights,
         max_configs=max_configs,
         min_configs=min_configs,

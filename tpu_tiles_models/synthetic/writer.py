@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import csv
 import hashlib
+import os
+import shutil
+import tempfile
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -11,10 +15,25 @@ from typing import Any
 import numpy as np
 
 from tpu_tiles_models import files, kaggle
-from tpu_tiles_models.synthetic.families import COST_MODELS, make_kernel
+from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, KernelMaker, get_family
 from tpu_tiles_models.synthetic.graph import pick
 
 SPLITS = ("train", "valid", "test")
+# Upstream tiles_train.py defaults: validation keeps kernels with >= --configs configs and
+# batches them --batch at a time, dropping the remainder; with no full batch Keras reports
+# no val_loss and the trainer fails with KeyError: 'val_loss'.
+UPSTREAM_CONFIGS = 10
+UPSTREAM_BATCH = 10
+
+
+class DataSetExistsError(UserError, FileExistsError):
+    """The output folder already holds a data set and `--overwrite` was not given."""
+
+
+class ValidationSplitWarning(UserWarning):
+    """The validation split is too small for upstream's trainer to validate on."""
+
 
 # Benchmark groups: model names with their kernel-kind mix (conv, dot, reduce, elementwise).
 BENCHMARK_GROUPS: dict[str, tuple[tuple[str, ...], tuple[float, float, float, float]]] = {
@@ -107,6 +126,107 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
         np.savez(f, **arrays)
 
 
+def _check_args(
+    counts: dict[str, int], seed: int, max_configs: int | None, min_configs: int
+) -> None:
+    """Raises `FlagError` (one line, naming the flag) for values that make no data set."""
+    for split, n in counts.items():
+        if n < 0:
+            raise FlagError(f"--{split} must be a kernel count >= 0, got {n}")
+    if seed < 0:
+        raise FlagError(f"--seed must be >= 0, got {seed}")
+    if min_configs < 1:
+        raise FlagError(f"min_configs must be >= 1, got {min_configs}")
+    if max_configs is not None and max_configs < min_configs:
+        raise FlagError(
+            f"--max_configs must be at least {min_configs} (the fewest configs a kernel gets), "
+            f"got {max_configs}"
+        )
+
+
+def _test_ids(path: str | Path) -> list[str]:
+    """`read_test_ids`, with a one-line `FlagError` for a missing file or one without ids."""
+    try:
+        ids = read_test_ids(path)
+    except (OSError, UnicodeDecodeError, csv.Error) as err:
+        why = getattr(err, "strerror", None) or err.__class__.__name__
+        raise FlagError(
+            f"--test_ids_from {path}: cannot read it ({why}); give the competition's "
+            "sample_submission.csv"
+        ) from None
+    if not ids:
+        raise FlagError(
+            f"--test_ids_from {path} has no {kaggle.TILE_PREFIX}* rows; give the competition's "
+            "sample_submission.csv"
+        )
+    return ids
+
+
+def existing_npz(out: Path) -> list[Path]:
+    """The npz files of a data set already in `out/{train,valid,test}/`."""
+    return [p for split in SPLITS for p in sorted((out / split).glob("*.npz"))]
+
+
+def _prepare_out(out: Path, overwrite: bool) -> list[Path]:
+    """Checks `out` can take a new data set; returns the old npz files to replace.
+
+    Raises:
+        FlagError: `out` is a file.
+        DataSetExistsError: `out` holds npz files and `overwrite` is False.
+    """
+    if out.exists() and not out.is_dir():
+        raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
+    old = existing_npz(out) if out.is_dir() else []
+    if old and not overwrite:
+        raise DataSetExistsError(
+            f"{out} already holds a data set ({len(old)} npz files in {{train,valid,test}}/); "
+            "pass --overwrite to replace it, or choose another folder"
+        )
+    return old
+
+
+def _install(staging: Path, out: Path, old: list[Path]) -> None:
+    """Replaces the `old` npz files by the complete new set in `staging` (renames only)."""
+    for path in old:
+        path.unlink(missing_ok=True)
+    for split in SPLITS:
+        src, dst = staging / split, out / split
+        if dst.is_dir() and not any(dst.iterdir()):
+            dst.rmdir()
+        if not dst.exists():
+            os.replace(src, dst)
+            continue
+        for path in src.iterdir():  # a split folder that holds other files of the user's
+            os.replace(path, dst / path.name)
+        src.rmdir()
+
+
+def usable_valid_kernels(out: str | Path, configs: int = UPSTREAM_CONFIGS) -> int:
+    """Validation kernels of a tree with at least `configs` configs (those upstream's trainer
+    keeps for its validation batches)."""
+    count = 0
+    for path in sorted(Path(out, "valid").glob("*.npz")):
+        with np.load(path) as d:
+            count += len(d["config_runtime"]) >= configs
+    return count
+
+
+def _warn_if_valid_unusable(usable: int, valid: int, max_configs: int | None) -> None:
+    """Warns when upstream's trainer would get no validation batch from this tree."""
+    if usable >= UPSTREAM_BATCH:
+        return
+    fix = f"--valid {max(2 * UPSTREAM_BATCH, 2 * valid)} or more"
+    if max_configs is not None and max_configs < UPSTREAM_CONFIGS:
+        fix = f"--max_configs {UPSTREAM_CONFIGS} or more"
+    warnings.warn(
+        f"only {usable} of {valid} validation kernels have >= {UPSTREAM_CONFIGS} configs; "
+        f"upstream's tiles_train.py (--configs {UPSTREAM_CONFIGS} --batch {UPSTREAM_BATCH}) "
+        f"needs {UPSTREAM_BATCH} or stops with KeyError: 'val_loss' (use {fix})",
+        ValidationSplitWarning,
+        stacklevel=3,
+    )
+
+
 def generate(
     out_dir: str | Path,
     *,
@@ -116,41 +236,90 @@ def generate(
     seed: int = 0,
     max_configs: int | None = None,
     min_configs: int = 2,
-    cost_model: str = "roofline",
+    family: str = DEFAULT_FAMILY,
     test_ids_from: str | Path | None = None,
+    overwrite: bool = False,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """Writes `out_dir/{train,valid,test}/<tile_id>.npz`.
+    """Writes a data set `out_dir/{train,valid,test}/<tile_id>.npz`; test runtimes are zeros.
+
+    The kernels are written into a hidden folder inside `out_dir` and renamed into place when
+    all are done, so an error or Ctrl-C leaves `out_dir` as it was.
 
     Args:
-        out_dir: the tree's root.
+        out_dir: the tree's root (created if missing).
         train: train kernels.
-        valid: validation kernels.
+        valid: validation kernels; warns (`ValidationSplitWarning`) when fewer than
+            `UPSTREAM_BATCH` of them have `UPSTREAM_CONFIGS` configs.
         test: test kernels (ignored with `test_ids_from`).
         seed: everything is a function of it.
-        max_configs: cap on configs per kernel (default 6000).
+        max_configs: cap on configs per kernel (family default when None).
         min_configs: floor on configs per kernel.
-        cost_model: "roofline" or "alt".
+        family: a key of `FAMILIES`.
         test_ids_from: a sample_submission.csv whose tile ids (and count) the test split takes.
+        overwrite: replace the npz files of a data set already in `out_dir`.
         progress: show a progress bar.
 
     Returns:
-        `{"train": n, "valid": n, "test": n, "kernels": total, "configs": total_configs,
-        "out_dir": str}`. Test runtimes are written as zeros.
+        `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
+        `"seed"`, `"usable_valid"` (validation kernels with at least `UPSTREAM_CONFIGS`
+        configs) and `"replaced"` (old npz files removed).
+
+    Raises:
+        FlagError: a negative count or seed, `max_configs < min_configs`, an unreadable
+            `test_ids_from`, nothing to generate, or `out_dir` is a file.
+        UnknownFamilyError: `family` is not in `FAMILIES`.
+        DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
     """
-    if cost_model not in COST_MODELS:
-        raise ValueError(f"cost_model must be one of {COST_MODELS}, got {cost_model!r}")
-    if min_configs < 1 or (max_configs is not None and max_configs < min_configs):
-        raise ValueError(f"need 1 <= min_configs <= max_configs, got {min_configs}, {max_configs}")
-    test_ids = read_test_ids(test_ids_from) if test_ids_from is not None else None
-    counts = {
-        "train": train,
-        "valid": valid,
-        "test": len(test_ids) if test_ids is not None else test,
-    }
+    maker = get_family(family).make_kernel
+    counts = {"train": train, "valid": valid, "test": test}
+    _check_args(counts, seed, max_configs, min_configs)
+    test_ids = _test_ids(test_ids_from) if test_ids_from is not None else None
+    if test_ids is not None:
+        counts["test"] = len(test_ids)
+    if not sum(counts.values()):
+        raise FlagError("--train, --valid and --test are all 0: nothing to generate")
     out = Path(out_dir)
+    old = _prepare_out(out, overwrite)
+    created = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=".synth-", dir=out))
+    try:
+        limits = {"max_configs": max_configs, "min_configs": min_configs}
+        total_configs = _write_kernels(staging, counts, seed, test_ids, progress, maker, limits)
+        _install(staging, out, old)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        if created:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    staging.rmdir()
+    usable = usable_valid_kernels(out)
+    _warn_if_valid_unusable(usable, counts["valid"], max_configs)
+    return {
+        **counts,
+        "kernels": sum(counts.values()),
+        "configs": total_configs,
+        "out_dir": str(out),
+        "family": family,
+        "seed": seed,
+        "usable_valid": usable,
+        "replaced": len(old),
+    }
+
+
+def _write_kernels(
+    root: Path,
+    counts: dict[str, int],
+    seed: int,
+    test_ids: list[str] | None,
+    progress: bool,
+    maker: KernelMaker,
+    limits: dict[str, int | None],
+) -> int:
+    """Writes every kernel of the plan under `root`; returns the number of configs."""
     for split in SPLITS:
-        (out / split).mkdir(parents=True, exist_ok=True)
+        (root / split).mkdir()
     plan = _split_plan(counts, seed, test_ids)
     if progress:
         from tqdm import tqdm
@@ -159,22 +328,10 @@ def generate(
     total_configs = 0
     for split, i, tid, weights in plan:
         rng = np.random.default_rng([seed, SPLITS.index(split), i, 1])
-        arrays = make_kernel(
-            rng,
-            kind_weights=weights,
-            max_configs=max_configs,
-            min_configs=min_configs,
-            cost_model=cost_model,
-            labelled=split != "test",
-        )
+        arrays = maker(rng, kind_weights=weights, labelled=split != "test", **limits)
         total_configs += len(arrays["config_feat"])
-        _write_npz(out / split / f"{tid}.npz", arrays)
-    return {
-        **counts,
-        "kernels": sum(counts.values()),
-        "configs": total_configs,
-        "out_dir": str(out),
-    }
+        _write_npz(root / split / f"{tid}.npz", arrays)
+    return total_configs
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:
