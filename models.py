@@ -5,33 +5,39 @@ and upstream's `tiles_train.py --model=<Name>` and the course prediction script 
 It imports TensorFlow, TF-GNN and the standard library only.
 
 Every model follows upstream's calling convention:
-  * `Model(num_configs, num_ops, **kwargs)`; `num_ops` is checked but never shapes a variable,
-    so a model trained on a subset of the data reloads on all of it.
+  * `Model(num_configs, num_ops, **kwargs)`; `num_ops` is checked but never shapes a variable
+    (the opcode embedding always has `OPCODE_VOCAB` rows), so a model trained on a subset of
+    the data reloads on all of it. No variable depends on `num_configs` either, and no model
+    keeps non-trainable state: the course's in-order copy of `trainable_variables` is complete.
   * `call(graph, training=False)` -> `[batch, num_configs]` scores for a batch of kernels
     merged into graph components, each with `num_configs` configs.
-  * `forward(graph, num_configs)` -> `[batch, num_configs]`; upstream calls it on one kernel with
-    all its configs. Configs are processed in chunks so a 6000-config kernel stays small.
+  * `forward(graph, num_configs)` -> `[batch, num_configs]`; upstream calls it on one kernel
+    with all its configs. `num_configs` may be an int or a scalar tensor. Configs are scored
+    in chunks, so a 6000-config kernel never builds a `[num_nodes, 6000, dim]` tensor.
   * Lower score = predicted faster (ListMLE on runtimes ranks slow configs high).
 
 The `GraphTensor` has node sets `op` (features `op`: opcode, `feats`: normalised floats),
 `config` (`feats`), `g`; edge set `feed` runs from consumer (source) to producer (target).
 
-Models:
+Models (`MEMBER_MODELS` names them all):
   * `ResidualSAGE` (recommended): residual, layer-normalised GraphSAGE over the directed
     dataflow graph with the configs joined onto every node, sum+mean+max pooling, and an
     attention block through which the configs of one kernel see each other.
   * `ResidualSAGEPlain`: the same without the cross-config attention.
   * `EarlyJoinSAGE`, `LateJoinSAGE`, `EarlyJoinResGCN`, `LateJoinResGCN`, `MLP`: our own
-    implementations of the baselines of the TpuGraphs paper (Phothilimthana et al., 2023).
+    implementations of the baselines of the TpuGraphs paper, with upstream's constructor
+    arguments, defaults, layer structure and L2 regularisation.
+  * `Ensemble`: several of the above as one model; per-kernel normalised scores, averaged.
 
-References: GraphSAGE, Hamilton et al., NeurIPS 2017; GCN, Kipf & Welling, ICLR 2017;
-Set Transformer (induced set attention), Lee et al., ICML 2019.
+References: TpuGraphs, Phothilimthana et al., NeurIPS 2023 Datasets and Benchmarks;
+GraphSAGE, Hamilton et al., NeurIPS 2017; GCN, Kipf & Welling, ICLR 2017; Set Transformer
+(induced set attention), Lee et al., ICML 2019.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Sequence
+from typing import Any, Callable, Sequence
 
 import tensorflow as tf
 import tensorflow_gnn as tfgnn
@@ -43,9 +49,128 @@ OPCODE_VOCAB = 128
 # Configs per chunk in `forward`: bounds the [num_nodes, chunk, dim] tensors on big kernels.
 DEFAULT_CHUNK = 512
 
+# Upstream's baselines put this L2 weight on every dense kernel and on the opcode embedding's
+# output (an activity regulariser); Keras adds both to the training loss.
+BASELINE_L2 = 1e-4
+
 
 # ---------------------------------------------------------------------------------------------
-# Layers
+# Argument checks (one `ValueError` naming the argument, as for every Keras layer)
+# ---------------------------------------------------------------------------------------------
+
+
+def _check_count(owner: str, name: str, value: Any, minimum: int) -> int:
+    """`value` as an int, or `ValueError` naming `owner`'s argument `name`."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ValueError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _activation(owner: str, name: str, value: Any) -> Callable[[tf.Tensor], tf.Tensor]:
+    """The activation called `value`: `tf.nn.<value>` as upstream, else a Keras activation."""
+    if isinstance(value, str) and callable(getattr(tf.nn, value, None)):
+        return getattr(tf.nn, value)
+    try:
+        return tf.keras.activations.get(value)
+    except (ValueError, TypeError):
+        raise ValueError(
+            f"{owner}: {name}={value!r} is not an activation; e.g. 'leaky_relu', 'relu', 'gelu'"
+        ) from None
+
+
+def _check_reduction(owner: str, name: str, value: Any) -> str:
+    """A TF-GNN pooling name such as `"sum"` or `"mean|max"`, or `ValueError`."""
+    known = tfgnn.get_registered_reduce_operation_names()
+    if not isinstance(value, str) or not all(part in known for part in value.split("|")):
+        raise ValueError(
+            f"{owner}: {name}={value!r} is not a TF-GNN reduction; one of {sorted(known)} "
+            "or several joined by '|'"
+        )
+    return value
+
+
+def _mlp(dims: Sequence[int], activation: Any, l2: float = 0.0) -> tf.keras.Sequential:
+    """Dense layers of widths `dims` with `activation` between them (none after the last).
+
+    `l2` > 0 puts an L2 regulariser of that weight on every kernel. No `dims`: the identity.
+    """
+    regularizer = tf.keras.regularizers.l2(l2) if l2 else None
+    layers = []
+    for i, dim in enumerate(dims):
+        last = i == len(dims) - 1
+        layers.append(
+            tf.keras.layers.Dense(
+                dim, activation=None if last else activation, kernel_regularizer=regularizer
+            )
+        )
+    return tf.keras.Sequential(layers)
+
+
+# ---------------------------------------------------------------------------------------------
+# Graph helpers (functions of the GraphTensor; no variables)
+# ---------------------------------------------------------------------------------------------
+
+
+def _mean_over_neighbours(graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: str) -> tf.Tensor:
+    """Means `h` over `feed` neighbours: producers for receiver=SOURCE, consumers for TARGET.
+
+    `h` `[num_nodes, ...]` -> `[num_nodes, ...]`; nodes without such neighbours get zeros.
+    """
+    sender = tfgnn.reverse_tag(receiver)
+    messages = tfgnn.broadcast_node_to_edges(graph, "feed", sender, feature_value=h)
+    return tfgnn.pool_edges_to_node(graph, "feed", receiver, "mean", feature_value=messages)
+
+
+def _sum_over_edges(
+    graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: str, on_edges: bool = False
+) -> tf.Tensor:
+    """Sums over the `feed` edges into each node at their `receiver` end.
+
+    `h` `[num_nodes, ...]` is taken from the other end of each edge, or, with `on_edges`,
+    `h` `[num_edges, ...]` is already one value per edge. Returns `[num_nodes, ...]`.
+    """
+    if not on_edges:
+        sender = tfgnn.reverse_tag(receiver)
+        h = tfgnn.broadcast_node_to_edges(graph, "feed", sender, feature_value=h)
+    return tfgnn.pool_edges_to_node(graph, "feed", receiver, "sum", feature_value=h)
+
+
+def _opcodes(graph: tfgnn.GraphTensor) -> tf.Tensor:
+    """Opcode ids `[num_nodes]` as int32, clipped into the embedding's vocabulary."""
+    ops = tf.cast(graph.node_sets["op"]["op"], tf.int32)
+    return tf.clip_by_value(ops, 0, OPCODE_VOCAB - 1)
+
+
+def _node_features(graph: tfgnn.GraphTensor) -> tf.Tensor:
+    """Normalised node features `[num_nodes, node_dim]` as float32."""
+    return tf.cast(graph.node_sets["op"]["feats"], tf.float32)
+
+
+def _config_features(graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+    """Config features of each component: `[batch, num_configs, config_dim]` float32."""
+    feats = tf.cast(graph.node_sets["config"]["feats"], tf.float32)
+    batch = tf.shape(graph.node_sets["config"].sizes)[0]
+    return tf.reshape(feats, [batch, num_configs, feats.shape[-1]])
+
+
+def _broadcast_to_ops(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
+    """`[batch, ...]` per-component values -> `[num_nodes, ...]` on each component's op nodes."""
+    return tfgnn.broadcast_context_to_nodes(graph, "op", feature_value=per_kernel)
+
+
+def _pool_ops(graph: tfgnn.GraphTensor, h: tf.Tensor, reductions: Sequence[str]) -> tf.Tensor:
+    """Pools `h` `[num_nodes, ..., d]` per component -> `[batch, ..., d * len(reductions)]`."""
+    pooled = [tfgnn.pool_nodes_to_context(graph, "op", r, feature_value=h) for r in reductions]
+    return tf.concat(pooled, axis=-1)
+
+
+def _repeat_per_config(x: tf.Tensor, num_configs: tf.Tensor) -> tf.Tensor:
+    """`[rows, d]` -> `[rows, num_configs, d]`, the same row for every config."""
+    return tf.tile(x[:, tf.newaxis, :], [1, num_configs, 1])
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers (each registered for Keras serialisation, with `get_config`)
 # ---------------------------------------------------------------------------------------------
 
 
@@ -164,62 +289,122 @@ class ConfigSetAttention(tf.keras.layers.Layer):
         }
 
 
-# ---------------------------------------------------------------------------------------------
-# Graph helpers (functions of the GraphTensor; no variables)
-# ---------------------------------------------------------------------------------------------
+@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
+class BidirectionalSAGELayer(tf.keras.layers.Layer):
+    """The GraphSAGE layer of the TpuGraphs baselines, with `feed` edges taken both ways.
 
+    `x <- l2_normalize(act(W [sum_{neighbours} x || x] + b))`: sum aggregation over the
+    producers and consumers of each node together, concatenated with the node's own state
+    (GraphSAGE, Hamilton et al., NeurIPS 2017, as used by Phothilimthana et al., 2023).
 
-def _mean_over_neighbours(graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: str) -> tf.Tensor:
-    """Means `h` over `feed` neighbours: producers for receiver=SOURCE, consumers for TARGET.
+    Args:
+      units: output width.
+      activation: name of a `tf.nn` (or Keras) activation.
+      l2_regularization: L2 weight on `W`.
 
-    `h` `[num_nodes, ...]` -> `[num_nodes, ...]`; nodes without such neighbours get zeros.
+    Call: `(graph, x)` with `x` `[num_nodes, ..., d]` -> `[num_nodes, ..., units]`.
     """
-    sender = tfgnn.reverse_tag(receiver)
-    messages = tfgnn.broadcast_node_to_edges(graph, "feed", sender, feature_value=h)
-    return tfgnn.pool_edges_to_node(graph, "feed", receiver, "mean", feature_value=messages)
+
+    def __init__(
+        self,
+        *,
+        units: int,
+        activation: str = "leaky_relu",
+        l2_regularization: float = BASELINE_L2,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.units = _check_count("BidirectionalSAGELayer", "units", units, 1)
+        self.activation = activation
+        self.l2_regularization = l2_regularization
+        self._act = _activation("BidirectionalSAGELayer", "activation", activation)
+        self._dense = _mlp([units], None, l2_regularization)
+
+    def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
+        neighbours = _sum_over_edges(graph, x, receiver=tfgnn.TARGET) + _sum_over_edges(
+            graph, x, receiver=tfgnn.SOURCE
+        )
+        y = self._act(self._dense(tf.concat([neighbours, x], axis=-1)))
+        return tf.math.l2_normalize(y, axis=-1)
+
+    def get_config(self) -> dict:
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "activation": self.activation,
+            "l2_regularization": self.l2_regularization,
+        }
 
 
-def _sum_both_directions(graph: tfgnn.GraphTensor, h: tf.Tensor) -> tf.Tensor:
-    """Sums `h` over all `feed` neighbours, ignoring edge direction. Shape as `h`."""
-    total = 0.0
-    for receiver in (tfgnn.SOURCE, tfgnn.TARGET):
-        sender = tfgnn.reverse_tag(receiver)
-        messages = tfgnn.broadcast_node_to_edges(graph, "feed", sender, feature_value=h)
-        total += tfgnn.pool_edges_to_node(graph, "feed", receiver, "sum", feature_value=messages)
-    return total
+@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
+class ResidualGCNLayer(tf.keras.layers.Layer):
+    """The residual graph-convolution layer of the TpuGraphs baselines.
 
+    With `P = D^-1 (A + I)`, where `A[i, j] = 1` for a `feed` edge from source `j` to target
+    `i` and `D` holds the row sums of `A + I` (GCN propagation, Kipf & Welling, ICLR 2017,
+    normalised by rows), and `y = act(x)`:
+      * undirected: `x <- x + f(P y + P^T y + y)`;
+      * directed: `x <- x + f_fwd(P y) + f_rev(P^T y) + f_self(y)`.
+    Each `f` is `mlp_layers` dense layers of width `units` with `activation` between them.
 
-def _opcodes(graph: tfgnn.GraphTensor) -> tf.Tensor:
-    """Opcode ids `[num_nodes]` as int32, clipped into the embedding's vocabulary."""
-    ops = tf.cast(graph.node_sets["op"]["op"], tf.int32)
-    return tf.clip_by_value(ops, 0, OPCODE_VOCAB - 1)
+    Args:
+      units: width of `x` (input and output).
+      mlp_layers: dense layers in each `f` (0: `f` is the identity).
+      activation: name of a `tf.nn` (or Keras) activation.
+      directed: separate weights for the two edge directions and the node itself.
+      l2_regularization: L2 weight on every kernel.
 
+    Call: `(graph, x)` with `x` `[num_nodes, ..., units]` -> same shape.
+    """
 
-def _config_features(graph: tfgnn.GraphTensor, num_configs: int) -> tf.Tensor:
-    """Config features of each component: `[batch, num_configs, config_dim]` float32."""
-    feats = tf.cast(graph.node_sets["config"]["feats"], tf.float32)
-    batch = tf.shape(graph.node_sets["config"].sizes)[0]
-    return tf.reshape(feats, [batch, num_configs, feats.shape[-1]])
+    def __init__(
+        self,
+        *,
+        units: int,
+        mlp_layers: int = 2,
+        activation: str = "leaky_relu",
+        directed: bool = False,
+        l2_regularization: float = BASELINE_L2,
+        **kwargs,
+    ):
+        super().__init__(**kwargs)
+        self.units = _check_count("ResidualGCNLayer", "units", units, 1)
+        self.mlp_layers = _check_count("ResidualGCNLayer", "mlp_layers", mlp_layers, 0)
+        self.activation = activation
+        self.directed = bool(directed)
+        self.l2_regularization = l2_regularization
+        self._act = _activation("ResidualGCNLayer", "activation", activation)
+        # One f undirected; f_fwd, f_rev, f_self (in this order) when directed.
+        self._fs = [
+            _mlp([units] * mlp_layers, self._act, l2_regularization)
+            for _ in range(3 if self.directed else 1)
+        ]
 
+    def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
+        y = self._act(x)
+        # The row sums of A + I: 1 + the number of edges into each node as their target.
+        targets = graph.edge_sets["feed"].adjacency.target
+        degree = 1.0 + _sum_over_edges(
+            graph, tf.ones_like(targets, tf.float32), receiver=tfgnn.TARGET, on_edges=True
+        )
+        degree = tf.reshape(degree, [-1] + [1] * (y.shape.rank - 1))
+        forward = (_sum_over_edges(graph, y, receiver=tfgnn.TARGET) + y) / degree  # P y
+        scaled = y / degree
+        reverse = _sum_over_edges(graph, scaled, receiver=tfgnn.SOURCE) + scaled  # P^T y
+        if self.directed:
+            f_fwd, f_rev, f_self = self._fs
+            return x + f_fwd(forward) + f_rev(reverse) + f_self(y)
+        return x + self._fs[0](forward + reverse + y)
 
-def _broadcast_to_ops(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
-    """`[batch, ...]` per-component values -> `[num_nodes, ...]` on each component's op nodes."""
-    return tfgnn.broadcast_context_to_nodes(graph, "op", feature_value=per_kernel)
-
-
-def _pool_ops(graph: tfgnn.GraphTensor, h: tf.Tensor, reductions: Sequence[str]) -> tf.Tensor:
-    """Pools `h` `[num_nodes, ..., d]` per component -> `[batch, ..., d * len(reductions)]`."""
-    pooled = [tfgnn.pool_nodes_to_context(graph, "op", r, feature_value=h) for r in reductions]
-    return tf.concat(pooled, axis=-1)
-
-
-def _mlp(dims: Sequence[int], activation: str) -> tf.keras.Sequential:
-    """Dense layers of widths `dims`, `activation` between them (none after the last)."""
-    layers = []
-    for i, dim in enumerate(dims):
-        last = i == len(dims) - 1
-        layers.append(tf.keras.layers.Dense(dim, activation=None if last else activation))
-    return tf.keras.Sequential(layers)
+    def get_config(self) -> dict:
+        return {
+            **super().get_config(),
+            "units": self.units,
+            "mlp_layers": self.mlp_layers,
+            "activation": self.activation,
+            "directed": self.directed,
+            "l2_regularization": self.l2_regularization,
+        }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -230,9 +415,12 @@ def _mlp(dims: Sequence[int], activation: str) -> tf.keras.Sequential:
 class _TileRanker(tf.keras.Model):
     """Upstream's model protocol: `call` on training batches, chunked `forward` on kernels.
 
-    Subclasses implement `_embed(graph, configs, training)`, which embeds each config of
-    `[batch, c, config_dim]` on its own (so `forward` may split the configs into chunks), and
-    `_finish(embeddings, training)`, which sees all configs of a kernel at once and scores them.
+    Subclasses implement three hooks:
+      * `_encode_kernel(graph, training)`: whatever does not depend on the configs, computed
+        once per `call` or `forward` (any nest of tensors);
+      * `_embed(graph, kernel, configs, training)`: embeds each config of
+        `[batch, c, config_dim]` on its own, so `forward` may split the configs into chunks;
+      * `_finish(embeddings, training)`: sees all configs of a kernel at once and scores them.
 
     Args:
       num_configs: configs per kernel in the training batches that `call` receives.
@@ -244,15 +432,15 @@ class _TileRanker(tf.keras.Model):
         super().__init__()
         if num_ops > OPCODE_VOCAB:
             raise ValueError(f"num_ops={num_ops} exceeds the opcode vocabulary {OPCODE_VOCAB}")
-        if chunk_size < 1:
-            raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+        owner = type(self).__name__
         self._num_configs = int(num_configs)
         self._num_ops = int(num_ops)
-        self._chunk_size = int(chunk_size)
+        self._chunk_size = _check_count(owner, "chunk_size", chunk_size, 1)
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
         configs = _config_features(graph, self._num_configs)
-        return self._finish(self._embed(graph, configs, training), training)
+        kernel = self._encode_kernel(graph, training)
+        return self._finish(self._embed(graph, kernel, configs, training), training)
 
     def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
         """Scores all `num_configs` configs of each component: `[batch, num_configs]`.
@@ -262,25 +450,31 @@ class _TileRanker(tf.keras.Model):
         `chunk_size`; the last chunk is padded and its padding dropped before `_finish`.
         """
         configs = _config_features(graph, num_configs)  # [batch, n, config_dim]
-        n = tf.shape(configs)[1]
+        kernel = self._encode_kernel(graph, False)
+        batch, n = tf.shape(configs)[0], tf.shape(configs)[1]
         chunk = tf.minimum(n, self._chunk_size)
         num_chunks = (n + chunk - 1) // chunk
         padded = tf.pad(configs, [[0, 0], [0, num_chunks * chunk - n], [0, 0]])
         # [num_chunks, batch, chunk, config_dim]: map_fn walks the chunks one at a time.
         chunks = tf.transpose(
-            tf.reshape(padded, [tf.shape(configs)[0], num_chunks, chunk, configs.shape[-1]]),
-            [1, 0, 2, 3],
+            tf.reshape(padded, [batch, num_chunks, chunk, configs.shape[-1]]), [1, 0, 2, 3]
         )
         embedded = tf.map_fn(
-            lambda c: self._embed(graph, c, False),
+            lambda c: self._embed(graph, kernel, c, False),
             chunks,
             fn_output_signature=tf.float32,
         )  # [num_chunks, batch, chunk, d]
         embedded = tf.transpose(embedded, [1, 0, 2, 3])
-        embedded = tf.reshape(embedded, [tf.shape(configs)[0], num_chunks * chunk, -1])
+        embedded = tf.reshape(embedded, [batch, num_chunks * chunk, -1])
         return self._finish(embedded[:, :n], False)
 
-    def _embed(self, graph: tfgnn.GraphTensor, configs: tf.Tensor, training: bool) -> tf.Tensor:
+    def _encode_kernel(self, graph: tfgnn.GraphTensor, training: bool) -> Any:
+        """Config-independent work, done once per call; passed to every `_embed`."""
+        raise NotImplementedError
+
+    def _embed(
+        self, graph: tfgnn.GraphTensor, kernel: Any, configs: tf.Tensor, training: bool
+    ) -> tf.Tensor:
         """`[batch, c, config_dim]` -> per-config embeddings `[batch, c, d]`."""
         raise NotImplementedError
 
@@ -332,9 +526,8 @@ class ResidualSAGE(_TileRanker):
         chunk_size: int = DEFAULT_CHUNK,
     ):
         super().__init__(num_configs, num_ops, chunk_size=chunk_size)
-        self._pooling = tuple(pooling)
-        if num_layers < 1:
-            raise ValueError(f"num_layers must be at least 1, got {num_layers}")
+        self._pooling = tuple(_check_reduction("ResidualSAGE", "pooling", p) for p in pooling)
+        _check_count("ResidualSAGE", "num_layers", num_layers, 1)
         self._op_embedding = tf.keras.layers.Embedding(OPCODE_VOCAB, op_embed_dim)
         self._stretch = LogStretch()
         self._node_in = tf.keras.layers.Dense(hidden_dim)
@@ -353,17 +546,13 @@ class ResidualSAGE(_TileRanker):
         )
         self._score_head = _mlp([hidden_dim, 1], activation)
 
-    def _embed(self, graph, configs, training):
-        nodes = tf.concat(
-            [
-                self._op_embedding(_opcodes(graph)),
-                self._stretch(graph.node_sets["op"]["feats"]),
-            ],
-            axis=-1,
-        )
-        node_h = self._node_in(nodes)  # [num_nodes, hidden]
+    def _encode_kernel(self, graph, training):
+        nodes = [self._op_embedding(_opcodes(graph)), self._stretch(_node_features(graph))]
+        return self._node_in(tf.concat(nodes, axis=-1))  # [num_nodes, hidden]
+
+    def _embed(self, graph, kernel, configs, training):
         config_h = self._config_in(self._stretch(configs))  # [batch, c, hidden]
-        h = node_h[:, tf.newaxis, :] + _broadcast_to_ops(graph, config_h)
+        h = kernel[:, tf.newaxis, :] + _broadcast_to_ops(graph, config_h)
         for block in self._blocks:
             h = block(graph, h)  # [num_nodes, c, hidden]
         pooled = _pool_ops(graph, self._pool_norm(h), self._pooling)
@@ -384,25 +573,92 @@ class ResidualSAGEPlain(ResidualSAGE):
 
 
 # ---------------------------------------------------------------------------------------------
-# Baselines of the TpuGraphs paper, under upstream's names
+# Baselines of the TpuGraphs paper, under upstream's names, arguments and defaults
 # ---------------------------------------------------------------------------------------------
 
 
-class _PaperGNN(_TileRanker):
-    """Shared body of the paper's baselines: opcode embedding, a GNN, sum pooling, an MLP.
+class _Baseline(_TileRanker):
+    """What the paper's baselines share: a regularised opcode embedding and an L2 head.
 
-    Early join concatenates the config features onto every op node before the GNN, so the
-    GNN runs once per config `[num_nodes, c, d]`; late join runs the GNN once per kernel
-    `[num_nodes, d]` and concatenates the config features after pooling.
+    Early join (`EARLY_JOIN = True`) puts the config features on every op node before the GNN
+    (`[opcode embedding || config features || node features]`), so the GNN runs once per
+    config on `[num_nodes, c, d]`; late join runs it once per kernel on
+    `[opcode embedding || node features]` and puts `[pooled || config features]` into the
+    head. Subclasses set `self._head` and define `_gnn(graph, x)` and `self._reduction`.
 
     Args:
       num_configs, num_ops, chunk_size: see `_TileRanker`.
-      early_join: where the config features enter.
-      num_gnns: GNN layers.
-      hidden_dim: width of every hidden layer.
+      op_embed_dim: opcode embedding width; its output carries an L2 activity regulariser.
+      hidden_activation: name of a `tf.nn` (or Keras) activation, used between dense layers.
+    """
+
+    EARLY_JOIN = True
+
+    def __init__(
+        self,
+        num_configs: int,
+        num_ops: int,
+        *,
+        op_embed_dim: int,
+        hidden_activation: str,
+        chunk_size: int = DEFAULT_CHUNK,
+    ):
+        super().__init__(num_configs, num_ops, chunk_size=chunk_size)
+        owner = type(self).__name__
+        self._act = _activation(owner, "hidden_activation", hidden_activation)
+        self._op_embedding = tf.keras.layers.Embedding(
+            OPCODE_VOCAB,
+            _check_count(owner, "op_embed_dim", op_embed_dim, 1),
+            activity_regularizer=tf.keras.regularizers.l2(BASELINE_L2),
+        )
+
+    def _encode_kernel(self, graph, training):
+        op_e, feats = self._op_embedding(_opcodes(graph)), _node_features(graph)
+        if self.EARLY_JOIN:
+            return op_e, feats
+        x = self._gnn(graph, tf.concat([op_e, feats], axis=-1))
+        return tfgnn.pool_nodes_to_context(graph, "op", self._reduction, feature_value=x)
+
+    def _embed(self, graph, kernel, configs, training):
+        c = tf.shape(configs)[1]
+        if not self.EARLY_JOIN:  # kernel: pooled GNN output [batch, hidden]
+            return tf.concat([_repeat_per_config(kernel, c), configs], axis=-1)
+        op_e, feats = kernel
+        x = tf.concat(
+            [
+                _repeat_per_config(op_e, c),
+                _broadcast_to_ops(graph, configs),
+                _repeat_per_config(feats, c),
+            ],
+            axis=-1,
+        )  # [num_nodes, c, op_embed_dim + config_dim + node_dim]
+        x = self._gnn(graph, x)
+        return tfgnn.pool_nodes_to_context(graph, "op", self._reduction, feature_value=x)
+
+    def _gnn(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
+        """Node inputs `[num_nodes, ..., d_in]` -> node states `[num_nodes, ..., hidden]`."""
+        raise NotImplementedError
+
+    def _finish(self, embeddings, training):
+        return tf.squeeze(self._head(embeddings), -1)
+
+
+class _SAGEBaseline(_Baseline):
+    """The paper's GraphSAGE baselines; `EarlyJoinSAGE` and `LateJoinSAGE` pick the join.
+
+    Opcode embedding -> `num_gnns` `BidirectionalSAGELayer`s -> sum over the nodes of each
+    kernel -> `final_mlp_layers` dense layers of width `hidden_dim` -> one score. Every dense
+    kernel and the opcode embedding's output carry an L2 penalty of `BASELINE_L2`.
+
+    Args:
+      num_configs: configs per kernel in the training batches.
+      num_ops: 1 + the largest opcode id in the data (checked, never shapes a variable).
+      num_gnns: GraphSAGE layers.
+      final_mlp_layers: hidden dense layers of the scoring head.
+      hidden_activation: name of a `tf.nn` activation (Keras names work too).
+      hidden_dim: width of the GraphSAGE layers and of the head.
       op_embed_dim: opcode embedding width.
-      final_mlp_layers: hidden layers of the scoring MLP.
-      hidden_activation: Keras activation name.
+      chunk_size: ours: configs scored at once by `forward`.
     """
 
     def __init__(
@@ -410,113 +666,145 @@ class _PaperGNN(_TileRanker):
         num_configs: int,
         num_ops: int,
         *,
-        early_join: bool,
         num_gnns: int = 3,
-        hidden_dim: int = 64,
-        op_embed_dim: int = 32,
         final_mlp_layers: int = 2,
         hidden_activation: str = "leaky_relu",
+        hidden_dim: int = 64,
+        op_embed_dim: int = 64,
         chunk_size: int = DEFAULT_CHUNK,
     ):
-        super().__init__(num_configs, num_ops, chunk_size=chunk_size)
-        self._early_join = early_join
-        self._activation = tf.keras.activations.get(hidden_activation)
-        self._op_embedding = tf.keras.layers.Embedding(OPCODE_VOCAB, op_embed_dim)
-        self._gnn_layers = [tf.keras.layers.Dense(hidden_dim) for _ in range(num_gnns)]
-        self._postnet = _mlp([hidden_dim] * final_mlp_layers + [1], hidden_activation)
+        super().__init__(
+            num_configs,
+            num_ops,
+            op_embed_dim=op_embed_dim,
+            hidden_activation=hidden_activation,
+            chunk_size=chunk_size,
+        )
+        owner = type(self).__name__
+        hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
+        self._reduction = "sum"
+        self._gnn_layers = [
+            BidirectionalSAGELayer(units=hidden_dim, activation=hidden_activation)
+            for _ in range(_check_count(owner, "num_gnns", num_gnns, 0))
+        ]
+        depth = _check_count(owner, "final_mlp_layers", final_mlp_layers, 0)
+        self._head = _mlp([hidden_dim] * depth + [1], self._act, BASELINE_L2)
 
-    def _node_inputs(self, graph: tfgnn.GraphTensor) -> tf.Tensor:
-        """Opcode embedding and node features: `[num_nodes, op_embed_dim + node_dim]`."""
-        feats = tf.cast(graph.node_sets["op"]["feats"], tf.float32)
-        return tf.concat([self._op_embedding(_opcodes(graph)), feats], axis=-1)
-
-    def _embed(self, graph, configs, training):
-        x = self._node_inputs(graph)
-        if self._early_join:
-            c = tf.shape(configs)[1]
-            x = tf.tile(x[:, tf.newaxis, :], [1, c, 1])  # [num_nodes, c, node_in]
-            x = tf.concat([x, _broadcast_to_ops(graph, configs)], axis=-1)
-        x = self._propagate(graph, x)
-        pooled = tfgnn.pool_nodes_to_context(graph, "op", "sum", feature_value=x)
-        if self._early_join:
-            return pooled  # [batch, c, hidden]
-        pooled = tf.tile(pooled[:, tf.newaxis, :], [1, tf.shape(configs)[1], 1])
-        return tf.concat([pooled, configs], axis=-1)  # [batch, c, hidden + config_dim]
-
-    def _propagate(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
-        raise NotImplementedError
-
-    def _finish(self, embeddings, training):
-        return tf.squeeze(self._postnet(embeddings), -1)
-
-
-class _SAGEBackbone(_PaperGNN):
-    """GraphSAGE layers: `x <- l2norm(act(W [sum_neighbours(x) || x]))`, edges undirected."""
-
-    def _propagate(self, graph, x):
+    def _gnn(self, graph, x):
         for layer in self._gnn_layers:
-            y = tf.concat([_sum_both_directions(graph, x), x], axis=-1)
-            x = tf.math.l2_normalize(self._activation(layer(y)), axis=-1)
+            x = layer(graph, x)
         return x
 
 
-class _ResGCNBackbone(_PaperGNN):
-    """Residual GCN layers: `x <- x + W mean(neighbours and self)`, edges undirected."""
+class _ResGCNBaseline(_Baseline):
+    """The paper's residual GCN baselines; `EarlyJoinResGCN` and `LateJoinResGCN` pick the join.
 
-    def __init__(self, num_configs: int, num_ops: int, **kwargs):
-        super().__init__(num_configs, num_ops, **kwargs)
-        hidden_dim = self._gnn_layers[0].units if self._gnn_layers else 64
-        self._prenet = tf.keras.layers.Dense(hidden_dim)
-
-    def _propagate(self, graph, x):
-        x = self._prenet(x)
-        for layer in self._gnn_layers:
-            y = self._activation(x)
-            neighbours = _sum_both_directions(graph, y) + y
-            degree = _sum_both_directions(graph, tf.ones_like(y[..., :1])) + 1.0
-            x = x + layer(neighbours / degree)
-        return self._activation(x)
-
-
-class EarlyJoinSAGE(_SAGEBackbone):
-    """The paper's best tile baseline: config features on every node, then GraphSAGE."""
-
-    def __init__(self, num_configs: int, num_ops: int, **kwargs):
-        super().__init__(num_configs, num_ops, early_join=True, **kwargs)
-
-
-class LateJoinSAGE(_SAGEBackbone):
-    """GraphSAGE on the kernel alone; config features join after pooling."""
-
-    def __init__(self, num_configs: int, num_ops: int, **kwargs):
-        super().__init__(num_configs, num_ops, early_join=False, **kwargs)
-
-
-class EarlyJoinResGCN(_ResGCNBackbone):
-    """Config features on every node, then a residual GCN."""
-
-    def __init__(self, num_configs: int, num_ops: int, **kwargs):
-        super().__init__(num_configs, num_ops, early_join=True, **kwargs)
-
-
-class LateJoinResGCN(_ResGCNBackbone):
-    """Residual GCN on the kernel alone; config features join after pooling."""
-
-    def __init__(self, num_configs: int, num_ops: int, **kwargs):
-        super().__init__(num_configs, num_ops, early_join=False, **kwargs)
-
-
-class MLP(_TileRanker):
-    """No message passing: pooled node features and opcode embeddings, config features, MLP.
+    Opcode embedding -> a two-layer dense prenet to `hidden_dim` -> `num_gnns`
+    `ResidualGCNLayer`s -> activation -> `reduction` over the nodes of each kernel -> a
+    two-layer dense head -> one score. Every dense kernel and the opcode embedding's output
+    carry an L2 penalty of `BASELINE_L2`.
 
     Args:
-      num_configs, num_ops, chunk_size: see `_TileRanker`.
+      num_configs: configs per kernel in the training batches.
+      num_ops: 1 + the largest opcode id in the data (checked, never shapes a variable).
+      num_gnns: residual GCN layers.
+      mlp_layers: dense layers inside each GCN layer (see `ResidualGCNLayer`).
+      hidden_activation: name of a `tf.nn` activation (Keras names work too).
+      hidden_dim: width of the node states and of the head.
       op_embed_dim: opcode embedding width.
-      mlp_layers: hidden layers.
-      hidden_dim: their width.
-      hidden_activation: Keras activation name.
-      reduction: how node values are pooled per kernel (`sum`, `mean`, `max`).
+      directed: separate weights for producers, consumers and the node itself.
+      reduction: TF-GNN pooling over the nodes of a kernel (`sum`, `mean`, `max`, ...).
+      chunk_size: ours: configs scored at once by `forward`.
     """
+
+    def __init__(
+        self,
+        num_configs: int,
+        num_ops: int,
+        *,
+        num_gnns: int = 3,
+        mlp_layers: int = 2,
+        hidden_activation: str = "leaky_relu",
+        hidden_dim: int = 64,
+        op_embed_dim: int = 32,
+        directed: bool = False,
+        reduction: str = "sum",
+        chunk_size: int = DEFAULT_CHUNK,
+    ):
+        super().__init__(
+            num_configs,
+            num_ops,
+            op_embed_dim=op_embed_dim,
+            hidden_activation=hidden_activation,
+            chunk_size=chunk_size,
+        )
+        owner = type(self).__name__
+        hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
+        _check_count(owner, "mlp_layers", mlp_layers, 0)
+        self._reduction = _check_reduction(owner, "reduction", reduction)
+        # Attribute order fixes variable order; this is upstream's (GCN layers before prenet).
+        self._gc_layers = [
+            ResidualGCNLayer(
+                units=hidden_dim,
+                mlp_layers=mlp_layers,
+                activation=hidden_activation,
+                directed=directed,
+            )
+            for _ in range(_check_count(owner, "num_gnns", num_gnns, 0))
+        ]
+        self._prenet = _mlp([hidden_dim, hidden_dim], self._act, BASELINE_L2)
+        self._head = _mlp([hidden_dim, 1], self._act, BASELINE_L2)
+
+    def _gnn(self, graph, x):
+        x = self._prenet(x)
+        for layer in self._gc_layers:
+            x = layer(graph, x)
+        return self._act(x)
+
+
+class EarlyJoinSAGE(_SAGEBaseline):
+    """The paper's best tile baseline: config features on every node, then GraphSAGE."""
+
+    EARLY_JOIN = True
+
+
+class LateJoinSAGE(_SAGEBaseline):
+    """GraphSAGE on the kernel alone; config features join after pooling."""
+
+    EARLY_JOIN = False
+
+
+class EarlyJoinResGCN(_ResGCNBaseline):
+    """Config features on every node, then a residual GCN."""
+
+    EARLY_JOIN = True
+
+
+class LateJoinResGCN(_ResGCNBaseline):
+    """Residual GCN on the kernel alone; config features join after pooling."""
+
+    EARLY_JOIN = False
+
+
+class MLP(_Baseline):
+    """The paper's graph-free baseline: pooled node features, config features, an MLP.
+
+    `[reduction(node features) || reduction(opcode embeddings) || config features]` ->
+    `mlp_layers` dense layers of width `hidden_dim` -> one score, with the L2 penalties of
+    the other baselines.
+
+    Args:
+      num_configs: configs per kernel in the training batches.
+      num_ops: 1 + the largest opcode id in the data (checked, never shapes a variable).
+      op_embed_dim: opcode embedding width.
+      mlp_layers: hidden dense layers.
+      hidden_activation: name of a `tf.nn` activation (Keras names work too).
+      hidden_dim: their width.
+      reduction: TF-GNN pooling over the nodes of a kernel (`sum`, `mean`, `max`, ...).
+      chunk_size: ours: configs scored at once by `forward`.
+    """
+
+    EARLY_JOIN = False
 
     def __init__(
         self,
@@ -525,22 +813,156 @@ class MLP(_TileRanker):
         *,
         op_embed_dim: int = 32,
         mlp_layers: int = 2,
-        hidden_dim: int = 64,
         hidden_activation: str = "leaky_relu",
+        hidden_dim: int = 64,
         reduction: str = "sum",
         chunk_size: int = DEFAULT_CHUNK,
     ):
-        super().__init__(num_configs, num_ops, chunk_size=chunk_size)
-        self._reduction = reduction
-        self._op_embedding = tf.keras.layers.Embedding(OPCODE_VOCAB, op_embed_dim)
-        self._mlp = _mlp([hidden_dim] * mlp_layers + [1], hidden_activation)
+        super().__init__(
+            num_configs,
+            num_ops,
+            op_embed_dim=op_embed_dim,
+            hidden_activation=hidden_activation,
+            chunk_size=chunk_size,
+        )
+        owner = type(self).__name__
+        self._reduction = _check_reduction(owner, "reduction", reduction)
+        depth = _check_count(owner, "mlp_layers", mlp_layers, 0)
+        hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
+        self._head = _mlp([hidden_dim] * depth + [1], self._act, BASELINE_L2)
 
-    def _embed(self, graph, configs, training):
-        feats = tf.cast(graph.node_sets["op"]["feats"], tf.float32)
-        nodes = tf.concat([feats, self._op_embedding(_opcodes(graph))], axis=-1)
-        pooled = _pool_ops(graph, nodes, (self._reduction,))  # [batch, node_in]
-        pooled = tf.tile(pooled[:, tf.newaxis, :], [1, tf.shape(configs)[1], 1])
-        return tf.concat([pooled, configs], axis=-1)
+    def _encode_kernel(self, graph, training):
+        op_e, feats = self._op_embedding(_opcodes(graph)), _node_features(graph)
+        return tf.concat(
+            [
+                tfgnn.pool_nodes_to_context(graph, "op", self._reduction, feature_value=feats),
+                tfgnn.pool_nodes_to_context(graph, "op", self._reduction, feature_value=op_e),
+            ],
+            axis=-1,
+        )  # [batch, node_dim + op_embed_dim]
 
-    def _finish(self, embeddings, training):
-        return tf.squeeze(self._mlp(embeddings), -1)
+
+# ---------------------------------------------------------------------------------------------
+# Ensembles
+# ---------------------------------------------------------------------------------------------
+
+# The classes an `Ensemble` may hold, by the names its `members` use.
+MEMBER_MODELS: dict[str, type[_TileRanker]] = {
+    "ResidualSAGE": ResidualSAGE,
+    "ResidualSAGEPlain": ResidualSAGEPlain,
+    "EarlyJoinSAGE": EarlyJoinSAGE,
+    "LateJoinSAGE": LateJoinSAGE,
+    "EarlyJoinResGCN": EarlyJoinResGCN,
+    "LateJoinResGCN": LateJoinResGCN,
+    "MLP": MLP,
+}
+
+# How `Ensemble` puts its members' scores on one scale, per kernel, before averaging.
+COMBINE_METHODS = ("zscore", "rank", "minmax")
+
+_EPSILON = 1e-12  # keeps a kernel whose scores are all equal finite (it normalises to 0)
+
+
+def normalise_scores(scores: tf.Tensor, method: str) -> tf.Tensor:
+    """Puts the scores of each kernel on a common scale, keeping their order.
+
+    Args:
+      scores: `[batch, num_configs]`, one row per kernel.
+      method: `zscore` (minus the row's mean, over its standard deviation), `minmax` (onto
+        [0, 1] by the row's extremes) or `rank` (the rank within the row over
+        `num_configs - 1`; it has no gradient, so it is for combining trained models).
+
+    Returns:
+      `[batch, num_configs]` float32, non-decreasing in `scores` within each row.
+    """
+    scores = tf.cast(scores, tf.float32)
+    if method == "zscore":
+        mean, variance = tf.nn.moments(scores, axes=[-1], keepdims=True)
+        return (scores - mean) / tf.sqrt(variance + _EPSILON)
+    if method == "minmax":
+        low = tf.reduce_min(scores, axis=-1, keepdims=True)
+        high = tf.reduce_max(scores, axis=-1, keepdims=True)
+        return (scores - low) / (high - low + _EPSILON)
+    if method == "rank":
+        order = tf.argsort(scores, axis=-1, stable=True)
+        ranks = tf.cast(tf.argsort(order, axis=-1, stable=True), tf.float32)
+        return ranks / tf.cast(tf.maximum(tf.shape(scores)[-1] - 1, 1), tf.float32)
+    raise ValueError(f"combine={method!r} is not one of {', '.join(COMBINE_METHODS)}")
+
+
+def _member_class_and_kwargs(index: int, spec: Any) -> tuple[type[_TileRanker], dict]:
+    """Checks `members[index]`, `{"model": name, "kwargs": {...}}`; returns class and kwargs."""
+    where = f"Ensemble: members[{index}]"
+    if not isinstance(spec, dict) or "model" not in spec or set(spec) - {"model", "kwargs"}:
+        raise ValueError(f"{where} must be {{'model': <name>, 'kwargs': {{...}}}}, got {spec!r}")
+    name, kwargs = spec["model"], spec.get("kwargs") or {}
+    if name not in MEMBER_MODELS:
+        raise ValueError(f"{where}: unknown model {name!r}; known: {', '.join(MEMBER_MODELS)}")
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{where}: kwargs must be a dict, got {kwargs!r}")
+    return MEMBER_MODELS[name], kwargs
+
+
+class Ensemble(tf.keras.Model):
+    """Several models as one: each member's scores normalised per kernel, then averaged.
+
+    Averaging independently trained rankers is a cheap, reliable gain (as in the Kaggle
+    "Fast or Slow?" tile solutions). The members are built exactly as upstream builds a model,
+    `cls(num_configs, num_ops, **kwargs)`, and own every variable: `trainable_variables` are
+    the members' in member order, so upstream's rebuild-then-copy-in-order reload restores an
+    ensemble as it restores any model. `forward` calls each member's own chunked `forward`,
+    so memory stays bounded on 6000-config kernels.
+
+    Args:
+      num_configs: configs per kernel in the training batches (passed to every member).
+      num_ops: 1 + the largest opcode id in the data (passed to every member).
+      members: `[{"model": <name in MEMBER_MODELS>, "kwargs": {...}}, ...]`, at least one;
+        `kwargs` may be left out.
+      combine: per-kernel normalisation before averaging, one of `COMBINE_METHODS` (see
+        `normalise_scores`); `rank` has no gradient, so train members with another.
+    """
+
+    def __init__(
+        self,
+        num_configs: int,
+        num_ops: int,
+        *,
+        members: Sequence[dict],
+        combine: str = "zscore",
+    ):
+        super().__init__()
+        if combine not in COMBINE_METHODS:
+            raise ValueError(
+                f"Ensemble: combine={combine!r} is not one of {', '.join(COMBINE_METHODS)}"
+            )
+        if not isinstance(members, (list, tuple)) or not members:
+            raise ValueError(
+                "Ensemble: members must be a non-empty list of "
+                f"{{'model': <name>, 'kwargs': {{...}}}}, got {members!r}"
+            )
+        self._combine = combine
+        built = []
+        for i, spec in enumerate(members):
+            cls, kwargs = _member_class_and_kwargs(i, spec)
+            try:
+                built.append(cls(num_configs, num_ops, **kwargs))
+            except TypeError as e:  # an unknown keyword: name the member it came from
+                raise ValueError(f"Ensemble: members[{i}] ({spec['model']}): {e}") from None
+        self._ensemble_members = built
+
+    @property
+    def members(self) -> list[tf.keras.Model]:
+        """The member models, in order."""
+        return list(self._ensemble_members)
+
+    def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
+        return self._average([m(graph, training=training) for m in self._ensemble_members])
+
+    def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+        """Scores all `num_configs` configs of each component: `[batch, num_configs]`."""
+        return self._average([m.forward(graph, num_configs) for m in self._ensemble_members])
+
+    def _average(self, member_scores: list[tf.Tensor]) -> tf.Tensor:
+        """Members' `[batch, n]` scores -> the mean of their normalised scores `[batch, n]`."""
+        normalised = [normalise_scores(s, self._combine) for s in member_scores]
+        return tf.add_n(normalised) / float(len(normalised))
