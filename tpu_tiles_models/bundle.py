@@ -47,12 +47,6 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
     return path
 
 
-def _copy_file(src: Path, dst: Path) -> None:
-    """Copies to a temp name beside `dst`, then renames into place."""
-    with files.atomic_path(dst) as tmp:
-        shutil.copy2(src, tmp)
-
-
 def _copy_tree(src: Path, dst: Path) -> None:
     """Copies a directory beside `dst`, then swaps it in (a rerun replaces its own copy)."""
     tmp = dst.with_name(f".{dst.name}.tmp")
@@ -88,6 +82,8 @@ def make_bundle(
         raise BundleError(f"{source} cannot rebuild this model: {e}") from None
     if out == model_dir.parent:
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
+    if out.exists() and not out.is_dir():
+        raise BundleError(f"--out {out} is a file; pass a new folder")
     out.mkdir(parents=True, exist_ok=True)
     others = [
         p.name
@@ -99,9 +95,10 @@ def make_bundle(
             f"{out} already holds {', '.join(sorted(others))}; a bundle has one model, pick "
             "an empty --out folder"
         )
-    _copy_file(source, out / MODELS_FILE)
+    files.copy_file(source, out / MODELS_FILE, flag="--out")
     _copy_tree(model_dir, out / model_dir.name)
-    _copy_file(run_file, out / run_file.name)  # last: a run file never points at nothing
+    # The run file last: a run file never points at a model that is not there.
+    files.copy_file(run_file, out / run_file.name, flag="--out")
     return out
 
 

@@ -300,7 +300,7 @@ def _cache_path(cache_dir: str, split: str, files: list[str], key_extra: dict) -
 
 def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
     """Writes the split atomically (see `files.atomic_path`)."""
-    with files.atomic_path(path) as tmp, open(tmp, "wb") as out:
+    with files.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
         np.savez(
             out,
             files=np.array(split.files, dtype=str),

@@ -162,7 +162,7 @@ def format_table(result: dict[str, Any]) -> str:
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
     """Writes `result` as indented JSON atomically; returns the path."""
     path = Path(os.path.expanduser(os.fspath(path)))
-    with files.atomic_path(path) as tmp:
+    with files.atomic_path(path, flag="--json") as tmp:
         tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
     return path
 
@@ -194,7 +194,7 @@ def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
     fig.tight_layout()
     path = Path(os.path.expanduser(os.fspath(path)))
     try:
-        with files.atomic_path(path) as tmp:
+        with files.atomic_path(path, flag="--png") as tmp:
             fig.savefig(tmp, format="png", dpi=90)
     finally:
         plt.close(fig)

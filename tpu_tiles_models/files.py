@@ -12,6 +12,7 @@ import contextlib
 import errno
 import os
 import secrets
+import shutil
 import stat
 from pathlib import Path
 from typing import Iterator
@@ -141,3 +142,14 @@ def _cannot_write(where: str, err: OSError, flag: str | None = None) -> str:
     if err.errno in _STORAGE_ERRNOS:
         return f"cannot write {where} ({reason}); free some space or pass {other}"
     return f"cannot write {where} ({reason}); pass {other} in a folder you can write"
+
+
+def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | None = None) -> None:
+    """Copies `src` over `dst` through a temp file beside it, as `cp` would.
+
+    A new `dst` gets src's permission bits less the umask (an executable stays executable, a
+    group-shared folder stays readable to the group); an existing one keeps its own.
+    """
+    src = Path(src)
+    with atomic_path(dst, flag=flag, mode=stat.S_IMODE(src.stat().st_mode) & 0o777) as tmp:
+        shutil.copyfile(src, tmp)

@@ -13,8 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
-import stat
 from pathlib import Path
 from typing import Union
 
@@ -62,17 +60,6 @@ def check_checkout(root: PathLike) -> Path:
 
 def _sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def _copy_atomic(src: Path, dst: Path) -> None:
-    """Copies ``src`` over ``dst`` via a temp file in dst's directory, as ``cp`` would.
-
-    A new ``dst`` gets src's permission bits less the umask (an executable stays
-    executable, a group-shared checkout stays readable to the group); an existing one keeps
-    its own permissions.
-    """
-    with files.atomic_path(dst, mode=stat.S_IMODE(src.stat().st_mode) & 0o777) as tmp:
-        shutil.copyfile(src, tmp)
 
 
 def _manifest_path(root: Path) -> Path:
@@ -193,12 +180,12 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
         # First install of this path: keep the upstream original, if any, for uninstall.
         had_original = dst.exists()
         if had_original:
-            _copy_atomic(dst, backup)
+            files.copy_file(dst, backup)
         action = f"original saved to {backup}" if had_original else "new file"
         entry = manifest[rel] = {"had_original": had_original, "installed_sha256": new_sha}
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
         kept = backup.with_name(backup.name + MODIFIED_SUFFIX)
-        _copy_atomic(dst, kept)
+        files.copy_file(dst, kept)
         action = f"--force: your edited copy kept as {kept}"
     elif not dst.exists():
         action = "it had been deleted"
@@ -207,7 +194,7 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
     entry["installed_sha256"] = new_sha
     # Record before copying: a crash in between then reads as "edited", never loses data.
     _save_manifest(root, manifest)
-    _copy_atomic(src, dst)
+    files.copy_file(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
 
 
@@ -239,7 +226,7 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
                     f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
                     f"{rel}) and delete {_manifest_path(root)}"
                 )
-            _copy_atomic(backup, dst)
+            files.copy_file(backup, dst)
             backup.unlink()
             lines.append(f"restored the original {dst}")
         else:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpu_tiles_models import kaggle, scoring
+from tpu_tiles_models import files, kaggle, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -40,6 +40,7 @@ def predict_to_csv(
     """
     if top_k < 1:
         raise FlagError(f"--top_k must be at least 1, got {top_k}")
+    files.check_output_path(out, flag="--out")  # before minutes of scoring
     run = TrainedRun.open(model_dir, models_path=models_path)
     model, dataset = run.load(data_root, cache_dir=cache_dir, progress=progress)
     scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")

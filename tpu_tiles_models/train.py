@@ -28,6 +28,7 @@ import tqdm
 
 import tpu_tiles_models
 from tpu_tiles_models import data, export, files, interrupts, kaggle, registry, scoring
+from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.losses import CombinedLoss, parse_losses
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -198,6 +199,10 @@ def train(args: TrainArgs) -> TrainResult:
     args = args.resolved()
     _check_before_data(args)
     out_dir = Path(os.path.expanduser(args.out_dir))
+    if out_dir.exists() and not out_dir.is_dir():
+        raise FlagError(f"--out_dir {out_dir} is a file; pass a folder")
+    if args.test_mode == "predictions":
+        files.check_output_path(os.path.expanduser(args.results_csv), flag="--results_csv")
     artifacts = _Artifacts(out_dir, created_out_dir=not out_dir.exists())
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -330,7 +335,7 @@ def _finish(args, model, ds, curve, extras, out_dir, artifacts, scorer) -> Train
             ranks = {s.tile_id: scoring.upstream_top(s.scores, UPSTREAM_TOP) for s in scored}
             run_info["test_predictions"] = ranks
             results_csv = artifacts.add(Path(os.path.expanduser(args.results_csv)))
-            kaggle.write_predictions_csv(results_csv, list(ranks.items()))
+            kaggle.write_predictions_csv(results_csv, list(ranks.items()), flag="--results_csv")
     h = args.hash()
     run_info[export.EXTRAS_KEY] = dict(
         extras, version=tpu_tiles_models.__version__, select_by=args.select_by,
