@@ -1,14 +1,23 @@
-"""Shared fixtures: small synthetic TpuGraphs-format data sets, made once per session."""
+"""Shared fixtures: small synthetic TpuGraphs-format data sets and tiny trained runs, made once
+per session and shared read-only by the test files (training is the slow part of the suite)."""
+
+from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+# Test kernels of `short_test_root` cut to fewer configs than the top 5 (padding rule).
+SHORT_KERNELS = {0: 3, 1: 1}
+TINY_RESIDUAL = '{"hidden_dim": 8, "num_layers": 1}'
+TINY_MLP = '{"hidden_dim": 8, "mlp_layers": 1}'
 
 
 @pytest.fixture(scope="session")
@@ -19,6 +28,55 @@ def synth_root(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("synth")
     synthetic.generate(root, train=24, valid=8, test=6, seed=0, max_configs=48, progress=False)
     return root
+
+
+def truncate_configs(path: Path, keep: int) -> None:
+    """Rewrites one npz keeping its first `keep` configs."""
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    for key in ("config_feat", "config_runtime", "config_runtime_normalizers"):
+        arrays[key] = arrays[key][:keep]
+    np.savez(path, **arrays)
+
+
+@pytest.fixture(scope="session")
+def short_test_root(synth_root, tmp_path_factory) -> Path:
+    """synth_root with two test kernels cut to 3 and 1 configs."""
+    root = tmp_path_factory.mktemp("short_test")
+    shutil.copytree(synth_root, root, dirs_exist_ok=True)
+    test_files = sorted((root / "test").glob("*.npz"))
+    for i, keep in SHORT_KERNELS.items():
+        truncate_configs(test_files[i], keep)
+    return root
+
+
+def tiny_args(data_root: Path, out_dir: Path, **changes):
+    """TrainArgs for a tiny, fast run on `data_root` (4 configs x 4 kernels, no cache)."""
+    from tpu_tiles_models.train_args import TrainArgs
+
+    base = dict(data_root=str(data_root), out_dir=str(out_dir), cache_dir="", configs=4,
+                batch=4, epochs=1, early_stop=0, no_progress=True)  # fmt: skip
+    return TrainArgs(**{**base, **changes})
+
+
+@pytest.fixture(scope="session")
+def residual_run(synth_root, tmp_path_factory):
+    """A tiny ResidualSAGE, 2 epochs on synth_root (artifacts in their own out_dir)."""
+    from tpu_tiles_models import train
+
+    out = tmp_path_factory.mktemp("residual_run")
+    return train.train(
+        tiny_args(synth_root, out, model="ResidualSAGE", model_kwargs_json=TINY_RESIDUAL, epochs=2)
+    )
+
+
+@pytest.fixture(scope="session")
+def mlp_run(short_test_root, tmp_path_factory):
+    """A tiny MLP, 1 epoch on short_test_root (artifacts in their own out_dir)."""
+    from tpu_tiles_models import train
+
+    out = tmp_path_factory.mktemp("mlp_run")
+    return train.train(tiny_args(short_test_root, out, model="MLP", model_kwargs_json=TINY_MLP))
 
 
 @pytest.fixture(scope="session")

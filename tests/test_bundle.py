@@ -13,13 +13,8 @@ from tpu_tiles_models import bundle, export, registry, train
 
 
 @pytest.fixture(scope="module")
-def trained(synth_root, tmp_path_factory) -> train.TrainResult:
-    out = tmp_path_factory.mktemp("bundle_model")
-    return train.main(
-        ["--model", "ResidualSAGE", "--model_kwargs_json", '{"hidden_dim": 8, "num_layers": 1}',
-         "--data_root", str(synth_root), "--cache_dir", "", "--out_dir", str(out),
-         "--epochs", "1", "--configs", "4", "--batch", "4", "--no_progress"]
-    )  # fmt: skip
+def trained(residual_run) -> train.TrainResult:
+    return residual_run
 
 
 @pytest.fixture(scope="module")

@@ -13,10 +13,7 @@ import pytest
 from tpu_tiles_models import data, evaluate, export, metrics, scoring, train
 
 TINY_ID = "tiny_bench_0000"  # benchmark "tiny_bench": one valid kernel with < 5 configs
-MODELS = (
-    ("ResidualSAGE", '{"hidden_dim": 8, "num_layers": 1}'),
-    ("MLP", '{"hidden_dim": 8}'),
-)
+MODELS = ("ResidualSAGE", "MLP")
 
 
 @pytest.fixture(scope="module")
@@ -32,35 +29,9 @@ def eval_root(synth_root, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(synth_root, tmp_path_factory) -> list[train.TrainResult]:
-    """Two tiny models (1 epoch) in one out_dir."""
-    out = tmp_path_factory.mktemp("eval_models")
-    return [
-        train.main(
-            [
-                "--model",
-                name,
-                "--model_kwargs_json",
-                kwargs,
-                "--data_root",
-                str(synth_root),
-                "--cache_dir",
-                "",
-                "--out_dir",
-                str(out),
-                "--epochs",
-                "1",
-                "--configs",
-                "4",
-                "--batch",
-                "4",
-                "--no_progress",
-                "--run_id",
-                name,
-            ]
-        )  # fmt: skip
-        for name, kwargs in MODELS
-    ]
+def trained(residual_run, mlp_run) -> list[train.TrainResult]:
+    """Two tiny trained models (shared with other test files)."""
+    return [residual_run, mlp_run]
 
 
 @pytest.fixture(scope="module")
@@ -78,7 +49,7 @@ def _direct_scores(r: train.TrainResult, root: Path) -> list[scoring.Scored]:
 
 
 def test_overall_and_benchmarks_match_direct_recomputation(trained, eval_root, result):
-    assert [m["model"] for m in result["models"]] == [name for name, _ in MODELS]
+    assert [m["model"] for m in result["models"]] == list(MODELS)
     for r, m in zip(trained, result["models"]):
         scored = _direct_scores(r, eval_root)
         want = metrics.top_k_errors((s.runtimes, s.scores) for s in scored)

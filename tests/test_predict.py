@@ -13,14 +13,12 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import TINY_MLP, tiny_args
 
 from tpu_tiles_models import data, export, kaggle, train, train_args
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tiles_gen_predictions_csv.py"
-MODEL_FLAGS = ["--model", "MLP", "--model_kwargs_json", '{"hidden_dim": 8, "mlp_layers": 1}']
-# Test kernels cut to fewer configs than the top 5, to exercise the padding rule.
-SHORT_KERNELS = {0: 3, 1: 1}
 
 
 def _load_script():
@@ -33,37 +31,18 @@ def _load_script():
 script = _load_script()
 
 
-def _truncate_configs(path: Path, keep: int) -> None:
-    """Rewrites one npz keeping its first `keep` configs."""
-    with np.load(path) as npz:
-        arrays = {k: npz[k] for k in npz.files}
-    for key in ("config_feat", "config_runtime", "config_runtime_normalizers"):
-        arrays[key] = arrays[key][:keep]
-    np.savez(path, **arrays)
+@pytest.fixture(scope="module")
+def data_root(short_test_root) -> Path:
+    return short_test_root
 
 
 @pytest.fixture(scope="module")
-def data_root(synth_root, tmp_path_factory) -> Path:
-    """synth_root with two test kernels cut to 3 and 1 configs."""
-    root = tmp_path_factory.mktemp("predict_data")
-    shutil.copytree(synth_root, root, dirs_exist_ok=True)
-    test_files = sorted((root / "test").glob("*.npz"))
-    for i, keep in SHORT_KERNELS.items():
-        _truncate_configs(test_files[i], keep)
-    return root
+def trained(mlp_run) -> train.TrainResult:
+    return mlp_run
 
 
 def _train(root: Path, out_dir: Path) -> train.TrainResult:
-    return train.main(
-        ["--data_root", str(root), "--cache_dir", "", "--out_dir", str(out_dir)]
-        + ["--epochs", "1", "--configs", "4", "--batch", "4", "--no_progress"]
-        + MODEL_FLAGS
-    )
-
-
-@pytest.fixture(scope="module")
-def trained(data_root, tmp_path_factory) -> train.TrainResult:
-    return _train(data_root, tmp_path_factory.mktemp("predict_out"))
+    return train.train(tiny_args(root, out_dir, model="MLP", model_kwargs_json=TINY_MLP))
 
 
 def _run_info(result: train.TrainResult) -> dict:

@@ -8,19 +8,16 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MLP, tiny_args
 
 from tpu_tiles_models import cli, export, train, train_args
 
 FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0", "--no_progress"]
-TINY = ["--model", "ResidualSAGE", "--model_kwargs_json", '{"hidden_dim": 8, "num_layers": 1}']
 
 
 @pytest.fixture(scope="module")
-def run(synth_root, tmp_path_factory) -> train.TrainResult:
-    out = tmp_path_factory.mktemp("out")
-    return train.main(
-        [*TINY, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "", "--out_dir", str(out)]
-    )
+def run(residual_run) -> train.TrainResult:
+    return residual_run
 
 
 def _run_info(result) -> dict:
@@ -62,20 +59,15 @@ def test_results_csv_matches_test_predictions(run):
     }
 
 
-def test_rerun_replaces_its_own_artifacts(run, synth_root):
-    out = run.model_dir.parent
-    args = json.loads(gzip.decompress(run.run_file.read_bytes()))["args"]
-    again = train.main([
-        *TINY, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "", "--out_dir", str(out),
-        "--results_csv", args["results_csv"], "--epochs", "1",
-    ])  # fmt: skip
-    assert again.model_dir != run.model_dir  # epochs differ, so the hash differs
-    same = train.main([
-        *TINY, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "", "--out_dir", str(out),
-        "--results_csv", args["results_csv"], "--epochs", "1",
-    ])  # fmt: skip
-    assert same.model_dir == again.model_dir and (same.model_dir / "saved_model.pb").is_file()
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+def test_rerun_replaces_its_own_artifacts(synth_root, tmp_path):
+    args = tiny_args(synth_root, tmp_path, model="MLP", model_kwargs_json=TINY_MLP)
+    args = args.replace(results_csv=str(tmp_path / "results.csv"))
+    first = train.train(args)
+    again = train.train(args.replace(epochs=2))
+    assert again.model_dir != first.model_dir  # epochs differ, so the hash differs
+    same = train.train(args)
+    assert same.model_dir == first.model_dir and (same.model_dir / "saved_model.pb").is_file()
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
 
 
 def test_interrupted_save_leaves_no_model_dir(run, tmp_path, monkeypatch):
