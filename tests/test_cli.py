@@ -5,6 +5,12 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
 
 from tpu_tiles_models import cli, kaggle, registry
 
@@ -49,3 +55,57 @@ def test_kaggle_without_sample_says_where_to_get_it(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "sample_submission.csv" in err
     assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def truncated_run(residual_run, tmp_path_factory) -> Path:
+    """A copy of a trained model whose run file was cut short (an interrupted copy)."""
+    out = tmp_path_factory.mktemp("truncated")
+    model_dir = out / residual_run.model_dir.name
+    shutil.copytree(residual_run.model_dir, model_dir)
+    data = residual_run.run_file.read_bytes()
+    (out / residual_run.run_file.name).write_bytes(data[: len(data) // 2])
+    return model_dir
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["predict", "--dir", "{model}", "--data_root", "{data}", "--out", "{tmp}/p.csv"],
+        ["evaluate", "--dirs", "{model}", "--data_root", "{data}"],
+        ["bundle", "--dir", "{model}", "--out", "{tmp}/bundle"],
+    ],
+)
+def test_truncated_run_file_is_one_line(command, truncated_run, synth_root, tmp_path, capsys):
+    argv = [a.format(model=truncated_run, data=synth_root, tmp=tmp_path) for a in command]
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    assert err.startswith(f"tpu-tiles {command[0]}: error: ")
+    assert "run file" in err and "truncated or corrupt" in err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_predict_top_k_zero(residual_run, synth_root, tmp_path, capsys):
+    model, out = str(residual_run.model_dir), str(tmp_path / "p.csv")
+    code = cli.main(["predict", "--dir", model, "--data_root", str(synth_root), "--top_k", "0",
+                     "--out", out])  # fmt: skip
+    assert code == 2
+    assert capsys.readouterr().err.strip() == (
+        "tpu-tiles predict: error: --top_k must be at least 1, got 0"
+    )
+
+
+def test_unknown_flag_of_a_plain_command(capsys):
+    with pytest.raises(SystemExit) as info:
+        cli.main(["models", "--nope"])
+    assert info.value.code == 2 and "unrecognized arguments: --nope" in capsys.readouterr().err
+
+
+def test_help_imports_no_tensorflow():
+    proc = subprocess.run(
+        [sys.executable, "-c", "import sys\nfrom tpu_tiles_models import cli\n"
+         "cli.build_parser().format_help()\nprint('tensorflow' in sys.modules)"],
+        capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    assert proc.stdout.strip() == "False" and proc.stderr == ""

@@ -5,6 +5,10 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import os
+import signal
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -103,3 +107,61 @@ def test_missing_data_dir_gives_one_line(tmp_path, capsys):
                      "--cache_dir", "", "--out_dir", str(tmp_path)])  # fmt: skip
     err = capsys.readouterr().err.strip()
     assert code == 2 and str(tmp_path / "none") in err and len(err.splitlines()) == 1
+
+
+def _tiny_cli(data_root: Path, out_dir: Path, *extra: str) -> list[str]:
+    return ["train", "--model=MLP", f"--model_kwargs_json={TINY_MLP}", f"--data_root={data_root}",
+            "--cache_dir=", f"--out_dir={out_dir}", "--configs=4", "--batch=4", "--epochs=1",
+            "--no_progress", *extra]  # fmt: skip
+
+
+def test_epochs_zero_is_a_one_line_error(synth_root, tmp_path, capsys):
+    code = cli.main(_tiny_cli(synth_root, tmp_path / "out", "--epochs=0"))
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == "tpu-tiles train: error: --epochs must be at least 1, got 0"
+    assert not (tmp_path / "out").exists()
+
+
+def test_failed_training_leaves_no_out_dir(tmp_path, capsys):
+    out = tmp_path / "new" / "out"
+    code = cli.main(_tiny_cli(tmp_path / "no_data", out))
+    assert code == 2 and "split directory not found" in capsys.readouterr().err
+    assert not out.exists() and (tmp_path / "new").is_dir()  # only what the run created goes
+
+
+def test_ctrl_c_during_the_save_removes_every_artifact(synth_root, tmp_path, capsys, monkeypatch):
+    """Ctrl-C while the model is saved (after the test ranking) leaves nothing behind."""
+    save = export.save_model_dir
+
+    def save_then_ctrl_c(model, path):
+        result = save(model, path)
+        signal.raise_signal(signal.SIGINT)  # noted by the CLI's handler, raised after the save
+        return result
+
+    monkeypatch.setattr(export, "save_model_dir", save_then_ctrl_c)
+    out = tmp_path / "out"
+    code = cli.main(_tiny_cli(synth_root, out))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 130 and err == [
+        "tpu-tiles train: interrupted; removed what this run had started"
+    ]
+    assert not out.exists()
+
+
+def test_ctrl_c_in_a_real_process_stops_cleanly(synth_root, tmp_path):
+    """SIGINT to a training process mid-epoch: exit 130 within seconds, one line, no artifacts."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    argv = _tiny_cli(synth_root, out, "--epochs=500")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+    )  # fmt: skip
+    for line in proc.stdout:  # wait until training runs
+        if line.startswith("epoch   1"):
+            break
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130
+    assert stderr.strip() == "tpu-tiles train: interrupted; removed what this run had started"
+    assert not out.exists()

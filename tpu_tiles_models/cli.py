@@ -26,11 +26,7 @@ EXIT_INTERRUPTED = 130
 def _synth(a: argparse.Namespace) -> None:
     from tpu_tiles_models import synthetic
 
-    summary = synthetic.generate(
-        a.out, train=a.train, valid=a.valid, test=a.test, seed=a.seed,
-        max_configs=a.max_configs, cost_model=a.cost_model, test_ids_from=a.test_ids_from,
-    )  # fmt: skip
-    print(f"wrote {summary['kernels']} kernels ({summary['configs']} configs) to {a.out}")
+    synthetic.run(a)
 
 
 def _train(a: argparse.Namespace) -> None:
@@ -123,7 +119,7 @@ _ABSL_COMMANDS = ("train",)
 
 def build_parser() -> argparse.ArgumentParser:
     """The `tpu-tiles` parser; importing it loads no TensorFlow."""
-    from tpu_tiles_models import demo
+    from tpu_tiles_models import demo, synthetic
 
     parser = argparse.ArgumentParser(prog="tpu-tiles", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -134,14 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     p = command("synth", _synth, "generate a synthetic TpuGraphs tile:xla data set")
-    p.add_argument("out")
-    p.add_argument("--train", type=int, default=300)
-    p.add_argument("--valid", type=int, default=60)
-    p.add_argument("--test", type=int, default=60)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max_configs", type=int, default=None)
-    p.add_argument("--cost_model", default="roofline", help="roofline or alt")
-    p.add_argument("--test_ids_from", default=None, help="sample_submission.csv for test ids")
+    synthetic.add_flags(p)
 
     command(
         "train", _train, "train a model; writes upstream's artifacts (--help lists the flags)",

@@ -1,0 +1,93 @@
+"""TrainArgs: upstream's absl flag syntax, validation in one line, dict and hash round trips."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+
+import pytest
+
+from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs, args_hash
+
+
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--toy_data=True"], True),  # the course handout's spelling
+        (["--toy_data=true"], True),
+        (["--toy_data=1"], True),
+        (["--toy_data"], True),
+        (["--toy_data=False"], False),
+        (["--toy_data=0"], False),
+        (["--notoy_data"], False),
+        (["--toy_data", "--notoy_data"], False),  # the last one wins, as in absl
+    ],
+)
+def test_boolean_flags_take_absl_spellings(argv, expected):
+    assert TrainArgs.from_argv(argv).toy_data is expected
+
+
+def test_values_with_equals_or_space_and_defaults_as_upstream():
+    a = TrainArgs.from_argv(["--epochs=3", "--lr", "2e-3", "--model", "MLP", "--configs=16"])
+    assert (a.epochs, a.lr, a.model, a.configs) == (3, 0.002, "MLP", 16)
+    d = TrainArgs()
+    assert (d.model, d.epochs, d.early_stop, d.lr, d.clip_norm, d.configs, d.batch) == (
+        "EarlyJoinSAGE", 100, 20, 1e-3, 1e-3, 10, 10,
+    )  # fmt: skip
+    assert d.losses == "ListMLELoss:1,MSE:0.02" and d.out_dir == "~/out/tpugraphs_tiles"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--epochs=0"], "--epochs must be at least 1, got 0"),
+        (["--epochs", "-1"], "--epochs must be at least 1, got -1"),
+        (["--batch=0"], "--batch must be at least 1"),
+        (["--configs=1"], "--configs must be at least 2"),
+        (["--lr=0"], "--lr must be positive"),
+        (["--validate_batches=0"], "--validate_batches must be -1 (all) or positive"),
+        (["--epochs=ten"], "flag --epochs=ten"),
+        (["--test_mode=both"], "--test_mode=both"),
+        (["--batch_size=4"], "Unknown command line flag 'batch_size'"),
+        (["stray"], "unexpected argument 'stray'"),
+    ],
+)
+def test_bad_values_raise_one_line_flag_errors(argv, message):
+    with pytest.raises(FlagError) as info:
+        TrainArgs.from_argv(argv)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    assert isinstance(info.value, UserError)
+
+
+def test_help_lists_every_flag(capsys):
+    with pytest.raises(SystemExit) as info:
+        TrainArgs.from_argv(["--help"])
+    assert info.value.code == 0
+    out = capsys.readouterr().out
+    for name in ("--model", "--toy_data", "--lr_schedule", "--tensorboard", "--seed"):
+        assert name in out
+
+
+def test_dict_round_trips_and_upstream_names():
+    a = TrainArgs(model="ResidualSAGE", epochs=7, batch=4, lr=2e-3, seed=3)
+    assert TrainArgs.from_dict(a.to_dict()) == a
+    assert TrainArgs.from_argv(a.to_argv()) == a
+    resolved = a.resolved(now_ms=1700000000000)
+    up = resolved.upstream_args()
+    assert list(up) == list(UPSTREAM_FIELDS)
+    assert (up["batch_size"], up["learning_rate"]) == (4, 2e-3)
+    assert up["results_csv"].endswith("/out/tpugraphs_tiles/results_1700000000000.csv")
+    # A run file's args (upstream's names) give back every upstream field.
+    back = TrainArgs.from_dict(up)
+    assert back.upstream_args() == up
+    with pytest.raises(FlagError, match="unknown training option 'nope'"):
+        TrainArgs.from_dict({"nope": 1})
+
+
+def test_hash_is_upstreams_md5():
+    up = TrainArgs(epochs=2).resolved(now_ms=5).upstream_args()
+    want = hashlib.md5(json.dumps(up, sort_keys=True).encode()).hexdigest()
+    assert TrainArgs(epochs=2).resolved(now_ms=5).hash() == args_hash(up) == want
+    with pytest.raises(ValueError, match="call resolved"):
+        TrainArgs().upstream_args()
