@@ -175,8 +175,9 @@ def _broken(kind: str, rng: np.random.Generator) -> dict:
         arrays["node_opcode"] = arrays["node_opcode"][:-1]
     elif kind == "edge out of range":
         arrays["edge_index"][2, 1] = 5
-    elif kind == "too few configs":
-        arrays = kernel_arrays(rng, configs=1)
+    elif kind == "no configs":
+        for key in ("config_feat", "config_runtime", "config_runtime_normalizers"):
+            arrays[key] = arrays[key][:0]
     elif kind == "zero runtime":
         arrays["config_runtime"][1] = 0
     elif kind == "float opcodes":
@@ -191,7 +192,7 @@ def _broken(kind: str, rng: np.random.Generator) -> dict:
         ("wrong shape", "node_feat has shape (5, 139), expected (?, 140)"),
         ("lengths disagree", "node_opcode has shape (4,), expected (5,)"),
         ("edge out of range", "edge_index refers to node 5"),
-        ("too few configs", "has 1 config(s); the train split needs at least 2"),
+        ("no configs", "has no configs"),
         ("zero runtime", "config_runtime has zeros"),
         ("float opcodes", "node_opcode has dtype float32, expected integer"),
     ],
@@ -203,6 +204,32 @@ def test_bad_file_names_file_and_problem(small_root: Path, kind: str, words: str
     message = str(err.value)
     assert "\n" not in message
     assert str(bad) in message and words in message
+    assert message.endswith("re-download the file or delete it (or train with --skip_bad)")
+
+
+def test_bad_test_file_offers_no_skipping(small_root: Path):
+    """Every test kernel needs a prediction row, so --skip_bad is not offered there."""
+    write_npz(small_root / "test" / "zz.npz", _broken("missing key", np.random.default_rng(2)))
+    with pytest.raises(data.DataError) as err:
+        data.load_split(small_root, "test", progress=False)
+    assert "skip_bad" not in str(err.value) and "zz.npz" in str(err.value)
+
+
+def test_single_config_train_kernel_is_left_out_with_a_warning(small_root: Path):
+    write_npz(
+        small_root / "train" / "one_cfg.npz", kernel_arrays(np.random.default_rng(3), configs=1)
+    )
+    write_npz(
+        small_root / "valid" / "one_cfg.npz", kernel_arrays(np.random.default_rng(4), configs=1)
+    )
+    with pytest.warns(
+        UserWarning, match=r"train: left out 1 kernel\(s\) with a single config \(one_cfg\)"
+    ):
+        ds = data.load_dataset(small_root, progress=False)
+    assert "one_cfg" not in ds.train.tile_ids and len(ds.train) == 4
+    assert (
+        "one_cfg" in ds.valid.tile_ids
+    )  # valid and test keep theirs: they are ranked, not trained
 
 
 def test_corrupt_zip_and_missing_split_dir(small_root: Path):
@@ -394,7 +421,7 @@ def test_training_batches_shapes_and_labels(synth_root: Path):
             labels.numpy().ravel(), graph.node_sets["config"]["runtimes"].numpy()
         )
         assert (labels.numpy() > 0).all()
-    with pytest.raises(data.DataError, match="lower --configs or --batch_size"):
+    with pytest.raises(data.DataError, match="fewer than --batch=4; lower --configs or --batch$"):
         data.training_batches(ds.train, ds.stats, num_configs=10**6, batch_size=b)
 
 

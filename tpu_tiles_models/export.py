@@ -103,8 +103,6 @@ def save_model_dir(model: tf.keras.Model, path: str | Path) -> Path:
 
 def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
     """`tf.keras.models.load_model` as the course script calls it (loss in a custom scope)."""
-    if not Path(model_dir, "saved_model.pb").is_file():
-        raise ExportError(f"{model_dir}: no saved_model.pb; pass a model_<hash> directory")
     with tf.keras.saving.custom_object_scope({"CombinedLoss": CombinedLoss}):
         return tf.keras.models.load_model(str(model_dir), compile=False)
 

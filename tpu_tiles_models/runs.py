@@ -51,9 +51,13 @@ class TrainedRun:
         """
         path = Path(os.path.expanduser(os.fspath(model_dir))).resolve()
         if not path.is_dir():
-            raise export.ExportError(f"{path}: no such model directory; pass --dir model_<hash>")
+            raise export.ExportError(
+                f"{path}: no such model directory; give the model_<hash> folder training wrote"
+            )
         if not (path / "saved_model.pb").is_file():
-            raise export.ExportError(f"{path}: no saved_model.pb; pass a model_<hash> directory")
+            raise export.ExportError(
+                f"{path}: no saved_model.pb in it; give the model_<hash> folder training wrote"
+            )
         info = export.read_run(path)
         where = Path(os.path.expanduser(os.fspath(models_path))) if models_path else None
         return cls(path, export.run_file_for(path), info, where)
