@@ -100,6 +100,16 @@ def _demo(a: argparse.Namespace) -> None:
     demo.run(a)
 
 
+def _ensemble(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import ensemble
+
+    ensemble.build_ensemble(
+        [d for d in a.dirs.split(",") if d.strip()], a.out_dir, data_root=a.data_root,
+        combine=a.combine, cache_dir=a.cache_dir or None, run_id=a.run_id,
+        progress=not a.no_progress,
+    )  # fmt: skip
+
+
 def _models(a: argparse.Namespace) -> None:
     from tpu_tiles_models import registry
 
@@ -168,6 +178,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("check", _check, "verify a hand-in folder as a grader would")
     p.add_argument("dir")
+    _add_data_flags(p)
+
+    p = command("ensemble", _ensemble, "one drop-in model from several trained runs")
+    p.add_argument("--dirs", required=True, help="model_<h> dirs, comma-separated")
+    p.add_argument("--out_dir", default="~/out/tpugraphs_tiles", help="where its artifacts go")
+    p.add_argument("--combine", default="zscore", help="zscore, rank or minmax")
+    p.add_argument("--run_id", default="", help="a tag for the run; part of the hash")
     _add_data_flags(p)
 
     p = command("demo", _demo, "the whole journey on synthetic data, in a few minutes")

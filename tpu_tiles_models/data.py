@@ -493,6 +493,11 @@ class FeatureStats:
         ops = np.asarray(opcodes, dtype=np.int32)
         return np.where(ops < self.num_ops, ops, 0).astype(np.int32)
 
+    def same_features(self, other: FeatureStats) -> bool:
+        """Whether `other` turns raw features into the same model inputs (provenance aside)."""
+        a, b = self.to_json(), other.to_json()
+        return all(a[k] == b[k] for k in a if k not in ("train_files", "source"))
+
     def fingerprint(self) -> str:
         """Hex digest of the JSON form: equal statistics, equal fingerprint."""
         return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()

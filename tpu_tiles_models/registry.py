@@ -49,6 +49,10 @@ MODELS: dict[str, ModelInfo] = {
     "EarlyJoinResGCN": ModelInfo("paper baseline: config on every node, residual GCN"),
     "LateJoinResGCN": ModelInfo("paper baseline: residual GCN on the kernel, config late"),
     "MLP": ModelInfo("paper baseline: pooled node features and config features, no GNN"),
+    "Ensemble": ModelInfo(
+        "several trained runs as one model: per-kernel normalised scores, averaged "
+        "(made by tpu-tiles ensemble or train --seeds=... --ensemble)"
+    ),
 }
 
 
@@ -96,9 +100,7 @@ def model_class(name: str, module: ModuleType | None = None) -> type:
     cls = getattr(module, name, None)
     if not (isinstance(cls, type) and hasattr(cls, "forward")) or name.startswith("_"):
         known = sorted(n for n in MODELS if hasattr(module, n))
-        raise FlagError(
-            f"unknown model {name!r} in {module.__file__}; known: {', '.join(known)}"
-        )
+        raise FlagError(f"unknown model {name!r} in {module.__file__}; known: {', '.join(known)}")
     return cls
 
 

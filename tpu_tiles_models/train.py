@@ -13,18 +13,20 @@ A run that fails or is interrupted removes every artifact it had started.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_ranking as tfr
 import tqdm
+from absl import flags as absl_flags
 
 import tpu_tiles_models
 from tpu_tiles_models import data, export, files, interrupts, kaggle, registry, scoring
@@ -113,8 +115,8 @@ class _Loop:
 
 
 @dataclass
-class _Artifacts:
-    """What this run has written so far, removed again if the run does not finish."""
+class Artifacts:
+    """What a run has written so far, removed again if the run does not finish."""
 
     out_dir: Path
     created_out_dir: bool
@@ -132,6 +134,25 @@ class _Artifacts:
                 path.unlink(missing_ok=True)
         if self.created_out_dir and self.out_dir.is_dir() and not any(self.out_dir.iterdir()):
             self.out_dir.rmdir()
+
+
+@contextlib.contextmanager
+def writing_into(out_dir: str | os.PathLike) -> Iterator[Artifacts]:
+    """Creates `out_dir` if needed; on any failure or Ctrl-C removes what the block wrote.
+
+    Raises:
+      FlagError: `out_dir` is a file.
+    """
+    path = Path(os.path.expanduser(os.fspath(out_dir)))
+    if path.exists() and not path.is_dir():
+        raise FlagError(f"--out_dir {path} is a file; pass a folder")
+    artifacts = Artifacts(path, created_out_dir=not path.exists())
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        yield artifacts
+    except BaseException:
+        artifacts.remove()
+        raise
 
 
 def _val_score(model, split, stats, limit, progress, scorer) -> tuple[float, dict[int, float]]:
@@ -198,21 +219,13 @@ def train(args: TrainArgs) -> TrainResult:
     """
     args = args.resolved()
     _check_before_data(args)
-    out_dir = Path(os.path.expanduser(args.out_dir))
-    if out_dir.exists() and not out_dir.is_dir():
-        raise FlagError(f"--out_dir {out_dir} is a file; pass a folder")
     if args.test_mode == "predictions":
         files.check_output_path(os.path.expanduser(args.results_csv), flag="--results_csv")
-    artifacts = _Artifacts(out_dir, created_out_dir=not out_dir.exists())
-    try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return _train(args, out_dir, artifacts)
-    except BaseException:
-        artifacts.remove()
-        raise
+    with writing_into(args.out_dir) as artifacts:
+        return _train(args, artifacts)
 
 
-def _train(args: TrainArgs, out_dir: Path, artifacts: _Artifacts) -> TrainResult:
+def _train(args: TrainArgs, artifacts: Artifacts) -> TrainResult:
     progress = not args.no_progress
     tf.keras.utils.set_random_seed(args.seed)
     ds = data.load_dataset(
@@ -273,7 +286,7 @@ def _train(args: TrainArgs, out_dir: Path, artifacts: _Artifacts) -> TrainResult
     for v, value in zip(model.trainable_variables, best):
         v.assign(value)
     extras["best_epoch"] = best_epoch
-    return _finish(args, model, ds, curve, extras, out_dir, artifacts, scorer)
+    return finish(args, model, ds, curve=curve, extras=extras, artifacts=artifacts, scorer=scorer)
 
 
 def _datasets_and_loop(args: TrainArgs, ds: data.Dataset, model, strategy):
@@ -297,7 +310,7 @@ def _datasets_and_loop(args: TrainArgs, ds: data.Dataset, model, strategy):
     return loop, train_ds, valid_ds, steps
 
 
-def _tensorboard(args: TrainArgs, artifacts: _Artifacts):
+def _tensorboard(args: TrainArgs, artifacts: Artifacts):
     """A summary writer under `--tensorboard/<run name>`, or None."""
     if not args.tensorboard:
         return None
@@ -316,9 +329,29 @@ def _log_scalars(writer, epoch: int, values: dict[str, float]) -> None:
     writer.flush()
 
 
-def _finish(args, model, ds, curve, extras, out_dir, artifacts, scorer) -> TrainResult:
-    """Final validation, test ranking, and the artifacts (model dir first, run file last)."""
+def finish(
+    args: TrainArgs,
+    model: tf.keras.Model,
+    ds: data.Dataset,
+    *,
+    curve: dict[str, list],
+    extras: dict[str, Any],
+    artifacts: Artifacts,
+    scorer: Callable | None = None,
+) -> TrainResult:
+    """Final validation, test ranking, and upstream's artifacts (model dir first, run file last).
+
+    Args:
+      args: resolved options (they name and hash the artifacts).
+      model: the model to save, with its final weights.
+      ds: `valid` and `test` splits (test may be None) and the statistics.
+      curve: upstream's `train_curve` (empty lists for an untrained model: no PNG then).
+      extras: ours, stored under the run file's `tpu_tiles` key.
+      artifacts: from `writing_into(args.out_dir)`.
+      scorer: a traced `scoring.kernel_scorer(model)` to reuse, if any.
+    """
     progress = not args.no_progress
+    out_dir = artifacts.out_dir
     _, val_errors = _val_score(model, ds.valid, ds.stats, None, progress, scorer)
     upstream = args.upstream_args()
     run_info: dict[str, Any] = dict(
@@ -358,6 +391,33 @@ def _finish(args, model, ds, curve, extras, out_dir, artifacts, scorer) -> Train
     return TrainResult(args, model_dir, run_file, results_csv, val_errors, model)
 
 
+def _seed_flags(argv: Sequence[str]) -> tuple[list[int], bool, list[str]]:
+    """`--seeds=0,1,2` and `--ensemble` (absl syntax); returns them and the other flags."""
+    values = absl_flags.FlagValues()
+    absl_flags.DEFINE_list("seeds", [], "train one run per seed", flag_values=values)
+    absl_flags.DEFINE_boolean(
+        "ensemble", False, "then ensemble the seeds' runs", flag_values=values
+    )
+    try:
+        rest = values(["tpu-tiles train", *argv], known_only=True)[1:]
+        seeds = [int(s) for s in values.seeds]
+    except (absl_flags.Error, ValueError) as e:
+        raise FlagError(f"--seeds takes integers, e.g. --seeds=0,1,2 ({e})") from None
+    if values.ensemble and len(seeds) < 2:
+        raise FlagError("--ensemble needs at least two --seeds, e.g. --seeds=0,1,2 --ensemble")
+    return seeds, values.ensemble, rest
+
+
 def main(argv: Sequence[str] | None = None) -> TrainResult:
-    """`tpu-tiles train`: parses upstream's flag syntax and trains."""
-    return train(TrainArgs.from_argv(list(argv or [])))
+    """`tpu-tiles train`: parses upstream's flag syntax and trains.
+
+    With `--seeds=0,1,2` it trains one run per seed, and with `--ensemble` also their
+    ensemble (`ensemble.train_seeds`); it returns the last result.
+    """
+    seeds, ensemble, rest = _seed_flags(list(argv or []))
+    args = TrainArgs.from_argv(rest)
+    if not seeds:
+        return train(args)
+    from tpu_tiles_models import ensemble as ensembles  # it builds on this module
+
+    return ensembles.train_seeds(args, seeds, ensemble=ensemble)[-1]

@@ -1,0 +1,90 @@
+"""`tpu-tiles ensemble` and `train --seeds --ensemble`: one drop-in model from several runs."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import TINY_MLP, tiny_args
+
+from tpu_tiles_models import cli, ensemble, export, kaggle, scoring, train
+from tpu_tiles_models.runs import TrainedRun
+
+
+@pytest.fixture(scope="module")
+def pair(residual_run, mlp_run, short_test_root, tmp_path_factory) -> train.TrainResult:
+    """The ensemble of the two shared tiny runs (same train split, so the same statistics)."""
+    out = tmp_path_factory.mktemp("ensemble")
+    return ensemble.build_ensemble(
+        [residual_run.model_dir, mlp_run.model_dir], out, data_root=short_test_root,
+        progress=False,
+    )  # fmt: skip
+
+
+def _run_info(path: Path) -> dict:
+    return json.loads(gzip.decompress(path.read_bytes()))
+
+
+def test_artifacts_name_the_members(pair, residual_run, mlp_run):
+    info = _run_info(pair.run_file)
+    assert info["args"]["model"] == "Ensemble"
+    kwargs = json.loads(info["args"]["model_kwargs_json"])
+    assert [m["model"] for m in kwargs["members"]] == ["ResidualSAGE", "MLP"]
+    assert kwargs["combine"] == "zscore"
+    assert pair.model_dir.name == f"model_{pair.args.hash()}"
+    rows = kaggle.read_predictions_csv(pair.results_csv)
+    assert len(rows) == len(info["test_predictions"]) == 6
+    members = info["tpu_tiles"]["members"]
+    assert list(members) == [str(residual_run.model_dir), str(mlp_run.model_dir)]
+
+
+def test_reloads_by_the_course_procedure(pair, short_test_root):
+    """Fresh Ensemble, one forward, in-order copy: the stored test top-10 again."""
+    run = TrainedRun.open(pair.model_dir)
+    model, ds = run.load(short_test_root, progress=False)
+    assert len(model.trainable_variables) == len(pair.model.trainable_variables)
+    scored = scoring.score_split(model, ds.test, ds.stats, progress=False)
+    stored = run.info["test_predictions"]
+    assert {s.tile_id: scoring.upstream_top(s.scores, 10) for s in scored} == stored
+
+
+def test_ensemble_of_one_ranks_like_its_member(residual_run, synth_root, tmp_path):
+    one = ensemble.build_ensemble([residual_run.model_dir], tmp_path, data_root=synth_root,
+                                  progress=False)  # fmt: skip
+    ours = _run_info(one.run_file)["test_predictions"]
+    member = _run_info(residual_run.run_file)["test_predictions"]
+    assert {k: v[:5] for k, v in ours.items()} == {k: v[:5] for k, v in member.items()}
+
+
+def test_members_on_other_data_are_refused(residual_run, synth_root, tmp_path):
+    other = tmp_path / "other"
+    other.mkdir()
+    info = _run_info(residual_run.run_file)
+    info["tpu_tiles"]["feature_stats"]["num_ops"] += 1
+    shutil.copytree(residual_run.model_dir, other / residual_run.model_dir.name)
+    export.write_run(other, info["args"], info)
+    with pytest.raises(ensemble.EnsembleError, match="trained on other data than"):
+        ensemble.build_ensemble([residual_run.model_dir, other / residual_run.model_dir.name],
+                                tmp_path / "out", data_root=synth_root, progress=False)  # fmt: skip
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_refuses_a_dir_without_its_run_file(residual_run, synth_root, tmp_path, capsys):
+    lonely = tmp_path / residual_run.model_dir.name
+    shutil.copytree(residual_run.model_dir, lonely)
+    code = cli.main(["ensemble", "--dirs", f"{residual_run.model_dir},{lonely}", "--out_dir",
+                     str(tmp_path / "out"), "--data_root", str(synth_root)])  # fmt: skip
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "needs its run file beside it" in err
+
+
+def test_train_seeds_then_ensemble(synth_root, tmp_path):
+    args = tiny_args(synth_root, tmp_path, model="MLP", model_kwargs_json=TINY_MLP)
+    results = ensemble.train_seeds(args, [0, 1], ensemble=True)
+    assert [r.args.seed for r in results[:2]] == [0, 1]
+    assert results[2].args.model == "Ensemble" and len(list(tmp_path.glob("run_*.jsonz"))) == 3
+    with pytest.raises(ValueError, match="--ensemble needs at least two --seeds"):
+        train.main(["--seeds=0", "--ensemble"])

@@ -1,0 +1,160 @@
+"""`tpu-tiles ensemble`: several trained runs as one drop-in model, with upstream's artifacts.
+
+The members are reopened with `runs.TrainedRun`, put into models.py's `Ensemble` (whose
+variables are the members' variables in member order) and their weights copied in. The
+ensemble is then validated and ranks the test split like a freshly trained model, and is
+written as `model_<h>/` + `run_<h>.jsonz` (`model=Ensemble`, the members in
+`model_kwargs_json`) + `results_<ms>.csv`, so the course's prediction script reloads it like
+any other model.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Sequence
+
+import numpy as np
+import tensorflow as tf
+
+from tpu_tiles_models import data, export, registry, scoring, train
+from tpu_tiles_models.errors import UserError
+from tpu_tiles_models.runs import TrainedRun
+from tpu_tiles_models.train_args import TrainArgs
+
+
+class EnsembleError(UserError, ValueError):
+    """Runs that cannot form one ensemble; one line naming the run and the fix."""
+
+
+def _same_data(runs: list[TrainedRun], data_root: str, cache_dir: str | None) -> data.Dataset:
+    """The valid and test splits under the statistics every member was trained with.
+
+    Raises:
+      EnsembleError: a member lacks stored statistics or was trained on other data.
+    """
+    first = runs[0]
+    for run in runs:
+        if run.stats is None:
+            raise EnsembleError(
+                f"{run.model_dir}: its run file stores no feature statistics (trained by "
+                "upstream's tiles_train.py?); ensemble runs of tpu-tiles train"
+            )
+        if not run.stats.same_features(first.stats):
+            raise EnsembleError(
+                f"{run.model_dir} was trained on other data than {first.model_dir} (its feature "
+                "statistics differ); ensemble only runs trained on the same --data_root"
+            )
+    root = os.path.expanduser(data_root)
+    return data.load_dataset(root, splits=("valid", "test"), stats=first.stats,
+                             cache_dir=cache_dir, progress=False)  # fmt: skip
+
+
+def members_of(runs: Sequence[TrainedRun]) -> list[dict]:
+    """`Ensemble`'s `members` kwarg: each run's model name and constructor kwargs."""
+    return [
+        {
+            "model": r.args["model"],
+            "kwargs": registry.parse_model_kwargs(r.args["model_kwargs_json"]),
+        }
+        for r in runs
+    ]
+
+
+def ensemble_args(runs: Sequence[TrainedRun], out_dir: str, combine: str, run_id: str) -> TrainArgs:
+    """The ensemble's TrainArgs: the first member's options, `model=Ensemble` and its members."""
+    kwargs = {"members": members_of(runs), "combine": combine}
+    return runs[0].train_args.replace(
+        model="Ensemble", model_kwargs_json=json.dumps(kwargs, sort_keys=True),
+        out_dir=out_dir, results_csv="", run_id=run_id,
+    ).resolved()  # fmt: skip
+
+
+def _assemble(runs: list[TrainedRun], args: TrainArgs, ds: data.Dataset) -> tf.keras.Model:
+    """Builds the Ensemble, creates its variables, copies each member's saved weights in."""
+    model = registry.build_model(
+        "Ensemble", args.configs, ds.num_ops, args.model_kwargs_json, runs[0].module
+    )
+    # Keras saves only a model that was called like a training batch: one kernel with
+    # `configs` sampled configs (the largest valid kernel, so that it has enough).
+    largest = int(ds.valid.config_counts().argmax())
+    if ds.valid.num_configs(largest) < args.configs:
+        raise EnsembleError(f"no valid kernel has {args.configs} configs (--configs of the runs)")
+    rng = np.random.default_rng(0)
+    model(data.kernel_graph(ds.valid, largest, ds.stats, num_configs=args.configs, rng=rng))
+    for member, run in zip(model.members, runs):
+        export.copy_variables(member, run.saved_model, origin=str(run.model_dir))
+    return model
+
+
+def build_ensemble(
+    model_dirs: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    *,
+    data_root: str | os.PathLike,
+    combine: str = "zscore",
+    cache_dir: str | None = None,
+    run_id: str = "",
+    progress: bool = True,
+) -> train.TrainResult:
+    """Writes the ensemble of `model_dirs` into `out_dir`; returns its artifacts and errors.
+
+    Args:
+      model_dirs: `model_<hash>` directories of runs trained on the same data.
+      out_dir: where `model_<h>/`, `run_<h>.jsonz` and `results_<ms>.csv` go.
+      data_root: the folder holding `valid/` and `test/`.
+      combine: how members' scores are normalised per kernel before averaging.
+      cache_dir: cache of loaded arrays, or None.
+      run_id: tag for the run (part of upstream's hash).
+      progress: show progress bars.
+
+    Raises:
+      EnsembleError, ExportError: fewer than one run, a bad combine, a missing run file,
+        or members trained on different data.
+    """
+    if not model_dirs:
+        raise EnsembleError("no runs given; pass --dirs model_<h1>,model_<h2>[,...]")
+    runs = [TrainedRun.open(d) for d in model_dirs]
+    methods = runs[0].module.COMBINE_METHODS
+    if combine not in methods:
+        raise EnsembleError(f"--combine must be one of {', '.join(methods)}, got {combine!r}")
+    ds = _same_data(runs, os.fspath(data_root), cache_dir)
+    args = ensemble_args(runs, os.fspath(out_dir), combine, run_id)
+    args = args.replace(data_root=os.fspath(data_root), no_progress=not progress)
+    model = _assemble(runs, args, ds)
+    member_errors = {str(r.model_dir): r.val_errors for r in runs}
+    with train.writing_into(args.out_dir) as artifacts:
+        return train.finish(
+            args, model, ds, artifacts=artifacts, scorer=scoring.kernel_scorer(model),
+            curve=dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[]),
+            extras=dict(members=member_errors, combine=combine),
+        )  # fmt: skip
+
+
+def train_seeds(
+    args: TrainArgs, seeds: Sequence[int], *, ensemble: bool
+) -> list[train.TrainResult]:
+    """`tpu-tiles train --seeds 0,1,2 [--ensemble]`: one run per seed, then their ensemble.
+
+    Each seed is a complete run with its own artifacts; an explicit `--results_csv` gets a
+    `_seed<s>` suffix per run. Returns the runs' results, the ensemble's last.
+    """
+    results = []
+    for seed in seeds:
+        csv = args.results_csv
+        if csv:
+            stem, ext = os.path.splitext(csv)
+            csv = f"{stem}_seed{seed}{ext}"
+        results.append(train.train(args.replace(seed=seed, results_csv=csv)))
+    if ensemble:
+        results.append(
+            build_ensemble(
+                [r.model_dir for r in results],
+                args.out_dir,
+                data_root=args.data_root,
+                cache_dir=os.path.expanduser(args.cache_dir) if args.cache_dir else None,
+                run_id=args.run_id,
+                progress=not args.no_progress,
+            )  # fmt: skip
+        )
+    return results
