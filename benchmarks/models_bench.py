@@ -31,11 +31,28 @@ def _one(model: str, data_root: str, epochs: int, kwargs: str, extra: str, out: 
 
     from tpu_tiles_models import data, metrics, predict, train
 
-    result = train.main([
-        "--model", model, "--model_kwargs_json", kwargs, "--data_root", data_root,
-        "--cache_dir", "", "--out_dir", out, "--epochs", str(epochs), "--early_stop", "0",
-        "--results_csv", str(Path(out) / "results.csv"), "--no_progress", *shlex.split(extra),
-    ])  # fmt: skip
+    result = train.main(
+        [
+            "--model",
+            model,
+            "--model_kwargs_json",
+            kwargs,
+            "--data_root",
+            data_root,
+            "--cache_dir",
+            "",
+            "--out_dir",
+            out,
+            "--epochs",
+            str(epochs),
+            "--early_stop",
+            "0",
+            "--results_csv",
+            str(Path(out) / "results.csv"),
+            "--no_progress",
+            *shlex.split(extra),
+        ]
+    )
     run = json.loads(__import__("gzip").decompress(result.run_file.read_bytes()))
     seconds = run["tpu_tiles"]["epoch_seconds"]
     ds = data.load_dataset(
@@ -62,12 +79,19 @@ def _one(model: str, data_root: str, epochs: int, kwargs: str, extra: str, out: 
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     errors = result.val_errors
     return dict(
-        model=model, top1=errors[1], top5=errors[5], top10=errors[10],
-        score=metrics.kaggle_score(errors[5]), opa=opa,
+        model=model,
+        top1=errors[1],
+        top5=errors[5],
+        top10=errors[10],
+        score=metrics.kaggle_score(errors[5]),
+        opa=opa,
         epoch_s=float(np.median(seconds[1:] if len(seconds) > 1 else seconds)),
-        first_epoch_s=seconds[0], forward_6000_s=forward_s, forward_first_s=first,
-        peak_rss_mb=peak / 1024, rss_before_big_mb=before / 1024,
-    )  # fmt: skip
+        first_epoch_s=seconds[0],
+        forward_6000_s=forward_s,
+        forward_first_s=first,
+        peak_rss_mb=peak / 1024,
+        rss_before_big_mb=before / 1024,
+    )
 
 
 def _big_kernel(stats):
@@ -79,15 +103,19 @@ def _big_kernel(stats):
     producers = rng.integers(0, n - 1, size=e)
     consumers = np.minimum(producers + rng.integers(1, 20, size=e), n - 1)
     split = data.Split(
-        name="bench", tile_ids=["big"], files=["big.npz"],
+        name="bench",
+        tile_ids=["big"],
+        files=["big.npz"],
         node_feat=rng.random((n, data.NODE_FEAT_DIM), dtype=np.float32),
         node_opcode=rng.integers(1, 120, size=n).astype(np.int32),
         edge_index=np.stack([consumers, producers], 1).astype(np.int32),
         config_feat=rng.random((c, data.CONFIG_FEAT_DIM), dtype=np.float32) * 64,
-        config_runtime=rng.random(c) + 1, config_runtime_normalizers=np.ones(c),
-        node_offsets=np.array([0, n]), edge_offsets=np.array([0, e]),
+        config_runtime=rng.random(c) + 1,
+        config_runtime_normalizers=np.ones(c),
+        node_offsets=np.array([0, n]),
+        edge_offsets=np.array([0, e]),
         config_offsets=np.array([0, c]),
-    )  # fmt: skip
+    )
     return data.kernel_graph(split, 0, stats)
 
 
@@ -124,8 +152,20 @@ def main() -> None:
         )
     rows = []
     for model in a.models.split(","):
-        cmd = [sys.executable, __file__, "--one", model, "--data", a.data,
-               "--epochs", str(a.epochs), "--kwargs", a.kwargs, "--extra", a.extra]  # fmt: skip
+        cmd = [
+            sys.executable,
+            __file__,
+            "--one",
+            model,
+            "--data",
+            a.data,
+            "--epochs",
+            str(a.epochs),
+            "--kwargs",
+            a.kwargs,
+            "--extra",
+            a.extra,
+        ]
         out = subprocess.run(cmd, capture_output=True, text=True)
         row = [line[4:] for line in out.stdout.splitlines() if line.startswith("ROW ")]
         if not row:
@@ -138,8 +178,17 @@ def main() -> None:
 
 
 def _table(rows: list[dict], header: bool = True) -> str:
-    cols = ("model", "top1", "top5", "top10", "score", "opa", "epoch_s", "forward_6000_s",
-            "peak_rss_mb")  # fmt: skip
+    cols = (
+        "model",
+        "top1",
+        "top5",
+        "top10",
+        "score",
+        "opa",
+        "epoch_s",
+        "forward_6000_s",
+        "peak_rss_mb",
+    )
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)] if header else []
     for r in rows:
         cells = [r[c] if isinstance(r[c], str) else f"{r[c]:.3f}" for c in cols]

@@ -1,4 +1,4 @@
-"""Test-split ranking speed: the course procedure vs `predict.score_split`, same model.
+"""Test-split ranking speed: the course procedure vs `scoring.score_split`, same model.
 
 Run by hand (not a test):
 
@@ -8,7 +8,7 @@ Run by hand (not a test):
 2. Builds one model (random weights: speed does not depend on training).
 3. Course procedure: one eager `model.forward(graph, n)` per test kernel, `n` a Python int,
    then argsort, as upstream's `rank_config_indices` does (reimplemented here in brief).
-4. Ours: `predict.score_split`, cold (tracing included) and warm (later passes).
+4. Ours: `scoring.score_split`, cold (tracing included) and warm (later passes).
    Timings keep the best of `--repeats` passes: CPUs shared with other jobs are noisy.
 5. Peak RSS of a fresh process scoring one 6000-config kernel, ours and the course's.
 """
@@ -30,7 +30,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from tpu_tiles_models import data, predict, registry, synthetic  # noqa: E402
+from tpu_tiles_models import data, registry, scoring, synthetic  # noqa: E402
 
 TOP = 5
 BIG_CONFIGS = 6000
@@ -74,7 +74,7 @@ def course_rank(model: tf.keras.Model, ds: data.Dataset) -> dict[str, list[int]]
 
 
 def our_rank(model: tf.keras.Model, ds: data.Dataset, scorer=None) -> dict[str, list[int]]:
-    scored = predict.score_split(model, ds.test, ds.stats, scorer=scorer, progress=False)
+    scored = scoring.score_split(model, ds.test, ds.stats, scorer=scorer, progress=False)
     return {s.tile_id: np.argsort(s.scores, kind="stable")[:TOP].tolist() for s in scored}
 
 
@@ -152,16 +152,20 @@ def main(argv: list[str] | None = None) -> None:
     root = work / f"set_{args.kernels}_{args.max_configs}"
     if not root.exists():
         synthetic.generate(
-            root, train=20, valid=4, test=args.kernels, max_configs=args.max_configs,
+            root,
+            train=20,
+            valid=4,
+            test=args.kernels,
+            max_configs=args.max_configs,
             progress=False,
-        )  # fmt: skip
+        )
     ds = data.load_dataset(root, progress=False)
     model = build_model(args, ds)
     n, configs = len(ds.test), int(ds.test.config_counts().sum())
     print(f"{args.model} {args.model_kwargs_json}: {n} test kernels, {configs} configs")
 
     course_s, course = timed(course_rank, model, ds, repeats=args.repeats)
-    scorer = predict.kernel_scorer(model)
+    scorer = scoring.kernel_scorer(model)
     cold_s, ours = timed(our_rank, model, ds, scorer)
     warm_s, _ = timed(our_rank, model, ds, scorer, repeats=args.repeats)
     agree = sum(course[t] == ours[t] for t in course)
@@ -180,9 +184,14 @@ def main(argv: list[str] | None = None) -> None:
     big = work / "big"
     if not big.exists():
         synthetic.generate(
-            big, train=2, valid=1, test=1, min_configs=BIG_CONFIGS, max_configs=BIG_CONFIGS,
+            big,
+            train=2,
+            valid=1,
+            test=1,
+            min_configs=BIG_CONFIGS,
+            max_configs=BIG_CONFIGS,
             progress=False,
-        )  # fmt: skip
+        )
     print(f"one {BIG_CONFIGS}-config kernel, fresh process (RSS includes TF, data and model):")
     for method in ("ours", "course"):
         r = measure_rss(args, big, method)

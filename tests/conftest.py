@@ -54,8 +54,16 @@ def tiny_args(data_root: Path, out_dir: Path, **changes):
     """TrainArgs for a tiny, fast run on `data_root` (4 configs x 4 kernels, no cache)."""
     from tpu_tiles_models.train_args import TrainArgs
 
-    base = dict(data_root=str(data_root), out_dir=str(out_dir), cache_dir="", configs=4,
-                batch=4, epochs=1, early_stop=0, no_progress=True)  # fmt: skip
+    base = dict(
+        data_root=str(data_root),
+        out_dir=str(out_dir),
+        cache_dir="",
+        configs=4,
+        batch=4,
+        epochs=1,
+        early_stop=0,
+        no_progress=True,
+    )
     return TrainArgs(**{**base, **changes})
 
 

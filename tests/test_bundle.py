@@ -59,9 +59,13 @@ def test_good_bundle_passes(good, synth_root):
     assert report.passed, report.table()
     assert set(_statuses(report).values()) == {"pass"}
     assert list(_statuses(report)) == [
-        "files present", "hash matches", "class found", "saved model loads",
-        "variables copy", "predictions match",
-    ]  # fmt: skip
+        "files present",
+        "hash matches",
+        "class found",
+        "saved model loads",
+        "variables copy",
+        "predictions match",
+    ]
     rows = {r.name: r.detail for r in report.rows}
     assert rows["predictions match"].startswith("6/6 test kernels")
     assert "stats from run file" in rows["variables copy"]
@@ -103,8 +107,11 @@ def test_models_py_with_other_activation_fails_predictions(good, synth_root, tmp
 def test_renamed_class_fails_class_found(good, synth_root, tmp_path):
     b = _variant(good, tmp_path / "b", lambda t: re.sub(r"\bResidualSAGE\b", "RenamedSAGE", t))
     report = bundle.check_bundle(b, synth_root, progress=False)
-    assert _statuses(report) == {"files present": "pass", "hash matches": "pass",
-                                 "class found": "FAIL"}  # fmt: skip
+    assert _statuses(report) == {
+        "files present": "pass",
+        "hash matches": "pass",
+        "class found": "FAIL",
+    }
     assert "unknown model 'ResidualSAGE'" in report.rows[-1].detail
 
 

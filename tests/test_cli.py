@@ -24,15 +24,19 @@ def test_models_lists_every_class(capsys):
 def test_synth_writes_the_splits(tmp_path, capsys):
     assert cli.main(["synth", str(tmp_path), "--train", "3", "--valid", "2", "--test", "2"]) == 0
     assert [len(list((tmp_path / s).glob("*.npz"))) for s in ("train", "valid", "test")] == [
-        3, 2, 2,
-    ]  # fmt: skip
+        3,
+        2,
+        2,
+    ]
     assert "wrote 7 kernels" in capsys.readouterr().out
 
 
 def test_demo_writes_every_artifact(tmp_path, capsys):
     out = tmp_path / "demo"
-    assert cli.main(["demo", "--out", str(out), "--train", "24", "--epochs", "1",
-                     "--no_progress"]) == 0  # fmt: skip
+    assert (
+        cli.main(["demo", "--out", str(out), "--train", "24", "--epochs", "1", "--no_progress"])
+        == 0
+    )
     printed = capsys.readouterr().out
     runs = sorted((out / "models").glob("run_*.jsonz"))
     assert len(runs) == 2 and len(list((out / "models").glob("model_*"))) == 2
@@ -50,8 +54,9 @@ def test_demo_writes_every_artifact(tmp_path, capsys):
 
 def test_kaggle_without_sample_says_where_to_get_it(tmp_path, capsys):
     sample, predictions, out = (tmp_path / n for n in ("sample_submission.csv", "p.csv", "k.csv"))
-    code = cli.main(["kaggle", "--sample", str(sample), "--inputcsv", str(predictions),
-                     "--out", str(out)])  # fmt: skip
+    code = cli.main(
+        ["kaggle", "--sample", str(sample), "--inputcsv", str(predictions), "--out", str(out)]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "sample_submission.csv" in err
     assert not out.exists()
@@ -88,8 +93,9 @@ def test_truncated_run_file_is_one_line(command, truncated_run, synth_root, tmp_
 
 def test_predict_top_k_zero(residual_run, synth_root, tmp_path, capsys):
     model, out = str(residual_run.model_dir), str(tmp_path / "p.csv")
-    code = cli.main(["predict", "--dir", model, "--data_root", str(synth_root), "--top_k", "0",
-                     "--out", out])  # fmt: skip
+    code = cli.main(
+        ["predict", "--dir", model, "--data_root", str(synth_root), "--top_k", "0", "--out", out]
+    )
     assert code == 2
     assert capsys.readouterr().err.strip() == (
         "tpu-tiles predict: error: --top_k must be at least 1, got 0"
@@ -104,8 +110,14 @@ def test_unknown_flag_of_a_plain_command(capsys):
 
 def test_help_imports_no_tensorflow():
     proc = subprocess.run(
-        [sys.executable, "-c", "import sys\nfrom tpu_tiles_models import cli\n"
-         "cli.build_parser().format_help()\nprint('tensorflow' in sys.modules)"],
-        capture_output=True, text=True, check=True,
-    )  # fmt: skip
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom tpu_tiles_models import cli\n"
+            "cli.build_parser().format_help()\nprint('tensorflow' in sys.modules)",
+        ],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     assert proc.stdout.strip() == "False" and proc.stderr == ""

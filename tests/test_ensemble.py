@@ -19,9 +19,11 @@ def pair(residual_run, mlp_run, short_test_root, tmp_path_factory) -> train.Trai
     """The ensemble of the two shared tiny runs (same train split, so the same statistics)."""
     out = tmp_path_factory.mktemp("ensemble")
     return ensemble.build_ensemble(
-        [residual_run.model_dir, mlp_run.model_dir], out, data_root=short_test_root,
+        [residual_run.model_dir, mlp_run.model_dir],
+        out,
+        data_root=short_test_root,
         progress=False,
-    )  # fmt: skip
+    )
 
 
 def _run_info(path: Path) -> dict:
@@ -52,8 +54,9 @@ def test_reloads_by_the_course_procedure(pair, short_test_root):
 
 
 def test_ensemble_of_one_ranks_like_its_member(residual_run, synth_root, tmp_path):
-    one = ensemble.build_ensemble([residual_run.model_dir], tmp_path, data_root=synth_root,
-                                  progress=False)  # fmt: skip
+    one = ensemble.build_ensemble(
+        [residual_run.model_dir], tmp_path, data_root=synth_root, progress=False
+    )
     ours = _run_info(one.run_file)["test_predictions"]
     member = _run_info(residual_run.run_file)["test_predictions"]
     assert {k: v[:5] for k, v in ours.items()} == {k: v[:5] for k, v in member.items()}
@@ -67,16 +70,29 @@ def test_members_on_other_data_are_refused(residual_run, synth_root, tmp_path):
     shutil.copytree(residual_run.model_dir, other / residual_run.model_dir.name)
     export.write_run(other, info["args"], info)
     with pytest.raises(ensemble.EnsembleError, match="trained on other data than"):
-        ensemble.build_ensemble([residual_run.model_dir, other / residual_run.model_dir.name],
-                                tmp_path / "out", data_root=synth_root, progress=False)  # fmt: skip
+        ensemble.build_ensemble(
+            [residual_run.model_dir, other / residual_run.model_dir.name],
+            tmp_path / "out",
+            data_root=synth_root,
+            progress=False,
+        )
     assert not (tmp_path / "out").exists()
 
 
 def test_cli_refuses_a_dir_without_its_run_file(residual_run, synth_root, tmp_path, capsys):
     lonely = tmp_path / residual_run.model_dir.name
     shutil.copytree(residual_run.model_dir, lonely)
-    code = cli.main(["ensemble", "--dirs", f"{residual_run.model_dir},{lonely}", "--out_dir",
-                     str(tmp_path / "out"), "--data_root", str(synth_root)])  # fmt: skip
+    code = cli.main(
+        [
+            "ensemble",
+            "--dirs",
+            f"{residual_run.model_dir},{lonely}",
+            "--out_dir",
+            str(tmp_path / "out"),
+            "--data_root",
+            str(synth_root),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "needs its run file beside it" in err
 

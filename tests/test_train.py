@@ -96,23 +96,55 @@ def test_interrupted_save_leaves_no_model_dir(run, tmp_path, monkeypatch):
     ],
 )
 def test_bad_flags_give_one_line(argv, message, synth_root, tmp_path, capsys):
-    code = cli.main(["train", *argv, *FLAGS, "--data_root", str(synth_root), "--cache_dir", "",
-                     "--out_dir", str(tmp_path)])  # fmt: skip
+    code = cli.main(
+        [
+            "train",
+            *argv,
+            *FLAGS,
+            "--data_root",
+            str(synth_root),
+            "--cache_dir",
+            "",
+            "--out_dir",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and message in err and len(err.splitlines()) == 1
 
 
 def test_missing_data_dir_gives_one_line(tmp_path, capsys):
-    code = cli.main(["train", "--model", "MLP", "--data_root", str(tmp_path / "none"),
-                     "--cache_dir", "", "--out_dir", str(tmp_path)])  # fmt: skip
+    code = cli.main(
+        [
+            "train",
+            "--model",
+            "MLP",
+            "--data_root",
+            str(tmp_path / "none"),
+            "--cache_dir",
+            "",
+            "--out_dir",
+            str(tmp_path),
+        ]
+    )
     err = capsys.readouterr().err.strip()
     assert code == 2 and str(tmp_path / "none") in err and len(err.splitlines()) == 1
 
 
 def _tiny_cli(data_root: Path, out_dir: Path, *extra: str) -> list[str]:
-    return ["train", "--model=MLP", f"--model_kwargs_json={TINY_MLP}", f"--data_root={data_root}",
-            "--cache_dir=", f"--out_dir={out_dir}", "--configs=4", "--batch=4", "--epochs=1",
-            "--no_progress", *extra]  # fmt: skip
+    return [
+        "train",
+        "--model=MLP",
+        f"--model_kwargs_json={TINY_MLP}",
+        f"--data_root={data_root}",
+        "--cache_dir=",
+        f"--out_dir={out_dir}",
+        "--configs=4",
+        "--batch=4",
+        "--epochs=1",
+        "--no_progress",
+        *extra,
+    ]
 
 
 def test_epochs_zero_is_a_one_line_error(synth_root, tmp_path, capsys):
@@ -155,8 +187,11 @@ def test_ctrl_c_in_a_real_process_stops_cleanly(synth_root, tmp_path):
     argv = _tiny_cli(synth_root, out, "--epochs=500")
     proc = subprocess.Popen(
         [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-    )  # fmt: skip
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
     for line in proc.stdout:  # wait until training runs
         if line.startswith("epoch   1"):
             break

@@ -33,8 +33,14 @@ def test_values_with_equals_or_space_and_defaults_as_upstream():
     assert (a.epochs, a.lr, a.model, a.configs) == (3, 0.002, "MLP", 16)
     d = TrainArgs()
     assert (d.model, d.epochs, d.early_stop, d.lr, d.clip_norm, d.configs, d.batch) == (
-        "EarlyJoinSAGE", 100, 20, 1e-3, 1e-3, 10, 10,
-    )  # fmt: skip
+        "EarlyJoinSAGE",
+        100,
+        20,
+        1e-3,
+        1e-3,
+        10,
+        10,
+    )
     assert d.losses == "ListMLELoss:1,MSE:0.02" and d.out_dir == "~/out/tpugraphs_tiles"
 
 

@@ -244,39 +244,49 @@ def check_bundle(
     if model_dir is None:
         return report
     run: TrainedRun | None = _attempt(
-        report, "hash matches",
+        report,
+        "hash matches",
         lambda: TrainedRun.open(model_dir, models_path=bundle / MODELS_FILE),
-        lambda r: f"args hash to {r.model_dir.name[len('model_'):]} = model dir and run file names",
-    )  # fmt: skip
+        lambda r: (
+            f"args hash to {r.model_dir.name[len('model_') :]} = model dir and run file names"
+        ),
+    )
     if run is None:
         return report
     args = run.args
     cls = _attempt(
-        report, "class found", run.model_class,
+        report,
+        "class found",
+        run.model_class,
         lambda c: f"{args['model']} in {MODELS_FILE}, kwargs {args['model_kwargs_json']}",
-    )  # fmt: skip
+    )
     if cls is None:
         return report
     saved = _attempt(
-        report, "saved model loads", lambda: run.saved_model,
+        report,
+        "saved model loads",
+        lambda: run.saved_model,
         lambda s: f"{len(s.trainable_variables)} trainable variables",
-    )  # fmt: skip
+    )
     if saved is None:
         return report
     dataset = run.dataset(root, split="test", cache_dir=cache, progress=progress)
     where = "stats from run file" if run.stats is not None else "stats refitted from train"
     model = _attempt(
-        report, "variables copy", lambda: run.build(dataset.test, dataset.stats),
+        report,
+        "variables copy",
+        lambda: run.build(dataset.test, dataset.stats),
         lambda m: f"{len(m.trainable_variables)} variables, count and shapes equal ({where})",
-    )  # fmt: skip
+    )
     if model is None:
         return report
     stored = run.info.get("test_predictions")
     if not stored:
         report.add(
-            "predictions match", SKIP,
+            "predictions match",
+            SKIP,
             "run file has no test_predictions (trained with --test_mode metrics)",
-        )  # fmt: skip
+        )
         return report
     scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
     ok, detail = _compare(stored, scored)

@@ -39,9 +39,14 @@ def _predict(a: argparse.Namespace) -> None:
     from tpu_tiles_models import predict
 
     path, rows = predict.predict_to_csv(
-        a.dir, a.data_root, a.out, top_k=a.top_k, cache_dir=a.cache_dir or None,
-        models_path=a.models, progress=not a.no_progress,
-    )  # fmt: skip
+        a.dir,
+        a.data_root,
+        a.out,
+        top_k=a.top_k,
+        cache_dir=a.cache_dir or None,
+        models_path=a.models,
+        progress=not a.no_progress,
+    )
     print(f"wrote {path} ({rows} kernels)")
 
 
@@ -67,9 +72,12 @@ def _evaluate(a: argparse.Namespace) -> None:
     from tpu_tiles_models import evaluate
 
     result = evaluate.evaluate_dirs(
-        a.dirs, a.data_root, cache_dir=a.cache_dir or None, models_path=a.models,
+        a.dirs,
+        a.data_root,
+        cache_dir=a.cache_dir or None,
+        models_path=a.models,
         progress=not a.no_progress,
-    )  # fmt: skip
+    )
     print(evaluate.format_table(result))
     if a.json:
         print(f"wrote {evaluate.write_json(result, a.json)}")
@@ -104,10 +112,14 @@ def _ensemble(a: argparse.Namespace) -> None:
     from tpu_tiles_models import ensemble
 
     ensemble.build_ensemble(
-        [d for d in a.dirs.split(",") if d.strip()], a.out_dir, data_root=a.data_root,
-        combine=a.combine, cache_dir=a.cache_dir or None, run_id=a.run_id,
+        [d for d in a.dirs.split(",") if d.strip()],
+        a.out_dir,
+        data_root=a.data_root,
+        combine=a.combine,
+        cache_dir=a.cache_dir or None,
+        run_id=a.run_id,
         progress=not a.no_progress,
-    )  # fmt: skip
+    )
 
 
 def _models(a: argparse.Namespace) -> None:
@@ -143,9 +155,11 @@ def build_parser() -> argparse.ArgumentParser:
     synthetic.add_flags(p)
 
     command(
-        "train", _train, "train a model; writes upstream's artifacts (--help lists the flags)",
+        "train",
+        _train,
+        "train a model; writes upstream's artifacts (--help lists the flags)",
         add_help=False,
-    )  # fmt: skip
+    )
 
     p = command("predict", _predict, "rank the test split: predictions_model_output.csv")
     p.add_argument("--dir", required=True, help="a model_<hash> directory")

@@ -25,9 +25,12 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="tpu_tiles_demo", help="everything goes here")
     p.add_argument("--train", type=int, default=160, help="synthetic train kernels")
     p.add_argument("--epochs", type=int, default=4)
-    p.add_argument("--sample", default=None,
-                   help="the competition's sample_submission.csv: test ids are taken from it; "
-                        "without it the demo writes a synthetic one")  # fmt: skip
+    p.add_argument(
+        "--sample",
+        default=None,
+        help="the competition's sample_submission.csv: test ids are taken from it; "
+        "without it the demo writes a synthetic one",
+    )
     p.add_argument("--no_progress", action="store_true")
 
 
@@ -50,17 +53,28 @@ def run(a: argparse.Namespace) -> None:
     progress = not a.no_progress
     if not (data_root / "train").is_dir():
         synthetic.generate(
-            data_root, train=a.train, valid=max(a.train // 5, 10), test=20, seed=0,
-            max_configs=300, test_ids_from=a.sample, progress=progress,
-        )  # fmt: skip
+            data_root,
+            train=a.train,
+            valid=max(a.train // 5, 10),
+            test=20,
+            seed=0,
+            max_configs=300,
+            test_ids_from=a.sample,
+            progress=progress,
+        )
     model_dirs = {}
     for name in DEMO_MODELS:
         print(f"\n== training {name}")
         args = DEMO_ARGS.replace(
-            model=name, data_root=str(data_root), cache_dir="", out_dir=str(models_dir),
-            epochs=a.epochs, early_stop=0, results_csv=str(models_dir / f"results_{name}.csv"),
+            model=name,
+            data_root=str(data_root),
+            cache_dir="",
+            out_dir=str(models_dir),
+            epochs=a.epochs,
+            early_stop=0,
+            results_csv=str(models_dir / f"results_{name}.csv"),
             no_progress=not progress,
-        )  # fmt: skip
+        )
         result = train.train(args)
         model_dirs[name] = result.model_dir
 
@@ -71,9 +85,11 @@ def run(a: argparse.Namespace) -> None:
 
     print("\n== predicting the test split with the exported ResidualSAGE")
     predictions, rows = predict.predict_to_csv(
-        model_dirs["ResidualSAGE"], data_root, out / "predictions_model_output.csv",
+        model_dirs["ResidualSAGE"],
+        data_root,
+        out / "predictions_model_output.csv",
         progress=progress,
-    )  # fmt: skip
+    )
     sample = Path(a.sample) if a.sample else out / "sample_submission.csv"
     if not a.sample:
         _write_sample(sample, data_root / "test")
@@ -88,5 +104,5 @@ def run(a: argparse.Namespace) -> None:
         ("evaluation chart", chart),
         (f"predictions ({rows} kernels)", predictions),
         ("Kaggle submission", kaggle_csv),
-    ):  # fmt: skip
+    ):
         print(f"  {label:<28} {path}")

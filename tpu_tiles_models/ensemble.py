@@ -46,8 +46,9 @@ def _same_data(runs: list[TrainedRun], data_root: str, cache_dir: str | None) ->
                 "statistics differ); ensemble only runs trained on the same --data_root"
             )
     root = os.path.expanduser(data_root)
-    return data.load_dataset(root, splits=("valid", "test"), stats=first.stats,
-                             cache_dir=cache_dir, progress=False)  # fmt: skip
+    return data.load_dataset(
+        root, splits=("valid", "test"), stats=first.stats, cache_dir=cache_dir, progress=False
+    )
 
 
 def members_of(runs: Sequence[TrainedRun]) -> list[dict]:
@@ -64,10 +65,17 @@ def members_of(runs: Sequence[TrainedRun]) -> list[dict]:
 def ensemble_args(runs: Sequence[TrainedRun], out_dir: str, combine: str, run_id: str) -> TrainArgs:
     """The ensemble's TrainArgs: the first member's options, `model=Ensemble` and its members."""
     kwargs = {"members": members_of(runs), "combine": combine}
-    return runs[0].train_args.replace(
-        model="Ensemble", model_kwargs_json=json.dumps(kwargs, sort_keys=True),
-        out_dir=out_dir, results_csv="", run_id=run_id,
-    ).resolved()  # fmt: skip
+    return (
+        runs[0]
+        .train_args.replace(
+            model="Ensemble",
+            model_kwargs_json=json.dumps(kwargs, sort_keys=True),
+            out_dir=out_dir,
+            results_csv="",
+            run_id=run_id,
+        )
+        .resolved()
+    )
 
 
 def _assemble(runs: list[TrainedRun], args: TrainArgs, ds: data.Dataset) -> tf.keras.Model:
@@ -125,10 +133,14 @@ def build_ensemble(
     member_errors = {str(r.model_dir): r.val_errors for r in runs}
     with train.writing_into(args.out_dir) as artifacts:
         return train.finish(
-            args, model, ds, artifacts=artifacts, scorer=scoring.kernel_scorer(model),
+            args,
+            model,
+            ds,
+            artifacts=artifacts,
+            scorer=scoring.kernel_scorer(model),
             curve=dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[]),
             extras=dict(members=member_errors, combine=combine),
-        )  # fmt: skip
+        )
 
 
 def train_seeds(
@@ -155,6 +167,6 @@ def train_seeds(
                 cache_dir=os.path.expanduser(args.cache_dir) if args.cache_dir else None,
                 run_id=args.run_id,
                 progress=not args.no_progress,
-            )  # fmt: skip
+            )
         )
     return results

@@ -125,10 +125,16 @@ class TrainedRun:
         root = os.path.expanduser(os.fspath(data_root))
         stats = self.stats
         if stats is not None:
-            return data.load_dataset(root, splits=(split,), stats=stats, cache_dir=cache_dir,
-                                     progress=progress)  # fmt: skip
-        return data.load_dataset(root, min_train_configs=self.args["configs"], toy_data=toy_data,
-                                 cache_dir=cache_dir, progress=progress)  # fmt: skip
+            return data.load_dataset(
+                root, splits=(split,), stats=stats, cache_dir=cache_dir, progress=progress
+            )
+        return data.load_dataset(
+            root,
+            min_train_configs=self.args["configs"],
+            toy_data=toy_data,
+            cache_dir=cache_dir,
+            progress=progress,
+        )
 
     def build(self, sample: data.Split, stats: data.FeatureStats) -> tf.keras.Model:
         """The course procedure: fresh class, one `forward` on kernel 0, in-order copy.
@@ -161,8 +167,9 @@ class TrainedRun:
         self.model_class()  # an unknown class fails before any data is read
         errors = []
         for toy in (False, True):
-            dataset = self.dataset(data_root, split=split, toy_data=toy, cache_dir=cache_dir,
-                                   progress=progress)  # fmt: skip
+            dataset = self.dataset(
+                data_root, split=split, toy_data=toy, cache_dir=cache_dir, progress=progress
+            )
             try:
                 return self.build(getattr(dataset, split), dataset.stats), dataset
             except export.ShapeMismatch as e:  # other causes are not about the data

@@ -298,9 +298,13 @@ def _datasets_and_loop(args: TrainArgs, ds: data.Dataset, model, strategy):
     usable = int((ds.train.config_counts() >= args.configs).sum())
     steps = usable // (args.batch * replicas)
     valid_ds = data.training_batches(
-        ds.valid, ds.stats, num_configs=args.configs, batch_size=args.batch,
-        seed=args.seed + 1, shuffle=False,
-    )  # fmt: skip
+        ds.valid,
+        ds.stats,
+        num_configs=args.configs,
+        batch_size=args.batch,
+        seed=args.seed + 1,
+        shuffle=False,
+    )
     if args.validate_batches > 0:
         valid_ds = valid_ds.take(args.validate_batches)
     if replicas > 1:  # each replica takes its own batches of --batch kernels
@@ -371,10 +375,14 @@ def finish(
             kaggle.write_predictions_csv(results_csv, list(ranks.items()), flag="--results_csv")
     h = args.hash()
     run_info[export.EXTRAS_KEY] = dict(
-        extras, version=tpu_tiles_models.__version__, select_by=args.select_by,
-        feature_stats=ds.stats.to_json(), toy_data=args.toy_data, data_root=args.data_root,
+        extras,
+        version=tpu_tiles_models.__version__,
+        select_by=args.select_by,
+        feature_stats=ds.stats.to_json(),
+        toy_data=args.toy_data,
+        data_root=args.data_root,
         train_args=args.to_dict(),
-    )  # fmt: skip
+    )
     interrupts.check()
     model_dir = export.save_model_dir(model, artifacts.add(out_dir / f"model_{h}"))
     interrupts.check()  # a Ctrl-C during the save stops here, before the run file exists
