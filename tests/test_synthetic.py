@@ -406,11 +406,9 @@ def test_small_validation_split_warns(tmp_path: Path) -> None:
 @pytest.mark.parametrize("family", synthetic.FAMILIES)
 def test_default_validation_split_feeds_upstream(tmp_path: Path, family: str) -> None:
     # Upstream validates on kernels with >= --configs (10) configs, --batch (10) at a time.
-    for seed in range(3):
-        root = tmp_path / str(seed)
-        out = synthetic.generate(root, train=0, test=0, seed=seed, family=family, progress=False)
-        assert out["valid"] == 60
-        assert synthetic.usable_valid_kernels(root) == out["usable_valid"] >= 2 * 10
+    out = synthetic.generate(tmp_path, train=0, test=0, family=family, progress=False)
+    assert out["valid"] == 60
+    assert synthetic.usable_valid_kernels(tmp_path) == out["usable_valid"] >= 2 * 10
 
 
 def _cli_args(*argv: str) -> argparse.Namespace:
@@ -443,3 +441,97 @@ def test_flags_and_defaults() -> None:
     assert (a.out, a.train, a.valid, a.test, a.seed, a.max_configs, a.family) == (
         "out", 300, 60, 60, 0, None, "roofline")  # fmt: skip
     assert (a.test_ids_from, a.overwrite, a.no_progress) == (None, False, False)
+
+
+@pytest.fixture(scope="module")
+def family_roots(tmp_path_factory) -> dict[str, Path]:
+    """A tiny tree per family."""
+    roots = {}
+    for family in synthetic.FAMILIES:
+        root = tmp_path_factory.mktemp(f"tiny_{family}")
+        synthetic.generate(root, train=5, valid=3, test=2, seed=1, max_configs=24, family=family,
+                           progress=False)  # fmt: skip
+        roots[family] = root
+    return roots
+
+
+@pytest.mark.parametrize("family", synthetic.FAMILIES)
+def test_every_family_loads_in_the_data_pipeline(family_roots: dict[str, Path], family: str):
+    from tpu_tiles_models import data
+
+    root = family_roots[family]
+    ds = data.load_dataset(root, progress=False)
+    assert [len(ds.train), len(ds.valid), len(ds.test)] == [5, 3, 2]
+    for split in (ds.train, ds.valid, ds.test):
+        counts = {tid: len(d["config_feat"]) for tid, d in _kernels(root, split.name)}
+        assert dict(zip(split.tile_ids, split.config_counts().tolist())) == counts
+    graph = data.kernel_graph(ds.valid, 0, ds.stats)
+    assert int(graph.node_sets["config"].sizes[0]) == ds.valid.num_configs(0)
+    assert int(graph.node_sets["op"].sizes[0]) == ds.valid.node_offsets[1]
+
+
+@pytest.mark.parametrize("family", synthetic.FAMILIES)
+def test_every_family_is_deterministic_per_seed(
+    tmp_path: Path, family_roots: dict[str, Path], family: str
+) -> None:
+    def make(seed: int) -> Path:
+        root = tmp_path / str(seed)
+        synthetic.generate(root, train=5, valid=3, test=2, seed=seed, max_configs=24,
+                           family=family, progress=False)  # fmt: skip
+        return root
+
+    assert _tree_digest(make(1)) == _tree_digest(family_roots[family])
+    assert _tree_digest(make(2)) != _tree_digest(family_roots[family])
+
+
+def test_families_differ_on_the_same_seed(family_roots: dict[str, Path]) -> None:
+    digests = {_tree_digest(root) for root in family_roots.values()}
+    assert len(digests) == len(synthetic.FAMILIES) == 3
+
+
+@pytest.fixture(scope="module")
+def fusion_kernels(tmp_path_factory) -> list[dict[str, np.ndarray]]:
+    """An uncapped fusion set, for its config-count tail and duplicates."""
+    root = tmp_path_factory.mktemp("fusion_tail")
+    synthetic.generate(root, train=40, valid=0, test=0, seed=0, family="fusion", progress=False)
+    return [d for _, d in _kernels(root, "train")]
+
+
+def test_fusion_config_counts_are_heavy_tailed(fusion_kernels, tmp_path: Path) -> None:
+    counts = np.array([len(d["config_feat"]) for d in fusion_kernels])
+    assert counts.min() >= 2 and counts.max() >= 1000 and counts.max() / counts.min() > 10
+    assert np.median(counts) < counts.mean() / 2  # a long right tail
+    synthetic.generate(tmp_path, train=40, valid=0, test=0, seed=0, family="fusion",
+                       max_configs=100, progress=False)  # fmt: skip
+    capped = [len(d["config_feat"]) for _, d in _kernels(tmp_path, "train")]
+    assert max(capped) == 100 and min(capped) >= 2
+
+
+def test_fusion_duplicates_differ_by_measurement_noise(fusion_kernels) -> None:
+    gaps, rows = [], 0
+    for d in fusion_kernels:
+        cfg, rt = d["config_feat"], d["config_runtime"].astype(np.float64)
+        _, first, inverse = np.unique(cfg, axis=0, return_index=True, return_inverse=True)
+        dup = np.flatnonzero(first[inverse.reshape(-1)] != np.arange(len(cfg)))
+        base = rt[first[inverse.reshape(-1)[dup]]]
+        gaps.extend(np.abs(rt[dup] - base) / base)
+        rows += len(cfg)
+    assert 0.01 <= len(gaps) / rows <= 0.05  # a few re-measured configs
+    assert 0.002 <= np.median(gaps) <= 0.008  # about 0.4% apart, like the real data
+
+
+def test_fusion_graphs_span_the_real_node_range() -> None:
+    from tpu_tiles_models.synthetic import fusion_graphs
+
+    nodes, edges, ops = [], [], set()
+    for i in range(400):
+        g, _ = fusion_graphs.build(np.random.default_rng([9, i]), (0.3, 0.2, 0.15, 0.35))
+        feat, opcode, edge_index = g.arrays()
+        nodes.append(len(opcode))
+        edges.append(len(edge_index))
+        ops |= set(opcode.tolist())
+        assert feat[:, 0].sum() == 1 and np.all(edge_index[:, 0] > edge_index[:, 1])
+    assert min(nodes) == 2 and 250 <= max(nodes) <= synthetic.MAX_NODES
+    assert 20 <= np.median(nodes) <= 40 and max(edges) <= 2 * max(nodes)
+    names = ("reduce-window", "dynamic-slice", "iota", "shift-right-logical", "tuple", "dot")
+    assert {synthetic.OPCODES[n] for n in names} <= ops  # op groups roofline never emits

@@ -21,11 +21,11 @@ Generator families (`FAMILIES`, chosen with `generate(..., family=...)` or `tpu-
 check that a model does not overfit one generator.
 
 Modules: `features` (the npz feature layout), `graph` (building a kernel node by node),
-`kernels` (the HLO fusions of the `roofline` and `alt` families), `geometry` (reading a
-kernel back from its features), `tiling` (tile configs and per-tile quantities), `analytic`
-(what `roofline` and `alt` share), one module per family (`roofline`, `alt`), `families`
-(families by name), `writer` (ids, splits, npz files, summary) and `command` (the
-`tpu-tiles synth` flags).
+`geometry` (reading a kernel back from its features), `tiling` (config helpers, and the tile
+quantities of `roofline` and `alt`), `kernels` and `analytic` (the HLO fusions and the
+pipeline `roofline` and `alt` share), one module per family (`roofline`, `alt`, and `fusion`
+with its graph builder `fusion_graphs`), `families` (families by name), `writer` (ids,
+splits, npz files, summary) and `command` (the `tpu-tiles synth` flags).
 """
 
 from __future__ import annotations

@@ -16,6 +16,7 @@ from tpu_tiles_models.synthetic.graph import Graph
 from tpu_tiles_models.synthetic.kernels import KERNEL_KINDS, finish
 from tpu_tiles_models.synthetic.tiling import (
     Hardware,
+    autotuner_keep,
     bound_options,
     config_pool,
     config_rows,
@@ -158,15 +159,8 @@ def _choose_configs(
     runtime = cost.runtime(geom, pool)
     # Per-kernel pruning threshold gives worst/best spreads of ~3-30x (heavy-tailed).
     spread = float(np.clip(14.0 * np.exp(0.8 * rng.standard_normal()), 2.5, 300.0))
-    keep = np.flatnonzero(runtime <= spread * runtime.min())[:want]
-    # ~2% re-measured duplicates (taking the place of distinct configs at the cap), and
-    # duplicates to reach min_configs when the option grid is too small.
-    n_dup = int(rng.binomial(len(keep), 0.02))
-    keep = keep[: max(min(len(keep), want - n_dup), 1)]
-    n_dup = max(n_dup, min_configs - len(keep))
-    if n_dup:
-        keep = np.append(keep, rng.choice(keep, size=n_dup))
-        keep = keep[rng.permutation(len(keep))]
+    # ~2% re-measured duplicates, as in real autotuning logs.
+    keep = autotuner_keep(runtime, want, min_configs, spread, 0.02, rng)
     return pool[keep], runtime[keep]
 
 

@@ -9,7 +9,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.synthetic import alt, analytic, roofline
+from tpu_tiles_models.synthetic import alt, analytic, fusion, roofline
 from tpu_tiles_models.synthetic.geometry import KernelGeometry
 from tpu_tiles_models.synthetic.tiling import Hardware
 
@@ -69,6 +69,12 @@ FAMILIES: dict[str, Family] = {
         "the same fusions; partial overlap, operand cache, smooth capacity penalty",
         alt.make_kernel,
         alt.runtime,
+    ),
+    "fusion": Family(
+        "fusion",
+        "chains of fused op groups; every node tiled and padded, phases, scratchpad cliffs",
+        fusion.make_kernel,
+        fusion.runtime,
     ),
 }
 DEFAULT_FAMILY = "roofline"

@@ -1,6 +1,7 @@
-"""Tile configs of the `roofline` and `alt` families and what one tile costs: the option grid
-an autotuner tries, the 24-wide config features, and per-config tile quantities (tile count,
-flops, bytes streamed and re-read, working set) on a simulated TPU core."""
+"""Tile configs and what one tile costs. Shared by every family: the 24-wide bounds blocks and
+the autotuner's choice of which measured configs a kernel keeps. For `roofline` and `alt`:
+the option grid, the config features, and per-config tile quantities (tile count, flops,
+bytes streamed and re-read, working set) on a simulated TPU core."""
 
 from __future__ import annotations
 
@@ -152,6 +153,41 @@ def bound_options(units: int) -> np.ndarray:
     p = 2 ** np.arange(int(np.log2(units)) + 1)
     even = -(-units // np.arange(1, 9))
     return np.unique(np.concatenate([p, even]))
+
+
+def autotuner_keep(
+    runtime: np.ndarray,
+    want: int,
+    min_configs: int,
+    spread: float,
+    dup_rate: float,
+    rng: np.random.Generator,
+) -> np.ndarray:
+    """Which of a pool of costed configs a kernel keeps, like an autotuner's log.
+
+    Configs slower than `spread` times the best are dropped, at most `want` are kept (in pool
+    order), and a `dup_rate` share are re-measured duplicates (taking the place of distinct
+    configs at the cap); duplicates also fill up to `min_configs` when too few remain.
+
+    Args:
+        runtime: `[pool]` noise-free runtimes.
+        want: how many configs the kernel should get.
+        min_configs: the fewest it may get.
+        spread: the slowest kept config may be this many times the fastest.
+        dup_rate: share of duplicated rows.
+        rng: the kernel's generator.
+
+    Returns:
+        `[c]` indices into the pool (repeated for duplicates), in random order if any repeat.
+    """
+    keep = np.flatnonzero(runtime <= spread * runtime.min())[:want]
+    n_dup = int(rng.binomial(len(keep), dup_rate))
+    keep = keep[: max(min(len(keep), want - n_dup), 1)]
+    n_dup = max(n_dup, min_configs - len(keep))
+    if n_dup:
+        keep = np.append(keep, rng.choice(keep, size=n_dup))
+        keep = keep[rng.permutation(len(keep))]
+    return keep
 
 
 def bounds_block(values: np.ndarray, width: int = 6) -> np.ndarray:
