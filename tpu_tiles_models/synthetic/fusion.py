@@ -522,12 +522,25 @@ def config_rows(v: FusionView, space: np.ndarray) -> np.ndarray:
         kb = np.stack([np.full(len(space), win[0]), np.full(len(space), win[1]), ci, feat], 1)
         cfg[:, CFG_KERNEL : CFG_KERNEL + 8] = bounds_block(kb.astype(np.float64))
     elif space.shape[1] > rank:  # input bounds only when the reduction is split
-        _, src, j = _reduce_split_dim(v)
         split = space[:, rank].astype(np.float64)
-        in_b = np.tile(-(-v.shapes[src] // v.granule[src]), (len(space), 1)).astype(np.float64)
-        in_b[:, j] = np.ceil(in_b[:, j] / split)
+        in_b = _reduce_input_bounds(v, out_b, split)
         cfg[:, CFG_INPUT : CFG_INPUT + 8] = bounds_block(in_b) * (split > 1)[:, None]
     return cfg
+
+
+def _reduce_input_bounds(v: FusionView, out_b: np.ndarray, split: np.ndarray) -> np.ndarray:
+    """`[c, in_rank]` input tile of a split reduction, in its granules: kept dims follow the
+    output bounds (when the output is the reduction's own shape), the outermost reduced dim
+    is cut into `split` chunks, other reduced dims are whole."""
+    red, src, j = _reduce_split_dim(v)
+    units = -(-v.shapes[src] // v.granule[src])
+    in_b = np.tile(units, (len(split), 1)).astype(np.float64)
+    kept = [d for d in range(len(units)) if d not in v.attr[red]]
+    if len(kept) == out_b.shape[1] and np.array_equal(v.shapes[red], v.out_shape):
+        in_b[:, kept] = np.minimum(out_b * v.out_granule / v.granule[src][kept], units[kept])
+        in_b[:, kept] = np.maximum(np.ceil(in_b[:, kept]), 1)
+    in_b[:, j] = np.ceil(units[j] / split)
+    return in_b
 
 
 def _knobs(v: FusionView, cfg: np.ndarray) -> tuple[np.ndarray, _Knobs]:

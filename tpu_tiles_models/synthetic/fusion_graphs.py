@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from tpu_tiles_models.synthetic.features import (
+    COL_BASE_DILATION,
+    COL_BATCH_GROUPS,
     COL_IS_ROOT,
     COL_PAD_HIGH,
     COL_PAD_LOW,
@@ -95,7 +97,7 @@ def _conv_anchor(k: _Kernel) -> int:
         out_sp = [-(-s // stride) for s in sp]
         if n * max(np.prod(sp) * cin, np.prod(out_sp) * cout) <= _MAX_ELEMS / 2:
             break
-    groups = cin if spatial == 2 and rng.random() < 0.12 else 1
+    groups = cin if spatial == 2 and cin >= 32 and rng.random() < 0.15 else 1
     if groups > 1:
         cout = cin
     in_dt = k.dtype
@@ -106,13 +108,22 @@ def _conv_anchor(k: _Kernel) -> int:
     w = g.add("parameter", (*([win] * spatial), cin // groups, cout), in_dt)
     c = g.add("convolution", (n, *out_sp, cout), k.dtype, [x, w])
     put_conv_fields(g.rows[c], (win, win), stride, groups)
-    if rng.random() < 0.08:  # an input-gradient convolution flips its window
+    role = rng.random()  # a training step has forward, input- and weight-gradient convs
+    if role < 0.2:  # the input gradient flips the window
         g.rows[c][COL_WINDOW_REVERSAL : COL_WINDOW_REVERSAL + 2] = 1
         g.rows[c][COL_WINDOW_REVERSAL + 6 : COL_WINDOW_REVERSAL + 8] = (2, 0)
+    elif role < 0.25:  # the weight gradient groups the batch
+        g.rows[c][COL_BATCH_GROUPS] = n
     if spatial == 3:
+        pad = (win - 1) // 2
         put_seq(g.rows[c], COL_WINDOW_SIZE, [win] * 3, 6)
         put_seq(g.rows[c], COL_WINDOW_STRIDE, [stride] * 3, 6)
+        put_seq(g.rows[c], COL_WINDOW_PAD_LOW, [pad] * 3, 6)
+        put_seq(g.rows[c], COL_WINDOW_PAD_HIGH, [win - 1 - pad] * 3, 6)
         put_seq(g.rows[c], COL_WINDOW_DILATION, [1] * 3, 6)
+    elif rng.random() < 0.1:  # atrous (dilated window) or transposed (dilated input)
+        col = COL_WINDOW_DILATION if rng.random() < 0.5 else COL_BASE_DILATION
+        put_seq(g.rows[c], col, [2, 2], 6)
     return c
 
 
@@ -157,7 +168,7 @@ def _pool_anchor(k: _Kernel) -> int:
         if n * s * s * c <= _MAX_ELEMS / 2:
             break
     glob = rng.random() < 0.25
-    win, stride = (s, s) if glob else pick(rng, ((3, 2), (2, 2), (3, 1)))
+    win, stride = (s, 1) if glob else pick(rng, ((3, 2), (2, 2), (3, 1)))
     out = 1 if glob else -(-s // stride)
     x = g.add("parameter", (n, s, s, c), k.dtype)
     init = g.add("constant", (), k.dtype)
@@ -194,7 +205,7 @@ def _cumsum_anchor(k: _Kernel) -> int:
 def _gather_anchor(k: _Kernel) -> int:
     """Embedding lookup: dynamic-slice of rows out of a large table by s32 indices."""
     rng, g = k.rng, k.g
-    vocab = int(pick(rng, (1000, 8192, 32000, 50257, 250000, 1000000)))
+    vocab = int(pick(rng, (1000, 8192, 32000, 50257, 250000), (0.3, 0.3, 0.2, 0.15, 0.05)))
     hidden = int(pick(rng, (16, 32, 64, 128, 256, 512, 768, 1024)))
     rows = int(pick(rng, (1, 8, 32, 128, 512, 2048)))
     table = g.add("parameter", (vocab, hidden), k.dtype)
@@ -208,7 +219,7 @@ def _gather_anchor(k: _Kernel) -> int:
 def _loop_anchor(k: _Kernel) -> int:
     """A loop fusion's input: a parameter, maybe sliced, padded or transposed."""
     rng, g = k.rng, k.g
-    rank = int(pick(rng, (1, 2, 3, 4, 5), (0.15, 0.35, 0.2, 0.25, 0.05)))
+    rank = int(pick(rng, (1, 2, 3, 4, 5), (0.15, 0.35, 0.22, 0.26, 0.02)))
     shape = _dims(rng, (2, 3, 7, 14, 28, 32, 64, 128, 256, 512, 1000, 1024, 2048, 4096), rank)
     r = rng.random()
     if r < 0.15 and rank >= 2:
@@ -216,7 +227,7 @@ def _loop_anchor(k: _Kernel) -> int:
         perm = list(range(rank - 2)) + [rank - 1, rank - 2]
         return g.add("transpose", shape, k.dtype, [g.add("parameter", src, k.dtype)], dims=perm)
     if r < 0.27:
-        j = 1 if rank >= 2 and rng.random() < 0.4 else 0  # the sliced dim
+        j = 1 if rank >= 2 and rng.random() < 0.8 else 0  # the sliced dim
         big = list(shape)
         big[j] *= int(pick(rng, (2, 3, 4)))
         x = g.add("slice", shape, k.dtype, [g.add("parameter", big, k.dtype)])
@@ -226,25 +237,35 @@ def _loop_anchor(k: _Kernel) -> int:
         put_seq(g.rows[x], COL_SLICE_STRIDE, [1] * rank, 2)
         put_seq(g.rows[x], COL_SLICE_LIMIT, [a + b for a, b in zip(start, shape)], 2)
         return x
-    j = 0 if rng.random() < 0.4 else rank - 1  # the padded dim
-    if r < 0.35 and shape[j] > 4:
-        lo, hi = int(rng.integers(0, 3)), int(rng.integers(1, 4))
-        small = list(shape)
-        small[j] -= lo + hi
-        pad = g.add("constant", (), k.dtype)
-        x = g.add("pad", shape, k.dtype, [g.add("parameter", small, k.dtype), pad])
-        low, high = [0] * rank, [0] * rank
-        low[j], high[j] = lo, hi
-        put_seq(g.rows[x], COL_PAD_LOW, low, 2)
-        put_seq(g.rows[x], COL_PAD_HIGH, high, 2)
-        return x
+    if r < 0.35:
+        return _pad_input(k, shape)
     return g.add("parameter", shape, k.dtype)
+
+
+def _pad_input(k: _Kernel, shape: tuple[int, ...]) -> int:
+    """A parameter padded on some dims: mostly by a few elements (spatial borders), now and
+    then by hundreds (up to a lane multiple or a longer sequence)."""
+    rng, g, rank = k.rng, k.g, len(shape)
+    low, high = [0] * rank, [0] * rank
+    for j in range(rank):
+        if shape[j] > 4 and (rng.random() < 0.5 or j == rank - 1):
+            low[j], high[j] = int(rng.integers(0, 3)), int(rng.integers(1, 4))
+            if rng.random() < 0.3 and shape[j] > 128:
+                high[j] = int(rng.integers(1, min(shape[j] // 2, 1024)))
+    small = [s - lo - hi for s, lo, hi in zip(shape, low, high)]
+    if min(small) < 1:
+        return g.add("parameter", shape, k.dtype)
+    value = g.add("constant", (), k.dtype)
+    x = g.add("pad", shape, k.dtype, [g.add("parameter", small, k.dtype), value])
+    put_seq(g.rows[x], COL_PAD_LOW, low, 2)
+    put_seq(g.rows[x], COL_PAD_HIGH, high, 2)
+    return x
 
 
 def _optimizer_anchor(k: _Kernel) -> int:
     """Adam-style update of a flattened parameter: several [N] inputs, a few outputs."""
     rng, g = k.rng, k.g
-    n = int(np.exp(rng.uniform(np.log(256), np.log(4e6))))
+    n = int(np.exp(rng.uniform(np.log(256), np.log(1e6))))
     shape, dt = (n,), "f32"
     grad, m, v = (g.add("parameter", shape, dt) for _ in range(3))
 
@@ -276,7 +297,7 @@ def _anchor_kind(rng: np.random.Generator, kind_weights: Sequence[float]) -> str
     share is split between loops, pooling, lookups and optimizer updates."""
     conv, dot, red, elem = (float(w) for w in kind_weights)
     names = ("conv", "dot", "reduce", "loop", "pool", "cumsum", "gather", "optimizer")
-    weights = (conv, dot, red, 0.6 * elem, 0.1 * elem, 0.05 * elem, 0.15 * elem, 0.1 * elem)
+    weights = (conv, dot, red, 0.65 * elem, 0.04 * elem, 0.06 * elem, 0.15 * elem, 0.1 * elem)
     return str(pick(rng, names, weights))
 
 
@@ -345,7 +366,7 @@ def _index_mask(k: _Kernel) -> None:
 
 def _side_input(k: _Kernel) -> None:
     g, shape = k.g, k.shape
-    dt = pick(k.rng, (k.dtype, k.dtype, "bf16"))
+    dt = pick(k.rng, (k.dtype, "bf16", "u8", "u16", "s32"), (0.6, 0.3, 0.03, 0.04, 0.03))
     p = g.add("parameter", shape, dt)
     if dt != k.dtype:
         p = g.add("convert", shape, k.dtype, [p])
@@ -378,7 +399,7 @@ def _reshape(k: _Kernel) -> None:
     """Splits the minor dim in two, or merges the two major dims (a bitcast when free)."""
     shape = k.shape
     split_ok = len(shape) < 5 or (len(shape) == 5 and k.rng.random() < 0.3)
-    if len(shape) >= 2 and (not split_ok or k.rng.random() < 0.5):
+    if len(shape) >= 2 and (not split_ok or k.rng.random() < 0.3):
         new = (shape[0] * shape[1],) + shape[2:]
     elif shape and shape[-1] % 2 == 0 and shape[-1] >= 16:
         f = int(pick(k.rng, [d for d in (2, 4, 8, 16) if shape[-1] % d == 0]))
