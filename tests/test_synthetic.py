@@ -42,8 +42,9 @@ def ranked_roots(tmp_path_factory) -> dict[str, Path]:
     roots = {}
     for family in synthetic.FAMILIES:
         root = tmp_path_factory.mktemp(f"ranked_{family}")
-        synthetic.generate(root, train=100, valid=0, test=0, seed=3, max_configs=200,
-                           family=family, progress=False)  # fmt: skip
+        synthetic.generate(
+            root, train=100, valid=0, test=0, seed=3, max_configs=200, family=family, progress=False
+        )
         roots[family] = root
     return roots
 
@@ -68,9 +69,18 @@ def test_counts_and_summary(synth_root: Path) -> None:
 def test_generate_returns_summary(tmp_path: Path) -> None:
     out = synthetic.generate(tmp_path, train=2, valid=1, test=1, max_configs=8, progress=False)
     total = sum(len(d["config_feat"]) for s in synthetic.SPLITS for _, d in _kernels(tmp_path, s))
-    assert out == {"train": 2, "valid": 1, "test": 1, "kernels": 4, "configs": total,
-                   "out_dir": str(tmp_path), "family": "roofline", "seed": 0,
-                   "usable_valid": 0, "replaced": 0}  # fmt: skip
+    assert out == {
+        "train": 2,
+        "valid": 1,
+        "test": 1,
+        "kernels": 4,
+        "configs": total,
+        "out_dir": str(tmp_path),
+        "family": "roofline",
+        "seed": 0,
+        "usable_valid": 0,
+        "replaced": 0,
+    }
 
 
 def test_dtypes_and_shapes(synth_root: Path) -> None:
@@ -186,21 +196,32 @@ def test_deterministic_for_a_seed(tmp_path: Path) -> None:
 
 def test_test_ids_from_sample_submission(tmp_path: Path, sample_submission: Path) -> None:
     out = synthetic.generate(
-        tmp_path, train=0, valid=0, test=3, max_configs=2, test_ids_from=sample_submission,
+        tmp_path,
+        train=0,
+        valid=0,
+        test=3,
+        max_configs=2,
+        test_ids_from=sample_submission,
         progress=False,
-    )  # fmt: skip
-    want = [line.split(",")[0][len("tile:xla:") :] for line in sample_submission.read_text().split()
-            if line.startswith("tile:xla:")]  # fmt: skip
+    )
+    want = [
+        line.split(",")[0][len("tile:xla:") :]
+        for line in sample_submission.read_text().split()
+        if line.startswith("tile:xla:")
+    ]
     assert out["test"] == len(want) == 844
     assert sorted(p.stem for p in (tmp_path / "test").glob("*.npz")) == sorted(want)
 
 
 def test_test_ids_from_small_csv(tmp_path: Path) -> None:
     csv = tmp_path / "sub.csv"
-    csv.write_text("ID,TopConfigs\ntile:xla:" + "a" * 32 + ",0;1\nlayout:xla:default:x,0\n"
-                   "tile:xla:" + "b" * 32 + ",0\n")  # fmt: skip
-    out = synthetic.generate(tmp_path / "d", train=1, valid=0, test=9, test_ids_from=csv,
-                             max_configs=4, progress=False)  # fmt: skip
+    csv.write_text(
+        "ID,TopConfigs\ntile:xla:" + "a" * 32 + ",0;1\nlayout:xla:default:x,0\n"
+        "tile:xla:" + "b" * 32 + ",0\n"
+    )
+    out = synthetic.generate(
+        tmp_path / "d", train=1, valid=0, test=9, test_ids_from=csv, max_configs=4, progress=False
+    )
     assert out["test"] == 2
     assert sorted(p.stem for p in (tmp_path / "d" / "test").glob("*.npz")) == ["a" * 32, "b" * 32]
 
@@ -215,8 +236,9 @@ def test_unknown_family(tmp_path: Path) -> None:
 
 
 def test_min_and_max_configs(tmp_path: Path) -> None:
-    synthetic.generate(tmp_path, train=12, valid=0, test=0, min_configs=5, max_configs=9,
-                       progress=False)  # fmt: skip
+    synthetic.generate(
+        tmp_path, train=12, valid=0, test=0, min_configs=5, max_configs=9, progress=False
+    )
     counts = [len(d["config_feat"]) for _, d in _kernels(tmp_path, "train")]
     assert min(counts) >= 5 and max(counts) <= 9
 
@@ -300,8 +322,9 @@ def _tree_digest(root: Path) -> str:
 
 @pytest.mark.parametrize("family", sorted(FROZEN_DIGESTS))
 def test_roofline_and_alt_are_bit_identical_to_before(tmp_path: Path, family: str) -> None:
-    synthetic.generate(tmp_path, train=3, valid=2, test=1, seed=5, max_configs=12, family=family,
-                       progress=False)  # fmt: skip
+    synthetic.generate(
+        tmp_path, train=3, valid=2, test=1, seed=5, max_configs=12, family=family, progress=False
+    )
     assert _tree_digest(tmp_path) == FROZEN_DIGESTS[family]
 
 
@@ -316,16 +339,22 @@ def _files(root: Path) -> dict[str, bytes]:
         ({"train": -3}, "--train must be a kernel count >= 0, got -3"),
         ({"valid": -1}, "--valid must be a kernel count >= 0, got -1"),
         ({"test": -2}, "--test must be a kernel count >= 0, got -2"),
-        ({"train": 0, "valid": 0, "test": 0},
-         "--train, --valid and --test are all 0: nothing to generate"),
+        (
+            {"train": 0, "valid": 0, "test": 0},
+            "--train, --valid and --test are all 0: nothing to generate",
+        ),
         ({"seed": -1}, "--seed must be >= 0, got -1"),
-        ({"max_configs": 1},
-         "--max_configs must be at least 2 (the fewest configs a kernel gets), got 1"),
-        ({"test_ids_from": "/nonexistent/sub.csv"},
-         "--test_ids_from /nonexistent/sub.csv: cannot read it (No such file or directory); "
-         "give the competition's sample_submission.csv"),
+        (
+            {"max_configs": 1},
+            "--max_configs must be at least 2 (the fewest configs a kernel gets), got 1",
+        ),
+        (
+            {"test_ids_from": "/nonexistent/sub.csv"},
+            "--test_ids_from /nonexistent/sub.csv: cannot read it (No such file or directory); "
+            "give the competition's sample_submission.csv",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_values_are_refused_in_one_line(tmp_path: Path, kwargs: dict, message: str) -> None:
     with pytest.raises(FlagError) as err:
         synthetic.generate(tmp_path / "d", **kwargs, progress=False)
@@ -353,8 +382,9 @@ def test_existing_data_set_is_refused_then_replaced_with_overwrite(tmp_path: Pat
     )
     assert isinstance(err.value, UserError) and _files(out) == before
 
-    summary = synthetic.generate(out, train=2, valid=1, test=1, seed=1, max_configs=8,
-                                 overwrite=True, progress=False)  # fmt: skip
+    summary = synthetic.generate(
+        out, train=2, valid=1, test=1, seed=1, max_configs=8, overwrite=True, progress=False
+    )
     assert summary["replaced"] == 5
     fresh = tmp_path / "fresh"
     synthetic.generate(fresh, train=2, valid=1, test=1, seed=1, max_configs=8, progress=False)
@@ -378,8 +408,16 @@ def test_interrupted_generation_leaves_the_folder_as_it_was(tmp_path: Path, monk
     for target in (out, tmp_path / "new"):
         written.clear()
         with pytest.raises(KeyboardInterrupt):
-            synthetic.generate(target, train=4, valid=1, test=1, seed=2, max_configs=8,
-                               overwrite=True, progress=False)  # fmt: skip
+            synthetic.generate(
+                target,
+                train=4,
+                valid=1,
+                test=1,
+                seed=2,
+                max_configs=8,
+                overwrite=True,
+                progress=False,
+            )
         assert len(written) == 2
     assert _files(out) == before  # the old set, and no hidden staging folder
     assert not (tmp_path / "new").exists()
@@ -393,8 +431,7 @@ def test_output_that_is_a_file(tmp_path: Path) -> None:
 
 def test_small_validation_split_warns(tmp_path: Path) -> None:
     with pytest.warns(synthetic.ValidationSplitWarning) as caught:
-        out = synthetic.generate(tmp_path, train=1, valid=3, test=0, max_configs=20,
-                                 progress=False)  # fmt: skip
+        out = synthetic.generate(tmp_path, train=1, valid=3, test=0, max_configs=20, progress=False)
     assert out["usable_valid"] == synthetic.usable_valid_kernels(tmp_path) <= 3
     assert str(caught[0].message) == (
         f"only {out['usable_valid']} of 3 validation kernels have >= 10 configs; upstream's "
@@ -419,8 +456,22 @@ def _cli_args(*argv: str) -> argparse.Namespace:
 
 def test_run_prints_what_it_wrote(tmp_path: Path, capsys) -> None:
     out = tmp_path / "d"
-    synthetic.run(_cli_args(str(out), "--train", "2", "--valid", "2", "--test", "1",
-                            "--max_configs", "6", "--family", "alt", "--no_progress"))  # fmt: skip
+    synthetic.run(
+        _cli_args(
+            str(out),
+            "--train",
+            "2",
+            "--valid",
+            "2",
+            "--test",
+            "1",
+            "--max_configs",
+            "6",
+            "--family",
+            "alt",
+            "--no_progress",
+        )
+    )
     stdout, stderr = capsys.readouterr()
     configs = sum(len(d["config_feat"]) for s in synthetic.SPLITS for _, d in _kernels(out, s))
     assert stdout == (
@@ -430,8 +481,11 @@ def test_run_prints_what_it_wrote(tmp_path: Path, capsys) -> None:
     assert stderr.startswith("tpu-tiles synth: warning: only 0 of 2 validation kernels")
     assert stderr.endswith("(use --max_configs 10 or more)\n")
 
-    synthetic.run(_cli_args(str(out), "--train", "1", "--test", "0", "--valid", "0",
-                            "--overwrite", "--no_progress"))  # fmt: skip
+    synthetic.run(
+        _cli_args(
+            str(out), "--train", "1", "--test", "0", "--valid", "0", "--overwrite", "--no_progress"
+        )
+    )
     assert capsys.readouterr()[0].endswith("; replaced 5 old npz files\n")
     assert sum(1 for _ in out.rglob("*.npz")) == 1
 
@@ -439,7 +493,14 @@ def test_run_prints_what_it_wrote(tmp_path: Path, capsys) -> None:
 def test_flags_and_defaults() -> None:
     a = _cli_args("out")
     assert (a.out, a.train, a.valid, a.test, a.seed, a.max_configs, a.family) == (
-        "out", 300, 60, 60, 0, None, "roofline")  # fmt: skip
+        "out",
+        300,
+        60,
+        60,
+        0,
+        None,
+        "roofline",
+    )
     assert (a.test_ids_from, a.overwrite, a.no_progress) == (None, False, False)
 
 
@@ -449,14 +510,17 @@ def family_roots(tmp_path_factory) -> dict[str, Path]:
     roots = {}
     for family in synthetic.FAMILIES:
         root = tmp_path_factory.mktemp(f"tiny_{family}")
-        synthetic.generate(root, train=5, valid=3, test=2, seed=1, max_configs=24, family=family,
-                           progress=False)  # fmt: skip
+        synthetic.generate(
+            root, train=5, valid=3, test=2, seed=1, max_configs=24, family=family, progress=False
+        )
         roots[family] = root
     return roots
 
 
 @pytest.mark.parametrize("family", synthetic.FAMILIES)
-def test_every_family_loads_in_the_data_pipeline(family_roots: dict[str, Path], family: str):
+def test_every_family_loads_in_the_data_pipeline(
+    family_roots: dict[str, Path], family: str
+) -> None:
     from tpu_tiles_models import data
 
     root = family_roots[family]
@@ -476,8 +540,9 @@ def test_every_family_is_deterministic_per_seed(
 ) -> None:
     def make(seed: int) -> Path:
         root = tmp_path / str(seed)
-        synthetic.generate(root, train=5, valid=3, test=2, seed=seed, max_configs=24,
-                           family=family, progress=False)  # fmt: skip
+        synthetic.generate(
+            root, train=5, valid=3, test=2, seed=seed, max_configs=24, family=family, progress=False
+        )
         return root
 
     assert _tree_digest(make(1)) == _tree_digest(family_roots[family])
@@ -497,17 +562,29 @@ def fusion_kernels(tmp_path_factory) -> list[dict[str, np.ndarray]]:
     return [d for _, d in _kernels(root, "train")]
 
 
-def test_fusion_config_counts_are_heavy_tailed(fusion_kernels, tmp_path: Path) -> None:
+def test_fusion_config_counts_are_heavy_tailed(
+    fusion_kernels: list[dict[str, np.ndarray]], tmp_path: Path
+) -> None:
     counts = np.array([len(d["config_feat"]) for d in fusion_kernels])
     assert counts.min() >= 2 and counts.max() >= 1000 and counts.max() / counts.min() > 10
     assert np.median(counts) < counts.mean() / 2  # a long right tail
-    synthetic.generate(tmp_path, train=40, valid=0, test=0, seed=0, family="fusion",
-                       max_configs=100, progress=False)  # fmt: skip
+    synthetic.generate(
+        tmp_path,
+        train=40,
+        valid=0,
+        test=0,
+        seed=0,
+        family="fusion",
+        max_configs=100,
+        progress=False,
+    )
     capped = [len(d["config_feat"]) for _, d in _kernels(tmp_path, "train")]
     assert max(capped) == 100 and min(capped) >= 2
 
 
-def test_fusion_duplicates_differ_by_measurement_noise(fusion_kernels) -> None:
+def test_fusion_duplicates_differ_by_measurement_noise(
+    fusion_kernels: list[dict[str, np.ndarray]],
+) -> None:
     gaps, rows = [], 0
     for d in fusion_kernels:
         cfg, rt = d["config_feat"], d["config_runtime"].astype(np.float64)
