@@ -200,3 +200,34 @@ def test_ctrl_c_in_a_real_process_stops_cleanly(synth_root, tmp_path):
     assert proc.returncode == 130
     assert stderr.strip() == "tpu-tiles train: interrupted; removed what this run had started"
     assert not out.exists()
+
+
+def test_two_local_workers_write_what_one_run_writes(synth_root, tmp_path):
+    """--strategy=multiworker over two CPU processes: the chief writes exactly a single run's
+    artifacts (same names and hash), the other worker writes nothing."""
+    import portpicker
+
+    cluster = {"worker": [f"localhost:{portpicker.pick_unused_port()}" for _ in range(2)]}
+    out = tmp_path / "out"
+    argv = _tiny_cli(synth_root, out, "--strategy=multiworker", f"--results_csv={out}/r.csv")
+    procs = []
+    for index in range(2):
+        task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+        env = dict(os.environ, TF_CONFIG=json.dumps(task))
+        procs.append(
+            subprocess.Popen(
+                [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+                env=env,
+            )
+        )
+    results = [p.communicate(timeout=300) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], results[0][1][-2000:] + results[1][1][-2000:]
+    h = train_args.TrainArgs.from_argv(argv[1:]).hash()
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [f"model_{h}", f"run_{h}.jsonz", "r.csv", f"train_curve_{h}.png"]
+    )
+    info = json.loads(gzip.decompress((out / f"run_{h}.jsonz").read_bytes()))
+    assert info["args"]["model"] == "MLP" and len(info["test_predictions"]) == 6

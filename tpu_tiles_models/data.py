@@ -811,14 +811,16 @@ def _batches_dataset(
     min_configs: int,
     shuffle: bool,
     seed: int,
+    shard: tuple[int, int] = (0, 1),
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
 
     Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
-    plus `merge_batch_to_components`, with the same result.
+    plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
+    usable kernel from the i-th on (one worker's share in multi-worker training).
     """
     prep = _prepared(split, stats)
-    index = np.flatnonzero(split.config_counts() >= min_configs)
+    index = np.flatnonzero(split.config_counts() >= min_configs)[shard[0] :: shard[1]]
     passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
 
     def generate() -> Iterator[dict[str, Any]]:
@@ -876,12 +878,14 @@ def training_batches(
     batch_size: int,
     seed: int = 0,
     shuffle: bool = True,
+    shard: tuple[int, int] = (0, 1),
 ) -> tf.data.Dataset:
     """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
 
     Equivalent to upstream's `graph_dataset(...).batch(B, drop_remainder=True)
     .map(GraphTensor.merge_batch_to_components)` plus labels = the sampled configs' runtimes
     (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out.
+    `shard=(i, n)`: only every n-th usable kernel from the i-th on.
     """
     if num_configs < 1 or batch_size < 1:
         raise ValueError(
@@ -901,6 +905,7 @@ def training_batches(
         min_configs=num_configs,
         shuffle=shuffle,
         seed=seed,
+        shard=shard,
     )
     ds = ds.map(_labels(batch_size, num_configs))
     return ds.prefetch(tf.data.AUTOTUNE)

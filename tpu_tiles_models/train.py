@@ -17,6 +17,7 @@ import contextlib
 import json
 import os
 import shutil
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -192,9 +193,43 @@ def _plot_curve(curve: dict, extras: dict, path: Path) -> None:
 
 
 def _strategy(name: str) -> tf.distribute.Strategy:
-    if name == "mirrored":
-        return tf.distribute.MirroredStrategy()
-    return tf.distribute.get_strategy()
+    """The `--strategy`; multi-worker reads the cluster and this task from `TF_CONFIG`."""
+    if name == "default":
+        return tf.distribute.get_strategy()
+    if name == "multiworker" and not os.environ.get("TF_CONFIG"):
+        raise FlagError(
+            "--strategy=multiworker needs TF_CONFIG (the cluster's workers and this "
+            "task's index) in the environment of every worker; see README"
+        )
+    if name == "multiworker":
+        strategy = tf.distribute.MultiWorkerMirroredStrategy()
+    else:
+        strategy = tf.distribute.MirroredStrategy()
+    # Every replica runs the same number of full steps (see `_datasets_and_loop`), so the
+    # distributed iterator need not pad a last partial step with empty values, which a
+    # GraphTensor cannot have.
+    strategy.extended.experimental_enable_get_next_as_optional = False
+    return strategy
+
+
+def _num_workers(strategy: tf.distribute.Strategy) -> int:
+    """Hosts taking part: the chief and workers of TF_CONFIG's cluster, else 1."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None:
+        return 1
+    spec = resolver.cluster_spec().as_dict()
+    return max(1, len(spec.get("worker", [])) + len(spec.get("chief", [])))
+
+
+def _is_chief(strategy: tf.distribute.Strategy) -> bool:
+    """Whether this process writes the artifacts: always, except on non-chief workers."""
+    resolver = getattr(strategy, "cluster_resolver", None)
+    if resolver is None or not resolver.task_type:
+        return True
+    if resolver.task_type == "chief":
+        return True
+    has_chief = "chief" in resolver.cluster_spec().as_dict()
+    return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
 
 
 def _check_before_data(args: TrainArgs) -> None:
@@ -219,13 +254,28 @@ def train(args: TrainArgs) -> TrainResult:
     """
     args = args.resolved()
     _check_before_data(args)
+    # First TensorFlow work: a multi-worker strategy must exist before any other op.
+    strategy = _strategy(args.strategy)
+    if not _is_chief(strategy):
+        return _train_as_worker(args, strategy)
     if args.test_mode == "predictions":
         files.check_output_path(os.path.expanduser(args.results_csv), flag="--results_csv")
     with writing_into(args.out_dir) as artifacts:
-        return _train(args, artifacts)
+        return _train(args, strategy, artifacts)
 
 
-def _train(args: TrainArgs, artifacts: Artifacts) -> TrainResult:
+def _train_as_worker(args: TrainArgs, strategy: tf.distribute.Strategy) -> TrainResult:
+    """A non-chief worker: trains in step with the chief, saves into a scratch folder that it
+    then deletes (every worker must save, TF's multi-worker guide says; only the chief's
+    artifacts are kept)."""
+    with tempfile.TemporaryDirectory(prefix="tpu_tiles_worker_") as scratch:
+        csv = os.path.join(scratch, "results.csv")
+        mine = args.replace(out_dir=scratch, results_csv=csv, tensorboard="")
+        with writing_into(scratch) as artifacts:
+            return _train(mine, strategy, artifacts)
+
+
+def _train(args: TrainArgs, strategy: tf.distribute.Strategy, artifacts: Artifacts) -> TrainResult:
     progress = not args.no_progress
     tf.keras.utils.set_random_seed(args.seed)
     ds = data.load_dataset(
@@ -238,7 +288,6 @@ def _train(args: TrainArgs, artifacts: Artifacts) -> TrainResult:
     )
     interrupts.check()
     module = registry.load_models_module(args.models or None)
-    strategy = _strategy(args.strategy)
     with strategy.scope():
         model = registry.build_model(
             args.model, args.configs, ds.num_ops, args.model_kwargs_json, module
@@ -289,27 +338,52 @@ def _train(args: TrainArgs, artifacts: Artifacts) -> TrainResult:
     return finish(args, model, ds, curve=curve, extras=extras, artifacts=artifacts, scorer=scorer)
 
 
+def _steps(split: data.Split, args: TrainArgs, workers: int, local_replicas: int) -> int:
+    """Steps one pass takes when each worker reads its share of the usable kernels."""
+    usable = int((split.config_counts() >= args.configs).sum())
+    return (usable // workers) // (args.batch * local_replicas)
+
+
 def _datasets_and_loop(args: TrainArgs, ds: data.Dataset, model, strategy):
-    """(loop, train batches, valid batches, steps per epoch), distributed when replicated."""
-    train_ds = data.training_batches(
-        ds.train, ds.stats, num_configs=args.configs, batch_size=args.batch, seed=args.seed
-    )
+    """(loop, train batches, valid batches, steps per epoch), distributed when replicated.
+
+    With several replicas each takes its own batches of `--batch` kernels; with several
+    workers each reads its own shard of the kernels, and every worker runs the same number
+    of steps (a worker that ran out first would leave the others waiting in an all-reduce).
+    """
     replicas = strategy.num_replicas_in_sync
-    usable = int((ds.train.config_counts() >= args.configs).sum())
-    steps = usable // (args.batch * replicas)
-    valid_ds = data.training_batches(
-        ds.valid,
-        ds.stats,
-        num_configs=args.configs,
-        batch_size=args.batch,
-        seed=args.seed + 1,
-        shuffle=False,
-    )
+    workers = _num_workers(strategy)
+    local = max(replicas // workers, 1)
+    steps = _steps(ds.train, args, workers, local)
+    valid_steps = _steps(ds.valid, args, workers, local)
     if args.validate_batches > 0:
-        valid_ds = valid_ds.take(args.validate_batches)
-    if replicas > 1:  # each replica takes its own batches of --batch kernels
-        train_ds = strategy.distribute_datasets_from_function(lambda _: train_ds)
-        valid_ds = strategy.distribute_datasets_from_function(lambda _: valid_ds)
+        valid_steps = min(valid_steps, args.validate_batches)
+
+    def batches(split: data.Split, seed: int, shuffle: bool, count: int, shard=(0, 1)):
+        return data.training_batches(
+            split,
+            ds.stats,
+            num_configs=args.configs,
+            batch_size=args.batch,
+            seed=seed,
+            shuffle=shuffle,
+            shard=shard,
+        ).take(count * local)
+
+    if replicas == 1:
+        train_ds = batches(ds.train, args.seed, True, steps)
+        valid_ds = batches(ds.valid, args.seed + 1, False, valid_steps)
+    else:
+
+        def shard(ctx: tf.distribute.InputContext) -> tuple[int, int]:
+            return ctx.input_pipeline_id, ctx.num_input_pipelines
+
+        train_ds = strategy.distribute_datasets_from_function(
+            lambda ctx: batches(ds.train, args.seed, True, steps, shard(ctx))
+        )
+        valid_ds = strategy.distribute_datasets_from_function(
+            lambda ctx: batches(ds.valid, args.seed + 1, False, valid_steps, shard(ctx))
+        )
     loop = _Loop(model, args, steps * args.epochs, strategy)
     return loop, train_ds, valid_ds, steps
 

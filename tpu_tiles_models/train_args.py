@@ -84,7 +84,11 @@ class TrainArgs:
         "score", "keep weights by Kaggle-form score (ours) or OPA (upstream's)", ("score", "opa")
     )
     seed: int = _flag(0, "seed of weights and sampling")
-    strategy: str = _flag("default", "tf.distribute strategy", ("default", "mirrored"))
+    strategy: str = _flag(
+        "default",
+        "tf.distribute strategy: mirrored (this host's GPUs), multiworker (TF_CONFIG's hosts)",
+        ("default", "mirrored", "multiworker"),
+    )
     tensorboard: str = _flag("", "write per-epoch TensorBoard scalars here ('': none)")
     no_progress: bool = _flag(False, "no progress bars (logs, CI)")
 
