@@ -43,7 +43,7 @@ def ranked_roots(tmp_path_factory) -> dict[str, Path]:
     for family in synthetic.FAMILIES:
         root = tmp_path_factory.mktemp(f"ranked_{family}")
         synthetic.generate(
-            root, train=100, valid=0, test=0, seed=3, max_configs=200, family=family, progress=False
+            root, train=80, valid=0, test=0, seed=3, max_configs=200, family=family, progress=False
         )
         roots[family] = root
     return roots
@@ -570,7 +570,7 @@ def test_fusion_config_counts_are_heavy_tailed(
     assert np.median(counts) < counts.mean() / 2  # a long right tail
     synthetic.generate(
         tmp_path,
-        train=40,
+        train=20,
         valid=0,
         test=0,
         seed=0,
