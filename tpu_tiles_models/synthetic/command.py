@@ -30,7 +30,12 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument("--test", type=int, default=60, help="test kernels (default 60)")
     parser.add_argument("--seed", type=int, default=0, help="the data set is a function of it")
-    parser.add_argument("--max_configs", type=int, default=None, help="cap on configs per kernel")
+    parser.add_argument(
+        "--max_configs",
+        type=int,
+        default=None,
+        help="cap on configs per kernel (default: the family's, 6000 or 8000)",
+    )
     parser.add_argument("--family", default=DEFAULT_FAMILY, help=f"generator family ({families})")
     parser.add_argument(
         "--test_ids_from",
