@@ -146,10 +146,11 @@ def duplicates(kernels: list[dict[str, np.ndarray]]) -> dict[str, float]:
     }
 
 
-def _rank_quantile(values: np.ndarray, q: float) -> float:
-    """The `q` quantile as one of the values (no interpolation, so infinities stay finite
-    quantiles when fewer than `1 - q` of the values are infinite)."""
-    return round(float(np.quantile(values, q, method="inverted_cdf")), 3)
+def _rank_quantile(values: np.ndarray, q: float) -> float | None:
+    """The `q` quantile as one of the values (no interpolation, so it stays finite while
+    fewer than `1 - q` of the values are infinite); None (JSON null) when it is infinite."""
+    value = float(np.quantile(values, q, method="inverted_cdf"))
+    return round(value, 3) if np.isfinite(value) else None
 
 
 def feature_closeness(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> dict[str, Any]:
@@ -198,6 +199,10 @@ def family_figures(root: Path, stats: dict[str, Any] | None, seeds: int) -> dict
     return out
 
 
+def _fmt(value: float | None) -> str:
+    return "-" if value is None else f"{value:.3f}"
+
+
 def print_table(results: dict[str, dict[str, Any]]) -> None:
     """One row per family."""
     head = (
@@ -221,8 +226,8 @@ def print_table(results: dict[str, dict[str, Any]]) -> None:
             f"{r['default_tile_valid']:>9.3f}{b['top1']:>7.3f}/{b['top5']:.3f}"
             f"{100 * r['duplicates']['share']:>7.2f}"
             f"{100 * gap if gap is not None else float('nan'):>7.2f}"
-            f"{r.get('node_features', {}).get('median_abs_log10_std_ratio', float('nan')):>10.3f}"
-            f"{r.get('config_features', {}).get('median_abs_log10_std_ratio', float('nan')):>9.3f}"
+            f"{_fmt(r.get('node_features', {}).get('median_abs_log10_std_ratio')):>10}"
+            f"{_fmt(r.get('config_features', {}).get('median_abs_log10_std_ratio')):>9}"
         )
     print(
         "node/cfg std: median |log10(std / real std)| over the columns real train varies on "
