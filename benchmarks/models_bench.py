@@ -7,7 +7,7 @@ time and peak memory of `forward` on one 6000-config, 400-node kernel. Each mode
 own process so that peak memory is its own.
 
     python benchmarks/models_bench.py --data /tmp/bench_data --epochs 10 \
-        --models ResidualSAGE,EarlyJoinSAGE --cost_model roofline
+        --models ResidualSAGE,EarlyJoinSAGE --family roofline
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def _big_kernel(stats):
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--data", default="/tmp/tpu_tiles_bench_data")
-    p.add_argument("--cost_model", default="roofline")
+    p.add_argument("--family", default="roofline")
     p.add_argument("--train", type=int, default=400)
     p.add_argument("--valid", type=int, default=80)
     p.add_argument("--max_configs", type=int, default=1000)
@@ -148,7 +148,7 @@ def main() -> None:
             test=10,
             seed=123,
             max_configs=a.max_configs,
-            cost_model=a.cost_model,
+            family=a.family,
         )
     rows = []
     for model in a.models.split(","):
