@@ -108,6 +108,12 @@ def _demo(a: argparse.Namespace) -> None:
     demo.run(a)
 
 
+def _sweep(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import sweep
+
+    sweep.run(a)
+
+
 def _ensemble(a: argparse.Namespace) -> None:
     from tpu_tiles_models import ensemble
 
@@ -136,12 +142,12 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
 
 # Commands whose flags are upstream's absl flags: argparse hands them everything after the
 # command name, and `TrainArgs.from_argv` parses it with absl's rules.
-_ABSL_COMMANDS = ("train",)
+_ABSL_COMMANDS = ("train", "sweep")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The `tpu-tiles` parser; importing it loads no TensorFlow."""
-    from tpu_tiles_models import demo, synthetic
+    from tpu_tiles_models import demo, sweep, synthetic
 
     parser = argparse.ArgumentParser(prog="tpu-tiles", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -193,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("check", _check, "verify a hand-in folder as a grader would")
     p.add_argument("dir")
     _add_data_flags(p)
+
+    p = command("sweep", _sweep, "many trainings as one Apache Beam pipeline, resumable")
+    sweep.add_flags(p)
 
     p = command("ensemble", _ensemble, "one drop-in model from several trained runs")
     p.add_argument("--dirs", required=True, help="model_<h> dirs, comma-separated")
