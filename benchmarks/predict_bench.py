@@ -34,6 +34,7 @@ from tpu_tiles_models import data, registry, scoring, synthetic  # noqa: E402
 
 TOP = 5
 BIG_CONFIGS = 6000
+RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -162,7 +163,12 @@ def main(argv: list[str] | None = None) -> None:
     ds = data.load_dataset(root, progress=False)
     model = build_model(args, ds)
     n, configs = len(ds.test), int(ds.test.config_counts().sum())
-    print(f"{args.model} {args.model_kwargs_json}: {n} test kernels, {configs} configs")
+    command = " ".join(["python benchmarks/predict_bench.py", *(argv or sys.argv[1:])])
+    lines = [
+        f"`{command}` ({args.model} {args.model_kwargs_json}; {n} test kernels, {configs} "
+        f"configs; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start)",
+        "",
+    ]
 
     course_s, course = timed(course_rank, model, ds, repeats=args.repeats)
     scorer = scoring.kernel_scorer(model)
@@ -170,17 +176,24 @@ def main(argv: list[str] | None = None) -> None:
     warm_s, _ = timed(our_rank, model, ds, scorer, repeats=args.repeats)
     agree = sum(course[t] == ours[t] for t in course)
 
-    print(f"{'procedure':<28}{'seconds':>9}{'kernels/s':>11}{'speedup':>9}")
+    lines += ["| procedure | seconds | kernels/s | speed-up |", "|---|---|---|---|"]
     for name, s in (
-        ("course (eager forward)", course_s),
-        ("ours, cold (with tracing)", cold_s),
+        ("course script (eager forward per kernel)", course_s),
+        ("ours, cold (tracing included)", cold_s),
         ("ours, warm", warm_s),
     ):
-        print(f"{name:<28}{s:>9.2f}{n / s:>11.1f}{course_s / s:>8.1f}x")
-    print(f"top-5 agreement: {agree}/{n} kernels")
+        lines.append(f"| {name} | {s:.2f} | {n / s:.1f} | {course_s / s:.1f}x |")
+    lines += ["", f"Same top-5 on {agree}/{n} kernels."]
+    if not args.skip_rss:
+        lines += ["", *_rss_lines(args, work)]
+    print("\n".join(lines))
+    out = RESULTS / "predict_bench.md"
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
 
-    if args.skip_rss:
-        return
+
+def _rss_lines(args: argparse.Namespace, work: Path) -> list[str]:
+    """Peak RSS of scoring one 6000-config kernel in a fresh process, ours and the course's."""
     big = work / "big"
     if not big.exists():
         synthetic.generate(
@@ -192,13 +205,18 @@ def main(argv: list[str] | None = None) -> None:
             max_configs=BIG_CONFIGS,
             progress=False,
         )
-    print(f"one {BIG_CONFIGS}-config kernel, fresh process (RSS includes TF, data and model):")
+    lines = [
+        f"One {BIG_CONFIGS}-config kernel in a fresh process (RSS includes TF, data and model):",
+        "",
+        "| procedure | peak RSS while scoring, MB | process peak, MB | seconds |",
+        "|---|---|---|---|",
+    ]
     for method in ("ours", "course"):
         r = measure_rss(args, big, method)
-        print(
-            f"  {method:<7} peak RSS while scoring {r['peak_mb']:6.0f} MB (RSS before "
-            f"{r['before_mb']:.0f}, process peak {r['process_peak_mb']:.0f})  {r['seconds']:.2f}s"
+        lines.append(
+            f"| {method} | {r['peak_mb']:.0f} | {r['process_peak_mb']:.0f} | {r['seconds']:.2f} |"
         )
+    return lines
 
 
 if __name__ == "__main__":
