@@ -53,6 +53,10 @@ DEFAULT_CHUNK = 512
 # output (an activity regulariser); Keras adds both to the training loss.
 BASELINE_L2 = 1e-4
 
+# Marks code without tensor-dependent Python control flow. Autograph then leaves it (and the
+# TF-GNN functions it calls) unconverted, which makes tracing for `fit` and `save` cheaper.
+_plain = tf.autograph.experimental.do_not_convert
+
 
 # ---------------------------------------------------------------------------------------------
 # Argument checks (one `ValueError` naming the argument, as for every Keras layer)
@@ -111,6 +115,7 @@ def _mlp(dims: Sequence[int], activation: Any, l2: float = 0.0) -> tf.keras.Sequ
 # ---------------------------------------------------------------------------------------------
 
 
+@_plain
 def _mean_over_neighbours(graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: str) -> tf.Tensor:
     """Means `h` over `feed` neighbours: producers for receiver=SOURCE, consumers for TARGET.
 
@@ -121,6 +126,7 @@ def _mean_over_neighbours(graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: s
     return tfgnn.pool_edges_to_node(graph, "feed", receiver, "mean", feature_value=messages)
 
 
+@_plain
 def _sum_over_edges(
     graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: str, on_edges: bool = False
 ) -> tf.Tensor:
@@ -135,17 +141,20 @@ def _sum_over_edges(
     return tfgnn.pool_edges_to_node(graph, "feed", receiver, "sum", feature_value=h)
 
 
+@_plain
 def _opcodes(graph: tfgnn.GraphTensor) -> tf.Tensor:
     """Opcode ids `[num_nodes]` as int32, clipped into the embedding's vocabulary."""
     ops = tf.cast(graph.node_sets["op"]["op"], tf.int32)
     return tf.clip_by_value(ops, 0, OPCODE_VOCAB - 1)
 
 
+@_plain
 def _node_features(graph: tfgnn.GraphTensor) -> tf.Tensor:
     """Normalised node features `[num_nodes, node_dim]` as float32."""
     return tf.cast(graph.node_sets["op"]["feats"], tf.float32)
 
 
+@_plain
 def _config_features(graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
     """Config features of each component: `[batch, num_configs, config_dim]` float32."""
     feats = tf.cast(graph.node_sets["config"]["feats"], tf.float32)
@@ -153,17 +162,20 @@ def _config_features(graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> 
     return tf.reshape(feats, [batch, num_configs, feats.shape[-1]])
 
 
+@_plain
 def _broadcast_to_ops(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
     """`[batch, ...]` per-component values -> `[num_nodes, ...]` on each component's op nodes."""
     return tfgnn.broadcast_context_to_nodes(graph, "op", feature_value=per_kernel)
 
 
+@_plain
 def _pool_ops(graph: tfgnn.GraphTensor, h: tf.Tensor, reductions: Sequence[str]) -> tf.Tensor:
     """Pools `h` `[num_nodes, ..., d]` per component -> `[batch, ..., d * len(reductions)]`."""
     pooled = [tfgnn.pool_nodes_to_context(graph, "op", r, feature_value=h) for r in reductions]
     return tf.concat(pooled, axis=-1)
 
 
+@_plain
 def _repeat_per_config(x: tf.Tensor, num_configs: tf.Tensor) -> tf.Tensor:
     """`[rows, d]` -> `[rows, num_configs, d]`, the same row for every config."""
     return tf.tile(x[:, tf.newaxis, :], [1, num_configs, 1])
@@ -438,10 +450,15 @@ class _TileRanker(tf.keras.Model):
         self._chunk_size = _check_count(owner, "chunk_size", chunk_size, 1)
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
-        configs = _config_features(graph, self._num_configs)
+        return self._score(graph, _config_features(graph, self._num_configs), training)
+
+    @_plain
+    def _score(self, graph: tfgnn.GraphTensor, configs: tf.Tensor, training: bool) -> tf.Tensor:
+        """The three hooks on `configs` `[batch, c, config_dim]` -> `[batch, c]`."""
         kernel = self._encode_kernel(graph, training)
         return self._finish(self._embed(graph, kernel, configs, training), training)
 
+    @_plain
     def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
         """Scores all `num_configs` configs of each component: `[batch, num_configs]`.
 
@@ -617,7 +634,7 @@ class _Baseline(_TileRanker):
         if self.EARLY_JOIN:
             return op_e, feats
         x = self._gnn(graph, tf.concat([op_e, feats], axis=-1))
-        return tfgnn.pool_nodes_to_context(graph, "op", self._reduction, feature_value=x)
+        return _pool_ops(graph, x, (self._reduction,))
 
     def _embed(self, graph, kernel, configs, training):
         c = tf.shape(configs)[1]
@@ -633,7 +650,7 @@ class _Baseline(_TileRanker):
             axis=-1,
         )  # [num_nodes, c, op_embed_dim + config_dim + node_dim]
         x = self._gnn(graph, x)
-        return tfgnn.pool_nodes_to_context(graph, "op", self._reduction, feature_value=x)
+        return _pool_ops(graph, x, (self._reduction,))
 
     def _gnn(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
         """Node inputs `[num_nodes, ..., d_in]` -> node states `[num_nodes, ..., hidden]`."""
@@ -833,13 +850,8 @@ class MLP(_Baseline):
 
     def _encode_kernel(self, graph, training):
         op_e, feats = self._op_embedding(_opcodes(graph)), _node_features(graph)
-        return tf.concat(
-            [
-                tfgnn.pool_nodes_to_context(graph, "op", self._reduction, feature_value=feats),
-                tfgnn.pool_nodes_to_context(graph, "op", self._reduction, feature_value=op_e),
-            ],
-            axis=-1,
-        )  # [batch, node_dim + op_embed_dim]
+        pooled = [_pool_ops(graph, x, (self._reduction,)) for x in (feats, op_e)]
+        return tf.concat(pooled, axis=-1)  # [batch, node_dim + op_embed_dim]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -863,6 +875,7 @@ COMBINE_METHODS = ("zscore", "rank", "minmax")
 _EPSILON = 1e-12  # keeps a kernel whose scores are all equal finite (it normalises to 0)
 
 
+@_plain
 def normalise_scores(scores: tf.Tensor, method: str) -> tf.Tensor:
     """Puts the scores of each kernel on a common scale, keeping their order.
 
@@ -958,6 +971,7 @@ class Ensemble(tf.keras.Model):
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
         return self._average([m(graph, training=training) for m in self._ensemble_members])
 
+    @_plain
     def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
         """Scores all `num_configs` configs of each component: `[batch, num_configs]`."""
         return self._average([m.forward(graph, num_configs) for m in self._ensemble_members])

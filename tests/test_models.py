@@ -1,29 +1,92 @@
-"""The contract of models.py with upstream: build, train, save, reload by the course procedure."""
+"""The contract of models.py with upstream: build, train, save, reload by the course procedure.
+
+Trained models are made once per module (`trained`) and shared by the life-cycle and ensemble
+tests; widths are tiny because the contract does not depend on them.
+"""
 
 from __future__ import annotations
+
+import inspect
 
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_ranking as tfr
 
-from tpu_tiles_models import data, export, registry
+from tpu_tiles_models import data, registry
 from tpu_tiles_models.losses import CombinedLoss
 
 models = registry.load_models_module()
-CLASSES = list(registry.MODELS)
-# Small widths keep CI fast; the contract does not depend on them.
+SINGLE = list(models.MEMBER_MODELS)
+CLASSES = [*SINGLE, "Ensemble"]
+BASELINES = ["EarlyJoinSAGE", "LateJoinSAGE", "EarlyJoinResGCN", "LateJoinResGCN", "MLP"]
+ONE_LAYER = {"ResidualSAGE": "num_layers", "ResidualSAGEPlain": "num_layers", "MLP": "mlp_layers"}
+# One GNN layer and width 16: tracing, not arithmetic, is what costs time in these tests.
 TINY = {
-    "ResidualSAGE": {"hidden_dim": 16, "num_layers": 2, "op_embed_dim": 8},
-    "ResidualSAGEPlain": {"hidden_dim": 16, "num_layers": 2, "op_embed_dim": 8},
+    name: {"hidden_dim": 16, "op_embed_dim": 8, ONE_LAYER.get(name, "num_gnns"): 1}
+    for name in SINGLE
 }
-SMALL_PAPER = {"hidden_dim": 16, "op_embed_dim": 8}
+TINY["Ensemble"] = {
+    "members": [
+        {"model": "MLP", "kwargs": TINY["MLP"]},
+        {"model": "LateJoinSAGE", "kwargs": TINY["LateJoinSAGE"]},
+    ]
+}
 CONFIGS, BATCH = 6, 4
+
+# Upstream's constructor keywords (tpu_graphs/baselines/tiles/models.py at ddd187c) as
+# {name: (upstream's default, another value to build with)}.
+_SAGE_KWARGS = {
+    "num_gnns": (3, 1),
+    "final_mlp_layers": (2, 1),
+    "hidden_activation": ("leaky_relu", "relu"),
+    "hidden_dim": (64, 16),
+    "op_embed_dim": (64, 8),
+}
+_RESGCN_KWARGS = {
+    "num_gnns": (3, 1),
+    "mlp_layers": (2, 1),
+    "hidden_activation": ("leaky_relu", "relu"),
+    "hidden_dim": (64, 16),
+    "op_embed_dim": (32, 8),
+    "directed": (False, True),
+    "reduction": ("sum", "mean"),
+}
+UPSTREAM_KWARGS = {
+    "EarlyJoinSAGE": _SAGE_KWARGS,
+    "LateJoinSAGE": _SAGE_KWARGS,
+    "EarlyJoinResGCN": _RESGCN_KWARGS,
+    "LateJoinResGCN": _RESGCN_KWARGS,
+    "MLP": {
+        "op_embed_dim": (32, 8),
+        "mlp_layers": (2, 1),
+        "hidden_activation": ("leaky_relu", "relu"),
+        "hidden_dim": (64, 16),
+        "reduction": ("sum", "mean"),
+    },
+}
+OURS_ONLY = {"chunk_size"}  # keywords we add to upstream's
 
 
 def build(name: str, num_configs: int = CONFIGS, num_ops: int = 121, **extra):
-    kwargs = {**TINY.get(name, SMALL_PAPER), **extra}
-    return getattr(models, name)(num_configs, num_ops, **kwargs)
+    return getattr(models, name)(num_configs, num_ops, **{**TINY[name], **extra})
+
+
+def num_configs_of(graph) -> int:
+    return int(graph.node_sets["config"].sizes[0])
+
+
+def copy_in_order(target, source) -> None:
+    """The course script's reload: pairwise, in order, equal shapes."""
+    assert len(target.trainable_variables) == len(source.trainable_variables)
+    for t, s in zip(target.trainable_variables, source.trainable_variables):
+        assert t.shape == s.shape
+        t.assign(s)
+
+
+def shapes(model) -> list[tuple[str, list[int]]]:
+    """Variable kinds and shapes in order (Keras numbers layer names per process: drop that)."""
+    return [(v.name.split("/")[-1], v.shape.as_list()) for v in model.trainable_variables]
 
 
 @pytest.fixture(scope="module")
@@ -33,29 +96,100 @@ def dataset(synth_root):
 
 @pytest.fixture(scope="module")
 def kernels(dataset):
-    """Every validation kernel, with all its configs."""
-    return list(data.graph_dataset(dataset.valid, dataset.stats))
+    """Four validation kernels with all their configs; the one with the most configs first."""
+    graphs = sorted(data.graph_dataset(dataset.valid, dataset.stats), key=num_configs_of)
+    return [graphs[-1], *graphs[:3]]
 
 
-def shapes(model) -> list[tuple[str, list[int]]]:
-    """Variable kinds and shapes in order (Keras numbers layer names per process: drop that)."""
-    return [(v.name.split("/")[-1], v.shape.as_list()) for v in model.trainable_variables]
+@pytest.fixture(scope="module")
+def batch(dataset):
+    """One training batch: BATCH kernels with CONFIGS configs each, as `call` receives it."""
+    graph, _ = next(
+        iter(
+            data.training_batches(
+                dataset.train, dataset.stats, num_configs=CONFIGS, batch_size=BATCH, seed=0
+            )
+        )
+    )
+    return graph
+
+
+# ---------------------------------------------------------------------------------------------
+# Variables and arguments
+# ---------------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("name", CLASSES)
-def test_variables_do_not_depend_on_configs_ops_or_first_call(name, kernels):
-    small, big = kernels[0], max(kernels, key=lambda g: int(g.node_sets["config"].sizes[0]))
+def test_variables_do_not_depend_on_configs_ops_or_first_call(name, kernels, batch):
+    big, small = kernels[0], kernels[1]
     a = build(name, num_configs=CONFIGS, num_ops=60)
-    a.forward(small, int(small.node_sets["config"].sizes[0]))
+    a.forward(small, num_configs_of(small))
     b = build(name, num_configs=50, num_ops=121)
-    b.forward(big, int(big.node_sets["config"].sizes[0]))
+    b.forward(big, num_configs_of(big))
     assert shapes(a) == shapes(b)
     assert len(a.trainable_variables) > 0
-    # One forward created everything: calling `call` afterwards adds no variable.
+    # One forward created everything: a training call afterwards adds no variable.
     before = len(a.trainable_variables)
-    a(small) if int(small.node_sets["config"].sizes[0]) == CONFIGS else None
+    assert a(batch).shape == (BATCH, CONFIGS)
     assert len(a.trainable_variables) == before
     assert not a.non_trainable_variables, "state the course copy would miss"
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_upstream_kwargs_defaults_and_meaning(name, kernels):
+    """Every upstream keyword exists with upstream's default, and changing it changes the model.
+
+    A keyword that changes no variable shape must change the scores of the same weights.
+    """
+    params = inspect.signature(getattr(models, name)).parameters
+    ours = {p: params[p].default for p in params if p not in ("num_configs", "num_ops")}
+    upstream = UPSTREAM_KWARGS[name]
+    assert {k: v[0] for k, v in upstream.items()} == {k: ours[k] for k in upstream}
+    assert set(ours) - set(upstream) == OURS_ONLY
+
+    graph = kernels[1]
+    n = num_configs_of(graph)
+    default = getattr(models, name)(CONFIGS, 121)
+    reference = default.forward(graph, n).numpy()
+    for key, (_, value) in upstream.items():
+        variant = getattr(models, name)(CONFIGS, 121, **{key: value})
+        scores = variant.forward(graph, n).numpy()
+        assert scores.shape == (1, n) and np.isfinite(scores).all(), key
+        if shapes(variant) == shapes(default):
+            copy_in_order(variant, default)
+            assert not np.allclose(variant.forward(graph, n).numpy(), reference), key
+        else:
+            assert shapes(variant) != shapes(default), key
+
+
+def test_baseline_defaults_match_upstream_layer_sizes(kernels):
+    """EarlyJoinSAGE: 64-wide opcode embedding (128 rows); ResGCN directed triples its MLPs."""
+    graph = kernels[1]
+    sage = models.EarlyJoinSAGE(CONFIGS, 121)
+    sage.forward(graph, num_configs_of(graph))
+    assert sage.trainable_variables[0].shape == (models.OPCODE_VOCAB, 64)
+    counts = {}
+    for directed in (False, True):
+        gcn = models.EarlyJoinResGCN(CONFIGS, 121, directed=directed)
+        gcn.forward(graph, num_configs_of(graph))
+        counts[directed] = len(gcn.trainable_variables)
+    # embedding + 3 GCN layers x (1 or 3) MLPs x 2 dense x (kernel, bias) + prenet + head
+    assert counts == {False: 1 + 3 * 1 * 4 + 4 + 4, True: 1 + 3 * 3 * 4 + 4 + 4}
+
+
+@pytest.mark.parametrize("name", BASELINES)
+def test_baselines_regularise_like_upstream(name, batch):
+    """L2 1e-4 on every dense kernel plus 1e-4 x mean squared norm of the opcode embeddings."""
+    model = build(name)
+    model(batch)
+    embedding = model.trainable_variables[0]
+    opcodes = tf.clip_by_value(tf.cast(batch.node_sets["op"]["op"], tf.int32), 0, 127)
+    looked_up = tf.gather(embedding, opcodes)
+    activity = 1e-4 * tf.reduce_sum(looked_up**2) / tf.cast(tf.shape(looked_up)[0], tf.float32)
+    kernels = [v for v in model.trainable_variables if v.name.endswith("kernel:0")]
+    weights = 1e-4 * tf.add_n([tf.reduce_sum(k**2) for k in kernels])
+    assert len(model.losses) == len(kernels) + 1
+    np.testing.assert_allclose(float(tf.add_n(model.losses)), float(activity + weights), rtol=1e-5)
 
 
 def test_too_many_opcodes_is_rejected():
@@ -63,22 +197,44 @@ def test_too_many_opcodes_is_rejected():
         models.ResidualSAGE(CONFIGS, 200)
 
 
-def test_bad_kwargs_name_the_argument():
-    with pytest.raises(ValueError, match="num_layers"):
-        models.ResidualSAGE(CONFIGS, 121, num_layers=0)
-    with pytest.raises(ValueError, match="chunk_size"):
-        models.MLP(CONFIGS, 121, chunk_size=0)
+@pytest.mark.parametrize(
+    "name, kwargs, message",
+    [
+        ("ResidualSAGE", {"num_layers": 0}, "ResidualSAGE: num_layers must be an integer >= 1"),
+        ("MLP", {"chunk_size": 0}, "MLP: chunk_size must be an integer >= 1"),
+        ("EarlyJoinSAGE", {"hidden_activation": "nope"}, "hidden_activation='nope'"),
+        ("LateJoinResGCN", {"reduction": "median"}, "reduction='median' is not a TF-GNN"),
+        ("EarlyJoinResGCN", {"num_gnns": -1}, "num_gnns must be an integer >= 0"),
+        ("Ensemble", {"members": [{"model": "Foo"}]}, r"members\[0\]: unknown model 'Foo'"),
+        ("Ensemble", {"members": []}, "members must be a non-empty list"),
+        ("Ensemble", {"members": [{"model": "MLP", "kw": {}}]}, r"members\[0\] must be"),
+        (
+            "Ensemble",
+            {"members": [{"model": "MLP"}, {"model": "MLP", "kwargs": {"depth": 2}}]},
+            r"members\[1\] \(MLP\): .*depth",
+        ),
+        ("Ensemble", {"members": [{"model": "MLP"}], "combine": "mean"}, "combine='mean'"),
+    ],
+)
+def test_bad_kwargs_name_the_argument(name, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        getattr(models, name)(CONFIGS, 121, **kwargs)
 
 
-@pytest.mark.parametrize("name", ["ResidualSAGE", "EarlyJoinSAGE"])
+# ---------------------------------------------------------------------------------------------
+# forward
+# ---------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ResidualSAGE", "EarlyJoinSAGE", "LateJoinResGCN"])
 def test_forward_chunks_agree_with_one_chunk_and_with_call(name, kernels):
-    graph = max(kernels, key=lambda g: int(g.node_sets["config"].sizes[0]))
-    n = int(graph.node_sets["config"].sizes[0])
+    graph = kernels[0]
+    n = num_configs_of(graph)
     whole = build(name, num_configs=n)
     whole.forward(graph, n)
     chunked = build(name, num_configs=n, chunk_size=7)
     chunked.forward(graph, n)
-    export.copy_variables(chunked, whole, origin="test")
+    copy_in_order(chunked, whole)
     ref = whole.forward(graph, n).numpy()
     assert ref.shape == (1, n)
     np.testing.assert_allclose(chunked.forward(graph, n).numpy(), ref, atol=1e-5)
@@ -87,10 +243,10 @@ def test_forward_chunks_agree_with_one_chunk_and_with_call(name, kernels):
     np.testing.assert_allclose(whole.forward(graph, tf.constant(n)).numpy(), ref, atol=1e-5)
 
 
-def test_forward_on_a_6000_config_kernel(dataset):
-    """Big kernels run in chunks: [nodes, chunk, dim] at a time, never all configs at once."""
+def _kernel_with_6000_configs(stats) -> tuple:
+    """A 12-node kernel with 6000 configs: the config count is the point, not the graph."""
     rng = np.random.default_rng(0)
-    n, e, c = 400, 700, 6000
+    n, e, c = 12, 16, 6000
     producers = rng.integers(0, n - 1, size=e)
     split = data.Split(
         name="big", tile_ids=["big"], files=["big.npz"],
@@ -102,11 +258,27 @@ def test_forward_on_a_6000_config_kernel(dataset):
         node_offsets=np.array([0, n]), edge_offsets=np.array([0, e]),
         config_offsets=np.array([0, c]),
     )  # fmt: skip
-    graph = data.kernel_graph(split, 0, dataset.stats)
-    model = models.ResidualSAGE(CONFIGS, 121, hidden_dim=8, num_layers=1, op_embed_dim=4)
-    scores = model.forward(graph, c).numpy()
+    return data.kernel_graph(split, 0, stats), c
+
+
+@pytest.mark.parametrize("name", ["ResidualSAGE", "Ensemble"])
+def test_forward_on_a_6000_config_kernel(name, dataset):
+    """Big kernels run in chunks: [nodes, chunk, dim] at a time, never all configs at once."""
+    graph, c = _kernel_with_6000_configs(dataset.stats)
+    small = {"hidden_dim": 8, "num_layers": 1, "op_embed_dim": 4}
+    kwargs = (
+        {"members": [{"model": "ResidualSAGE", "kwargs": small}, {"model": "MLP"}]}
+        if name == "Ensemble"
+        else small
+    )
+    scores = getattr(models, name)(CONFIGS, 121, **kwargs).forward(graph, c).numpy()
     assert scores.shape == (1, c) and np.isfinite(scores).all()
     assert np.unique(scores).size > c // 2, "configs must get distinct scores"
+
+
+# ---------------------------------------------------------------------------------------------
+# Upstream's life cycle: compile, fit, save, load_model, rebuild, forward, in-order copy
+# ---------------------------------------------------------------------------------------------
 
 
 def _easy_labels(graph, labels):
@@ -116,7 +288,31 @@ def _easy_labels(graph, labels):
     return graph, 1.0 + tf.linalg.matvec(feats, weights)
 
 
-def _fit_like_upstream(name, dataset, epochs):
+@pytest.fixture(scope="module")
+def fit_data(dataset) -> dict:
+    """`model.fit` arguments: train and validation batches with easy labels, made once.
+
+    Cached, repeated and read with fixed steps, so that every fit replays the same batches and
+    opens one iterator per split (opening one over the GraphTensor pipeline per epoch cost more
+    than the training itself).
+    """
+    splits = {}
+    for key, split, shuffle in (("train", dataset.train, True), ("valid", dataset.valid, False)):
+        batches = data.training_batches(
+            split, dataset.stats, num_configs=CONFIGS, batch_size=BATCH, seed=0, shuffle=shuffle
+        )
+        batches = batches.map(_easy_labels).cache()
+        splits[key] = (batches.repeat(), sum(1 for _ in batches))
+    (train, train_steps), (valid, valid_steps) = splits["train"], splits["valid"]
+    return dict(
+        x=train,
+        steps_per_epoch=train_steps,
+        validation_data=valid,
+        validation_steps=valid_steps,
+    )
+
+
+def _fit_like_upstream(name: str, fit_data: dict, epochs: int):
     tf.keras.utils.set_random_seed(0)
     model = build(name)
     model.compile(
@@ -124,20 +320,27 @@ def _fit_like_upstream(name, dataset, epochs):
         optimizer=tf.keras.optimizers.Adam(learning_rate=1e-2, clipnorm=1e-3),
         metrics=[tfr.keras.metrics.OPAMetric(name="opa_metric")],
     )
-    train = data.training_batches(
-        dataset.train, dataset.stats, num_configs=CONFIGS, batch_size=BATCH, seed=0
-    ).map(_easy_labels)
-    valid = data.training_batches(
-        dataset.valid, dataset.stats, num_configs=CONFIGS, batch_size=BATCH, shuffle=False
-    ).map(_easy_labels)
-    history = model.fit(train, epochs=epochs, validation_data=valid, verbose=0)
+    history = model.fit(epochs=epochs, verbose=0, **fit_data)
     return model, history.history
 
 
+@pytest.fixture(scope="module")
+def trained(fit_data):
+    """`trained(name)` -> (model, history): each class fitted once for the whole module."""
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            cache[name] = _fit_like_upstream(name, fit_data, epochs=4)
+        return cache[name]
+
+    return get
+
+
 @pytest.mark.parametrize("name", CLASSES)
-def test_upstream_life_cycle(name, dataset, kernels, tmp_path):
+def test_upstream_life_cycle(name, trained, kernels, tmp_path):
     """Construct, compile, fit, save, load_model, rebuild, forward, copy: identical scores."""
-    model, history = _fit_like_upstream(name, dataset, epochs=4)
+    model, history = trained(name)
     assert history["loss"][-1] < history["loss"][0]
     assert history["opa_metric"][-1] > max(0.6, history["opa_metric"][0])
 
@@ -145,15 +348,73 @@ def test_upstream_life_cycle(name, dataset, kernels, tmp_path):
     model.save(str(model_dir))
     with tf.keras.saving.custom_object_scope({"CombinedLoss": CombinedLoss}):
         loaded = tf.keras.models.load_model(str(model_dir))
-    fresh = getattr(models, name)(num_configs=CONFIGS, num_ops=60, **TINY.get(name, SMALL_PAPER))
-    n0 = int(kernels[0].node_sets["config"].sizes[0])
-    fresh.forward(kernels[0], n0)
-    assert len(fresh.trainable_variables) == len(loaded.trainable_variables)
-    for target, source in zip(fresh.trainable_variables, loaded.trainable_variables):
-        assert target.shape == source.shape
-        target.assign(source)
+    fresh = getattr(models, name)(num_configs=CONFIGS, num_ops=60, **TINY[name])
+    fresh.forward(kernels[1], num_configs_of(kernels[1]))
+    copy_in_order(fresh, loaded)
     for graph in kernels:
-        n = int(graph.node_sets["config"].sizes[0])
+        n = num_configs_of(graph)
         np.testing.assert_allclose(
             fresh.forward(graph, n).numpy(), model.forward(graph, n).numpy(), atol=1e-5
         )
+
+
+# ---------------------------------------------------------------------------------------------
+# Ensemble
+# ---------------------------------------------------------------------------------------------
+
+
+def _ranking(model, graph) -> np.ndarray:
+    return np.argsort(model.forward(graph, num_configs_of(graph)).numpy()[0], kind="stable")
+
+
+def _ensemble_of(name, copies, combine, kernels, weights_from):
+    """An Ensemble of `copies` members of class `name`, each given `weights_from`'s weights."""
+    spec = {"model": name, "kwargs": TINY[name]}
+    ensemble = models.Ensemble(CONFIGS, 121, members=[spec] * copies, combine=combine)
+    ensemble.forward(kernels[1], num_configs_of(kernels[1]))
+    for member in ensemble.members:
+        copy_in_order(member, weights_from)
+    return ensemble
+
+
+@pytest.mark.parametrize("combine", models.COMBINE_METHODS)
+def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, trained, kernels):
+    model, _ = trained("MLP")
+    one = _ensemble_of("MLP", 1, combine, kernels, model)
+    two = _ensemble_of("MLP", 2, combine, kernels, model)
+    for graph in kernels:
+        assert _ranking(one, graph).tolist() == _ranking(model, graph).tolist()
+        assert _ranking(two, graph).tolist() == _ranking(model, graph).tolist()
+        n = num_configs_of(graph)
+        np.testing.assert_allclose(two.forward(graph, n), one.forward(graph, n), atol=1e-6)
+
+
+def test_ensemble_averages_normalised_member_scores(trained, kernels, batch):
+    ensemble, _ = trained("Ensemble")
+    members = ensemble.members
+    assert [m.__class__.__name__ for m in members] == ["MLP", "LateJoinSAGE"]
+    # The ensemble owns no variable of its own: the members', in member order.
+    refs = [v.ref() for v in ensemble.trainable_variables]
+    assert refs == [v.ref() for m in members for v in m.trainable_variables]
+    graph = kernels[0]
+    n = num_configs_of(graph)
+    per_member = [models.normalise_scores(m.forward(graph, n), "zscore") for m in members]
+    np.testing.assert_allclose(ensemble.forward(graph, n), sum(per_member) / 2, atol=1e-5)
+    per_member = [models.normalise_scores(m(batch), "zscore") for m in members]
+    np.testing.assert_allclose(ensemble(batch), sum(per_member) / 2, atol=1e-5)
+
+
+def test_normalise_scores_per_kernel():
+    scores = tf.constant([[3.0, 1.0, 2.0, 6.0], [5.0, 5.0, 5.0, 5.0]])
+    z = models.normalise_scores(scores, "zscore").numpy()
+    np.testing.assert_allclose(z[0].mean(), 0.0, atol=1e-6)
+    np.testing.assert_allclose(z[0].std(), 1.0, atol=1e-5)
+    np.testing.assert_allclose(
+        models.normalise_scores(scores, "minmax").numpy()[0], [0.4, 0.0, 0.2, 1.0], atol=1e-6
+    )
+    np.testing.assert_allclose(
+        models.normalise_scores(scores, "rank").numpy()[0], [2 / 3, 0.0, 1 / 3, 1.0], atol=1e-6
+    )
+    for method in models.COMBINE_METHODS:  # a kernel whose configs all tie stays finite
+        assert np.isfinite(models.normalise_scores(scores, method).numpy()[1]).all()
+    np.testing.assert_allclose(z[1], 0.0)
