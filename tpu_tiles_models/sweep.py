@@ -64,7 +64,7 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tpu_tiles_models import files, interrupts
 from tpu_tiles_models.errors import FlagError, UserError
@@ -635,8 +635,10 @@ def _remove_leftovers(args: TrainArgs, h: str) -> None:
 # One point (runs on a Beam worker)
 # =============================================================================================
 
-# Set in a worker once a point was interrupted: the worker starts no further point.
+# Set in a worker once a point was interrupted: the worker starts no further point. Workers
+# of other processes or machines see the driver's Ctrl-C through the marker `<sweep>/STOP`.
 _STOP = threading.Event()
+STOP_MARKER = "STOP"
 _CHILD_CODE = (
     "import sys; from tpu_tiles_models import sweep; sys.exit(sweep._child_main(sys.argv[1:]))"
 )
@@ -665,7 +667,7 @@ def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
 def _train_point(args: TrainArgs, key: str, sweep_dir: str, isolation: str) -> dict:
     h = args.hash()
     record = dict(key=key, hash=h, host=socket.gethostname(), pid=os.getpid())
-    if _STOP.is_set():
+    if _STOP.is_set() or _exists(_join(sweep_dir, STOP_MARKER)):
         return dict(record, status="interrupted", error="not started: the sweep was interrupted")
     if _exists(_join(_fs_path(args.out_dir), f"run_{h}.jsonz")):
         return dict(record, status="skipped", error="")  # finished meanwhile (another sweep)
@@ -696,8 +698,9 @@ def _train_here(args: TrainArgs) -> dict:
 def _train_in_child(args: TrainArgs, log_path: str) -> dict:
     """Trains in a fresh Python process whose output goes to `log_path`.
 
-    The child shares this process group, so a terminal's Ctrl-C reaches it: it stops at its
-    next safe point, removes what it started and exits 130.
+    The child shares this process group, so a terminal's Ctrl-C reaches it (the worker itself
+    ignores it, see `_run_shielded`): it stops at its next safe point, removes what it had
+    started and exits 130.
     """
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_point_") as tmp:
         spec, outcome_path = Path(tmp, "args.json"), Path(tmp, "outcome.json")
@@ -746,9 +749,10 @@ def _child_main(argv: Sequence[str]) -> int:
     """Entry point of a point's child process: trains, writes the outcome JSON."""
     spec, outcome_path = argv
     args = TrainArgs.from_dict(json.loads(Path(spec).read_text()))
-    with interrupts.deferred():
+    with interrupts.deferred():  # SIGINT arrives ignored (see _run_shielded): handle it here
         outcome = _train_here(args)
     if outcome["status"] == "interrupted":
+        print("interrupted: removed what this point had started", file=sys.stderr)
         return _EXIT_INTERRUPTED
     if outcome.get("traceback"):
         print(outcome["traceback"], file=sys.stderr)
@@ -1378,6 +1382,15 @@ def run(a: argparse.Namespace) -> SweepSummary:
     return summary
 
 
+def main(argv: Sequence[str] | None = None) -> SweepSummary:
+    """`tpu-tiles sweep` without the CLI around it: parses `argv` and runs."""
+    parser = argparse.ArgumentParser(prog="tpu-tiles sweep")
+    add_flags(parser)
+    a, extra = parser.parse_known_args(argv)
+    a.extra = extra
+    return run(a)
+
+
 def _check_counts(a: argparse.Namespace) -> None:
     for flag, low in (("random", 0), ("num_workers", 1), ("ensemble_top", 0)):
         value = getattr(a, flag)
@@ -1433,18 +1446,83 @@ def _train_todo(todo, sweep_dir, a, beam_argv, total: int, done: int) -> str:
     for p in todo:  # outcomes of earlier attempts: these points are tried again
         _remove(_record_path(sweep_dir, p.key))
     _STOP.clear()
-    error = ""
-    with _Progress(todo, sweep_dir, total, done):
-        try:
-            run_pipeline(todo, sweep_dir, options, a.isolation)
-        except KeyboardInterrupt:
-            raise
-        except Exception as e:  # a failed job: record what is missing, keep what finished
-            error = _one_line(e)
-    if _STOP.is_set():
+    stop = _join(sweep_dir, STOP_MARKER)
+    _remove(stop)
+    error, pressed = "", False
+    try:
+        with _Progress(todo, sweep_dir, total, done):
+            pressed = _run_shielded(
+                lambda: run_pipeline(todo, sweep_dir, options, a.isolation), stop
+            )
+    except Exception as e:  # a failed job: record what is missing, keep what finished
+        error = _one_line(e)
+    finally:
+        _remove(stop)
+    if pressed or _STOP.is_set():
         raise KeyboardInterrupt
-    interrupts.check()
     return error
+
+
+def _run_shielded(fn: Callable[[], None], stop_marker: str) -> bool:
+    """Runs `fn` (the pipeline) so that Ctrl-C stops the sweep cleanly.
+
+    Beam's local workers are started through `/bin/sh`, which keeps only *ignored* signals,
+    so SIGINT is ignored in this process while the pipeline runs: a terminal's Ctrl-C then
+    does not kill the workers (Beam would wait for them or retry their points). It reaches
+    the points' child processes, which handle it themselves (they stop at a safe point and
+    remove what they had started), and a tiny sentinel process that tells this thread. The
+    first Ctrl-C writes `stop_marker`, so no worker starts another point, and is passed to
+    the previous handler (a point training in this process stops too); a second one stops
+    waiting at once.
+
+    Returns:
+      Whether Ctrl-C was pressed.
+    """
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        fn()
+        return False
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=_catching(fn, failure), name="sweep-pipeline", daemon=True)
+    sentinel = subprocess.Popen([sys.executable, "-c", _SENTINEL_CODE], stdin=subprocess.DEVNULL)
+    pressed = False
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+            if not pressed and sentinel.poll() is not None:
+                pressed = True
+                _write_bytes(stop_marker, b"")
+                print("sweep: Ctrl-C: no new point starts; running points stop at a safe point")
+                signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
+                if callable(previous) and previous is not signal.default_int_handler:
+                    previous(signal.SIGINT, None)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sentinel.kill()
+        sentinel.wait()
+    if failure and not pressed:
+        raise failure[0]
+    return pressed
+
+
+# Exits 130 on the first SIGINT (it starts with SIGINT ignored, inherited, so it sets a handler).
+_SENTINEL_CODE = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
+    "while True:\n    time.sleep(3600)"
+)
+
+
+def _catching(fn: Callable[[], None], failure: list[BaseException]) -> Callable[[], None]:
+    def target() -> None:
+        try:
+            fn()
+        except BaseException as e:  # handed to the waiting thread
+            failure.append(e)
+
+    return target
 
 
 def collect_rows(points: Sequence[Point], sweep_dir: str) -> list[Row]:
