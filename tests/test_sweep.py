@@ -130,13 +130,21 @@ def test_rerun_after_a_killed_point_trains_only_that_point(first, synth_root, ca
     }
     (out / f"run_{victim['hash']}.jsonz").unlink()  # killed before its run file was written
     capsys.readouterr()
-    summary = _sweep(out, synth_root, GRID, *FAST)
+    summary = _sweep(out, synth_root, GRID, *FAST, "--ensemble_top=2")
     assert (summary.trained, summary.skipped, summary.failed) == (1, 3, [])
     assert "4 points, 3 already complete (skipped), 1 to train" in capsys.readouterr().out
     assert {h: (out / f"run_{h}.jsonz").stat().st_mtime_ns for h in others} == others
     assert (out / f"run_{victim['hash']}.jsonz").is_file()
     assert [r["status"] for r in _csv_rows(out)] == ["ok"] * 4
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    # --ensemble_top 2: the two best points, written with upstream's artifacts.
+    ensemble = summary.ensemble
+    assert ensemble["members"] == [r.point.key for r in summary.rows[:2]]
+    run_file = Path(ensemble["run_file"])
+    assert run_file.parent == out / "ensemble_top2" and run_file.is_file()
+    info = _run_info(run_file)
+    assert ensemble["score"] == pytest.approx(1 - info["final_error"]["val"]["5"])
+    assert f"score {ensemble['score']:.4f}" in (out / "sweep.md").read_text()
 
 
 def test_failed_point_is_recorded_and_the_others_go_on(first, synth_root):

@@ -1605,12 +1605,19 @@ def _ensemble_module():
 
 def _build_ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[str, Any]:
     """The ensemble of the `k` best ok points in `<out_dir>/ensemble_top<k>`; its errors, or
-    the one-line reason it could not be built (the leaderboard is written either way)."""
+    the one-line reason it could not be built (the leaderboard is written either way).
+
+    The same members as last time reuse the ensemble already there; new members replace it.
+    """
     best = [r for r in rows if r.ok][:k]
     target = _join(out_dir, f"ensemble_top{k}")
     info: dict[str, Any] = dict(k=k, dir=target, members=[r.point.key for r in best], error="")
     if len(best) < 2:
         return dict(info, error=f"{len(best)} ok point(s); an ensemble needs at least 2")
+    record = _join(target, "sweep_ensemble.json")
+    previous = _read_json(record)
+    if previous and previous["members"] == info["members"] and _exists(previous["run_file"]):
+        return previous
     print(f"sweep: building the ensemble of the {len(best)} best points", flush=True)
     try:
         result = _ensemble_module().build_ensemble(
@@ -1622,6 +1629,13 @@ def _build_ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> d
         )
     except UserError as e:
         return dict(info, error=_one_line(e))
-    errors = {int(k): v for k, v in result.val_errors.items()}
-    info.update(dir=str(result.model_dir), top1=errors[1], top5=errors[5], top10=errors[10])
-    return dict(info, score=1.0 - errors[5])
+    errors = {int(n): v for n, v in result.val_errors.items()}
+    info.update(dir=str(result.model_dir), run_file=str(result.run_file), top1=errors[1])
+    info.update(top5=errors[5], top10=errors[10], score=1.0 - errors[5])
+    info["results_csv"] = str(result.results_csv or "")
+    if previous:  # the ensemble of other members, replaced by this one
+        for key in ("dir", "run_file", "results_csv"):
+            if previous.get(key) and previous[key] != info[key]:
+                _remove(previous[key])
+    _write_json(record, info)
+    return info
