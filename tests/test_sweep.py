@@ -109,15 +109,50 @@ def test_leaderboard_groups_seeds_and_draws(first):
     assert (first["out"] / "sweep.png").read_bytes()[:4] == b"\x89PNG"
 
 
-def test_tensorboard_has_the_hparams_experiment_and_per_run_scalars(first):
+def _summaries(path: Path) -> dict[str, list]:
+    """{tag: [hparams plugin data or scalar value, ...]} of one events file."""
+    import tensorflow as tf
+    from tensorboard.plugins.hparams import plugin_data_pb2
+
+    found: dict[str, list] = {}
+    for event in tf.compat.v1.train.summary_iterator(str(path)):
+        for value in event.summary.value:
+            meta = value.metadata.plugin_data
+            if meta.plugin_name == "hparams":
+                item = plugin_data_pb2.HParamsPluginData.FromString(meta.content)
+            else:
+                item = float(tf.make_ndarray(value.tensor))
+            found.setdefault(value.tag, []).append(item)
+    return found
+
+
+def test_tensorboard_has_the_hparams_experiment_and_each_runs_session(first):
     tb = first["out"] / "tensorboard"
-    assert len(list(tb.glob("*.sweep_hparams"))) == 1
+    (root,) = tb.glob("*.sweep_hparams")
+    (experiment,) = _summaries(root)["_hparams_/experiment"]
+    assert [h.name for h in experiment.experiment.hparam_infos] == ["lr", "seed"]
+    assert "final/score" in [m.name.tag for m in experiment.experiment.metric_infos]
     for row in first["rows"]:
         run = tb / f"run_{row['hash']}"
-        events = sorted(p.name for p in run.iterdir())
-        assert len(events) == 2 and sum(e.endswith(".sweep_hparams") for e in events) == 1
+        (ours,) = run.glob("*.sweep_hparams")
+        (trainer,) = [p for p in run.iterdir() if p != ours]  # the per-epoch scalars
+        assert _summaries(trainer)["val_score"] == [pytest.approx(float(row["score"]), rel=1e-5)]
+        session = _summaries(ours)
+        start = session["_hparams_/session_start_info"][0].session_start_info
+        assert start.hparams["lr"].number_value == float(row["lr"])
+        assert start.group_name == row["key"]
+        assert session["final/score"] == [pytest.approx(float(row["score"]))]
     plan = json.loads((first["out"] / "sweep" / "plan.json").read_text())
     assert {p["key"] for p in plan["points"]} == {r["key"] for r in first["rows"]}
+
+
+def test_dry_run_lists_the_points_and_trains_nothing(first, synth_root, capsys):
+    summary = _sweep(first["out"], synth_root, "lr=1e-3,2e-3 seed=0,1,2", *FAST, "--dry_run")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("sweep: 6 points, 4 already complete (skipped), 2 to train")
+    assert sorted(line.split()[0] for line in lines[1:]) == ["done"] * 4 + ["todo"] * 2
+    assert (summary.trained, summary.skipped) == (0, 4)
+    assert len(list(first["out"].glob("run_*.jsonz"))) == 4
 
 
 def test_rerun_after_a_killed_point_trains_only_that_point(first, synth_root, capsys):

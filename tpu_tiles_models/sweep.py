@@ -1413,9 +1413,8 @@ def _base_args(train_argv: list[str], out_dir: str) -> TrainArgs:
 
 def _check_trainer_paths(base: TrainArgs) -> None:
     """The trainer reads data and writes artifacts through local paths (numpy, zipfile,
-    pathlib) so far; `--tensorboard` is the only remote path it can take (tf.summary).
-    Lift this check once train.py and data.py go through tf.io.gfile."""
-    for flag in ("out_dir", "data_root", "cache_dir", "models"):
+    pathlib) so far. Lift this check once train.py and data.py go through tf.io.gfile."""
+    for flag in ("out_dir", "data_root", "cache_dir", "models", "tensorboard"):
         value = getattr(base, flag)
         if value and _remote(value):
             raise FlagError(
