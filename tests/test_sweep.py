@@ -316,6 +316,8 @@ def test_extra_flags_split_into_train_flags_and_beam_options():
         sweep.split_argv(["--lrr=1"])
     with pytest.raises(FlagError, match="unexpected argument 'x'"):
         sweep.split_argv(["x"])
+    with pytest.raises(FlagError, match="Beam pipeline option: argument --direct_running_mode"):
+        sweep.split_argv(["--direct_running_mode=bogus"])
 
 
 def test_direct_runner_defaults_to_multi_processing_on_every_core():

@@ -1107,6 +1107,11 @@ def _beam_parser():
     classes = {str(c): c for c in reversed(po.PipelineOptions.__subclasses__())}
     for cls in classes.values():
         cls._add_argparse_args(parser)
+
+    def error(message: str) -> None:  # one line, not argparse's usage of 177 options
+        raise FlagError(f"Beam pipeline option: {message}")
+
+    parser.error = error
     return parser
 
 
@@ -1175,10 +1180,10 @@ def _is_direct(runner: str) -> bool:
 
 
 def _check_runner(name: str) -> None:
-    from apache_beam.runners.runner import create_runner
-
     try:
         with _quiet_beam():
+            from apache_beam.runners.runner import create_runner
+
             create_runner(name)
     except ImportError as e:
         raise FlagError(f"--runner {name}: {_one_line(e)}") from None
@@ -1373,6 +1378,8 @@ def run(a: argparse.Namespace) -> SweepSummary:
         for p in points:
             print(f"  {'done' if p.key in complete else 'todo'}  {p.key}  {p.describe()}")
         return SweepSummary([], 0, len(complete), {})
+    if todo:
+        _check_runner(a.runner)
     _write_plan(sweep_dir, a, base, points)
     error = _train_todo(todo, sweep_dir, a, beam_argv, len(points), len(complete))
     rows = collect_rows(points, sweep_dir)
@@ -1440,7 +1447,6 @@ def _train_todo(todo, sweep_dir, a, beam_argv, total: int, done: int) -> str:
     """Runs the pipeline over `todo`; returns the pipeline's error ('' if it finished)."""
     if not todo:
         return ""
-    _check_runner(a.runner)
     options = pipeline_options(a, beam_argv)
     for p in todo:  # outcomes of earlier attempts: these points are tried again
         _remove(_record_path(sweep_dir, p.key))
@@ -1578,9 +1584,14 @@ def _raise_for_failures(summary: SweepSummary, pipeline_error: str) -> None:
     )
     more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
     stopped = f"the pipeline failed ({pipeline_error}); " if pipeline_error else ""
+    retry = (
+        "; rerun the same command to retry the failed ones"
+        if any(r.status in ("failed", "not run") for r in bad)
+        else "; a nan point keeps its run: change its flags (e.g. a lower --lr)"
+    )
     raise SweepFailed(
         f"{stopped}{len(bad)} of {len(summary.rows)} points not ok: {named}{more}; see "
-        f"{summary.paths['md']}; rerun the same command to retry them",
+        f"{summary.paths['md']}{retry}",
         summary,
     )
 
