@@ -141,14 +141,13 @@ class Grid:
 
 
 def parse_grid(text: str) -> list[Grid]:
-    """`--grid`: a `.yaml`/`.yml`/`.json` file (local or remote), or an inline spec.
+    """`--grid`: a YAML or JSON file (local or remote; JSON if it ends in .json), or an
+    inline spec.
 
     Raises:
       FlagError: a missing or unreadable file, or a bad axis, naming `--grid` and the fix.
     """
-    if re.search(r"\.(ya?ml|json)$", text.strip(), re.IGNORECASE) or (
-        "=" not in text and _exists(text)
-    ):
+    if "=" not in text or _exists(text.strip()):  # every inline axis has a "="
         return load_grid_file(text.strip())
     return [parse_inline(text)]
 
