@@ -43,6 +43,19 @@ def test_demo_writes_every_artifact(tmp_path, capsys):
     models = {json.loads(gzip.decompress(r.read_bytes()))["args"]["model"] for r in runs}
     assert models == {"ResidualSAGE", "EarlyJoinSAGE"}
     assert (out / "evaluation.png").read_bytes()[:4] == b"\x89PNG"
+    with open(out / "evaluation.csv", newline="") as f:
+        evaluation = list(csv.DictReader(f))
+    assert [r["model"] for r in evaluation] == ["ResidualSAGE", "EarlyJoinSAGE", "random"]
+    for r in evaluation:
+        assert float(r["score"]) == pytest.approx(1 - float(r["top5"]), abs=2e-4)
+        assert float(r["top1"]) >= float(r["top5"]) >= float(r["top10"]) >= 0
+        assert 0 <= float(r["opa"]) <= 1
+    table = printed.splitlines()[-3:]  # the demo ends with random and the two models
+    assert [line.split()[0] for line in table] == ["random", "ResidualSAGE", "EarlyJoinSAGE"]
+    by_model = {r["model"]: r for r in evaluation}
+    for line in table:
+        name, top1, top5 = line.split()[:3]
+        assert float(top5) == pytest.approx(float(by_model[name]["top5"]), abs=6e-4)
     predictions = kaggle.read_predictions_csv(out / "predictions_model_output.csv")
     assert len(predictions) == 20
     with open(out / "predictions_kaggle.csv", newline="") as f:

@@ -58,6 +58,9 @@ def test_overall_and_benchmarks_match_direct_recomputation(trained, eval_root, r
         for k in metrics.TOP_KS:
             assert overall[f"top{k}"] == pytest.approx(want[k], rel=1e-6, abs=1e-9)
         assert overall["score"] == pytest.approx(1 - want[5], rel=1e-6, abs=1e-9)
+        pairs = [(s.runtimes, s.scores) for s in scored]
+        assert overall["opa"] == pytest.approx(metrics.mean_pair_accuracy(pairs), abs=1e-9)
+        assert 0.0 <= overall["opa"] <= 1.0
         benchmarks = {s.tile_id.rsplit("_", 1)[0] for s in scored}
         assert set(m["rows"]) == benchmarks | {evaluate.OVERALL}
         assert sum(row["kernels"] for b, row in m["rows"].items() if b in benchmarks) == 9

@@ -51,3 +51,17 @@ def test_ordered_pair_accuracy_by_hand():
     assert metrics.ordered_pair_accuracy(runtimes, -runtimes) == 0.0
     # Pairs (0,1) right, (0,2),(0,3) right, (1,2),(1,3) wrong: 3 of 5; the tie is skipped.
     assert metrics.ordered_pair_accuracy(runtimes, np.array([0.0, 5.0, 1.0, 1.0])) == 0.6
+
+
+def test_random_floor_and_pair_accuracy():
+    runtimes = [np.array([1.0, 2.0, 4.0]), np.array([3.0, 1.0, 2.0, 8.0])]
+    # With every config inside the top 5, no ranking can miss the best one.
+    assert metrics.random_top_k_errors(runtimes, draws=3)[5] == 0.0
+    top1 = metrics.random_top_k_errors(runtimes, draws=200)[1]
+    assert top1 == pytest.approx(((0 + 1 + 3) / 3 + (2 + 0 + 1 + 7) / 4) / 2, rel=0.1)
+    perfect = [(r, r) for r in runtimes]
+    reversed_ = [(r, -r) for r in runtimes]
+    assert metrics.mean_pair_accuracy(perfect) == 1.0
+    assert metrics.mean_pair_accuracy(reversed_) == 0.0
+    big = np.arange(2000.0)
+    assert metrics.mean_pair_accuracy([(big, big)], max_configs=100) == 1.0

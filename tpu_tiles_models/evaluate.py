@@ -25,7 +25,7 @@ from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 
 OVERALL = "overall"
-_COLUMNS = ("top1", "top5", "top10", "score")
+_COLUMNS = ("top1", "top5", "top10", "score", "opa")
 
 
 class EvaluateError(UserError, ValueError):
@@ -63,11 +63,12 @@ def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
 
 
 def _errors_row(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
-    """`{"kernels", "top1", "top5", "top10", "score"}` of (runtimes, scores) pairs."""
+    """`{"kernels", "top1", "top5", "top10", "score", "opa"}` of (runtimes, scores) pairs."""
     errors = metrics.top_k_errors(pairs, metrics.TOP_KS)
     row: dict[str, Any] = {"kernels": len(pairs)}
     row.update({f"top{k}": errors[k] for k in metrics.TOP_KS})
     row["score"] = metrics.kaggle_score(errors[5])
+    row["opa"] = metrics.mean_pair_accuracy(pairs)
     return row
 
 
