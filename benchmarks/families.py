@@ -97,11 +97,8 @@ def targets(kernel: dict[str, np.ndarray]) -> np.ndarray:
 
 def random_errors(valid: list[dict[str, np.ndarray]], seeds: int) -> dict[str, float]:
     """Mean over `seeds` random rankings of the top-k errors on valid."""
-    rows = []
-    for seed in range(seeds):
-        rng = np.random.default_rng(seed)
-        rows.append(metrics.top_k_errors((targets(k), rng.random(len(targets(k)))) for k in valid))
-    return {f"top{k}": round(float(np.mean([r[k] for r in rows])), 4) for k in metrics.TOP_KS}
+    errors = metrics.random_top_k_errors([targets(k) for k in valid], draws=seeds)
+    return {f"top{k}": round(v, 4) for k, v in errors.items()}
 
 
 def default_tile_error(valid: list[dict[str, np.ndarray]]) -> float:

@@ -171,16 +171,10 @@ def random_rows(roots: dict[str, Path]) -> dict[str, dict[int, float]]:
     out = {}
     for family, root in roots.items():
         valid = data.load_split(root, "valid", progress=False)
-        per_draw = []
-        for draw in range(RANDOM_DRAWS):
-            rng = np.random.default_rng(draw)
-            pairs = []
-            for i in range(len(valid)):
-                c0, c1 = valid.config_offsets[i], valid.config_offsets[i + 1]
-                runtimes = valid.config_runtime[c0:c1]
-                pairs.append((runtimes, rng.random(len(runtimes))))
-            per_draw.append(metrics.top_k_errors(pairs))
-        out[family] = {k: float(np.mean([d[k] for d in per_draw])) for k in metrics.TOP_KS}
+        ratio = valid.config_runtime / valid.config_runtime_normalizers
+        offsets = valid.config_offsets
+        runtimes = [ratio[offsets[i] : offsets[i + 1]] for i in range(len(valid))]
+        out[family] = metrics.random_top_k_errors(runtimes, draws=RANDOM_DRAWS)
     return out
 
 
