@@ -156,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
         counts = merge(args.sample, args.inputcsv, args.out)
     except (ValueError, OSError) as err:  # KaggleError is a ValueError, WriteError an OSError.
         print(f"create_kaggle_csv.py: error: {err}", file=sys.stderr)
-        return 1
+        return 2  # like argparse and tpu-tiles: the user can fix it
     except KeyboardInterrupt:
         print(f"create_kaggle_csv.py: interrupted; {args.out} left as it was", file=sys.stderr)
         return 130

@@ -463,14 +463,14 @@ def test_script_standalone_options_and_errors(upstream_root):
     assert (root / "sub.csv").read_bytes().count(b"\n") == 895
 
     gone = _run_script(root, "--inputcsv", "mine.csv", "--sample", "x.csv", standalone=True)
-    assert gone.returncode == 1
+    assert gone.returncode == 2
     assert gone.stderr.count("\n") == 1
     assert "x.csv not found" in gone.stderr and "predict-ai-model-runtime" in gone.stderr
 
     lines = (root / "mine.csv").read_text().splitlines()
     _write_csv(root / "bad.csv", lines[1:3] + [lines[3].replace(";", ";;", 1)] + lines[4:])
     bad = _run_script(root, "--inputcsv", "bad.csv", standalone=True)
-    assert bad.returncode == 1
+    assert bad.returncode == 2
     assert f"1 ids ({lines[3].split(',')[0]}) are not 5 distinct" in bad.stderr
     _write_csv(root / "short.csv", lines[1:-4])
     short = _run_script(root, "--inputcsv", "short.csv", standalone=True)
@@ -488,7 +488,7 @@ def test_script_main_with_package_reports_one_line(upstream_root, capsys, monkey
     monkeypatch.delenv("TPU_TILES_STANDALONE", raising=False)
     monkeypatch.chdir(upstream_root)
     script = _load_script()
-    assert script.main(["--inputcsv", "missing.csv"]) == 1
+    assert script.main(["--inputcsv", "missing.csv"]) == 2
     err = capsys.readouterr().err
     assert err == "create_kaggle_csv.py: error: predictions file missing.csv not found\n"
 
@@ -531,7 +531,7 @@ def test_script_flags_are_the_ones_messages_name(capsys):
 def test_script_out_folder_fails_without_a_stray_file(small_root, monkeypatch, capsys, mode):
     (small_root / "subs").mkdir()
     before = sorted(os.listdir(small_root))
-    assert _script_main(monkeypatch, mode, "--out", "subs") == 1
+    assert _script_main(monkeypatch, mode, "--out", "subs") == 2
     assert _one_error_line(capsys) == (
         "--out subs is a folder; pass a file path, e.g. --out subs/predictions_kaggle.csv"
     )
@@ -550,7 +550,7 @@ def test_script_out_folder_fails_without_a_stray_file(small_root, monkeypatch, c
 def test_script_out_under_a_file_is_one_line(small_root, monkeypatch, capsys, mode, message):
     (small_root / "preds").write_text("keep")
     before = sorted(os.listdir(small_root))
-    assert _script_main(monkeypatch, mode, "--out", "preds/k.csv") == 1
+    assert _script_main(monkeypatch, mode, "--out", "preds/k.csv") == 2
     assert _one_error_line(capsys) == message
     assert sorted(os.listdir(small_root)) == before
 
@@ -566,7 +566,7 @@ def test_script_failed_or_interrupted_write_leaves_the_old_out(
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(os, "replace", fail)
-    assert _script_main(monkeypatch, mode) == 1
+    assert _script_main(monkeypatch, mode) == 2
     assert "cannot write --out predictions_kaggle.csv (No space left on device)" in (
         _one_error_line(capsys)
     )
@@ -594,7 +594,7 @@ def test_script_refuses_out_equal_to_an_input(small_root, monkeypatch, capsys, m
     cases = [(f, out, p.name) for f, out, p in cases]  # The script passes the flags' text.
     before = {p: p.read_bytes() for p in (sample, preds)}
     for flag, out, named in cases:
-        assert _script_main(monkeypatch, mode, "--out", out) == 1
+        assert _script_main(monkeypatch, mode, "--out", out) == 2
         assert _one_error_line(capsys) == (
             f"--out {out} is the {flag} file {named}; writing it would destroy that input, "
             "so pass another --out (e.g. predictions_kaggle.csv)"
