@@ -252,7 +252,7 @@ def write_results(rows: list[dict], cells: list[dict], out: Path, a: argparse.Na
 
 def markdown(cells: list[dict], a: argparse.Namespace) -> str:
     cmd = (
-        f"python benchmarks/suite.py --work /tmp/suite --families {a.families} --models "
+        f"python benchmarks/suite.py --work {a.work} --families {a.families} --models "
         f"{a.models} --recipes {a.recipes} --seeds {a.seeds} --train {a.train} --valid "
         f"{a.valid} --max_configs {a.max_configs} --epochs {a.epochs}"
     )
@@ -267,7 +267,11 @@ def markdown(cells: list[dict], a: argparse.Namespace) -> str:
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
-        pm = [f"{c[k][0]:.3f} +- {c[k][1]:.3f}" for k in ("top1", "top5", "top10", "score")]
+        columns = ("top1", "top5", "top10", "score")
+        if c["model"] == "random":  # a mean over draws, not over trained seeds
+            pm = [f"{c[k][0]:.3f}" for k in columns]
+        else:
+            pm = [f"{c[k][0]:.3f} +- {c[k][1]:.3f}" for k in columns]
         seconds = f"{c['seconds']:.0f}" if c["model"] != "random" else "-"
         lines.append(
             f"| {c['family']} | {c['model']} | {c['recipe']} | "
