@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import warnings
 import zlib
 from pathlib import Path
 from typing import Any, Mapping
@@ -89,7 +90,9 @@ def save_model_dir(model: tf.keras.Model, path: str | Path) -> Path:
     tmp = path.with_name(f".{path.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     try:
-        model.save(str(tmp))
+        with warnings.catch_warnings():  # TF-GNN's specs save fine; TF warns about each one
+            warnings.filterwarnings("ignore", message="Encoding a StructuredValue")
+            model.save(str(tmp))
         old = path.with_name(f".{path.name}.old")
         shutil.rmtree(old, ignore_errors=True)
         if path.exists():
