@@ -23,6 +23,7 @@ import argparse
 import gzip
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -63,6 +64,22 @@ def timed(cmd: list[str], log: Path) -> float:
     return time.perf_counter() - start
 
 
+def cpu_seconds() -> float:
+    """User + system CPU seconds of every finished child process so far (with theirs)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def measure(result: dict, name: str, run) -> None:
+    """`result[name + "_s"]` wall and `result[name + "_cpu_s"]` CPU seconds of `run()`."""
+    cpu = cpu_seconds()
+    result[f"{name}_s"] = run()
+    result[f"{name}_cpu_s"] = cpu_seconds() - cpu
+    print(
+        f"{name}: {result[f'{name}_s']:.1f} s wall, {result[f'{name}_cpu_s']:.1f} s CPU", flush=True
+    )
+
+
 def points(grid: str, base: TrainArgs, out: Path) -> list[sweep.Point]:
     """The grid's points as a sweep into `out` makes them (flags, results_csv, TensorBoard)."""
     base = base.replace(out_dir=str(out), tensorboard=str(out / "tensorboard"), no_progress=True)
@@ -101,20 +118,19 @@ def main(argv: list[str] | None = None) -> dict:
     cores = len(os.sched_getaffinity(0))
     result: dict = dict(points=len(plan), cores=cores, grid=a.grid, flags=flags)
     result["uptime_before"] = uptime()
-    print(f"{len(plan)} points; sequential `tpu-tiles train` runs...", flush=True)
-    result["sequential_s"] = sequential(plan, log)
-    print(f"sequential: {result['sequential_s']:.1f} s; sweep ({cores} workers)...", flush=True)
+    print(f"{len(plan)} points: sequential, sweep ({cores} workers), sweep (1 worker)", flush=True)
+    measure(result, "sequential", lambda: sequential(plan, log))
     sweep_cmd = [*TPU_TILES, "sweep", "--grid", a.grid, *flags]
-    result["sweep_s"] = timed([*sweep_cmd, "--out_dir", str(work / "sweep")], log)
+    measure(result, "sweep", lambda: timed([*sweep_cmd, "--out_dir", str(work / "sweep")], log))
     result["sweep_point_s"] = point_walls(work / "sweep")
-    print(f"sweep: {result['sweep_s']:.1f} s; sweep (1 worker)...", flush=True)
-    result["sweep_1worker_s"] = timed(
-        [*sweep_cmd, "--out_dir", str(work / "sweep1"), "--num_workers=1"], log
-    )
+    one = [*sweep_cmd, "--out_dir", str(work / "sweep1"), "--num_workers=1"]
+    measure(result, "sweep_1worker", lambda: timed(one, log))
     result["uptime_after"] = uptime()
     n = len(plan)
     result["speedup"] = result["sequential_s"] / result["sweep_s"]
     result["overhead_per_point_s"] = (result["sweep_1worker_s"] - result["sequential_s"]) / n
+    cpu = result["sweep_1worker_cpu_s"] - result["sequential_cpu_s"]
+    result["overhead_cpu_per_point_s"] = cpu / n
     result["max_val_error_diff"] = max_diff(a.grid, base, work)
     write(result)
     return result
@@ -134,27 +150,33 @@ def max_diff(grid: str, base: TrainArgs, work: Path) -> float:
 def write(result: dict) -> None:
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "sweep_bench.json").write_text(json.dumps(result, indent=1) + "\n")
-    r = result
-    md = f"""# sweep_bench
-
-{r["points"]} points (`--grid "{r["grid"]}"`, flags `{" ".join(r["flags"][:-2])}`) on
-{r["cores"]} cores, synthetic data.
-
-| run | wall s |
-|---|---|
-| {r["points"]} x sequential `tpu-tiles train` | {r["sequential_s"]:.1f} |
-| `tpu-tiles sweep` ({r["cores"]} workers, default) | {r["sweep_s"]:.1f} |
-| `tpu-tiles sweep --num_workers 1` | {r["sweep_1worker_s"]:.1f} |
-
-Speed-up of the sweep over the sequential runs: **{r["speedup"]:.2f}x**. The sweep's own
-cost per point (1 worker minus sequential, divided by {r["points"]}):
-**{r["overhead_per_point_s"]:+.2f} s**. Seconds per point inside the default sweep (child
-process, from its records): {", ".join(f"{s:.1f}" for s in r["sweep_point_s"])}. Largest
-difference of a validation error between a sweep point and its sequential twin:
-{r["max_val_error_diff"]:.3g}.
-
-Load before: `{r["uptime_before"]}`; after: `{r["uptime_after"]}`.
-"""
+    r, n = result, result["points"]
+    rows = [
+        (f"{n} x sequential `tpu-tiles train`", "sequential"),
+        (f"`tpu-tiles sweep` ({r['cores']} workers, default)", "sweep"),
+        ("`tpu-tiles sweep --num_workers 1`", "sweep_1worker"),
+    ]
+    lines = [
+        "# sweep_bench",
+        "",
+        f'{n} points (`--grid "{r["grid"]}"`, flags `{" ".join(r["flags"][:-2])}`) on '
+        f"{r['cores']} cores, synthetic data (`benchmarks/sweep_bench.py`).",
+        "",
+        "| run | wall s | CPU s |",
+        "|---|---|---|",
+        *(f"| {label} | {r[k + '_s']:.1f} | {r[k + '_cpu_s']:.1f} |" for label, k in rows),
+        "",
+        f"Speed-up of the sweep over the sequential runs: **{r['speedup']:.2f}x**. The sweep's "
+        f"own cost per point (1 worker minus sequential, divided by {n}): "
+        f"**{r['overhead_per_point_s']:+.2f} s** wall, {r['overhead_cpu_per_point_s']:+.2f} s "
+        "CPU. Seconds per point inside the default sweep (child process, from its records): "
+        + ", ".join(f"{s:.1f}" for s in r["sweep_point_s"])
+        + ". Largest difference of a validation error between a sweep point and its "
+        f"sequential twin: {r['max_val_error_diff']:.3g}.",
+        "",
+        f"Load before: `{r['uptime_before']}`; after: `{r['uptime_after']}`.",
+    ]
+    md = "\n".join(lines) + "\n"
     (RESULTS / "sweep_bench.md").write_text(md)
     print(md)
 
