@@ -71,7 +71,14 @@ def test_help_lists_every_flag(capsys):
         TrainArgs.from_argv(["--help"])
     assert info.value.code == 0
     out = capsys.readouterr().out
-    for name in ("--model", "--toy_data", "--lr_schedule", "--tensorboard", "--seed"):
+    for name in (
+        "--model",
+        "--toy_data",
+        "--lr_schedule",
+        "--tensorboard",
+        "--seeds",
+        "--ensemble",
+    ):
         assert name in out
 
 

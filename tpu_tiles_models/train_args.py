@@ -197,6 +197,12 @@ def help_text(prog: str = "tpu-tiles train") -> str:
         choices = f" {{{','.join(f.metadata['choices'])}}}" if f.metadata["choices"] else ""
         lines.append(f"  --{f.name}{choices}  (default: {f.default!r})")
         lines.append(f"      {f.metadata['help']}")
+    lines += [
+        "  --seeds=0,1,2  (tpu-tiles train only)",
+        "      one run per seed instead of --seed",
+        "  --ensemble  (with --seeds)",
+        "      then write the ensemble of those runs as one more model (tpu-tiles ensemble)",
+    ]
     return "\n".join(lines)
 
 
