@@ -34,7 +34,10 @@ def render(readme: str, results: Path = RESULTS) -> tuple[str, list[str]]:
 
     def fill(match: re.Match) -> str:
         name = match["name"]
-        body = (results / f"{name}.md").read_text(encoding="utf-8").rstrip("\n") + "\n"
+        text = (results / f"{name}.md").read_text(encoding="utf-8")
+        if text.startswith("# "):  # README's own section heads the block, not the file's title
+            text = text.split("\n", 1)[1].lstrip("\n")
+        body = text.rstrip("\n") + "\n"
         if body != match["body"]:
             changed.append(name)
         return match.group(1) + body + match.group(4)

@@ -28,3 +28,9 @@ def test_blocks_are_replaced_by_their_files(tmp_path):
 def test_missing_results_file_fails(tmp_path):
     with pytest.raises(FileNotFoundError):
         update_readme.render("<!-- results:nope -->\n<!-- /results:nope -->", tmp_path)
+
+
+def test_a_results_files_title_is_left_out(tmp_path):
+    (tmp_path / "bench.md").write_text("# bench\n\nfigures\n")
+    text, _ = update_readme.render("<!-- results:bench -->\n<!-- /results:bench -->\n", tmp_path)
+    assert text == "<!-- results:bench -->\nfigures\n<!-- /results:bench -->\n"
