@@ -6,7 +6,8 @@ and a `results_csv` named after the point (`<out_dir>/results_<key>.csv`). Upstr
 covers `results_csv`, so every point has a stable hash: its artifacts are exactly those of
 `tpu-tiles train <the point's flags>`, and a point whose run file exists is complete.
 
-Grids (`--grid`): a YAML or JSON file, or an inline spec of space-separated axes:
+Grids (`--grid`): a YAML or JSON file (any `--grid` without "="), or an inline spec of
+space-separated axes:
 
     model=ResidualSAGE,EarlyJoinSAGE lr=1e-3,2e-3 seed=0,1,2
     losses='ListMLELoss:1,MSE:0.02','FastFirstListMLE:1,MSE:0.02' kwargs.hidden_dim=32,64
@@ -21,8 +22,9 @@ numeric axis may instead be a range, sampled by `--random N`:
 
 `--random N` draws N points per grid (floats rounded to 4 significant digits), seeded by
 `--random_seed`, so rerunning the same command gives the same points; a `seed` list is crossed
-with the draws (N x seeds points) so that every draw has its mean and std over seeds. A file
-holds one mapping `{axis: value | [values] | "range"}` or a list of them (a union of grids).
+with the draws (N x seeds points) so that every draw has its mean and std over seeds; equal
+draws collapse into one point. A file holds one mapping `{axis: value | [values] | "range"}`
+or a list of them (a union of grids).
 
 Execution: a Beam pipeline, `Create(points) | Reshuffle | Map(train point)`, on any runner.
 The default is the DirectRunner in multi-processing mode with `--num_workers` processes;
@@ -68,7 +70,7 @@ from typing import Any, Callable, Iterator, Mapping, Sequence
 
 from tpu_tiles_models import files, interrupts
 from tpu_tiles_models.errors import FlagError, UserError
-from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs
+from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs, args_hash
 
 KWARGS_PREFIX = "kwargs."
 RANGE_KINDS = ("uniform", "loguniform", "int", "logint")
@@ -600,8 +602,6 @@ def read_run_info(point: Point) -> dict | None:
         return None
     try:
         info = json.loads(gzip.decompress(data))
-        from tpu_tiles_models.train_args import args_hash
-
         return info if args_hash(info["args"]) == point.hash else None
     except (OSError, EOFError, ValueError, KeyError, TypeError):
         return None
@@ -728,7 +728,8 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
 
 
 def _wait(proc: subprocess.Popen) -> int:
-    """Waits for the child, also through Ctrl-C (the child got it too and is cleaning up)."""
+    """Waits for the child, also through a KeyboardInterrupt in this process (where a Ctrl-C
+    is not shielded, see `_run_shielded`): the child got it too and is cleaning up."""
     while True:
         try:
             return proc.wait()
