@@ -332,8 +332,9 @@ def _train(args: TrainArgs, strategy: tf.distribute.Strategy, artifacts: Artifac
         if args.early_stop > 0 and epoch - best_epoch >= args.early_stop:
             print(f"no gain for {args.early_stop} epochs since epoch {best_epoch}; stopping")
             break
-    for v, value in zip(model.trainable_variables, best):
-        v.assign(value)
+    if best is not None:  # None: every epoch's score was NaN; keep the last weights
+        for v, value in zip(model.trainable_variables, best):
+            v.assign(value)
     extras["best_epoch"] = best_epoch
     return finish(args, model, ds, curve=curve, extras=extras, artifacts=artifacts, scorer=scorer)
 
