@@ -29,7 +29,7 @@ def _one(model: str, data_root: str, epochs: int, kwargs: str, extra: str, out: 
     """Trains one model in this process; returns its row of the table."""
     import tensorflow as tf
 
-    from tpu_tiles_models import data, metrics, predict, train
+    from tpu_tiles_models import data, metrics, scoring, train
 
     result = train.main(
         [
@@ -61,7 +61,7 @@ def _one(model: str, data_root: str, epochs: int, kwargs: str, extra: str, out: 
         stats=data.FeatureStats.from_json(run["tpu_tiles"]["feature_stats"]),
         progress=False,
     )
-    scored = predict.score_split(result.model, ds.valid, ds.stats, progress=False)
+    scored = scoring.score_split(result.model, ds.valid, ds.stats, progress=False)
     opa = float(
         np.mean([metrics.ordered_pair_accuracy(s.runtimes[:500], s.scores[:500]) for s in scored])
     )
@@ -70,7 +70,7 @@ def _one(model: str, data_root: str, epochs: int, kwargs: str, extra: str, out: 
     graph = _big_kernel(ds.stats)
     before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     start = time.perf_counter()
-    scorer = predict.kernel_scorer(result.model)
+    scorer = scoring.kernel_scorer(result.model)
     scorer(iter(tf.data.Dataset.from_tensors(graph)))
     first = time.perf_counter() - start
     start = time.perf_counter()
