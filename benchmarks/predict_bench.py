@@ -46,6 +46,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", default="", help="folder for the synthetic data (default: temp)")
     p.add_argument("--repeats", type=int, default=2, help="timings keep the best of these")
     p.add_argument("--skip_rss", action="store_true", help="skip the 6000-config RSS runs")
+    p.add_argument("--out", default=str(RESULTS / "predict_bench.md"), help="results file")
     # Internal: the RSS child process.
     p.add_argument("--rss_child", default="", help=argparse.SUPPRESS)
     p.add_argument("--method", choices=["ours", "course"], default="ours", help=argparse.SUPPRESS)
@@ -187,7 +188,7 @@ def main(argv: list[str] | None = None) -> None:
     if not args.skip_rss:
         lines += ["", *_rss_lines(args, work)]
     print("\n".join(lines))
-    out = RESULTS / "predict_bench.md"
+    out = Path(args.out)
     out.write_text("\n".join(lines) + "\n")
     print(f"wrote {out}")
 
