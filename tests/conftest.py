@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import warnings
 from pathlib import Path
 
@@ -88,6 +89,20 @@ def mlp_run(short_test_root, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("mlp_run")
     return train.train(tiny_args(short_test_root, out, model="MLP", model_kwargs_json=TINY_MLP))
+
+
+@pytest.fixture
+def umask():
+    """Sets the process umask to 0o022 for one test and yields `os.umask` to change it;
+    the old mask is restored after."""
+    old = os.umask(0o022)
+    yield os.umask
+    os.umask(old)
+
+
+def file_mode(path: Path) -> int:
+    """A file's permission bits, e.g. 0o644."""
+    return stat.S_IMODE(path.stat().st_mode)
 
 
 @pytest.fixture(scope="session")

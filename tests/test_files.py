@@ -4,30 +4,13 @@ from __future__ import annotations
 
 import errno
 import os
-import stat
 from pathlib import Path
 
 import pytest
+from conftest import file_mode
 
 from tpu_tiles_models import files
 from tpu_tiles_models.errors import UserError
-
-
-@pytest.fixture
-def umask():
-    """Sets the process umask for one test (`umask(0o022)`), restoring the old one after."""
-    old = os.umask(0o022)
-    os.umask(old)
-
-    def set_mask(mask: int) -> None:
-        os.umask(mask)
-
-    yield set_mask
-    os.umask(old)
-
-
-def _mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
 
 
 def _write(path: Path, text: str, **kwargs) -> None:
@@ -63,19 +46,19 @@ def test_new_file_mode_follows_the_umask_like_open(tmp_path, umask, mask, expect
     umask(mask)
     _write(tmp_path / "atomic.txt", "x")
     (tmp_path / "plain.txt").write_text("x")  # What open(..., "w") gives, for comparison.
-    assert _mode(tmp_path / "atomic.txt") == expected == _mode(tmp_path / "plain.txt")
+    assert file_mode(tmp_path / "atomic.txt") == expected == file_mode(tmp_path / "plain.txt")
 
 
 def test_mode_argument_and_existing_file_permissions(tmp_path, umask):
     umask(0o022)
     script = tmp_path / "run.sh"
     _write(script, "#!/bin/sh\n", mode=0o777)
-    assert _mode(script) == 0o755
+    assert file_mode(script) == 0o755
     private = tmp_path / "private.txt"
     private.write_text("old")
     private.chmod(0o600)
     _write(private, "new")  # Rewriting keeps the file's own permissions, as open() does.
-    assert private.read_text() == "new" and _mode(private) == 0o600
+    assert private.read_text() == "new" and file_mode(private) == 0o600
 
 
 def test_directory_target_is_a_one_line_error_naming_the_flag(tmp_path):

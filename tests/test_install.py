@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 import json
-import os
-import stat
 from pathlib import Path
 
 import pytest
+from conftest import file_mode
 
 from tpu_tiles_models import install as inst
 from tpu_tiles_models.errors import UserError
@@ -168,18 +167,6 @@ def test_install_error_is_a_user_error():
     assert issubclass(InstallError, UserError) and issubclass(InstallError, RuntimeError)
 
 
-@pytest.fixture
-def umask():
-    """Sets the process umask for one test, restoring the old one after."""
-    old = os.umask(0o022)
-    yield os.umask
-    os.umask(old)
-
-
-def _mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
-
-
 @pytest.mark.parametrize("mask, plain, executable", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775)])
 def test_copies_get_modes_as_cp_would(checkout, source, umask, mask, plain, executable):
     """New files: the source's bits less the umask; replaced files keep their own mode."""
@@ -190,13 +177,13 @@ def test_copies_get_modes_as_cp_would(checkout, source, umask, mask, plain, exec
     models.chmod(0o640)
     inst.install(checkout, source_dir=source)
     backup = checkout / inst.BACKUP_DIR
-    assert _mode(checkout / "create_kaggle_csv.py") == plain
-    assert _mode(checkout / "tiles_gen_predictions_csv.py") == executable
-    assert _mode(backup / inst.MANIFEST) == plain
-    assert _mode(backup / "tpu_graphs/baselines/tiles/models.py") == 0o640 & ~mask
-    assert _mode(models) == 0o640  # Replaced in place: upstream's mode is kept.
+    assert file_mode(checkout / "create_kaggle_csv.py") == plain
+    assert file_mode(checkout / "tiles_gen_predictions_csv.py") == executable
+    assert file_mode(backup / inst.MANIFEST) == plain
+    assert file_mode(backup / "tpu_graphs/baselines/tiles/models.py") == 0o640 & ~mask
+    assert file_mode(models) == 0o640  # Replaced in place: upstream's mode is kept.
     inst.uninstall(checkout)
-    assert models.read_bytes() == UPSTREAM_MODELS and _mode(models) == 0o640
+    assert models.read_bytes() == UPSTREAM_MODELS and file_mode(models) == 0o640
 
 
 def test_folder_in_the_way_is_one_line(checkout, source):

@@ -8,13 +8,13 @@ import os
 import random
 import re
 import shutil
-import stat
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import file_mode
 
 from tpu_tiles_models import files, kaggle
 from tpu_tiles_models.errors import UserError
@@ -301,18 +301,6 @@ def test_errors_are_user_errors_and_still_value_errors():
 # --- --out: folders, inputs, permissions (issue 10, defects 7, 8, 9, 13) ----------------
 
 
-@pytest.fixture
-def umask():
-    """Sets the process umask for one test, restoring the old one after."""
-    old = os.umask(0o022)
-    yield os.umask
-    os.umask(old)
-
-
-def _mode(path: Path) -> int:
-    return stat.S_IMODE(path.stat().st_mode)
-
-
 def _good_predictions(folder: Path) -> Path:
     return _write_csv(folder / "preds.csv", [f"{k},{v}" for k, v in GOOD.items()])
 
@@ -391,7 +379,7 @@ def test_csvs_are_written_with_the_umask(small_sample, tmp_path, umask, mask, ex
     kaggle.write_predictions_csv(preds, [(i[len("tile:xla:") :], [0, 1, 2, 3, 4]) for i in GOOD])
     out = tmp_path / "k.csv"
     kaggle.merge_kaggle(small_sample, preds, out)
-    assert (_mode(preds), _mode(out)) == (expected, expected)
+    assert (file_mode(preds), file_mode(out)) == (expected, expected)
 
 
 def test_unreadable_inputs_are_one_line(small_sample, tmp_path):
@@ -609,4 +597,4 @@ def test_script_output_mode_follows_the_umask(
 ):
     umask(mask)
     assert _script_main(monkeypatch, mode) == 0, capsys.readouterr().err
-    assert _mode(small_root / "predictions_kaggle.csv") == expected
+    assert file_mode(small_root / "predictions_kaggle.csv") == expected

@@ -80,7 +80,7 @@ class TrainedRun:
         stored = self.extras.get("train_args")
         return TrainArgs.from_dict(stored if stored else self.args)
 
-    @property
+    @functools.cached_property
     def stats(self) -> data.FeatureStats | None:
         """The feature statistics it was trained with (our trainer stores them), else None."""
         stored = self.extras.get("feature_stats")
