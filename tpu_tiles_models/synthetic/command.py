@@ -1,4 +1,4 @@
-"""`tpu-tiles synth`: its flags and what it prints."""
+"""`tpu-tiles synth`: its flags, the `--scale` presets, and what it prints."""
 
 from __future__ import annotations
 
@@ -7,34 +7,104 @@ import sys
 import warnings
 from typing import Any
 
+from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, FAMILIES
+from tpu_tiles_models.synthetic.features import MAX_NODES
 from tpu_tiles_models.synthetic.writer import (
+    PARALLEL_MIN_KERNELS,
+    REAL_SPLIT_SIZES,
     UPSTREAM_BATCH,
     UPSTREAM_CONFIGS,
     ValidationSplitWarning,
     generate,
 )
 
+SCALES = ("custom", "full")
+# Flags that `--scale full` fixes itself, so giving one with it is refused.
+FIXED_BY_FULL = ("train", "valid", "test", "max_configs")
+_GIVEN = "_given_flags"  # the Namespace attribute listing the flags typed on the line
+
+
+class _Given(argparse.Action):
+    """Stores the value like argparse does, and notes that the flag was typed."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        setattr(namespace, self.dest, values)
+        setattr(namespace, _GIVEN, {*getattr(namespace, _GIVEN, ()), self.dest})
+
+
+def given_flags(args: argparse.Namespace) -> set[str]:
+    """The `FIXED_BY_FULL` flags typed on the command line (not left at their defaults)."""
+    return set(getattr(args, _GIVEN, ()))
+
+
+def resolve_scale(args: argparse.Namespace) -> dict[str, Any]:
+    """`generate`'s `train`, `valid`, `test` and `max_configs` for `args.scale`.
+
+    `custom` takes the flags as given. `full` takes the real collection's split sizes
+    (`REAL_SPLIT_SIZES`; the test count becomes `--test_ids_from`'s when given) and the
+    family's own config cap.
+
+    Raises:
+        FlagError: `--scale full` with any of `--train`, `--valid`, `--test`, `--max_configs`.
+    """
+    if args.scale == "custom":
+        return dict(
+            train=args.train, valid=args.valid, test=args.test, max_configs=args.max_configs
+        )
+    clash = [f"--{name}" for name in FIXED_BY_FULL if name in given_flags(args)]
+    if clash:
+        raise FlagError(
+            f"--scale full sets the split sizes and config cap itself; drop {', '.join(clash)} "
+            "or use --scale custom"
+        )
+    return dict(**REAL_SPLIT_SIZES, max_configs=None)
+
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
     """Adds the `synth` flags to `parser`."""
     families = "; ".join(f"{f.name}: {f.summary}" for f in FAMILIES.values())
+    sizes = "/".join(str(n) for n in REAL_SPLIT_SIZES.values())
     parser.add_argument("out", help="folder to write {train,valid,test}/<tile_id>.npz into")
-    parser.add_argument("--train", type=int, default=300, help="train kernels (default 300)")
+    parser.add_argument(
+        "--scale",
+        choices=SCALES,
+        default="custom",
+        help="custom (default): the --train/--valid/--test/--max_configs below; full: the "
+        f"real collection's {sizes} train/valid/test kernels (the test count is "
+        "--test_ids_from's when given), the family's own config cap (heavy-tailed counts "
+        f"from 2 up to it) and graphs of up to {MAX_NODES} nodes; --scale full refuses "
+        "--train, --valid, --test and --max_configs rather than mixing them in",
+    )
+    parser.add_argument(
+        "--train", type=int, default=300, action=_Given, help="train kernels (default 300)"
+    )
     parser.add_argument(
         "--valid",
         type=int,
         default=60,
+        action=_Given,
         help=f"validation kernels (default 60); upstream's trainer needs {UPSTREAM_BATCH} "
         f"with >= {UPSTREAM_CONFIGS} configs",
     )
-    parser.add_argument("--test", type=int, default=60, help="test kernels (default 60)")
+    parser.add_argument(
+        "--test", type=int, default=60, action=_Given, help="test kernels (default 60)"
+    )
     parser.add_argument("--seed", type=int, default=0, help="the data set is a function of it")
     parser.add_argument(
         "--max_configs",
         type=int,
         default=None,
+        action=_Given,
         help="cap on configs per kernel (default: the family's, 6000 or 8000)",
+    )
+    parser.add_argument(
+        "--num_workers",
+        type=int,
+        default=None,
+        help="processes making kernels: 1 makes them here; more runs an Apache Beam pipeline "
+        "(multi-processing DirectRunner); default: the cores for "
+        f"{PARALLEL_MIN_KERNELS} kernels or more, else 1. The files are the same either way",
     )
     parser.add_argument("--family", default=DEFAULT_FAMILY, help=f"generator family ({families})")
     parser.add_argument(
@@ -65,22 +135,21 @@ def run(args: argparse.Namespace) -> None:
     """Generates the data set `args` describe and prints what it wrote.
 
     Raises:
-        UserError: a flag value that makes no data set, or OUT holds one without
-            `--overwrite` (see `generate`).
+        UserError: a flag value that makes no data set, `--scale full` with a flag it fixes
+            (see `resolve_scale`), or OUT holds one without `--overwrite` (see `generate`).
     """
+    sizes = resolve_scale(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ValidationSplitWarning)
         summary = generate(
             args.out,
-            train=args.train,
-            valid=args.valid,
-            test=args.test,
+            **sizes,
             seed=args.seed,
-            max_configs=args.max_configs,
             family=args.family,
             test_ids_from=args.test_ids_from,
             overwrite=args.overwrite,
             progress=not args.no_progress,
+            num_workers=args.num_workers,
         )
     print(format_summary(summary))
     for w in caught:

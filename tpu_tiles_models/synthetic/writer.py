@@ -2,21 +2,28 @@
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import hashlib
+import json
+import logging
+import math
 import os
 import shutil
 import tempfile
+import threading
 import warnings
-from collections.abc import Sequence
+import zipfile
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
 from tpu_tiles_models import files, kaggle
 from tpu_tiles_models.errors import FlagError, UserError
-from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, KernelMaker, get_family
+from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, get_family
 from tpu_tiles_models.synthetic.graph import pick
 
 SPLITS = ("train", "valid", "test")
@@ -25,6 +32,18 @@ SPLITS = ("train", "valid", "test")
 # no val_loss and the trainer fails with KeyError: 'val_loss'.
 UPSTREAM_CONFIGS = 10
 UPSTREAM_BATCH = 10
+# The real tile:xla collection's split sizes (what `tpu-tiles synth --scale full` writes).
+REAL_SPLIT_SIZES = {"train": 5709, "valid": 676, "test": 844}
+# Below this many kernels one process is faster: the multi-processing DirectRunner takes about
+# 5 s to start its workers, and a kernel takes 4-15 ms to make and write (README, full scale).
+PARALLEL_MIN_KERNELS = 1000
+# Kernels per Beam element: small enough to spread a heavy-tailed cost over the workers.
+_CHUNK = 16
+# Every zip member gets this timestamp, so a kernel's file is a function of its content only
+# (np.savez stamps the current time, which made two identical data sets differ in bytes).
+_ZIP_TIME = (1980, 1, 1, 0, 0, 0)
+
+Item = tuple[str, int, str, tuple[float, ...]]  # (split, index, tile id, kind weights)
 
 
 class DataSetExistsError(UserError, FileExistsError):
@@ -98,9 +117,7 @@ def read_test_ids(path: str | Path) -> list[str]:
     return [r[0][len(prefix) :] for r in rows if r and r[0].startswith(prefix)]
 
 
-def _split_plan(
-    counts: dict[str, int], seed: int, test_ids: list[str] | None
-) -> list[tuple[str, int, str, tuple[float, ...]]]:
+def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -> list[Item]:
     """`(split, index, tile_id, kind weights)` for every kernel, deterministic in `seed`."""
     pools = _benchmarks(seed)
     plan, seen = [], set()
@@ -121,9 +138,13 @@ def _split_plan(
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Writes an npz atomically (see `files.atomic_path`)."""
-    with files.atomic_path(path) as tmp, open(tmp, "wb") as f:
-        np.savez(f, **arrays)
+    """Writes an npz atomically (see `files.atomic_path`), byte for byte the same for the same
+    arrays: `np.savez`'s layout (uncompressed `<key>.npy` members) with a fixed timestamp."""
+    with files.atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as z:
+        for key, value in arrays.items():
+            member = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
+            with z.open(member, "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
 
 
 def _check_args(
@@ -240,11 +261,14 @@ def generate(
     test_ids_from: str | Path | None = None,
     overwrite: bool = False,
     progress: bool = True,
+    num_workers: int | None = None,
 ) -> dict[str, Any]:
     """Writes a data set `out_dir/{train,valid,test}/<tile_id>.npz`; test runtimes are zeros.
 
     The kernels are written into a hidden folder inside `out_dir` and renamed into place when
-    all are done, so an error or Ctrl-C leaves `out_dir` as it was.
+    all are done, so an error or Ctrl-C leaves `out_dir` as it was. Kernel `i` of a split is
+    made from its own generator seeded with `(seed, split, i)`, so the files are the same
+    whatever `num_workers` is.
 
     Args:
         out_dir: the tree's root (created if missing).
@@ -260,34 +284,40 @@ def generate(
         test_ids_from: a sample_submission.csv whose tile ids (and count) the test split takes.
         overwrite: replace the npz files of a data set already in `out_dir`.
         progress: show a progress bar.
+        num_workers: 1 makes every kernel in this process; more runs an Apache Beam pipeline
+            on the multi-processing DirectRunner with that many worker processes; None takes
+            the cores when there are at least `PARALLEL_MIN_KERNELS` kernels, else 1.
 
     Returns:
         `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
         `"seed"`, `"usable_valid"` (validation kernels with at least `UPSTREAM_CONFIGS`
-        configs) and `"replaced"` (old npz files removed).
+        configs), `"replaced"` (old npz files removed) and `"workers"` (processes used).
 
     Raises:
-        FlagError: a negative count or seed, `max_configs < min_configs`, an unreadable
-            `test_ids_from`, nothing to generate, or `out_dir` is a file.
+        FlagError: a negative count or seed, `max_configs < min_configs`, `num_workers < 1`,
+            an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
         UnknownFamilyError: `family` is not in `FAMILIES`.
         DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
     """
-    maker = get_family(family).make_kernel
+    get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
     _check_args(counts, seed, max_configs, min_configs)
+    if num_workers is not None and num_workers < 1:
+        raise FlagError(f"--num_workers must be at least 1, got {num_workers}")
     test_ids = _test_ids(test_ids_from) if test_ids_from is not None else None
     if test_ids is not None:
         counts["test"] = len(test_ids)
     if not sum(counts.values()):
         raise FlagError("--train, --valid and --test are all 0: nothing to generate")
+    workers = num_workers or default_workers(sum(counts.values()))
     out = Path(out_dir)
     old = _prepare_out(out, overwrite)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=".synth-", dir=out))
     try:
-        limits = {"max_configs": max_configs, "min_configs": min_configs}
-        total_configs = _write_kernels(staging, counts, seed, test_ids, progress, maker, limits)
+        job = _Job(str(staging), seed, family, max_configs, min_configs)
+        total_configs = _write_kernels(job, _split_plan(counts, seed, test_ids), progress, workers)
         _install(staging, out, old)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
@@ -306,33 +336,146 @@ def generate(
         "seed": seed,
         "usable_valid": usable,
         "replaced": len(old),
+        "workers": workers,
     }
 
 
-def _write_kernels(
-    root: Path,
-    counts: dict[str, int],
-    seed: int,
-    test_ids: list[str] | None,
-    progress: bool,
-    maker: KernelMaker,
-    limits: dict[str, int | None],
-) -> int:
-    """Writes every kernel of the plan under `root`; returns the number of configs."""
-    for split in SPLITS:
-        (root / split).mkdir()
-    plan = _split_plan(counts, seed, test_ids)
-    if progress:
-        from tqdm import tqdm
+def cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
-        plan = tqdm(plan, desc="synthetic kernels", unit="kernel")
-    total_configs = 0
-    for split, i, tid, weights in plan:
-        rng = np.random.default_rng([seed, SPLITS.index(split), i, 1])
-        arrays = maker(rng, kind_weights=weights, labelled=split != "test", **limits)
-        total_configs += len(arrays["config_feat"])
-        _write_npz(root / split / f"{tid}.npz", arrays)
-    return total_configs
+
+def default_workers(kernels: int) -> int:
+    """Worker processes for `kernels` kernels: the cores from `PARALLEL_MIN_KERNELS` on."""
+    return cores() if kernels >= PARALLEL_MIN_KERNELS else 1
+
+
+@dataclass(frozen=True)
+class _Job:
+    """What every kernel of one `generate` call shares (plain values: Beam pickles it)."""
+
+    root: str
+    seed: int
+    family: str
+    max_configs: int | None
+    min_configs: int
+
+    def write(self, item: Item) -> int:
+        """Makes kernel `item` from its own generator and writes it; returns its configs."""
+        split, i, tile_id, weights = item
+        rng = np.random.default_rng([self.seed, SPLITS.index(split), i, 1])
+        arrays = get_family(self.family).make_kernel(
+            rng,
+            kind_weights=weights,
+            labelled=split != "test",
+            max_configs=self.max_configs,
+            min_configs=self.min_configs,
+        )
+        folder = Path(self.root, split)
+        if not folder.is_dir():  # the run was abandoned and its staging folder removed
+            raise FileNotFoundError(f"{folder} is gone")
+        _write_npz(folder / f"{tile_id}.npz", arrays)
+        return len(arrays["config_feat"])
+
+
+def _write_kernels(job: _Job, plan: list[Item], progress: bool, workers: int) -> int:
+    """Writes every kernel of the plan under `job.root`; returns the number of configs."""
+    for split in SPLITS:
+        Path(job.root, split).mkdir()
+    with _progress_bar(Path(job.root), len(plan), progress, workers) as bar:
+        if workers == 1:
+            total = 0
+            for item in plan:
+                total += job.write(item)
+                bar()
+            return total
+        return _write_in_beam(job, plan, workers)
+
+
+@contextlib.contextmanager
+def _progress_bar(root: Path, total: int, show: bool, workers: int) -> Iterator[Callable[[], None]]:
+    """Yields `tick()` for one written kernel; with workers, a thread counts the files instead."""
+    if not show:
+        yield lambda: None
+        return
+    from tqdm import tqdm
+
+    with tqdm(total=total, desc="synthetic kernels", unit="kernel") as bar:
+        if workers == 1:
+            yield lambda: bar.update()
+            return
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.wait(0.5):
+                bar.update(len(existing_npz(root)) - bar.n)
+
+        thread = threading.Thread(target=poll, daemon=True)
+        thread.start()
+        try:
+            yield lambda: None
+        finally:
+            done.set()
+            thread.join()
+            bar.update(len(existing_npz(root)) - bar.n)
+
+
+def _write_chunk(chunk: str, job: _Job) -> int:
+    """Beam's Map: writes a JSON list of plan items; counts their configs in a Beam counter."""
+    from apache_beam.metrics import Metrics
+
+    total = sum(job.write((s, i, t, tuple(w))) for s, i, t, w in json.loads(chunk))
+    Metrics.counter("synth", "configs").inc(total)
+    return total
+
+
+def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
+    """`Create(chunks) | Reshuffle | Map(_write_chunk)` on the multi-processing DirectRunner
+    with `workers` processes (the sweep's runner); returns the configs written.
+
+    The Reshuffle spreads the chunks over the workers instead of fusing them onto one.
+    """
+    with _quiet_beam():
+        import apache_beam as beam
+        from apache_beam.metrics.metric import MetricsFilter
+        from apache_beam.options.pipeline_options import PipelineOptions
+
+        options = PipelineOptions(
+            [],
+            runner="DirectRunner",
+            direct_running_mode="multi_processing",
+            direct_num_workers=workers,
+            default_sdk_harness_log_level="ERROR",
+        )
+        size = max(1, min(_CHUNK, math.ceil(len(plan) / workers)))
+        chunks = [json.dumps(plan[k : k + size]) for k in range(0, len(plan), size)]
+        pipeline = beam.Pipeline(options=options)
+        _ = (
+            pipeline
+            | "Chunks" >> beam.Create(chunks)
+            | "Spread" >> beam.Reshuffle()
+            | "Write" >> beam.Map(_write_chunk, job=job)
+        )
+        result = pipeline.run()
+        result.wait_until_finish()
+        query = result.metrics().query(MetricsFilter().with_name("configs"))
+    return int(sum(c.committed for c in query["counters"]))
+
+
+@contextlib.contextmanager
+def _quiet_beam() -> Iterator[None]:
+    """Beam logs warnings on import (missing GCP clients); keep its errors only."""
+    beam_logger = logging.getLogger("apache_beam")
+    level, disabled = beam_logger.level, logging.root.manager.disable
+    beam_logger.setLevel(logging.ERROR)
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(disabled)
+        beam_logger.setLevel(level)
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:

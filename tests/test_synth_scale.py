@@ -1,0 +1,129 @@
+"""`tpu-tiles synth --scale full` and parallel generation: the sizes `--scale` resolves to,
+its refusals, and files that do not depend on how many processes wrote them."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import pytest
+
+from tpu_tiles_models import synthetic
+from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models.synthetic import command, writer
+
+pytestmark = pytest.mark.filterwarnings("ignore::tpu_tiles_models.synthetic.ValidationSplitWarning")
+
+
+def _args(*argv: str) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="tpu-tiles synth")
+    synthetic.add_flags(parser)
+    return parser.parse_args(["out", *argv])
+
+
+def _files(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*.npz"))}
+
+
+def test_full_scale_is_the_real_split_sizes() -> None:
+    assert command.resolve_scale(_args("--scale", "full")) == dict(
+        train=5709, valid=676, test=844, max_configs=None
+    )
+    assert command.resolve_scale(_args("--scale", "full", "--family", "fusion", "--seed", "3")) == (
+        dict(train=5709, valid=676, test=844, max_configs=None)
+    )
+
+
+def test_custom_scale_takes_the_flags() -> None:
+    assert command.resolve_scale(_args()) == dict(train=300, valid=60, test=60, max_configs=None)
+    sizes = command.resolve_scale(_args("--train", "5", "--test", "0", "--max_configs", "9"))
+    assert sizes == dict(train=5, valid=60, test=0, max_configs=9)
+
+
+@pytest.mark.parametrize(
+    "flags, named",
+    [
+        (["--train", "300"], "--train"),  # refused even when it equals the default
+        (["--valid", "10", "--max_configs", "100"], "--valid, --max_configs"),
+        (["--test", "1"], "--test"),
+    ],
+)
+def test_full_scale_refuses_the_flags_it_sets(flags: list[str], named: str) -> None:
+    with pytest.raises(FlagError) as err:
+        command.resolve_scale(_args("--scale", "full", *flags))
+    assert str(err.value) == (
+        f"--scale full sets the split sizes and config cap itself; drop {named} or use "
+        "--scale custom"
+    )
+
+
+def test_run_passes_the_full_sizes_and_workers(monkeypatch, capsys) -> None:
+    seen = {}
+
+    def fake_generate(out, **kwargs):
+        seen.update(kwargs, out=out)
+        return dict(
+            kwargs, kernels=7229, configs=1, out_dir=out, family="fusion", seed=0,
+            usable_valid=600, replaced=0, test=844,
+        )  # fmt: skip
+
+    monkeypatch.setattr(command, "generate", fake_generate)
+    ids = "sample_submission.csv"
+    command.run(_args("--scale", "full", "--family", "fusion", "--test_ids_from", ids))
+    assert (seen["train"], seen["valid"], seen["test"], seen["max_configs"]) == (
+        5709,
+        676,
+        844,
+        None,
+    )
+    assert (seen["num_workers"], seen["test_ids_from"], seen["family"]) == (None, ids, "fusion")
+    assert "train 5709, valid 676 (600 with >= 10 configs), test 844" in capsys.readouterr()[0]
+    command.run(_args("--train", "4", "--num_workers", "3", "--no_progress"))
+    assert (seen["train"], seen["num_workers"], seen["progress"]) == (4, 3, False)
+
+
+def test_default_workers_switch_at_the_threshold(monkeypatch) -> None:
+    monkeypatch.setattr(writer, "cores", lambda: 6)
+    assert writer.default_workers(writer.PARALLEL_MIN_KERNELS - 1) == 1
+    assert writer.default_workers(writer.PARALLEL_MIN_KERNELS) == 6
+    assert writer.default_workers(sum(writer.REAL_SPLIT_SIZES.values())) == 6
+
+
+def test_num_workers_below_one_is_refused(tmp_path: Path) -> None:
+    with pytest.raises(FlagError, match=r"^--num_workers must be at least 1, got 0$"):
+        synthetic.generate(tmp_path / "d", train=1, num_workers=0, progress=False)
+    assert not (tmp_path / "d").exists()
+
+
+def test_parallel_and_serial_write_the_same_files(tmp_path: Path) -> None:
+    kwargs = dict(train=5, valid=3, test=2, seed=4, max_configs=30, family="fusion", progress=False)
+    serial = synthetic.generate(tmp_path / "serial", num_workers=1, **kwargs)
+    parallel = synthetic.generate(tmp_path / "parallel", num_workers=2, **kwargs)
+    assert (serial["workers"], parallel["workers"]) == (1, 2)
+    assert serial["configs"] == parallel["configs"] > 10
+    written = _files(tmp_path / "serial")
+    assert len(written) == 10 and written == _files(tmp_path / "parallel")
+    assert not list((tmp_path / "parallel").glob(".synth-*"))  # staging renamed away
+
+
+def test_a_kernel_is_a_function_of_seed_split_and_index(tmp_path: Path) -> None:
+    # Kernel 3 of train is the same whether 4 or 9 train kernels are made, and its bytes do
+    # not depend on when it was written (fixed zip timestamps).
+    small = synthetic.generate(
+        tmp_path / "a", train=4, valid=0, test=0, max_configs=20, progress=False
+    )
+    big = synthetic.generate(
+        tmp_path / "b", train=9, valid=0, test=0, max_configs=20, progress=False
+    )
+    assert (small["train"], big["train"]) == (4, 9)
+    a, b = _files(tmp_path / "a"), _files(tmp_path / "b")
+    assert set(a) < set(b) and all(a[name] == b[name] for name in a)
+
+
+def test_a_worker_does_not_recreate_a_removed_staging_folder(tmp_path: Path) -> None:
+    job = writer._Job(
+        str(tmp_path / "gone"), seed=0, family="roofline", max_configs=8, min_configs=2
+    )
+    with pytest.raises(FileNotFoundError, match="gone/train is gone"):
+        job.write(("train", 0, "k", (0.3, 0.2, 0.15, 0.35)))
+    assert not (tmp_path / "gone").exists()
