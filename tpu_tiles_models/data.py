@@ -75,22 +75,23 @@ class DataError(UserError, ValueError):
 def split_files(root: str | os.PathLike, split: str, *, toy_data: bool = False) -> list[str]:
     """Lists `root/split/*.npz` in upstream's order (`tf.io.gfile.glob`, directory order).
 
-    With `toy_data`, keeps the first 100 files like upstream's `--toy_data` flag.
+    `root` may be remote (`gs://...`). With `toy_data`, keeps the first 100 files like
+    upstream's `--toy_data` flag.
     """
     if split not in SPLITS:
         raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
-    directory = os.path.join(os.path.expanduser(os.fspath(root)), split)
-    if not os.path.isdir(directory):
+    directory = files.join(files.expand(root), split)
+    if not files.isdir(directory):
         raise DataError(
             f"{directory}: split directory not found; point the data root at the folder "
             f"holding {'/, '.join(SPLITS)}/ (e.g. ~/data/tpugraphs/npz/tile/xla)"
         )
     # Upstream's order is tf.io.gfile.glob's (unsorted, directory order); toy subsets and the
     # course's predictions depend on it, so use the very same call.
-    files = tf.io.gfile.glob(os.path.join(directory, "*.npz"))
-    if not files:
+    found = tf.io.gfile.glob(files.join(directory, "*.npz"))
+    if not found:
         raise DataError(f"{directory}: no *.npz files; download the tile:xla npz files into it")
-    return files[:TOY_FILES] if toy_data else files
+    return found[:TOY_FILES] if toy_data else found
 
 
 def tile_id_of(path: str) -> str:
@@ -109,7 +110,7 @@ _ZIP_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, Valu
 def _read_members(path: str) -> dict[str, bytes]:
     """Decompressed `.npy` members of an npz file (thread-safe: no numpy parsing here)."""
     try:
-        with zipfile.ZipFile(path) as zf:
+        with files.open_read(path) as f, zipfile.ZipFile(f) as zf:
             names = [n for n in zf.namelist() if n.endswith(".npy")]
             return {name[: -len(".npy")]: zf.read(name) for name in names}
     except _ZIP_ERRORS as err:
@@ -287,15 +288,13 @@ _ARRAY_FIELDS = REQUIRED_KEYS + (
 )
 
 
-def _cache_path(cache_dir: str, split: str, files: list[str], key_extra: dict) -> str:
-    """Cache file name keyed by each file's absolute path, size and mtime, plus options."""
-    stamp = []
-    for path in files:
-        st = os.stat(path)
-        stamp.append([os.path.abspath(path), st.st_size, st.st_mtime_ns])
+def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -> str:
+    """Cache file name keyed by each file's absolute path (or URL), size and mtime, plus
+    options."""
+    stamp = [[files.absolute(p), *files.size_and_mtime(p)] for p in paths]
     blob = json.dumps({"v": _CACHE_VERSION, "files": stamp, **key_extra}, sort_keys=True)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
-    return os.path.join(cache_dir, f"tiles-{split}-{digest}.npz")
+    return files.join(cache_dir, f"tiles-{split}-{digest}.npz")
 
 
 def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
@@ -312,11 +311,11 @@ def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
 def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
     """The cached split and its skipped-file messages, or None if unreadable."""
     try:
-        with np.load(path, allow_pickle=False) as npz:
+        with files.open_read(path) as f, np.load(f, allow_pickle=False) as npz:
             arrays = {key: npz[key] for key in npz.files}
-        files = [str(f) for f in arrays.pop("files")]
+        paths = [str(p) for p in arrays.pop("files")]
         skipped = [str(s) for s in arrays.pop("skipped")]
-        split = Split(name=name, tile_ids=[tile_id_of(f) for f in files], files=files, **arrays)
+        split = Split(name=name, tile_ids=[tile_id_of(p) for p in paths], files=paths, **arrays)
     except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, TypeError):
         return None  # a damaged cache is rebuilt, never trusted
     return split, skipped
@@ -363,31 +362,32 @@ def load_split(
     Kernels with fewer than `min_configs` configs are left out (like upstream). Bad files raise
     `DataError`, or with `skip_bad` are left out with a warning giving their count and first
     names. With `cache_dir`, the result is cached under a key made of every file's path, size
-    and mtime and the options, so changed files are re-read and unchanged ones are not.
+    and mtime and the options, so changed files are re-read and unchanged ones are not. `root`
+    and `cache_dir` may be remote (`gs://...`).
     """
-    files = split_files(root, split, toy_data=toy_data)
+    paths = split_files(root, split, toy_data=toy_data)
     cache = None
     if cache_dir is not None:
         extra = {"min_configs": min_configs, "toy": toy_data, "skip_bad": skip_bad}
-        cache = _cache_path(os.path.expanduser(os.fspath(cache_dir)), split, files, extra)
-        hit = _load_cache(cache, split) if os.path.exists(cache) else None
+        cache = _cache_path(files.expand(cache_dir), split, paths, extra)
+        hit = _load_cache(cache, split) if files.exists(cache) else None
         if hit is not None:
             _warn_skipped(split, hit[1])
             return hit[0]
 
-    results: list[dict[str, np.ndarray] | None] = [None] * len(files)
+    results: list[dict[str, np.ndarray] | None] = [None] * len(paths)
     errors: dict[int, str] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_read_members, f): i for i, f in enumerate(files)}
+        futures = {pool.submit(_read_members, p): i for i, p in enumerate(paths)}
         done = concurrent.futures.as_completed(futures)
         if progress:
-            done = tqdm.tqdm(done, total=len(files), desc=f"loading {split}", unit="file")
+            done = tqdm.tqdm(done, total=len(paths), desc=f"loading {split}", unit="file")
         try:
             for future in done:
                 interrupts.check()
                 i = futures[future]
                 try:
-                    results[i] = _check_members(files[i], future.result(), split)
+                    results[i] = _check_members(paths[i], future.result(), split)
                 except DataError as err:
                     if not skip_bad:
                         # Only training may leave kernels out: every test kernel needs a row.
@@ -399,15 +399,15 @@ def load_split(
             raise
 
     skipped = [errors[i] for i in sorted(errors)]
-    if len(skipped) == len(files):
-        raise DataError(f"{os.path.dirname(files[0])}: every file is bad, e.g. {skipped[0]}")
+    if len(skipped) == len(paths):
+        raise DataError(f"{os.path.dirname(paths[0])}: every file is bad, e.g. {skipped[0]}")
     loaded = [i for i, arrays in enumerate(results) if arrays is not None]
     # A single config cannot be ranked; upstream leaves such train kernels out too.
     fewest = max(min_configs, 2) if split == "train" else min_configs
     kept = [i for i in loaded if len(results[i]["config_runtime"]) >= fewest]
-    out = _concat(split, [files[i] for i in kept], [results[i] for i in kept])
+    out = _concat(split, [paths[i] for i in kept], [results[i] for i in kept])
     _warn_skipped(split, skipped)
-    _warn_single_config(split, [files[i] for i in loaded if len(results[i]["config_runtime"]) < 2])
+    _warn_single_config(split, [paths[i] for i in loaded if len(results[i]["config_runtime"]) < 2])
     if cache is not None:
         _save_cache(cache, out, skipped)
     return out
@@ -555,9 +555,7 @@ class FeatureStats:
         """Reads a file written by `save`; problems raise `DataError` naming the file."""
         path = os.fspath(path)
         try:
-            with open(path, encoding="utf-8") as f:
-                d = json.load(f)
-            return cls.from_json(d)
+            return cls.from_json(json.loads(files.read_bytes(path)))
         except (OSError, json.JSONDecodeError, DataError) as err:
             raise DataError(
                 f"{path}: cannot read feature statistics ({err}); re-export the model"
@@ -618,7 +616,7 @@ def load_dataset(
     if stats is None:
         train = loaded["train"]
         others = [s for n, s in loaded.items() if n != "train" and s is not None]
-        where = os.path.abspath(os.path.expanduser(os.fspath(root)))
+        where = files.absolute(files.expand(root))
         stats = FeatureStats.fit(train, others, source=f"{where} toy_data={toy_data}")
     else:
         for split in loaded.values():

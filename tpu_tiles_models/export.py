@@ -4,7 +4,7 @@
 whose `h` is the md5 of the sorted-key JSON of its 15 argument fields (`train_args.args_hash`).
 We write exactly that, and put our own extras under one extra key, `tpu_tiles`, never touching
 upstream's. Reading them back is `runs.TrainedRun`'s job; the low-level readers live here,
-beside the writers they mirror.
+beside the writers they mirror. Every path may be remote (`gs://...`, see `files`).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import tempfile
 import warnings
 import zlib
 from pathlib import Path
@@ -35,19 +36,20 @@ class ShapeMismatch(ExportError):
     """Saved and rebuilt variables differ in shape: usually other feature widths (data)."""
 
 
-def run_file_for(model_dir: str | Path) -> Path:
-    """`.../model_<h>` -> `.../run_<h>.jsonz`, as the course script derives it."""
-    model_dir = Path(model_dir)
-    if not model_dir.name.startswith("model_"):
+def run_file_for(model_dir: str | Path) -> Path | str:
+    """`.../model_<h>` -> `.../run_<h>.jsonz`, as the course script derives it (a string for
+    a remote path)."""
+    name = files.basename(model_dir)
+    if not name.startswith("model_"):
         raise ExportError(f"{model_dir}: a model directory is named model_<hash>")
-    return model_dir.with_name("run_" + model_dir.name[len("model_") :] + ".jsonz")
+    return files.with_name(model_dir, "run_" + name[len("model_") :] + ".jsonz")
 
 
-def write_run(out_dir: str | Path, args: Mapping[str, Any], run_info: Mapping) -> Path:
-    """Writes `run_<h>.jsonz` (gzip JSON) atomically; returns its path."""
-    path = Path(out_dir) / f"run_{args_hash(args)}.jsonz"
-    with files.atomic_path(path) as tmp:
-        tmp.write_bytes(gzip.compress(json.dumps(run_info).encode()))
+def write_run(out_dir: str | Path, args: Mapping[str, Any], run_info: Mapping) -> Path | str:
+    """Writes `run_<h>.jsonz` (gzip JSON) atomically; returns its path (a string if remote)."""
+    name = f"run_{args_hash(args)}.jsonz"
+    path = files.join(out_dir, name) if files.is_remote(out_dir) else Path(out_dir) / name
+    files.write_bytes(path, gzip.compress(json.dumps(run_info).encode()))
     return path
 
 
@@ -58,13 +60,13 @@ def read_run(model_dir: str | Path) -> dict:
       ExportError: missing, truncated or corrupt run file, or one of another model.
     """
     run_file = run_file_for(model_dir)
-    if not run_file.is_file():
+    if not files.isfile(run_file):
         raise ExportError(
-            f"{run_file} not found: {Path(model_dir).name} needs its run file beside it "
+            f"{run_file} not found: {files.basename(model_dir)} needs its run file beside it "
             "(tiles_train.py writes both into --out_dir; copy them together)"
         )
     try:
-        run_info = json.loads(gzip.decompress(run_file.read_bytes()))
+        run_info = json.loads(gzip.decompress(files.read_bytes(run_file)))
         expected = args_hash(run_info["args"])
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
         reason = " ".join(str(e).split()) or type(e).__name__
@@ -72,7 +74,7 @@ def read_run(model_dir: str | Path) -> dict:
             f"{run_file}: not a readable run file ({reason}); it is truncated or corrupt, "
             "copy it again from the training --out_dir"
         ) from None
-    if run_file.name != f"run_{expected}.jsonz":
+    if files.basename(run_file) != f"run_{expected}.jsonz":
         raise ExportError(
             f"{run_file}: its args hash to {expected}, not to this name; it belongs to another "
             "model directory"
@@ -80,12 +82,19 @@ def read_run(model_dir: str | Path) -> dict:
     return run_info
 
 
-def save_model_dir(model: tf.keras.Model, path: str | Path) -> Path:
+def save_model_dir(model: tf.keras.Model, path: str | Path) -> Path | str:
     """`model.save(path)` as a Keras-2 SavedModel, written beside and renamed into place.
 
     A rerun replaces its own directory; an interrupted save leaves only a hidden temp dir
-    that the next save removes.
+    that the next save removes. A remote `path` is saved locally, then its tree copied there
+    (not atomic: the run file, written after it, is what marks a run complete).
     """
+    if files.is_remote(path):
+        with tempfile.TemporaryDirectory(prefix="tpu_tiles_model_") as tmp:
+            local = save_model_dir(model, Path(tmp) / files.basename(path))
+            files.remove(path)
+            files.copy_tree(local, path)
+        return path
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     shutil.rmtree(tmp, ignore_errors=True)
@@ -105,7 +114,10 @@ def save_model_dir(model: tf.keras.Model, path: str | Path) -> Path:
 
 
 def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
-    """`tf.keras.models.load_model` as the course script calls it (loss in a custom scope)."""
+    """`tf.keras.models.load_model` as the course script calls it (loss in a custom scope).
+
+    Keras 2 reads a SavedModel through tf.io.gfile, so a remote directory loads in place.
+    """
     with tf.keras.saving.custom_object_scope({"CombinedLoss": CombinedLoss}):
         return tf.keras.models.load_model(str(model_dir), compile=False)
 

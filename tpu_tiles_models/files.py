@@ -1,9 +1,12 @@
-"""Writing files so that nobody sees half of one: a temp name beside the target, then a rename.
+"""Files, local or remote, and writing them so that nobody sees half of one.
 
-Everything the package writes goes through `atomic_path`. This module imports only the
-standard library and `errors`, so the TensorFlow-free modules (`kaggle`, `install`) use it
-too. (`create_kaggle_csv.py` keeps a small copy of its own: it must run where this package
-is not installed.)
+Everything the package writes goes through `atomic_path`: a temp name beside the target, then
+a rename. A path with a scheme (`gs://bucket/x`, `ram://x`: `is_remote`) is read and written
+through `tf.io.gfile` by the helpers below (`open_read`, `read_bytes`, `size_and_mtime`, `glob`,
+`copy_tree`, `remove`, ...); a local path takes the plain `os` route, unchanged. This module
+imports only the standard library and `errors` (TensorFlow only for a remote path), so the
+TensorFlow-free modules (`kaggle`, `install`) use it too. (`create_kaggle_csv.py` keeps a
+small copy of its own: it must run where this package is not installed.)
 """
 
 from __future__ import annotations
@@ -11,18 +14,22 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import secrets
 import shutil
 import stat
+import tempfile
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
-from tpu_tiles_models.errors import UserError
+from tpu_tiles_models.errors import FlagError, UserError
 
 # Write failures the user fixes by freeing space or choosing another place.
 _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
 # Attempts at a free temp name before giving up (each name has 32 random bits).
 _TEMP_TRIES = 100
+# `gs://`, `ram://`, `s3://`, ...: a file system of tf.io.gfile, not a local path.
+_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class WriteError(UserError, OSError):
@@ -40,7 +47,8 @@ def atomic_path(
     the group), an existing one keeps its own. Missing parent folders are created. On any
     exception (Ctrl-C included) the temp file is removed and `path` keeps its old content.
     The temp name ends in `.tmp`, so globs such as `*.npz` never pick it up; writers that
-    choose a format by extension need it explicitly.
+    choose a format by extension need it explicitly. A remote `path` gets a local temp file,
+    copied there when the block succeeds (see `put_file`).
 
     Args:
       path: the file to write.
@@ -56,6 +64,10 @@ def atomic_path(
         created or written (permissions, disk full, read-only); the message never shows the
         temp name. Other exceptions from the block pass through unchanged.
     """
+    if is_remote(path):
+        with _remote_atomic(os.fspath(path), flag) as tmp:
+            yield tmp
+        return
     path = Path(path)
     where = f"{flag} {path}" if flag else str(path)
     _check_target(path, where, flag)
@@ -72,7 +84,7 @@ def atomic_path(
         raise
 
 
-def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Path:
+def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Path | str:
     """Fails early, creating nothing, if `atomic_path(path)` could not write there.
 
     For commands that work a long time before writing (`predict`): call it first.
@@ -82,11 +94,17 @@ def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Pa
       flag: the command-line flag that chose `path`, named in the message.
 
     Returns:
-      `path` as a `Path`.
+      `path` as a `Path`, or as a string when remote.
 
     Raises:
       WriteError: `path` is a folder, or one of its parents is a file.
     """
+    if is_remote(path):
+        url = os.fspath(path)
+        if isdir(url):
+            where = f"{flag} {url}" if flag else url
+            raise WriteError(f"{where} is a folder; pass the path of a file to write")
+        return url
     path = Path(path)
     where = f"{flag} {path}" if flag else str(path)
     if path.is_dir():
@@ -153,3 +171,235 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | Non
     src = Path(src)
     with atomic_path(dst, flag=flag, mode=stat.S_IMODE(src.stat().st_mode) & 0o777) as tmp:
         shutil.copyfile(src, tmp)
+
+
+# -- local or remote (tf.io.gfile) --------------------------------------------------------
+
+
+def is_remote(path: str | os.PathLike) -> bool:
+    """Whether `path` is a URL (`gs://bucket/x`, `ram://x`) served by tf.io.gfile."""
+    return bool(_SCHEME.match(os.fspath(path)))
+
+
+def require_local(path: str | os.PathLike, *, flag: str) -> None:
+    """For a path that must be local (a Python file to import), a one-line error if remote.
+
+    Raises:
+      FlagError: `path` is a URL.
+    """
+    if path and is_remote(path):
+        raise FlagError(
+            f"{flag} {os.fspath(path)}: must be a local path; copy it to a local folder (on "
+            "every worker, for a sweep on a cluster)"
+        )
+
+
+def expand(path: str | os.PathLike) -> str:
+    """A local path with `~` expanded, or a URL unchanged."""
+    path = os.fspath(path)
+    return path if is_remote(path) else os.path.expanduser(path)
+
+
+def join(base: str | os.PathLike, *names: str) -> str:
+    """`os.path.join` for local paths; `/`-joined for URLs."""
+    base = os.fspath(base)
+    if not is_remote(base):
+        return os.path.join(base, *names)
+    head = base.rstrip("/")
+    return "/".join([head + "/" if head.endswith(":") else head, *names])  # ram:// + x
+
+
+def basename(path: str | os.PathLike) -> str:
+    """The last name of `path` (a trailing `/` of a URL ignored)."""
+    return os.path.basename(os.fspath(path).rstrip("/"))
+
+
+def with_name(path: str | os.PathLike, name: str) -> Path | str:
+    """`path` with its last name replaced: a `Path`, or a string for a URL."""
+    if not is_remote(path):
+        return Path(path).with_name(name)
+    return join(_parent(os.fspath(path)), name)
+
+
+def absolute(path: str | os.PathLike) -> str:
+    """`os.path.abspath` for local paths; a URL unchanged."""
+    return os.fspath(path) if is_remote(path) else os.path.abspath(path)
+
+
+def exists(path: str | os.PathLike) -> bool:
+    if is_remote(path):
+        return _gfile().exists(os.fspath(path))
+    return os.path.exists(path)
+
+
+def isdir(path: str | os.PathLike) -> bool:
+    if is_remote(path):
+        return _gfile().isdir(os.fspath(path))
+    return os.path.isdir(path)
+
+
+def isfile(path: str | os.PathLike) -> bool:
+    if is_remote(path):
+        return exists(path) and not isdir(path)
+    return os.path.isfile(path)
+
+
+def glob(pattern: str) -> list[str]:
+    """Paths matching `pattern` (wildcards in the last name only when local)."""
+    if is_remote(pattern):
+        return _gfile().glob(pattern)
+    return [str(p) for p in Path(pattern).parent.glob(os.path.basename(pattern))]
+
+
+def size_and_mtime(path: str | os.PathLike) -> tuple[int, int]:
+    """(size in bytes, modification time in ns) of a file.
+
+    Raises:
+      OSError: it cannot be read (FileNotFoundError when missing).
+    """
+    if not is_remote(path):
+        st = os.stat(path)
+        return st.st_size, st.st_mtime_ns
+    with _os_errors(os.fspath(path)):
+        st = _gfile().stat(os.fspath(path))
+    return st.length, st.mtime_nsec
+
+
+@contextlib.contextmanager
+def open_read(path: str | os.PathLike) -> Iterator[IO[bytes]]:
+    """The file opened for binary reading (seekable): `open` locally, a GFile when remote.
+
+    Raises:
+      OSError: it cannot be opened or read (FileNotFoundError when missing).
+    """
+    if not is_remote(path):
+        with open(path, "rb") as f:
+            yield f
+        return
+    url = os.fspath(path)
+    with _os_errors(url):
+        gfile = _gfile()
+        if not gfile.exists(url):  # a remote open only fails at the first read
+            raise FileNotFoundError(errno.ENOENT, "No such file or directory", url)
+        with gfile.GFile(url, "rb") as f:
+            yield f
+
+
+def read_bytes(path: str | os.PathLike) -> bytes:
+    """The whole file. Raises OSError (FileNotFoundError when missing)."""
+    with open_read(path) as f:
+        return f.read()
+
+
+def write_bytes(path: str | os.PathLike, data: bytes, *, flag: str | None = None) -> None:
+    """Writes `data` to `path` through `atomic_path`."""
+    with atomic_path(path, flag=flag) as tmp:
+        tmp.write_bytes(data)
+
+
+def remove(path: str | os.PathLike) -> None:
+    """Removes a file or a folder tree; nothing if it does not exist."""
+    if is_remote(path):
+        url = os.fspath(path)
+        with _os_errors(url):
+            gfile = _gfile()
+            if gfile.isdir(url):
+                gfile.rmtree(url)
+            elif gfile.exists(url):
+                gfile.remove(url)
+        return
+    local = Path(path)
+    if local.is_dir() and not local.is_symlink():
+        shutil.rmtree(local, ignore_errors=True)
+    else:
+        local.unlink(missing_ok=True)
+
+
+def put_file(src: str | os.PathLike, url: str, *, flag: str | None = None) -> None:
+    """Copies local file `src` to remote `url` under a hidden temp name, then renames it, so
+    `url` never holds half a file (a bucket's rename is a server-side copy).
+
+    Raises:
+      WriteError: it cannot be written; the message names `url` (and `flag`).
+    """
+    gfile = _gfile()
+    parent = _parent(url)
+    part = join(parent, f".{basename(url)}.{secrets.token_hex(4)}.tmp")
+    try:
+        with _os_errors(url):
+            gfile.makedirs(parent)
+            gfile.copy(os.fspath(src), part, overwrite=True)
+            gfile.rename(part, url, overwrite=True)
+    except BaseException as err:
+        with contextlib.suppress(Exception):
+            remove(part)
+        if isinstance(err, OSError):
+            raise WriteError(_cannot_write(f"{flag} {url}" if flag else url, err, flag)) from err
+        raise
+
+
+def copy_tree(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | None = None) -> None:
+    """Copies folder `src` into `dst` (created; existing files overwritten); either side may be
+    remote. Not atomic: publish a marker file after it (as the run file marks a run).
+
+    Raises:
+      WriteError: `dst` cannot be written; OSError: `src` cannot be read.
+    """
+    if not is_remote(src) and not is_remote(dst):
+        shutil.copytree(src, dst, dirs_exist_ok=True)
+        return
+    gfile, src, dst = _gfile(), os.fspath(src).rstrip("/"), os.fspath(dst).rstrip("/")
+    with _os_errors(src):
+        tree = list(gfile.walk(src))
+    try:
+        with _os_errors(dst):
+            for top, _, names in tree:
+                rel = top[len(src) :].strip("/")
+                target = join(dst, *rel.split("/")) if rel else dst
+                gfile.makedirs(target)
+                for name in names:
+                    gfile.copy(join(top, name), join(target, name), overwrite=True)
+    except OSError as err:
+        raise WriteError(_cannot_write(f"{flag} {dst}" if flag else dst, err, flag)) from err
+
+
+def _parent(url: str) -> str:
+    """The folder of a URL: `gs://b/x/y` -> `gs://b/x`, `ram://y` -> `ram://`."""
+    head = url.rstrip("/").rpartition("/")[0]
+    return head + "/" if head.endswith(":/") else head
+
+
+@contextlib.contextmanager
+def _remote_atomic(url: str, flag: str | None) -> Iterator[Path]:
+    """`atomic_path` for a URL: a local temp file, `put_file` to `url` if the block succeeds."""
+    check_output_path(url, flag=flag)
+    fd, name = tempfile.mkstemp(prefix="tpu_tiles_", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        yield tmp
+        put_file(tmp, url, flag=flag)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def _gfile():
+    import tensorflow as tf  # only for remote paths: kaggle and install stay TensorFlow-free
+
+    return tf.io.gfile
+
+
+@contextlib.contextmanager
+def _os_errors(path: str) -> Iterator[None]:
+    """tf.io.gfile's `tf.errors.*` as the OSError a local call would raise, in one line."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except tf.errors.OpError as err:
+        reason = " ".join((err.message or "").split()) or type(err).__name__
+        if isinstance(err, tf.errors.NotFoundError):
+            raise FileNotFoundError(errno.ENOENT, reason, path) from None
+        if isinstance(err, tf.errors.PermissionDeniedError):
+            raise PermissionError(errno.EACCES, reason, path) from None
+        raise OSError(errno.EIO, reason, path) from None

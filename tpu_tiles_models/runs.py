@@ -5,6 +5,7 @@ checks that the two belong together, reads the arguments, history and (our train
 statistics, and rebuilds the model by the course procedure: a fresh instance of the class named
 in the run file, one `forward` to create its variables, then a pairwise in-order copy of the
 saved trainable variables. `predict`, `evaluate`, `bundle` and `ensemble` all go through here.
+A run may be remote (`gs://.../model_<h>`): it is read in place through tf.io.gfile.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, registry
+from tpu_tiles_models import data, export, files, registry
 from tpu_tiles_models.train_args import TrainArgs
 
 
@@ -28,10 +29,11 @@ class TrainedRun:
 
     Build with `TrainedRun.open`. `info` is the whole run file: upstream's `args`,
     `train_curve`, `final_error`, `test_predictions`, and our extras under `tpu_tiles`.
+    `model_dir` and `run_file` are strings (URLs) for a remote run.
     """
 
-    model_dir: Path
-    run_file: Path
+    model_dir: Path | str
+    run_file: Path | str
     info: dict[str, Any]
     models_path: Path | None = None
 
@@ -49,12 +51,12 @@ class TrainedRun:
           ExportError: no such directory, no SavedModel in it, or a missing, corrupt or
             foreign run file; each in one line naming the path and the fix.
         """
-        path = Path(os.path.expanduser(os.fspath(model_dir))).resolve()
-        if not path.is_dir():
+        path = _resolve(model_dir)
+        if not files.isdir(path):
             raise export.ExportError(
                 f"{path}: no such model directory; give the model_<hash> folder training wrote"
             )
-        if not (path / "saved_model.pb").is_file():
+        if not files.isfile(files.join(path, "saved_model.pb")):
             raise export.ExportError(
                 f"{path}: no saved_model.pb in it; give the model_<hash> folder training wrote"
             )
@@ -122,7 +124,7 @@ class TrainedRun:
         training did: every split, train kernels with at least `--configs` configs, the first
         100 files of each with `toy_data`.
         """
-        root = os.path.expanduser(os.fspath(data_root))
+        root = files.expand(data_root)
         stats = self.stats
         if stats is not None:
             return data.load_dataset(
@@ -180,3 +182,11 @@ class TrainedRun:
             f"{errors[0]}; retrying with the --toy_data subset's statistics failed too, so the "
             f"model was trained on other data than {data_root}"
         )
+
+
+def _resolve(model_dir: str | os.PathLike) -> Path | str:
+    """A local directory made absolute (`~` expanded, links resolved); a URL without its
+    trailing `/`."""
+    if files.is_remote(model_dir):
+        return os.fspath(model_dir).rstrip("/")
+    return Path(os.path.expanduser(os.fspath(model_dir))).resolve()

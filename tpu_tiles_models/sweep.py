@@ -55,7 +55,6 @@ import os
 import random
 import re
 import shlex
-import shutil
 import signal
 import socket
 import statistics
@@ -86,7 +85,6 @@ _SIGNIFICANT = 4  # digits kept of a float drawn by --random
 _HPARAMS_SUFFIX = ".sweep_hparams"
 _FIELDS = {f.name: f for f in dataclasses.fields(TrainArgs)}
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
-_SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 
 class SweepFailed(UserError):
@@ -149,7 +147,7 @@ def parse_grid(text: str) -> list[Grid]:
     Raises:
       FlagError: a missing or unreadable file, or a bad axis, naming `--grid` and the fix.
     """
-    if "=" not in text or _exists(text.strip()):  # every inline axis has a "="
+    if "=" not in text or files.exists(text.strip()):  # every inline axis has a "="
         return load_grid_file(text.strip())
     return [parse_inline(text)]
 
@@ -487,7 +485,7 @@ def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
     except FlagError as e:
         raise FlagError(f"--grid point {where}: {e}") from None
     key = point_key(args)
-    results_csv = _join(_fs_path(args.out_dir), f"results_{key}.csv")
+    results_csv = files.join(files.expand(args.out_dir), f"results_{key}.csv")
     return Point(key, dict(values), args.replace(results_csv=results_csv))
 
 
@@ -510,77 +508,17 @@ def _show(value: Any) -> str:
 # =============================================================================================
 
 
-def _remote(path: str) -> bool:
-    return bool(_SCHEME.match(path))
-
-
-def _fs_path(path: str) -> str:
-    """`~` expanded for local paths; remote URLs unchanged."""
-    return path if _remote(path) else os.path.expanduser(path)
-
-
-def _join(*parts: str) -> str:
-    return (
-        "/".join([parts[0].rstrip("/"), *parts[1:]]) if _remote(parts[0]) else os.path.join(*parts)
-    )
-
-
-def _gfile():
-    import tensorflow as tf
-
-    return tf.io.gfile
-
-
-def _exists(path: str) -> bool:
-    return _gfile().exists(path) if _remote(path) else os.path.exists(_fs_path(path))
+# Through `files` alone (local, or remote through tf.io.gfile); these two names are the
+# module's own for the callers that use them.
+_glob, _remove = files.glob, files.remove
 
 
 def _read_bytes(path: str) -> bytes | None:
     """The file's content, or None if it does not exist."""
-    if _remote(path):
-        gfile = _gfile()
-        if not gfile.exists(path):
-            return None
-        with gfile.GFile(path, "rb") as f:
-            return f.read()
     try:
-        return Path(_fs_path(path)).read_bytes()
+        return files.read_bytes(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         return None
-
-
-def _write_bytes(path: str, data: bytes) -> None:
-    """Writes atomically: a temp file renamed into place (remote objects appear on close)."""
-    if _remote(path):
-        gfile = _gfile()
-        gfile.makedirs(path.rsplit("/", 1)[0])
-        with gfile.GFile(path, "wb") as f:
-            f.write(data)
-        return
-    with files.atomic_path(_fs_path(path)) as tmp:
-        tmp.write_bytes(data)
-
-
-def _remove(path: str) -> None:
-    """Removes a file or a folder tree if it exists."""
-    if _remote(path):
-        gfile = _gfile()
-        if gfile.isdir(path):
-            gfile.rmtree(path)
-        elif gfile.exists(path):
-            gfile.remove(path)
-        return
-    local = Path(_fs_path(path))
-    if local.is_dir() and not local.is_symlink():
-        shutil.rmtree(local, ignore_errors=True)
-    else:
-        local.unlink(missing_ok=True)
-
-
-def _glob(pattern: str) -> list[str]:
-    if _remote(pattern):
-        return _gfile().glob(pattern)
-    return [str(p) for p in Path(_fs_path(pattern)).parent.glob(os.path.basename(pattern))]
 
 
 def _read_json(path: str) -> dict | None:
@@ -592,7 +530,7 @@ def _read_json(path: str) -> dict | None:
 
 
 def _write_json(path: str, value: Any) -> None:
-    _write_bytes(path, json.dumps(value, indent=1).encode())
+    files.write_bytes(path, json.dumps(value, indent=1).encode())
 
 
 def read_run_info(point: Point) -> dict | None:
@@ -608,26 +546,26 @@ def read_run_info(point: Point) -> dict | None:
 
 
 def run_file_path(point: Point) -> str:
-    return _join(_fs_path(point.args.out_dir), f"run_{point.hash}.jsonz")
+    return files.join(files.expand(point.args.out_dir), f"run_{point.hash}.jsonz")
 
 
 def model_dir_path(point: Point) -> str:
-    return _join(_fs_path(point.args.out_dir), f"model_{point.hash}")
+    return files.join(files.expand(point.args.out_dir), f"model_{point.hash}")
 
 
 def _record_path(sweep_dir: str, key: str) -> str:
-    return _join(sweep_dir, "points", f"{key}.json")
+    return files.join(sweep_dir, "points", f"{key}.json")
 
 
 def _remove_leftovers(args: TrainArgs, h: str) -> None:
     """What a killed run of this point may have left: the model dir and its temp copies,
     the curve, the results CSV and its TensorBoard folder (the run file does not exist)."""
-    out = _fs_path(args.out_dir)
+    out = files.expand(args.out_dir)
     for name in (f"model_{h}", f".model_{h}.tmp", f".model_{h}.old", f"train_curve_{h}.png"):
-        _remove(_join(out, name))
-    _remove(_fs_path(args.results_csv))
+        _remove(files.join(out, name))
+    _remove(files.expand(args.results_csv))
     if args.tensorboard:
-        _remove(_join(_fs_path(args.tensorboard), f"run_{h}"))
+        _remove(files.join(files.expand(args.tensorboard), f"run_{h}"))
 
 
 # =============================================================================================
@@ -666,14 +604,14 @@ def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
 def _train_point(args: TrainArgs, key: str, sweep_dir: str, isolation: str) -> dict:
     h = args.hash()
     record = dict(key=key, hash=h, host=socket.gethostname(), pid=os.getpid())
-    if _STOP.is_set() or _exists(_join(sweep_dir, STOP_MARKER)):
+    if _STOP.is_set() or files.exists(files.join(sweep_dir, STOP_MARKER)):
         return dict(record, status="interrupted", error="not started: the sweep was interrupted")
-    if _exists(_join(_fs_path(args.out_dir), f"run_{h}.jsonz")):
+    if files.exists(files.join(files.expand(args.out_dir), f"run_{h}.jsonz")):
         return dict(record, status="skipped", error="")  # finished meanwhile (another sweep)
     _remove_leftovers(args, h)
     start = time.time()
     if isolation == "process":
-        outcome = _train_in_child(args, _join(sweep_dir, "logs", f"{key}.log"))
+        outcome = _train_in_child(args, files.join(sweep_dir, "logs", f"{key}.log"))
     else:
         outcome = _train_here(args)
     if outcome["status"] == "interrupted":
@@ -704,7 +642,9 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_point_") as tmp:
         spec, outcome_path = Path(tmp, "args.json"), Path(tmp, "outcome.json")
         spec.write_text(json.dumps(args.to_dict()))
-        local_log = Path(tmp, "train.log") if _remote(log_path) else Path(_fs_path(log_path))
+        local_log = (
+            Path(tmp, "train.log") if files.is_remote(log_path) else Path(files.expand(log_path))
+        )
         local_log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -717,8 +657,8 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
                 env=env,
             )
             code = _wait(proc)
-        if _remote(log_path):
-            _write_bytes(log_path, local_log.read_bytes())
+        if files.is_remote(log_path):
+            files.write_bytes(log_path, local_log.read_bytes())
         outcome = _read_json(str(outcome_path))
     if code == _EXIT_INTERRUPTED:
         return dict(status="interrupted", error="interrupted")
@@ -1049,7 +989,7 @@ def write_hparams(tensorboard: str, rows: Sequence[Row], axes: Sequence[str]) ->
     ok = [r for r in rows if r.ok]
     if not ok:
         return
-    root = _fs_path(tensorboard)
+    root = files.expand(tensorboard)
     hparams = [
         hp.HParam(a, _domain(hp, [r.point.values[a] for r in ok if a in r.point.values]))
         for a in axes
@@ -1058,13 +998,13 @@ def write_hparams(tensorboard: str, rows: Sequence[Row], axes: Sequence[str]) ->
         hp.Metric(f"final/{m}") for m in ("score", "top1_error", "top5_error", "top10_error", "opa")
     ]
     metrics += [hp.Metric(m) for m in ("val_score", "val_opa", "train_loss")]
-    for old in _glob(_join(root, f"*{_HPARAMS_SUFFIX}")):
+    for old in _glob(files.join(root, f"*{_HPARAMS_SUFFIX}")):
         _remove(old)
     with tf.summary.create_file_writer(root, filename_suffix=_HPARAMS_SUFFIX).as_default():
         hp.hparams_config(hparams=hparams, metrics=metrics)
     for r in ok:
-        run_dir = _join(root, f"run_{r.point.hash}")
-        if _glob(_join(run_dir, f"*{_HPARAMS_SUFFIX}")):
+        run_dir = files.join(root, f"run_{r.point.hash}")
+        if _glob(files.join(run_dir, f"*{_HPARAMS_SUFFIX}")):
             continue
         values = {a: _hparam_value(r.point.values[a]) for a in axes if a in r.point.values}
         with tf.summary.create_file_writer(run_dir, filename_suffix=_HPARAMS_SUFFIX).as_default():
@@ -1241,7 +1181,7 @@ class _Progress:
         self.seen: set[str] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
-        self.interval = 15.0 if _remote(sweep_dir) else 2.0
+        self.interval = 15.0 if files.is_remote(sweep_dir) else 2.0
 
     def __enter__(self) -> _Progress:
         self._thread.start()
@@ -1366,7 +1306,10 @@ def run(a: argparse.Namespace) -> SweepSummary:
     points = expand(parse_grid(a.grid), base, random_points=a.random, random_seed=a.random_seed)
     if a.ensemble_top:
         _ensemble_module()  # fail now, not after hours of training
-    out_dir, sweep_dir = _fs_path(base.out_dir), _join(_fs_path(base.out_dir), SWEEP_DIR)
+    out_dir, sweep_dir = (
+        files.expand(base.out_dir),
+        files.join(files.expand(base.out_dir), SWEEP_DIR),
+    )
     complete = {p.key for p in points if read_run_info(p) is not None}
     todo = [p for p in points if p.key not in complete]
     print(
@@ -1413,21 +1356,11 @@ def _base_args(train_argv: list[str], out_dir: str) -> TrainArgs:
         out_dir=out_dir, no_progress=True
     )
     if not base.tensorboard:
-        base = base.replace(tensorboard=_join(_fs_path(out_dir), TENSORBOARD_DIR))
-    _check_trainer_paths(base)
+        base = base.replace(tensorboard=files.join(files.expand(out_dir), TENSORBOARD_DIR))
+    # Paths may be remote (gs://): the trainer goes through tf.io.gfile. Not --models, a
+    # Python file imported by every point, and the trainer checks it only once data is read.
+    files.require_local(base.models, flag="--models")
     return base
-
-
-def _check_trainer_paths(base: TrainArgs) -> None:
-    """The trainer reads data and writes artifacts through local paths (numpy, zipfile,
-    pathlib) so far. Lift this check once train.py and data.py go through tf.io.gfile."""
-    for flag in ("out_dir", "data_root", "cache_dir", "models", "tensorboard"):
-        value = getattr(base, flag)
-        if value and _remote(value):
-            raise FlagError(
-                f"--{flag} {value}: the trainer reads and writes local paths only; use a "
-                "folder every worker sees (NFS, or a bucket mounted with gcsfuse)"
-            )
 
 
 def _write_plan(sweep_dir: str, a: argparse.Namespace, base: TrainArgs, points: list[Point]):
@@ -1440,7 +1373,7 @@ def _write_plan(sweep_dir: str, a: argparse.Namespace, base: TrainArgs, points: 
             dict(key=p.key, hash=p.hash, values=p.values, flags=p.args.to_argv()) for p in points
         ],
     )
-    _write_json(_join(sweep_dir, "plan.json"), plan)
+    _write_json(files.join(sweep_dir, "plan.json"), plan)
 
 
 def _train_todo(todo, sweep_dir, a, beam_argv, total: int, done: int) -> str:
@@ -1451,7 +1384,7 @@ def _train_todo(todo, sweep_dir, a, beam_argv, total: int, done: int) -> str:
     for p in todo:  # outcomes of earlier attempts: these points are tried again
         _remove(_record_path(sweep_dir, p.key))
     _STOP.clear()
-    stop = _join(sweep_dir, STOP_MARKER)
+    stop = files.join(sweep_dir, STOP_MARKER)
     _remove(stop)
     error, pressed = "", False
     try:
@@ -1498,7 +1431,7 @@ def _run_shielded(fn: Callable[[], None], stop_marker: str) -> bool:
             thread.join(0.2)
             if not pressed and sentinel.poll() is not None:
                 pressed = True
-                _write_bytes(stop_marker, b"")
+                files.write_bytes(stop_marker, b"")
                 print("sweep: Ctrl-C: no new point starts; running points stop at a safe point")
                 signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
                 if callable(previous) and previous is not signal.default_int_handler:
@@ -1543,13 +1476,13 @@ def collect_rows(points: Sequence[Point], sweep_dir: str) -> list[Row]:
 def _write_outputs(rows, points, out_dir, base, todo: set[str], ensemble) -> SweepSummary:
     """Writes the leaderboard (csv, md, png) and the HParams summary; prints the summary."""
     axes = axis_names(points)
-    paths = {name: _join(out_dir, f"sweep.{name}") for name in ("csv", "md", "png")}
-    _write_bytes(paths["csv"], leaderboard_csv(rows, axes).encode())
+    paths = {name: files.join(out_dir, f"sweep.{name}") for name in ("csv", "md", "png")}
+    files.write_bytes(paths["csv"], leaderboard_csv(rows, axes).encode())
     markdown = leaderboard_markdown(rows, axes, out_dir, ensemble)
-    _write_bytes(paths["md"], markdown.encode())
-    _write_bytes(paths["png"], leaderboard_png(rows, axes))
+    files.write_bytes(paths["md"], markdown.encode())
+    files.write_bytes(paths["png"], leaderboard_png(rows, axes))
     write_hparams(base.tensorboard, rows, axes)
-    paths["tensorboard"] = _fs_path(base.tensorboard)
+    paths["tensorboard"] = files.expand(base.tensorboard)
     trained = sum(1 for r in rows if r.status in ("ok", "nan") and r.point.key in todo)
     summary = SweepSummary(rows, trained, len(points) - len(todo), paths, ensemble)
     _print_summary(summary)
@@ -1620,13 +1553,13 @@ def _build_ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> d
     The same members as last time reuse the ensemble already there; new members replace it.
     """
     best = [r for r in rows if r.ok][:k]
-    target = _join(out_dir, f"ensemble_top{k}")
+    target = files.join(out_dir, f"ensemble_top{k}")
     info: dict[str, Any] = dict(k=k, dir=target, members=[r.point.key for r in best], error="")
     if len(best) < 2:
         return dict(info, error=f"{len(best)} ok point(s); an ensemble needs at least 2")
-    record = _join(target, "sweep_ensemble.json")
+    record = files.join(target, "sweep_ensemble.json")
     previous = _read_json(record)
-    if previous and previous["members"] == info["members"] and _exists(previous["run_file"]):
+    if previous and previous["members"] == info["members"] and files.exists(previous["run_file"]):
         return previous
     print(f"sweep: building the ensemble of the {len(best)} best points", flush=True)
     try:

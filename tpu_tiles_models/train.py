@@ -8,7 +8,10 @@ follows a cosine schedule, and "best" means the best Kaggle-form validation scor
 error on all configs of the validation kernels) rather than sampled OPA.
 
 `train(TrainArgs) -> TrainResult` is the API; `main(argv)` parses upstream's flag syntax.
-A run that fails or is interrupted removes every artifact it had started.
+A run that fails or is interrupted removes every artifact it had started. `data_root`,
+`cache_dir`, `out_dir`, `results_csv` and `tensorboard` may be remote (`gs://...`, through
+tf.io.gfile): artifacts for a remote place are written locally, then copied there at the end,
+the run file last.
 """
 
 from __future__ import annotations
@@ -43,9 +46,9 @@ class TrainResult:
     """Where the artifacts went and how good the model is."""
 
     args: TrainArgs
-    model_dir: Path
-    run_file: Path
-    results_csv: Path | None
+    model_dir: Path | str  # a string (URL) when remote, like run_file and results_csv
+    run_file: Path | str
+    results_csv: Path | str | None
     val_errors: dict[int, float]
     model: tf.keras.Model
 
@@ -117,43 +120,105 @@ class _Loop:
 
 @dataclass
 class Artifacts:
-    """What a run has written so far, removed again if the run does not finish."""
+    """What a run writes, removed again if the run does not finish.
 
-    out_dir: Path
+    Artifacts are written at local paths: for a local `--out_dir` their real places, for a
+    remote one (`gs://...`) a local staging folder (`out_dir`) whose files `publish` copies to
+    `destination` at the end, before the run file is written (it marks the run complete).
+    A remote file outside a local `--out_dir` (`--results_csv`) is staged the same way.
+    """
+
+    out_dir: Path  # where to write now: --out_dir itself, or the local staging folder
     created_out_dir: bool
-    paths: list[Path] = field(default_factory=list)
+    destination: str = ""  # the remote --out_dir; "" when out_dir is local
+    paths: list[Path | str] = field(default_factory=list)  # removed if the run fails
+    staged: dict[Path, str] = field(default_factory=dict)  # local path -> remote place
+    _spare: Path | None = None  # local staging for remote files outside a local out_dir
 
     def add(self, path: Path) -> Path:
-        self.paths.append(path)
+        """Registers `path`, about to be written (under `out_dir` when staging)."""
+        if self.destination and path.is_relative_to(self.out_dir):
+            self.staged[path] = files.join(self.destination, *path.relative_to(self.out_dir).parts)
+        else:
+            self.paths.append(path)
         return path
+
+    def place(self, path: str) -> Path:
+        """The local path to write the artifact whose place is `path` (local or remote)."""
+        if not files.is_remote(path):
+            return self.add(Path(path))
+        if self._spare is None:
+            self._spare = Path(tempfile.mkdtemp(prefix="tpu_tiles_stage_"))
+        local = self._spare / str(len(self.staged)) / files.basename(path)
+        local.parent.mkdir()
+        self.staged[local] = path
+        return local
+
+    def final(self, path: Path) -> Path | str:
+        """Where the file written at `path` ends up."""
+        return self.staged.get(path, path)
+
+    @property
+    def target(self) -> Path | str:
+        """The --out_dir the artifacts end up in."""
+        return self.destination or self.out_dir
+
+    def publish(self, run_name: str) -> None:
+        """Copies the staged artifacts to their remote places (nothing when all are local).
+
+        Call it just before writing the run file `run_name` into `target`. An old run file
+        there is removed first: a run being replaced must not look complete meanwhile.
+        """
+        if self.destination:
+            files.remove(files.join(self.destination, run_name))
+        for local, remote in self.staged.items():
+            self.paths.append(remote)
+            if local.is_dir():
+                files.remove(remote)
+                files.copy_tree(local, remote, flag="--out_dir")
+            else:
+                files.put_file(local, remote)
+            interrupts.check()
 
     def remove(self) -> None:
         for path in self.paths:
-            if path.is_dir():
-                shutil.rmtree(path, ignore_errors=True)
-            else:
-                path.unlink(missing_ok=True)
+            files.remove(path)
         if self.created_out_dir and self.out_dir.is_dir() and not any(self.out_dir.iterdir()):
             self.out_dir.rmdir()
+
+    def cleanup(self) -> None:
+        """Removes the local staging folders."""
+        for folder in (self._spare, self.out_dir if self.destination else None):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 @contextlib.contextmanager
 def writing_into(out_dir: str | os.PathLike) -> Iterator[Artifacts]:
     """Creates `out_dir` if needed; on any failure or Ctrl-C removes what the block wrote.
 
+    A remote `out_dir` gets a local staging folder instead (see `Artifacts`).
+
     Raises:
       FlagError: `out_dir` is a file.
     """
-    path = Path(os.path.expanduser(os.fspath(out_dir)))
-    if path.exists() and not path.is_dir():
-        raise FlagError(f"--out_dir {path} is a file; pass a folder")
-    artifacts = Artifacts(path, created_out_dir=not path.exists())
+    target = files.expand(out_dir)
+    if files.exists(target) and not files.isdir(target):
+        raise FlagError(f"--out_dir {target} is a file; pass a folder")
+    if files.is_remote(target):
+        staging = Path(tempfile.mkdtemp(prefix="tpu_tiles_stage_"))
+        artifacts = Artifacts(staging, created_out_dir=False, destination=target)
+    else:
+        path = Path(target)
+        artifacts = Artifacts(path, created_out_dir=not path.exists())
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        artifacts.out_dir.mkdir(parents=True, exist_ok=True)
         yield artifacts
     except BaseException:
         artifacts.remove()
         raise
+    finally:
+        artifacts.cleanup()
 
 
 def _val_score(model, split, stats, limit, progress, scorer) -> tuple[float, dict[int, float]]:
@@ -234,6 +299,7 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
 
 def _check_before_data(args: TrainArgs) -> None:
     """Fails on a bad model name, kwargs or loss before any data is read."""
+    files.require_local(args.models, flag="--models")  # Python imports local files only
     module = registry.load_models_module(args.models or None)
     registry.model_class(args.model, module)
     registry.parse_model_kwargs(args.model_kwargs_json)
@@ -259,7 +325,7 @@ def train(args: TrainArgs) -> TrainResult:
     if not _is_chief(strategy):
         return _train_as_worker(args, strategy)
     if args.test_mode == "predictions":
-        files.check_output_path(os.path.expanduser(args.results_csv), flag="--results_csv")
+        files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
     with writing_into(args.out_dir) as artifacts:
         return _train(args, strategy, artifacts)
 
@@ -279,9 +345,9 @@ def _train(args: TrainArgs, strategy: tf.distribute.Strategy, artifacts: Artifac
     progress = not args.no_progress
     tf.keras.utils.set_random_seed(args.seed)
     ds = data.load_dataset(
-        os.path.expanduser(args.data_root),
+        files.expand(args.data_root),
         min_train_configs=args.configs,
-        cache_dir=os.path.expanduser(args.cache_dir) if args.cache_dir else None,
+        cache_dir=files.expand(args.cache_dir) if args.cache_dir else None,
         toy_data=args.toy_data,
         skip_bad=args.skip_bad,
         progress=progress,
@@ -390,12 +456,13 @@ def _datasets_and_loop(args: TrainArgs, ds: data.Dataset, model, strategy):
 
 
 def _tensorboard(args: TrainArgs, artifacts: Artifacts):
-    """A summary writer under `--tensorboard/<run name>`, or None."""
+    """A summary writer under `--tensorboard/<run name>`, or None (tf.summary writes a remote
+    folder itself)."""
     if not args.tensorboard:
         return None
-    log_dir = Path(os.path.expanduser(args.tensorboard)) / f"run_{args.hash()}"
-    artifacts.add(log_dir)
-    return tf.summary.create_file_writer(str(log_dir))
+    log_dir = files.join(files.expand(args.tensorboard), f"run_{args.hash()}")
+    artifacts.paths.append(log_dir)
+    return tf.summary.create_file_writer(log_dir)
 
 
 def _log_scalars(writer, epoch: int, values: dict[str, float]) -> None:
@@ -446,7 +513,7 @@ def finish(
         else:
             ranks = {s.tile_id: scoring.upstream_top(s.scores, UPSTREAM_TOP) for s in scored}
             run_info["test_predictions"] = ranks
-            results_csv = artifacts.add(Path(os.path.expanduser(args.results_csv)))
+            results_csv = artifacts.place(files.expand(args.results_csv))
             kaggle.write_predictions_csv(results_csv, list(ranks.items()), flag="--results_csv")
     h = args.hash()
     run_info[export.EXTRAS_KEY] = dict(
@@ -463,7 +530,10 @@ def finish(
     interrupts.check()  # a Ctrl-C during the save stops here, before the run file exists
     if curve["epoch"]:
         _plot_curve(curve, extras, artifacts.add(out_dir / f"train_curve_{h}.png"))
-    run_file = export.write_run(out_dir, upstream, run_info)
+    artifacts.publish(f"run_{h}.jsonz")
+    run_file = export.write_run(artifacts.target, upstream, run_info)
+    model_dir = artifacts.final(model_dir)
+    results_csv = artifacts.final(results_csv) if results_csv else None
     print(
         f"wrote {model_dir}\nwrote {run_file}" + (f"\nwrote {results_csv}" if results_csv else "")
     )
