@@ -29,8 +29,9 @@ or a list of them (a union of grids).
 Execution: a Beam pipeline, `Create(points) | Reshuffle | Map(train point)`, on any runner.
 The default is the DirectRunner in multi-processing mode with `--num_workers` processes;
 each point trains in a fresh child process of its worker (`--isolation process`), so a crash
-or an out-of-memory kill is recorded as that point's failure. Files the sweep itself writes go
-through `tf.io.gfile` when remote. Layout under `--out_dir`:
+or an out-of-memory kill is recorded as that point's failure. Data, output and TensorBoard
+paths may be remote (`gs://...`): the points and the sweep's own files go through
+`tpu_tiles_models.files`, hence tf.io.gfile. Layout under `--out_dir`:
 
     model_<h>/ run_<h>.jsonz results_<key>.csv train_curve_<h>.png   (each point, as train)
     sweep.csv sweep.md sweep.png                                      (leaderboard)
@@ -508,8 +509,8 @@ def _show(value: Any) -> str:
 # =============================================================================================
 
 
-# Through `files` alone (local, or remote through tf.io.gfile); these two names are the
-# module's own for the callers that use them.
+# Every file goes through `files` (local, or remote through tf.io.gfile); short names for
+# the two this module uses most.
 _glob, _remove = files.glob, files.remove
 
 
@@ -642,9 +643,8 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_point_") as tmp:
         spec, outcome_path = Path(tmp, "args.json"), Path(tmp, "outcome.json")
         spec.write_text(json.dumps(args.to_dict()))
-        local_log = (
-            Path(tmp, "train.log") if files.is_remote(log_path) else Path(files.expand(log_path))
-        )
+        remote_log = files.is_remote(log_path)
+        local_log = Path(tmp, "train.log") if remote_log else Path(files.expand(log_path))
         local_log.parent.mkdir(parents=True, exist_ok=True)
         env = dict(os.environ, PYTHONUNBUFFERED="1")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
@@ -657,7 +657,7 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
                 env=env,
             )
             code = _wait(proc)
-        if files.is_remote(log_path):
+        if remote_log:
             files.write_bytes(log_path, local_log.read_bytes())
         outcome = _read_json(str(outcome_path))
     if code == _EXIT_INTERRUPTED:
@@ -1306,10 +1306,8 @@ def run(a: argparse.Namespace) -> SweepSummary:
     points = expand(parse_grid(a.grid), base, random_points=a.random, random_seed=a.random_seed)
     if a.ensemble_top:
         _ensemble_module()  # fail now, not after hours of training
-    out_dir, sweep_dir = (
-        files.expand(base.out_dir),
-        files.join(files.expand(base.out_dir), SWEEP_DIR),
-    )
+    out_dir = files.expand(base.out_dir)
+    sweep_dir = files.join(out_dir, SWEEP_DIR)
     complete = {p.key for p in points if read_run_info(p) is not None}
     todo = [p for p in points if p.key not in complete]
     print(
