@@ -277,12 +277,8 @@ def open_read(path: str | os.PathLike) -> Iterator[IO[bytes]]:
             yield f
         return
     url = os.fspath(path)
-    with _os_errors(url):
-        gfile = _gfile()
-        if not gfile.exists(url):  # a remote open only fails at the first read
-            raise FileNotFoundError(errno.ENOENT, "No such file or directory", url)
-        with gfile.GFile(url, "rb") as f:
-            yield f
+    with _os_errors(url), _gfile().GFile(url, "rb") as f:  # a missing file fails at the read
+        yield f
 
 
 def read_bytes(path: str | os.PathLike) -> bytes:
@@ -398,8 +394,8 @@ def _os_errors(path: str) -> Iterator[None]:
         yield
     except tf.errors.OpError as err:
         reason = " ".join((err.message or "").split()) or type(err).__name__
-        if isinstance(err, tf.errors.NotFoundError):
-            raise FileNotFoundError(errno.ENOENT, reason, path) from None
+        if isinstance(err, tf.errors.NotFoundError):  # as a local one says it
+            raise FileNotFoundError(errno.ENOENT, os.strerror(errno.ENOENT), path) from None
         if isinstance(err, tf.errors.PermissionDeniedError):
             raise PermissionError(errno.EACCES, reason, path) from None
         raise OSError(errno.EIO, reason, path) from None
