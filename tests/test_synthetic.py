@@ -80,6 +80,7 @@ def test_generate_returns_summary(tmp_path: Path) -> None:
         "seed": 0,
         "usable_valid": 0,
         "replaced": 0,
+        "workers": 1,
     }
 
 
@@ -284,7 +285,7 @@ def test_rank_is_predictable_from_features(ranked_roots: dict[str, Path], family
     # ... while a graph-blind rule on tile size alone does not: the best tile depends on the graph.
     for heuristic in ("largest_tile", "smallest_tile"):
         assert np.mean(s[heuristic] <= 1.03) <= 0.4
-        assert s[heuristic].mean() >= 1.5
+        assert s[heuristic].mean() >= 1.2
 
 
 def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
@@ -300,11 +301,12 @@ def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
     assert np.median(corr) > 0.3
 
 
-# sha256 of every array of a tiny set, computed with the single-module generator before it
-# became a package (commit 2b8fa48): the roofline and alt families must stay bit-identical.
+# sha256 of every array of a tiny set, computed when the families were calibrated (only
+# compilable tiles in the data, issue 11): a family's output changes only deliberately.
 FROZEN_DIGESTS = {
-    "roofline": "8d05e446d3bebd6fbb65a4c5d1d19d0b25949a4b36c555a12772bf2ee626e78c",
-    "alt": "694419d92ba002e15cdd3d77b19e343697d0c7a65d007ebf00c12f2cb24c74c7",
+    "roofline": "2e630d5b2aea095e99ebae5d7f470ca85d90276d84d874468b4b44332c284d9e",
+    "alt": "bfb08d029a7b8cdcbdcee5e9c77125d836ee5c6991d8d1c1a68eddd64219b406",
+    "fusion": "f53010a301a6a8cf11197955b34b391bf4f924cc78ed2c600c1eb8a8c5ab567a",
 }
 
 
@@ -321,7 +323,7 @@ def _tree_digest(root: Path) -> str:
 
 
 @pytest.mark.parametrize("family", sorted(FROZEN_DIGESTS))
-def test_roofline_and_alt_are_bit_identical_to_before(tmp_path: Path, family: str) -> None:
+def test_family_output_is_frozen(tmp_path: Path, family: str) -> None:
     synthetic.generate(
         tmp_path, train=3, valid=2, test=1, seed=5, max_configs=12, family=family, progress=False
     )

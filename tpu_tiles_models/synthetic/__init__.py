@@ -10,7 +10,9 @@ exact on-disk format of the real collection (`{train,valid,test}/<tile_id>.npz`,
   Opcode ids are those of the TpuGraphs featuriser
   (`tpu_graphs/process_data/xla/hlo_opcode.h`), listed in `OPCODES`.
 - **Configs** are tile bounds in the 24-wide layout (kernel, output and input bounds, each 6
-  dims + sum + product).
+  dims + sum + product). Like a real autotuner's log, a kernel holds only tiles that compile
+  (their working set fits the scratchpad), at most a kernel-specific factor slower than its
+  best.
 - **Runtimes** come from a TPU-like cost model that reads *only the features*
   (`noise_free_runtime`), so a config's rank is learnable from the graph and the tile.
   Measured runtimes add noise; normalisers are the runtime of a default tile with per-row

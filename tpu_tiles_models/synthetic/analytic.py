@@ -18,6 +18,7 @@ from tpu_tiles_models.synthetic.tiling import (
     Hardware,
     autotuner_keep,
     bound_options,
+    compilable,
     config_pool,
     config_rows,
     reduce_splits,
@@ -148,14 +149,16 @@ def _choose_configs(
     min_configs: int,
     cost: CostModel,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Samples configs like an autotuner: drops those far slower than the best seen, adds
-    re-measured duplicates. Returns `[c, 24]` configs and their `[c]` noise-free runtimes."""
+    """Samples configs like an autotuner: times only tiles that fit the scratchpad, drops
+    those far slower than the best seen, adds re-measured duplicates. Returns `[c, 24]`
+    configs and their `[c]` noise-free runtimes."""
     want = _num_configs(geom.kind, rng)
     want = min(want, max_configs if max_configs is not None else MAX_CONFIGS_DEFAULT)
     want = max(want, min_configs)
     # Cost the whole option grid when it is small (a random part of it otherwise), so the
     # number kept is limited by the pruning and the wanted count, not by luck.
     pool = config_pool(geom, meta, max(4 * want, min(4096, 32 * want)), rng)
+    pool = pool[compilable(tile_terms(geom, pool, cost.hw.mxu_dim)["ws"], cost.hw.vmem)]
     runtime = cost.runtime(geom, pool)
     # Per-kernel pruning threshold gives worst/best spreads of ~3-30x (heavy-tailed).
     spread = float(np.clip(14.0 * np.exp(0.8 * rng.standard_normal()), 2.5, 300.0))

@@ -60,7 +60,7 @@ class Family:
 FAMILIES: dict[str, Family] = {
     "roofline": Family(
         "roofline",
-        "HLO fusions; max(compute, memory) per tile, hard scratchpad limit (v3-like core)",
+        "HLO fusions; max(compute, memory) per tile on a v3-like core",
         roofline.make_kernel,
         roofline.runtime,
     ),
@@ -72,7 +72,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "fusion": Family(
         "fusion",
-        "chains of fused op groups; every node tiled and padded, phases, scratchpad cliffs",
+        "chains of fused op groups; every node tiled and padded, compute/memory phases",
         fusion.make_kernel,
         fusion.runtime,
     ),

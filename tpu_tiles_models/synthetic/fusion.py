@@ -13,9 +13,9 @@ side inputs):
   transposes, lookups); each phase is either compute- or memory-bound, and phases add up.
 - **Memory efficiency**: reads run at full bandwidth only when a tile's contiguous rows are
   long (narrow minor-dim tiles of small element types are slow).
-- **Scratchpad cliffs**: live intermediates, double-buffered inputs and accumulators must fit
-  16 MiB; beyond that the compiler splits the fusion, and each split spills intermediates
-  and adds a fixed cost (a step per split).
+- **Scratchpad**: live intermediates, double-buffered inputs and accumulators must fit
+  16 MiB. A tile that does not fit does not compile, so the autotuner never times it and the
+  data hold none (the cost model would price one as a split fusion that spills).
 - Configs: output bounds in granules of the output's layout; convolutions also tile their
   input features (kernel bounds); reductions that end the kernel may split the reduced dim
   (input bounds). Counts per kernel are heavy-tailed (2 to over 6,000); about 2.5% of rows
@@ -49,7 +49,7 @@ from tpu_tiles_models.synthetic.geometry import (
     operand_lists,
     root_outputs,
 )
-from tpu_tiles_models.synthetic.tiling import autotuner_keep, bounds_block
+from tpu_tiles_models.synthetic.tiling import autotuner_keep, bounds_block, compilable
 
 _OP = OPCODES
 MAX_CONFIGS_DEFAULT = 8000
@@ -672,7 +672,9 @@ def make_kernel(
     want = int(np.clip(np.round(want), 2, 20000))
     want = max(min(want, max_configs or MAX_CONFIGS_DEFAULT), min_configs)
     pool = _pool(view, max(3 * want, min(4096, 24 * want)), rng)
-    cost = view_runtime(view, pool)
+    costs = tile_costs(view, *_knobs(view, pool))
+    fits = compilable(costs["ws"], VMEM)
+    pool, cost = pool[fits], costs["runtime"][fits]
     spread = float(np.clip(10.0 * np.exp(0.9 * rng.standard_normal()), 2.0, 300.0))
     keep = autotuner_keep(cost, want, min_configs, spread, 0.025, rng)
     cfg, cost = pool[keep], cost[keep]

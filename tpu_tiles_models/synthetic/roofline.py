@@ -1,6 +1,6 @@
 """The `roofline` family: HLO fusions timed on a v3-like TPU core (16 MiB scratchpad, 128x128
-MXU) as the max of compute and memory time per tile with strict double buffering, a hard
-scratchpad capacity, and fixed costs per tile and per reduction pass."""
+MXU) as the max of compute and memory time per tile with strict double buffering and fixed
+costs per tile and per reduction pass. The data hold only tiles that fit the scratchpad."""
 
 from __future__ import annotations
 

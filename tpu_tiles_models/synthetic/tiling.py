@@ -190,6 +190,15 @@ def autotuner_keep(
     return keep
 
 
+def compilable(ws: np.ndarray, vmem: float) -> np.ndarray:
+    """Which configs an autotuner can time at all: `[c]` bool, True where the working set
+    `ws` (bytes) fits the scratchpad. A tile that does not fit fails to compile, so real
+    logs hold none; the smallest working set is kept when nothing fits, so a kernel always
+    has a config."""
+    ok = ws <= vmem
+    return ok if ok.any() else ws == ws.min()
+
+
 def bounds_block(values: np.ndarray, width: int = 6) -> np.ndarray:
     """`[c, k]` bounds -> `[c, 8]` block of 6 dims + sum + product (product 0 when empty)."""
     out = np.zeros((len(values), width + 2))
