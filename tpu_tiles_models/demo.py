@@ -28,7 +28,8 @@ LAYOUT_ROWS = 3  # the synthetic sample keeps a few layout rows, as the real one
 
 def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--out", default="tpu_tiles_demo", help="everything goes here")
-    p.add_argument("--train", type=int, default=1000, help="synthetic train kernels")
+    # 600 kernels and 6 epochs keep the whole demo within about 3 minutes on 2 CPU cores.
+    p.add_argument("--train", type=int, default=600, help="synthetic train kernels")
     p.add_argument("--epochs", type=int, default=6)
     p.add_argument("--family", default=DEMO_FAMILY, help="synthetic generator family")
     p.add_argument(
