@@ -83,12 +83,23 @@ def residual_run(synth_root, tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def mlp_run(short_test_root, tmp_path_factory):
-    """A tiny MLP, 1 epoch on short_test_root (artifacts in their own out_dir)."""
-    from tpu_tiles_models import train
+def mlp_seeds(short_test_root, tmp_path_factory) -> list:
+    """`train --seeds=0,1 --ensemble`: two tiny MLPs, 1 epoch on short_test_root, and their
+    ensemble, all in one out_dir (`--results_csv` is given, so each seed's gets a suffix).
+    Seed 0 is `mlp_run`; test_train reruns seed 1 in place, so no other test reads seed 1."""
+    from tpu_tiles_models import ensemble
 
-    out = tmp_path_factory.mktemp("mlp_run")
-    return train.train(tiny_args(short_test_root, out, model="MLP", model_kwargs_json=TINY_MLP))
+    out = tmp_path_factory.mktemp("mlp_seeds")
+    args = tiny_args(short_test_root, out, model="MLP", model_kwargs_json=TINY_MLP)
+    return ensemble.train_seeds(
+        args.replace(results_csv=str(out / "results.csv")), [0, 1], ensemble=True
+    )
+
+
+@pytest.fixture(scope="session")
+def mlp_run(mlp_seeds):
+    """A tiny MLP, 1 epoch on short_test_root: seed 0 of `mlp_seeds`."""
+    return mlp_seeds[0]
 
 
 @pytest.fixture

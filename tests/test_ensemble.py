@@ -8,7 +8,6 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import TINY_MLP, tiny_args
 
 from tpu_tiles_models import cli, ensemble, export, kaggle, scoring, train
 from tpu_tiles_models.runs import TrainedRun
@@ -53,12 +52,12 @@ def test_reloads_by_the_course_procedure(pair, short_test_root):
     assert {s.tile_id: scoring.upstream_top(s.scores, 10) for s in scored} == stored
 
 
-def test_ensemble_of_one_ranks_like_its_member(residual_run, synth_root, tmp_path):
+def test_ensemble_of_one_ranks_like_its_member(mlp_run, short_test_root, tmp_path):
     one = ensemble.build_ensemble(
-        [residual_run.model_dir], tmp_path, data_root=synth_root, progress=False
+        [mlp_run.model_dir], tmp_path, data_root=short_test_root, progress=False
     )
     ours = _run_info(one.run_file)["test_predictions"]
-    member = _run_info(residual_run.run_file)["test_predictions"]
+    member = _run_info(mlp_run.run_file)["test_predictions"]
     assert {k: v[:5] for k, v in ours.items()} == {k: v[:5] for k, v in member.items()}
 
 
@@ -97,10 +96,12 @@ def test_cli_refuses_a_dir_without_its_run_file(residual_run, synth_root, tmp_pa
     assert code == 2 and len(err.splitlines()) == 1 and "needs its run file beside it" in err
 
 
-def test_train_seeds_then_ensemble(synth_root, tmp_path):
-    args = tiny_args(synth_root, tmp_path, model="MLP", model_kwargs_json=TINY_MLP)
-    results = ensemble.train_seeds(args, [0, 1], ensemble=True)
+def test_train_seeds_then_ensemble(mlp_seeds):
+    """`mlp_seeds` is `train_seeds(args, [0, 1], ensemble=True)` with a --results_csv."""
+    results = mlp_seeds
+    out = results[0].model_dir.parent
     assert [r.args.seed for r in results[:2]] == [0, 1]
-    assert results[2].args.model == "Ensemble" and len(list(tmp_path.glob("run_*.jsonz"))) == 3
+    assert results[2].args.model == "Ensemble" and len(list(out.glob("run_*.jsonz"))) == 3
+    assert [r.results_csv.name for r in results[:2]] == ["results_seed0.csv", "results_seed1.csv"]
     with pytest.raises(ValueError, match="--ensemble needs at least two --seeds"):
         train.main(["--seeds=0", "--ensemble"])

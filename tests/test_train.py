@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY_MLP, tiny_args
+from conftest import TINY_MLP
 
 from tpu_tiles_models import cli, export, train, train_args
 
@@ -63,15 +63,14 @@ def test_results_csv_matches_test_predictions(run):
     }
 
 
-def test_rerun_replaces_its_own_artifacts(synth_root, tmp_path):
-    args = tiny_args(synth_root, tmp_path, model="MLP", model_kwargs_json=TINY_MLP)
-    args = args.replace(results_csv=str(tmp_path / "results.csv"))
-    first = train.train(args)
-    again = train.train(args.replace(epochs=2))
-    assert again.model_dir != first.model_dir  # epochs differ, so the hash differs
-    same = train.train(args)
+def test_rerun_replaces_its_own_artifacts(mlp_seeds):
+    """The same args again replace their own model dir; other args (the other seed's
+    results_csv) have another. Seed 1's run is read by no other test."""
+    other, first = mlp_seeds[0], mlp_seeds[1]
+    assert other.model_dir != first.model_dir  # results_csv differs, so the hash differs
+    same = train.train(first.args)
     assert same.model_dir == first.model_dir and (same.model_dir / "saved_model.pb").is_file()
-    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]
+    assert not [p for p in first.model_dir.parent.iterdir() if p.name.startswith(".")]
 
 
 def test_interrupted_save_leaves_no_model_dir(run, tmp_path, monkeypatch):
