@@ -905,7 +905,7 @@ def main(argv: list[str] | None = None) -> None:
     r["goals"] = goals(r)
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(r, indent=1, sort_keys=True) + "\n")
+    out.with_suffix(".json").write_text(json.dumps(r, indent=1) + "\n")
     text = markdown(a, r, command)
     out.with_suffix(".md").write_text(text)
     print(text)
