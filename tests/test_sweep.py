@@ -26,10 +26,10 @@ TINY = [
     "--early_stop=0",
     "--cache_dir=",
 ]
-# Training inside the worker (no child process per point) keeps this file fast. The 4-point
-# sweep runs on the user default, the multi-processing DirectRunner with 2 workers (on 2
-# cores it is faster than in-process); later sweeps train one point at most, in-process.
-PARALLEL = ["--isolation=none", "--num_workers=2"]
+# Sweeps train in this process (no Beam worker process, no child per point): TensorFlow is
+# imported and warm here already, and the other core is left to the suite's subprocesses.
+# Only the failed-point test, whose point is process isolation, starts processes: one
+# worker of the default multi-processing DirectRunner, and a child per point.
 FAST = ["--isolation=none", "--num_workers=1", "--direct_running_mode=in_memory"]
 GRID = "lr=1e-3,2e-3 seed=0,1"
 
@@ -56,7 +56,7 @@ def _run_info(path: Path) -> dict:
 def first(synth_root, tmp_path_factory):
     """A 4-point sweep, and a snapshot of what it wrote (later tests add to its out_dir)."""
     out = tmp_path_factory.mktemp("sweep")
-    summary = _sweep(out, synth_root, GRID, *PARALLEL)
+    summary = _sweep(out, synth_root, GRID, *FAST)
     return dict(
         out=out,
         summary=summary,
@@ -212,7 +212,7 @@ def test_failed_point_is_recorded_and_the_others_go_on(first, synth_root):
     skipped; the exit is a SweepFailed naming the point; the leaderboard has both."""
     out = first["out"]
     grid = 'lr=1e-3 seed=0 model_kwargs_json={"hidden_dim": 8},{"bogus": 1}'
-    extra = ["--isolation=process", "--num_workers=1", "--direct_running_mode=in_memory"]
+    extra = ["--isolation=process", "--num_workers=1"]  # the default multi-processing runner
     with pytest.raises(sweep.SweepFailed, match=r"1 of 2 points not ok: \w{16} .*bogus") as e:
         _sweep(out, synth_root, grid, *extra)
     summary = e.value.summary
