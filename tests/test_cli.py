@@ -11,6 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import JobDirs, background, job_popen
 
 from tpu_tiles_models import cli, kaggle, registry
 
@@ -31,13 +32,20 @@ def test_synth_writes_the_splits(tmp_path, capsys):
     assert "wrote 7 kernels" in capsys.readouterr().out
 
 
-def test_demo_writes_every_artifact(tmp_path, capsys):
-    out = tmp_path / "demo"
-    assert (
-        cli.main(["demo", "--out", str(out), "--train", "24", "--epochs", "1", "--no_progress"])
-        == 0
-    )
-    printed = capsys.readouterr().out
+def run_demo(dirs: JobDirs) -> tuple[subprocess.CompletedProcess, Path]:
+    """`tpu-tiles demo`, small, in its own process (a background job: about a minute)."""
+    out = dirs.tmp / "demo"
+    argv = ["demo", "--out", str(out), "--train", "24", "--epochs", "1", "--no_progress"]
+    proc = job_popen([sys.executable, "-m", "tpu_tiles_models.cli", *argv])
+    stdout, stderr = proc.communicate(timeout=900)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), out
+
+
+@background(run_demo)
+def test_demo_writes_every_artifact(job_result):
+    proc, out = job_result
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    printed = proc.stdout
     runs = sorted((out / "models").glob("run_*.jsonz"))
     assert len(runs) == 2 and len(list((out / "models").glob("model_*"))) == 2
     models = {json.loads(gzip.decompress(r.read_bytes()))["args"]["model"] for r in runs}
