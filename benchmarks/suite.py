@@ -235,7 +235,42 @@ def verdicts(cells: list[dict]) -> list[str]:
             f"ResidualSAGE vs EarlyJoinSAGE (upstream flags): wins on {sum(w)}/{len(w)} "
             "families by more than one std"
         )
+        lines += _targets(by, families)
     return lines
+
+
+# Issue 11's targets: upstream's EarlyJoinSAGE within the real collection's top-5 range, and
+# ResidualSAGE at most half its error (and at most 0.03) at the same budget and flags.
+REAL_EJS_TOP5 = (0.02, 0.10)
+TARGET_RATIO, TARGET_TOP5 = 0.5, 0.03
+
+
+def _targets(by: dict, families: list[str]) -> list[str]:
+    """One line per target: the per-family figure and on how many families it is met."""
+    ejs = {f: by[(f, "EarlyJoinSAGE", "upstream")]["top5"][0] for f in families}
+    rs = {f: by[(f, "ResidualSAGE", "upstream")]["top5"][0] for f in families}
+    rand = {f: by[(f, "random", "-")]["top5"][0] for f in families if (f, "random", "-") in by}
+    low, high = REAL_EJS_TOP5
+
+    def line(what: str, values: dict[str, float], ok) -> str:
+        met = sum(ok(f, v) for f, v in values.items())
+        figures = ", ".join(f"{f} {v:.3f}" for f, v in values.items())
+        return f"{what}: {figures} (met on {met}/{len(values)})"
+
+    return [
+        line(
+            f"EarlyJoinSAGE top-5 error within the real collection's {low}-{high}",
+            ejs,
+            lambda f, v: low <= v <= high,
+        ),
+        line("random top-5 error, above both models'", rand, lambda f, v: max(ejs[f], rs[f]) < v),
+        line(
+            f"ResidualSAGE / EarlyJoinSAGE top-5 error <= {TARGET_RATIO}",
+            {f: rs[f] / ejs[f] for f in families},
+            lambda f, v: v <= TARGET_RATIO,
+        ),
+        line(f"ResidualSAGE top-5 error <= {TARGET_TOP5}", rs, lambda f, v: v <= TARGET_TOP5),
+    ]
 
 
 def write_results(rows: list[dict], cells: list[dict], out: Path, a: argparse.Namespace) -> None:
