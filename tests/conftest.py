@@ -54,15 +54,19 @@ def truncate_configs(path: Path, keep: int) -> None:
     np.savez(path, **arrays)
 
 
-@pytest.fixture(scope="session")
-def short_test_root(synth_root, tmp_path_factory) -> Path:
-    """synth_root with two test kernels cut to 3 and 1 configs."""
-    root = tmp_path_factory.mktemp("short_test")
-    shutil.copytree(synth_root, root, dirs_exist_ok=True)
+def copy_short_test(source: Path, root: Path) -> Path:
+    """Copies the tree `source` into `root`, with two test kernels cut to 3 and 1 configs."""
+    shutil.copytree(source, root, dirs_exist_ok=True)
     test_files = sorted((root / "test").glob("*.npz"))
     for i, keep in SHORT_KERNELS.items():
         truncate_configs(test_files[i], keep)
     return root
+
+
+@pytest.fixture(scope="session")
+def short_test_root(synth_root, tmp_path_factory) -> Path:
+    """synth_root with two test kernels cut to 3 and 1 configs."""
+    return copy_short_test(synth_root, tmp_path_factory.mktemp("short_test"))
 
 
 def tiny_args(data_root: Path, out_dir: Path, **changes):
@@ -147,10 +151,12 @@ def sample_submission() -> Path:
 
 @dataclasses.dataclass
 class JobDirs:
-    """What a job may use: its own empty folder, and a `generate_synth` tree (read-only)."""
+    """What a job may use: its own empty folder, and copies of `synth_root` and
+    `short_test_root` (read-only)."""
 
     tmp: Path
     data: Path
+    short_test: Path
 
 
 def background(job: Callable[[JobDirs], Any]) -> pytest.MarkDecorator:
@@ -168,11 +174,12 @@ class _Jobs:
         self.closing = False
         self.root = Path(tempfile.mkdtemp(prefix="tpu_tiles_jobs_"))
         self.data = generate_synth(self.root / "synth")
+        self.short_test = copy_short_test(self.data, self.root / "short_test")
 
     def start(self, job: Callable[[JobDirs], Any]) -> None:
         if job not in self.results:
             tmp = Path(tempfile.mkdtemp(prefix=f"{job.__name__}_", dir=self.root))
-            self.results[job] = self.pool.submit(job, JobDirs(tmp, self.data))
+            self.results[job] = self.pool.submit(job, JobDirs(tmp, self.data, self.short_test))
 
     def close(self) -> None:
         """Kills what still runs (a session stopped early) and removes the jobs' files."""

@@ -10,10 +10,11 @@ import shutil
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TINY_MLP, tiny_args
+from conftest import TINY_MLP, JobDirs, background, job_popen, tiny_args
 
 from tpu_tiles_models import data, export, kaggle, train, train_args
 
@@ -220,10 +221,15 @@ def _run_script(
     )
 
 
-@pytest.fixture
-def fake_upstream(tmp_path) -> Path:
+def _job_run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    """`argv` in a background job's process, to its end."""
+    proc = job_popen(argv, cwd=cwd, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    stdout, stderr = proc.communicate(timeout=600)
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def _fake_upstream(root: Path) -> Path:
     """A tpu_graphs checkout with our models.py swapped in and the script copied to its root."""
-    root = tmp_path / "tpu_graphs_checkout"
     tiles = root / "tpu_graphs" / "baselines" / "tiles"
     tiles.mkdir(parents=True)
     shutil.copy(REPO / "models.py", tiles / "models.py")
@@ -231,38 +237,77 @@ def fake_upstream(tmp_path) -> Path:
     return root
 
 
-def test_script_in_upstream_root(trained, data_root, fake_upstream):
-    proc = _run_script(
-        fake_upstream / SCRIPT.name,
-        fake_upstream,
-        "--dir",
-        str(trained.model_dir),
-        "--data_root",
-        str(data_root),
-        "--cache_dir",
-        "",
-        "--no_progress",
+def run_scripts(dirs: JobDirs) -> dict[str, Any]:
+    """The script as users run it (a background job), on a tiny MLP that `tpu-tiles train`
+    trained on a copy of `short_test_root`: in an upstream checkout, in one whose models.py
+    lacks MLP, and standalone with a --cache_dir."""
+    out, data_root = dirs.tmp / "out", dirs.short_test
+    python = sys.executable
+    trained = _job_run([python, "-m", "tpu_tiles_models.cli", *_train_flags(data_root, out)], REPO)
+    if trained.returncode != 0:
+        raise RuntimeError(f"training failed: {trained.stderr[-3000:]}")
+    (model_dir,) = out.glob("model_*")
+    model, data = ["--dir", str(model_dir)], ["--data_root", str(data_root)]
+    checkout = _fake_upstream(dirs.tmp / "checkout")
+    script = str(checkout / SCRIPT.name)
+    in_root = _job_run(
+        [python, script, *model, *data, "--cache_dir", "", "--no_progress"], checkout
     )
-    assert proc.returncode == 0, proc.stderr
-    models = fake_upstream.resolve() / "tpu_graphs/baselines/tiles/models.py"
-    assert f"models from {models}" in proc.stdout
-    out = fake_upstream / "predictions_model_output.csv"
-    assert kaggle.read_predictions_csv(out) == _expected_top5(
-        _run_info(trained), _config_counts(data_root)
-    )
-
-
-def test_script_uses_the_checkouts_models_py(trained, data_root, fake_upstream):
-    """The checkout's models.py, not ours, defines the classes: one without MLP fails."""
-    models = fake_upstream / "tpu_graphs/baselines/tiles/models.py"
+    no_mlp = _fake_upstream(dirs.tmp / "no_mlp")
+    models = no_mlp / "tpu_graphs/baselines/tiles/models.py"
     models.write_text(models.read_text() + "\ndel MLP\n")
-    proc = _run_script(
-        fake_upstream / SCRIPT.name,
-        fake_upstream,
-        f"--dir={trained.model_dir}",
+    script = str(no_mlp / SCRIPT.name)
+    without = _job_run(
+        [python, script, f"--dir={model_dir}", f"--data_root={data_root}", "--cache_dir="], no_mlp
+    )
+    alone = dirs.tmp / "standalone"
+    alone.mkdir()
+    cache = ["--cache_dir", str(alone / "cache")]
+    standalone = _job_run([python, str(SCRIPT), *model, *data, *cache, "--no_progress"], alone)
+    return dict(
+        model_dir=model_dir,
+        data_root=data_root,
+        in_root=(in_root, checkout),
+        without_mlp=(without, models),
+        standalone=(standalone, alone),
+    )
+
+
+def _train_flags(data_root: Path, out_dir: Path) -> list[str]:
+    return [
+        "train",
+        "--model=MLP",
+        f"--model_kwargs_json={TINY_MLP}",
         f"--data_root={data_root}",
         "--cache_dir=",
-    )
+        f"--out_dir={out_dir}",
+        "--configs=4",
+        "--batch=4",
+        "--epochs=1",
+        "--no_progress",
+    ]
+
+
+def _expected_from(job: dict[str, Any]) -> dict[str, list[int]]:
+    """The job's trainer's test predictions, as the script writes them."""
+    run_info = json.loads(gzip.decompress(export.run_file_for(job["model_dir"]).read_bytes()))
+    return _expected_top5(run_info, _config_counts(job["data_root"]))
+
+
+@background(run_scripts)
+def test_script_in_upstream_root(job_result):
+    proc, checkout = job_result["in_root"]
+    assert proc.returncode == 0, proc.stderr
+    models = checkout.resolve() / "tpu_graphs/baselines/tiles/models.py"
+    assert f"models from {models}" in proc.stdout
+    out = checkout / "predictions_model_output.csv"
+    assert kaggle.read_predictions_csv(out) == _expected_from(job_result)
+
+
+@background(run_scripts)
+def test_script_uses_the_checkouts_models_py(job_result):
+    """The checkout's models.py, not ours, defines the classes: one without MLP fails."""
+    proc, models = job_result["without_mlp"]
     assert proc.returncode == 2
     assert (
         proc.stderr.strip()
@@ -273,23 +318,14 @@ def test_script_uses_the_checkouts_models_py(trained, data_root, fake_upstream):
     )
 
 
-def test_script_standalone(trained, data_root, tmp_path):
-    proc = _run_script(
-        SCRIPT,
-        tmp_path,
-        "--dir",
-        str(trained.model_dir),
-        "--data_root",
-        str(data_root),
-        "--cache_dir",
-        str(tmp_path / "cache"),
-        "--no_progress",
-    )
+@background(run_scripts)
+def test_script_standalone(job_result):
+    proc, alone = job_result["standalone"]
     assert proc.returncode == 0, proc.stderr
     assert "tpu_tiles_models' models.py" in proc.stdout
-    assert any((tmp_path / "cache").iterdir())  # --cache_dir is honoured
-    assert kaggle.read_predictions_csv(tmp_path / "predictions_model_output.csv") == (
-        _expected_top5(_run_info(trained), _config_counts(data_root))
+    assert any((alone / "cache").iterdir())  # --cache_dir is honoured
+    assert kaggle.read_predictions_csv(alone / "predictions_model_output.csv") == (
+        _expected_from(job_result)
     )
 
 
