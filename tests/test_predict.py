@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TINY_MLP, JobDirs, background, job_popen, tiny_args
+from conftest import TINY_MLP, JobDirs, background, job_popen
 
 from tpu_tiles_models import data, export, kaggle, train, train_args
 
@@ -40,10 +40,6 @@ def data_root(short_test_root) -> Path:
 @pytest.fixture(scope="module")
 def trained(mlp_run) -> train.TrainResult:
     return mlp_run
-
-
-def _train(root: Path, out_dir: Path) -> train.TrainResult:
-    return train.train(tiny_args(root, out_dir, model="MLP", model_kwargs_json=TINY_MLP))
 
 
 def _run_info(result: train.TrainResult) -> dict:
@@ -113,29 +109,6 @@ def test_top_k_flag(trained, data_root, tmp_path, capsys):
     for tile_id, ranks in run_info["test_predictions"].items():
         n = counts[tile_id]
         assert got[kaggle.TILE_PREFIX + tile_id] == kaggle.pad_top_k(ranks[: min(n, 2)], n, 2)
-
-
-def test_model_from_train_subset_predicts_on_full_data(data_root, tmp_path, capsys):
-    """Trained on 5 train kernels (like --toy_data): its stored statistics make it reload."""
-    subset = tmp_path / "subset"
-    shutil.copytree(data_root, subset)
-    for path in sorted((subset / "train").glob("*.npz"))[5:]:
-        path.unlink()
-    full_stats = data.load_dataset(data_root, min_train_configs=4, progress=False).stats
-    sub_stats = data.load_dataset(subset, min_train_configs=4, progress=False).stats
-    # Otherwise the test would not show anything: the course procedure would fit other widths.
-    assert (sub_stats.node_width, sub_stats.config_width, sub_stats.num_ops) != (
-        full_stats.node_width,
-        full_stats.config_width,
-        full_stats.num_ops,
-    )
-    result = _train(subset, tmp_path / "out")
-    capsys.readouterr()  # the trainer's output
-    out = tmp_path / "preds.csv"
-    code, _, stderr = _predict(result.model_dir, data_root, out, capsys)
-    assert (code, stderr) == (0, "")
-    expected = _expected_top5(_run_info(result), _config_counts(data_root))
-    assert kaggle.read_predictions_csv(out) == expected
 
 
 def _copy_model(result: train.TrainResult, out_dir: Path, **arg_changes) -> Path:
@@ -237,13 +210,23 @@ def _fake_upstream(root: Path) -> Path:
     return root
 
 
+def _train_subset(root: Path, subset: Path) -> Path:
+    """A copy of the tree `root` with only its first 5 train kernels (like --toy_data)."""
+    shutil.copytree(root, subset)
+    for path in sorted((subset / "train").glob("*.npz"))[5:]:
+        path.unlink()
+    return subset
+
+
 def run_scripts(dirs: JobDirs) -> dict[str, Any]:
-    """The script as users run it (a background job), on a tiny MLP that `tpu-tiles train`
-    trained on a copy of `short_test_root`: in an upstream checkout, in one whose models.py
-    lacks MLP, and standalone with a --cache_dir."""
+    """The script as users run it (a background job): a tiny MLP that `tpu-tiles train`
+    trained on 5 train kernels of a copy of `short_test_root` ranks all of that copy's test
+    kernels, from an upstream checkout, from one whose models.py lacks MLP, and standalone
+    with a --cache_dir."""
     out, data_root = dirs.tmp / "out", dirs.short_test
+    subset = _train_subset(data_root, dirs.tmp / "subset")
     python = sys.executable
-    trained = _job_run([python, "-m", "tpu_tiles_models.cli", *_train_flags(data_root, out)], REPO)
+    trained = _job_run([python, "-m", "tpu_tiles_models.cli", *_train_flags(subset, out)], REPO)
     if trained.returncode != 0:
         raise RuntimeError(f"training failed: {trained.stderr[-3000:]}")
     (model_dir,) = out.glob("model_*")
@@ -267,6 +250,7 @@ def run_scripts(dirs: JobDirs) -> dict[str, Any]:
     return dict(
         model_dir=model_dir,
         data_root=data_root,
+        subset=subset,
         in_root=(in_root, checkout),
         without_mlp=(without, models),
         standalone=(standalone, alone),
@@ -292,6 +276,24 @@ def _expected_from(job: dict[str, Any]) -> dict[str, list[int]]:
     """The job's trainer's test predictions, as the script writes them."""
     run_info = json.loads(gzip.decompress(export.run_file_for(job["model_dir"]).read_bytes()))
     return _expected_top5(run_info, _config_counts(job["data_root"]))
+
+
+@background(run_scripts)
+def test_model_from_train_subset_predicts_on_full_data(job_result):
+    """Trained on 5 train kernels (like --toy_data): its stored statistics make it reload."""
+    data_root, subset = job_result["data_root"], job_result["subset"]
+    full_stats = data.load_dataset(data_root, min_train_configs=4, progress=False).stats
+    sub_stats = data.load_dataset(subset, min_train_configs=4, progress=False).stats
+    # Otherwise the test would not show anything: the course procedure would fit other widths.
+    assert (sub_stats.node_width, sub_stats.config_width, sub_stats.num_ops) != (
+        full_stats.node_width,
+        full_stats.config_width,
+        full_stats.num_ops,
+    )
+    proc, alone = job_result["standalone"]  # the package's models.py, as in-process
+    assert (proc.returncode, proc.stderr) == (0, "")
+    out = alone / "predictions_model_output.csv"
+    assert kaggle.read_predictions_csv(out) == _expected_from(job_result)
 
 
 @background(run_scripts)
