@@ -144,9 +144,10 @@ def sample_submission() -> Path:
 # Background jobs
 # ---------------------------------------------------------------------------------------------
 # The in-process tests keep one core of two busy. A test whose work happens in other processes
-# (the demo, two training workers, a SIGINT) is marked `@background(job)`: its `job` starts
-# with the session, in a thread that runs the selected tests' jobs one after another, and the
-# test itself runs last and checks what the job returned (the `job_result` fixture).
+# (the demo, two training workers, a SIGINT, the prediction script) is marked
+# `@background(job)`: its `job` starts with the session, in a thread that runs the selected
+# tests' jobs one after another, and the test itself runs last and checks what the job
+# returned (the `job_result` fixture).
 
 
 @dataclasses.dataclass
