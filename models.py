@@ -472,7 +472,8 @@ class _TileRanker(tf.keras.Model):
         chunk = tf.minimum(n, self._chunk_size)
         num_chunks = (n + chunk - 1) // chunk
         padded = tf.pad(configs, [[0, 0], [0, num_chunks * chunk - n], [0, 0]])
-        # [num_chunks, batch, chunk, config_dim]: map_fn walks the chunks one at a time.
+        # [num_chunks, batch, chunk, config_dim]: map_fn walks the chunks one at a time (a
+        # traced map_fn runs 10 at once by default, which multiplies the peak memory).
         chunks = tf.transpose(
             tf.reshape(padded, [batch, num_chunks, chunk, configs.shape[-1]]), [1, 0, 2, 3]
         )
@@ -480,6 +481,7 @@ class _TileRanker(tf.keras.Model):
             lambda c: self._embed(graph, kernel, c, False),
             chunks,
             fn_output_signature=tf.float32,
+            parallel_iterations=1,
         )  # [num_chunks, batch, chunk, d]
         embedded = tf.transpose(embedded, [1, 0, 2, 3])
         embedded = tf.reshape(embedded, [batch, num_chunks * chunk, -1])
