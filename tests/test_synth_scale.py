@@ -4,11 +4,12 @@ its refusals, and files that do not depend on how many processes wrote them."""
 from __future__ import annotations
 
 import argparse
+import signal
 from pathlib import Path
 
 import pytest
 
-from tpu_tiles_models import synthetic
+from tpu_tiles_models import interrupts, synthetic
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.synthetic import command, writer
 
@@ -127,3 +128,27 @@ def test_a_worker_does_not_recreate_a_removed_staging_folder(tmp_path: Path) -> 
     with pytest.raises(FileNotFoundError, match="gone/train is gone"):
         job.write(("train", 0, "k", (0.3, 0.2, 0.15, 0.35)))
     assert not (tmp_path / "gone").exists()
+
+
+def test_a_worker_skips_its_kernels_after_ctrl_c(tmp_path: Path) -> None:
+    (tmp_path / "train").mkdir()
+    job = writer._Job(str(tmp_path), seed=0, family="roofline", max_configs=8, min_configs=2)
+    assert job.write(("train", 0, "a", (0.3, 0.2, 0.15, 0.35))) > 0
+    (tmp_path / writer._STOP).touch()
+    assert job.write(("train", 1, "b", (0.3, 0.2, 0.15, 0.35))) == 0
+    assert [p.name for p in (tmp_path / "train").iterdir()] == ["a.npz"]
+
+
+def test_shielded_returns_raises_and_restores_the_handler(tmp_path: Path) -> None:
+    stop = tmp_path / writer._STOP
+    with interrupts.deferred():
+        handler = signal.getsignal(signal.SIGINT)
+        assert writer._shielded(lambda: 42, stop) == 42
+        with pytest.raises(ZeroDivisionError):
+            writer._shielded(lambda: 1 / 0, stop)
+        interrupts._on_sigint(signal.SIGINT, None)  # a Ctrl-C noted before the pipeline
+        ran = []
+        with pytest.raises(KeyboardInterrupt):
+            writer._shielded(lambda: ran.append(1), stop)
+        assert ran == [] and signal.getsignal(signal.SIGINT) is handler
+    assert not stop.exists()

@@ -10,6 +10,9 @@ import logging
 import math
 import os
 import shutil
+import signal
+import subprocess
+import sys
 import tempfile
 import threading
 import warnings
@@ -17,11 +20,11 @@ import zipfile
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from tpu_tiles_models import files, kaggle
+from tpu_tiles_models import files, interrupts, kaggle
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, get_family
 from tpu_tiles_models.synthetic.graph import pick
@@ -44,6 +47,16 @@ _CHUNK = 16
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 Item = tuple[str, int, str, tuple[float, ...]]  # (split, index, tile id, kind weights)
+T = TypeVar("T")
+# In the staging folder: written on Ctrl-C; Beam workers then skip their remaining kernels.
+_STOP = ".stop"
+# A child that exits on the first SIGINT (it starts with SIGINT ignored, inherited from us
+# while the pipeline runs, so it installs its own handler).
+_SENTINEL = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
+    "while True:\n    time.sleep(3600)"
+)
 
 
 class DataSetExistsError(UserError, FileExistsError):
@@ -365,6 +378,8 @@ class _Job:
     def write(self, item: Item) -> int:
         """Makes kernel `item` from its own generator and writes it; returns its configs."""
         split, i, tile_id, weights = item
+        if Path(self.root, _STOP).exists():  # Ctrl-C: the run will be removed
+            return 0
         rng = np.random.default_rng([self.seed, SPLITS.index(split), i, 1])
         arrays = get_family(self.family).make_kernel(
             rng,
@@ -384,14 +399,18 @@ def _write_kernels(job: _Job, plan: list[Item], progress: bool, workers: int) ->
     """Writes every kernel of the plan under `job.root`; returns the number of configs."""
     for split in SPLITS:
         Path(job.root, split).mkdir()
+    interrupts.check()  # a Ctrl-C while the plan was made
     with _progress_bar(Path(job.root), len(plan), progress, workers) as bar:
         if workers == 1:
             total = 0
             for item in plan:
                 total += job.write(item)
                 bar()
+                interrupts.check()  # the command line's Ctrl-C: stop between kernels
             return total
-        return _write_in_beam(job, plan, workers)
+        total = _write_in_beam(job, plan, workers)
+    interrupts.check()
+    return total
 
 
 @contextlib.contextmanager
@@ -458,10 +477,57 @@ def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
             | "Spread" >> beam.Reshuffle()
             | "Write" >> beam.Map(_write_chunk, job=job)
         )
-        result = pipeline.run()
+        result = _shielded(pipeline.run, Path(job.root, _STOP))
         result.wait_until_finish()
         query = result.metrics().query(MetricsFilter().with_name("configs"))
     return int(sum(c.committed for c in query["counters"]))
+
+
+def _shielded(run: Callable[[], T], stop: Path) -> T:
+    """Runs `run` (the Beam pipeline) in a thread so that Ctrl-C stops it cleanly.
+
+    Beam starts its workers through `/bin/sh`, which keeps only ignored signals, so SIGINT is
+    ignored here while the pipeline runs: a terminal's Ctrl-C then cannot kill a worker midway
+    (Beam would wait for it). A tiny sentinel child notices Ctrl-C instead; the first one
+    writes `stop`, the workers skip their remaining kernels, and KeyboardInterrupt is raised
+    here once the pipeline is done, so the caller removes a folder no one writes into.
+    """
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread: signals are not ours to handle
+        return run()
+    try:
+        interrupts.check()  # a Ctrl-C the command line noted before the shield went up
+    except KeyboardInterrupt:
+        signal.signal(signal.SIGINT, previous)
+        raise
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = run()
+        except BaseException as e:  # handed to the waiting thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=target, name="synth-pipeline", daemon=True)
+    sentinel = subprocess.Popen([sys.executable, "-c", _SENTINEL], stdin=subprocess.DEVNULL)
+    pressed = False
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+            if not pressed and sentinel.poll() is not None:
+                pressed = True
+                stop.touch()
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sentinel.kill()
+        sentinel.wait()
+    if pressed:
+        raise KeyboardInterrupt
+    if "error" in outcome:
+        raise outcome["error"]
+    return outcome["value"]
 
 
 @contextlib.contextmanager
