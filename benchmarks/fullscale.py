@@ -10,10 +10,12 @@ Run by hand (not a test), on a data set generated once:
 `models.py` in place of `tpu_graphs/baselines/tiles/models.py` (the checkout itself is not
 touched); `COURSE` holds the course's `tiles_gen_predictions_csv.py`. `--fraction F` uses the
 first F of each split (by file name), linked into `WORK/data_<F>`, so both sides read the same
-kernels. Every measurement runs in its own process; the parent takes each child's wall time
-and peak RSS (`wait4`), and inside a child each phase's peak RSS is read from `VmHWM`, reset
-at the phase's start (`/proc/self/clear_refs`), so it counts what the process held before
-the phase plus what the phase added.
+kernels. Every measurement runs in its own process; the parent takes each child's wall and
+CPU time and peak RSS (`wait4`), and inside a child each phase's wall and CPU seconds and
+peak RSS are taken, the peak from `VmHWM` reset at the phase's start
+(`/proc/self/clear_refs`), so it counts what the process held before the phase plus what the
+phase added. Ratios are given on wall and on CPU seconds: on a machine shared with other
+jobs the wall clock moves with their load; a goal is met when both say so.
 
 1. First load, npz to cache (cold cache), then the same load again from the cache: ours
    (`data.load_dataset` with a cache dir) and upstream's (`data.get_npz_dataset`).
