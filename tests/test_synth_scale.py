@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from tpu_tiles_models import interrupts, synthetic
+from tpu_tiles_models import interrupts, pipelines, synthetic
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.synthetic import command, writer
 
@@ -84,7 +84,7 @@ def test_run_passes_the_full_sizes_and_workers(monkeypatch, capsys) -> None:
 
 
 def test_default_workers_switch_at_the_threshold(monkeypatch) -> None:
-    monkeypatch.setattr(writer, "cores", lambda: 6)
+    monkeypatch.setattr(pipelines, "cores", lambda: 6)
     assert writer.default_workers(writer.PARALLEL_MIN_KERNELS - 1) == 1
     assert writer.default_workers(writer.PARALLEL_MIN_KERNELS) == 6
     assert writer.default_workers(sum(writer.REAL_SPLIT_SIZES.values())) == 6

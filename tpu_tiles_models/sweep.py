@@ -50,7 +50,6 @@ import hashlib
 import io
 import itertools
 import json
-import logging
 import math
 import os
 import random
@@ -68,7 +67,7 @@ import traceback
 from pathlib import Path
 from typing import Any, Callable, Iterator, Mapping, Sequence
 
-from tpu_tiles_models import files, interrupts
+from tpu_tiles_models import files, interrupts, pipelines
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs, args_hash
 
@@ -1086,7 +1085,7 @@ def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
 def _check_beam_argv(beam_argv: list[str]) -> None:
     if not beam_argv:
         return
-    with _quiet_beam():
+    with pipelines.quiet_beam():
         _, unknown = _beam_parser().parse_known_args(beam_argv)
     flags = [t for t in unknown if t.startswith("-")]
     if flags:
@@ -1106,7 +1105,7 @@ def pipeline_options(a: argparse.Namespace, beam_argv: Sequence[str]):
     if _is_direct(a.runner):
         defaults = dict(
             direct_running_mode="multi_processing",
-            direct_num_workers=a.num_workers or _cores(),
+            direct_num_workers=a.num_workers or pipelines.cores(),
             default_sdk_harness_log_level="ERROR",
         )
         extra.update({k: v for k, v in defaults.items() if k not in given})
@@ -1121,7 +1120,7 @@ def _is_direct(runner: str) -> bool:
 
 def _check_runner(name: str) -> None:
     try:
-        with _quiet_beam():
+        with pipelines.quiet_beam():
             from apache_beam.runners.runner import create_runner
 
             create_runner(name)
@@ -1134,32 +1133,12 @@ def _check_runner(name: str) -> None:
         ) from None
 
 
-def _cores() -> int:
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
-@contextlib.contextmanager
-def _quiet_beam() -> Iterator[None]:
-    """Beam logs warnings on import (missing GCP clients) and per worker; keep errors only."""
-    beam_logger = logging.getLogger("apache_beam")
-    level, disabled = beam_logger.level, logging.root.manager.disable
-    beam_logger.setLevel(logging.ERROR)
-    logging.disable(logging.WARNING)
-    try:
-        yield
-    finally:
-        logging.disable(disabled)
-        beam_logger.setLevel(level)
-
-
 def run_pipeline(points: Sequence[Point], sweep_dir: str, options, isolation: str) -> None:
     """`Create(points) | Reshuffle | Map(train_element)`; returns when every point is done.
 
     The Reshuffle keeps a distributed runner from fusing all points onto one worker.
     """
-    with _quiet_beam():
+    with pipelines.quiet_beam():
         import apache_beam as beam
 
         elements = [json.dumps(dict(key=p.key, args=p.args.to_dict())) for p in points]
@@ -1400,65 +1379,23 @@ def _train_todo(todo, sweep_dir, a, beam_argv, total: int, done: int) -> str:
 
 
 def _run_shielded(fn: Callable[[], None], stop_marker: str) -> bool:
-    """Runs `fn` (the pipeline) so that Ctrl-C stops the sweep cleanly.
+    """Runs `fn` (the pipeline) so that Ctrl-C stops the sweep cleanly (see
+    `pipelines.run_shielded`); returns whether Ctrl-C was pressed.
 
-    Beam's local workers are started through `/bin/sh`, which keeps only *ignored* signals,
-    so SIGINT is ignored in this process while the pipeline runs: a terminal's Ctrl-C then
-    does not kill the workers (Beam would wait for them or retry their points). It reaches
-    the points' child processes, which handle it themselves (they stop at a safe point and
-    remove what they had started), and a tiny sentinel process that tells this thread. The
-    first Ctrl-C writes `stop_marker`, so no worker starts another point, and is passed to
-    the previous handler (a point training in this process stops too); a second one stops
-    waiting at once.
-
-    Returns:
-      Whether Ctrl-C was pressed.
+    Ctrl-C reaches the points' child processes, which stop at a safe point and remove what
+    they had started. The first one writes `stop_marker`, so no worker starts another point,
+    and is passed to the previous handler (a point training in this process stops too); a
+    second one stops waiting at once.
     """
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: signals are not ours to handle
-        fn()
-        return False
-    failure: list[BaseException] = []
-    thread = threading.Thread(target=_catching(fn, failure), name="sweep-pipeline", daemon=True)
-    sentinel = subprocess.Popen([sys.executable, "-c", _SENTINEL_CODE], stdin=subprocess.DEVNULL)
-    pressed = False
-    try:
-        thread.start()
-        while thread.is_alive():
-            thread.join(0.2)
-            if not pressed and sentinel.poll() is not None:
-                pressed = True
-                files.write_bytes(stop_marker, b"")
-                print("sweep: Ctrl-C: no new point starts; running points stop at a safe point")
-                signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
-                if callable(previous) and previous is not signal.default_int_handler:
-                    previous(signal.SIGINT, None)
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        sentinel.kill()
-        sentinel.wait()
-    if failure and not pressed:
-        raise failure[0]
-    return pressed
 
+    def on_ctrl_c(previous) -> None:
+        files.write_bytes(stop_marker, b"")
+        print("sweep: Ctrl-C: no new point starts; running points stop at a safe point")
+        signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
+        if callable(previous) and previous is not signal.default_int_handler:
+            previous(signal.SIGINT, None)
 
-# Exits 130 on the first SIGINT (it starts with SIGINT ignored, inherited, so it sets a handler).
-_SENTINEL_CODE = (
-    "import signal, sys, time\n"
-    "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
-    "while True:\n    time.sleep(3600)"
-)
-
-
-def _catching(fn: Callable[[], None], failure: list[BaseException]) -> Callable[[], None]:
-    def target() -> None:
-        try:
-            fn()
-        except BaseException as e:  # handed to the waiting thread
-            failure.append(e)
-
-    return target
+    return pipelines.run_shielded(fn, on_ctrl_c)[1]
 
 
 def collect_rows(points: Sequence[Point], sweep_dir: str) -> list[Row]:

@@ -6,13 +6,9 @@ import contextlib
 import csv
 import hashlib
 import json
-import logging
 import math
 import os
 import shutil
-import signal
-import subprocess
-import sys
 import tempfile
 import threading
 import warnings
@@ -24,7 +20,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from tpu_tiles_models import files, interrupts, kaggle
+from tpu_tiles_models import files, interrupts, kaggle, pipelines
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, get_family
 from tpu_tiles_models.synthetic.graph import pick
@@ -50,13 +46,6 @@ Item = tuple[str, int, str, tuple[float, ...]]  # (split, index, tile id, kind w
 T = TypeVar("T")
 # In the staging folder: written on Ctrl-C; Beam workers then skip their remaining kernels.
 _STOP = ".stop"
-# A child that exits on the first SIGINT (it starts with SIGINT ignored, inherited from us
-# while the pipeline runs, so it installs its own handler).
-_SENTINEL = (
-    "import signal, sys, time\n"
-    "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
-    "while True:\n    time.sleep(3600)"
-)
 
 
 class DataSetExistsError(UserError, FileExistsError):
@@ -353,16 +342,9 @@ def generate(
     }
 
 
-def cores() -> int:
-    """CPU cores this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return len(os.sched_getaffinity(0))
-    return os.cpu_count() or 1
-
-
 def default_workers(kernels: int) -> int:
     """Worker processes for `kernels` kernels: the cores from `PARALLEL_MIN_KERNELS` on."""
-    return cores() if kernels >= PARALLEL_MIN_KERNELS else 1
+    return pipelines.cores() if kernels >= PARALLEL_MIN_KERNELS else 1
 
 
 @dataclass(frozen=True)
@@ -456,7 +438,7 @@ def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
 
     The Reshuffle spreads the chunks over the workers instead of fusing them onto one.
     """
-    with _quiet_beam():
+    with pipelines.quiet_beam():
         import apache_beam as beam
         from apache_beam.metrics.metric import MetricsFilter
         from apache_beam.options.pipeline_options import PipelineOptions
@@ -484,64 +466,15 @@ def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
 
 
 def _shielded(run: Callable[[], T], stop: Path) -> T:
-    """Runs `run` (the Beam pipeline) in a thread so that Ctrl-C stops it cleanly.
-
-    Beam starts its workers through `/bin/sh`, which keeps only ignored signals, so SIGINT is
-    ignored here while the pipeline runs: a terminal's Ctrl-C then cannot kill a worker midway
-    (Beam would wait for it). A tiny sentinel child notices Ctrl-C instead; the first one
-    writes `stop`, the workers skip their remaining kernels, and KeyboardInterrupt is raised
-    here once the pipeline is done, so the caller removes a folder no one writes into.
-    """
-    try:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-    except ValueError:  # not the main thread: signals are not ours to handle
-        return run()
-    try:
-        interrupts.check()  # a Ctrl-C the command line noted before the shield went up
-    except KeyboardInterrupt:
-        signal.signal(signal.SIGINT, previous)
-        raise
-    outcome: dict[str, Any] = {}
-
-    def target() -> None:
-        try:
-            outcome["value"] = run()
-        except BaseException as e:  # handed to the waiting thread
-            outcome["error"] = e
-
-    thread = threading.Thread(target=target, name="synth-pipeline", daemon=True)
-    sentinel = subprocess.Popen([sys.executable, "-c", _SENTINEL], stdin=subprocess.DEVNULL)
-    pressed = False
-    try:
-        thread.start()
-        while thread.is_alive():
-            thread.join(0.2)
-            if not pressed and sentinel.poll() is not None:
-                pressed = True
-                stop.touch()
-    finally:
-        signal.signal(signal.SIGINT, previous)
-        sentinel.kill()
-        sentinel.wait()
+    """Runs `run` (the Beam pipeline) so that Ctrl-C stops it cleanly (see
+    `pipelines.run_shielded`): the first Ctrl-C writes `stop`, the workers skip their
+    remaining kernels, and KeyboardInterrupt is raised here once the pipeline is done, so the
+    caller removes a folder no one writes into."""
+    interrupts.check()  # a Ctrl-C the command line noted before the shield went up
+    value, pressed = pipelines.run_shielded(run, lambda previous: stop.touch())
     if pressed:
         raise KeyboardInterrupt
-    if "error" in outcome:
-        raise outcome["error"]
-    return outcome["value"]
-
-
-@contextlib.contextmanager
-def _quiet_beam() -> Iterator[None]:
-    """Beam logs warnings on import (missing GCP clients); keep its errors only."""
-    beam_logger = logging.getLogger("apache_beam")
-    level, disabled = beam_logger.level, logging.root.manager.disable
-    beam_logger.setLevel(logging.ERROR)
-    logging.disable(logging.WARNING)
-    try:
-        yield
-    finally:
-        logging.disable(disabled)
-        beam_logger.setLevel(level)
+    return value
 
 
 def _quantiles(values: Sequence[float]) -> dict[str, float]:

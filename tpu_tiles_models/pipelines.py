@@ -1,0 +1,95 @@
+"""Apache Beam plumbing that `tpu-tiles sweep` and `tpu-tiles synth` share: how many cores,
+Beam's logging kept to errors, and running a pipeline so that Ctrl-C stops it cleanly."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+from collections.abc import Iterator
+from typing import Any, Callable, TypeVar
+
+T = TypeVar("T")
+Handler = Any  # what signal.signal returns: a callable, SIG_IGN, SIG_DFL or None
+
+# A child that exits on the first SIGINT. It starts with SIGINT ignored (inherited while a
+# pipeline runs), so it installs its own handler.
+_SENTINEL = (
+    "import signal, sys, time\n"
+    "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
+    "while True:\n    time.sleep(3600)"
+)
+
+
+def cores() -> int:
+    """CPU cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
+@contextlib.contextmanager
+def quiet_beam() -> Iterator[None]:
+    """Beam logs warnings on import (missing GCP clients) and per worker; keep errors only."""
+    beam_logger = logging.getLogger("apache_beam")
+    level, disabled = beam_logger.level, logging.root.manager.disable
+    beam_logger.setLevel(logging.ERROR)
+    logging.disable(logging.WARNING)
+    try:
+        yield
+    finally:
+        logging.disable(disabled)
+        beam_logger.setLevel(level)
+
+
+def run_shielded(
+    run: Callable[[], T], on_ctrl_c: Callable[[Handler], None]
+) -> tuple[T | None, bool]:
+    """Runs `run` (a Beam pipeline) in a thread, with SIGINT ignored in this process.
+
+    Beam starts its local workers through `/bin/sh`, which keeps only *ignored* signals, so
+    a terminal's Ctrl-C must not reach them as a kill: Beam would wait for or retry their
+    work. A tiny sentinel child notices Ctrl-C instead, and the first one calls
+    `on_ctrl_c(previous_handler)` (which tells the workers to stop, through a marker file).
+    Outside the main thread signals are not ours: `run` is simply called.
+
+    Returns:
+        `(run's value, whether Ctrl-C was pressed)`; the value is None when `run` failed
+        after Ctrl-C.
+
+    Raises:
+        Whatever `run` raised, unless Ctrl-C was pressed.
+    """
+    try:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    except ValueError:  # not the main thread
+        return run(), False
+    outcome: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            outcome["value"] = run()
+        except BaseException as e:  # handed to the waiting thread
+            outcome["error"] = e
+
+    thread = threading.Thread(target=target, name="beam-pipeline", daemon=True)
+    sentinel = subprocess.Popen([sys.executable, "-c", _SENTINEL], stdin=subprocess.DEVNULL)
+    pressed = False
+    try:
+        thread.start()
+        while thread.is_alive():
+            thread.join(0.2)
+            if not pressed and sentinel.poll() is not None:
+                pressed = True
+                on_ctrl_c(previous)
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        sentinel.kill()
+        sentinel.wait()
+    if "error" in outcome and not pressed:
+        raise outcome["error"]
+    return outcome.get("value"), pressed
