@@ -86,6 +86,23 @@ def tiny_args(data_root: Path, out_dir: Path, **changes):
     return TrainArgs(**{**base, **changes})
 
 
+def tiny_cli(data_root: Path, out_dir: Path, *extra: str) -> list[str]:
+    """`tpu-tiles train` argv for a tiny MLP run on `data_root` (4 configs x 4 kernels)."""
+    return [
+        "train",
+        "--model=MLP",
+        f"--model_kwargs_json={TINY_MLP}",
+        f"--data_root={data_root}",
+        "--cache_dir=",
+        f"--out_dir={out_dir}",
+        "--configs=4",
+        "--batch=4",
+        "--epochs=1",
+        "--no_progress",
+        *extra,
+    ]
+
+
 @pytest.fixture(scope="session")
 def residual_run(synth_root, tmp_path_factory):
     """A tiny ResidualSAGE, 2 epochs on synth_root (artifacts in their own out_dir)."""

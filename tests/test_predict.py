@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import TINY_MLP, JobDirs, background, job_popen
+from conftest import JobDirs, background, job_popen, tiny_cli
 
 from tpu_tiles_models import data, export, kaggle, train, train_args
 
@@ -226,7 +226,7 @@ def run_scripts(dirs: JobDirs) -> dict[str, Any]:
     out, data_root = dirs.tmp / "out", dirs.short_test
     subset = _train_subset(data_root, dirs.tmp / "subset")
     python = sys.executable
-    trained = _job_run([python, "-m", "tpu_tiles_models.cli", *_train_flags(subset, out)], REPO)
+    trained = _job_run([python, "-m", "tpu_tiles_models.cli", *tiny_cli(subset, out)], REPO)
     if trained.returncode != 0:
         raise RuntimeError(f"training failed: {trained.stderr[-3000:]}")
     (model_dir,) = out.glob("model_*")
@@ -255,21 +255,6 @@ def run_scripts(dirs: JobDirs) -> dict[str, Any]:
         without_mlp=(without, models),
         standalone=(standalone, alone),
     )
-
-
-def _train_flags(data_root: Path, out_dir: Path) -> list[str]:
-    return [
-        "train",
-        "--model=MLP",
-        f"--model_kwargs_json={TINY_MLP}",
-        f"--data_root={data_root}",
-        "--cache_dir=",
-        f"--out_dir={out_dir}",
-        "--configs=4",
-        "--batch=4",
-        "--epochs=1",
-        "--no_progress",
-    ]
 
 
 def _expected_from(job: dict[str, Any]) -> dict[str, list[int]]:

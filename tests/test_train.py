@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import TINY_MLP, JobDirs, background, job_popen
+from conftest import JobDirs, background, job_popen, tiny_cli
 
 from tpu_tiles_models import cli, export, train, train_args
 
@@ -129,24 +129,8 @@ def test_missing_data_dir_gives_one_line(tmp_path, capsys):
     assert code == 2 and str(tmp_path / "none") in err and len(err.splitlines()) == 1
 
 
-def _tiny_cli(data_root: Path, out_dir: Path, *extra: str) -> list[str]:
-    return [
-        "train",
-        "--model=MLP",
-        f"--model_kwargs_json={TINY_MLP}",
-        f"--data_root={data_root}",
-        "--cache_dir=",
-        f"--out_dir={out_dir}",
-        "--configs=4",
-        "--batch=4",
-        "--epochs=1",
-        "--no_progress",
-        *extra,
-    ]
-
-
 def test_epochs_zero_is_a_one_line_error(synth_root, tmp_path, capsys):
-    code = cli.main(_tiny_cli(synth_root, tmp_path / "out", "--epochs=0"))
+    code = cli.main(tiny_cli(synth_root, tmp_path / "out", "--epochs=0"))
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == "tpu-tiles train: error: --epochs must be at least 1, got 0"
     assert not (tmp_path / "out").exists()
@@ -154,7 +138,7 @@ def test_epochs_zero_is_a_one_line_error(synth_root, tmp_path, capsys):
 
 def test_failed_training_leaves_no_out_dir(tmp_path, capsys):
     out = tmp_path / "new" / "out"
-    code = cli.main(_tiny_cli(tmp_path / "no_data", out))
+    code = cli.main(tiny_cli(tmp_path / "no_data", out))
     assert code == 2 and "split directory not found" in capsys.readouterr().err
     assert not out.exists() and (tmp_path / "new").is_dir()  # only what the run created goes
 
@@ -170,7 +154,7 @@ def test_ctrl_c_during_the_save_removes_every_artifact(synth_root, tmp_path, cap
 
     monkeypatch.setattr(export, "save_model_dir", save_then_ctrl_c)
     out = tmp_path / "out"
-    code = cli.main(_tiny_cli(synth_root, out))
+    code = cli.main(tiny_cli(synth_root, out))
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 130 and err == [
         "tpu-tiles train: interrupted; removed what this run had started"
@@ -183,7 +167,7 @@ def interrupt_training(dirs: JobDirs) -> tuple[int, str, Path]:
     exit code, its stderr and its --out_dir."""
     out = dirs.tmp / "out"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    argv = _tiny_cli(dirs.data, out, "--epochs=500")
+    argv = tiny_cli(dirs.data, out, "--epochs=500")
     proc = job_popen([sys.executable, "-m", "tpu_tiles_models.cli", *argv], env=env)
     for line in proc.stdout:  # wait until training runs
         if line.startswith("epoch   1"):
@@ -209,7 +193,7 @@ def train_on_two_workers(dirs: JobDirs) -> tuple[list[str], list[int], list[str]
 
     cluster = {"worker": [f"localhost:{portpicker.pick_unused_port()}" for _ in range(2)]}
     out = dirs.tmp / "out"
-    argv = _tiny_cli(dirs.data, out, "--strategy=multiworker", f"--results_csv={out}/r.csv")
+    argv = tiny_cli(dirs.data, out, "--strategy=multiworker", f"--results_csv={out}/r.csv")
     procs = []
     for index in range(2):
         task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
