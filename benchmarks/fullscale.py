@@ -177,6 +177,21 @@ def _timed_calls(owner: Any, name: str, laps: dict[str, list[float]], lap: str) 
     setattr(owner, name, wrapper)
 
 
+def _phase_calls(owner: Any, name: str, phases: Phases, during: str, after: str) -> None:
+    """Replaces `owner.name` by a wrapper that enters phase `during` for each call and phase
+    `after` when it returns."""
+    original = getattr(owner, name)
+
+    def wrapper(*args, **kwargs):
+        phases.enter(during)
+        try:
+            return original(*args, **kwargs)
+        finally:
+            phases.enter(after)
+
+    setattr(owner, name, wrapper)
+
+
 def _dir_bytes(path: Path) -> int:
     return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
 
@@ -299,16 +314,7 @@ def child_ours_predict(spec: dict) -> dict:
 
     phases = Phases()
     phases.enter("reload model and data")
-    score_split = scoring.score_split
-
-    def timed(*args, **kwargs):
-        phases.enter("test ranking")
-        try:
-            return score_split(*args, **kwargs)
-        finally:
-            phases.enter("write csv")
-
-    scoring.score_split = timed
+    _phase_calls(scoring, "score_split", phases, "test ranking", "write csv")
     code = cli.main(["predict", *spec["argv"]])
     phases.close()
     if code:
@@ -419,15 +425,7 @@ def child_upstream_train(spec: dict) -> dict:
         return out
 
     metrics.top_error_performance = timed_top_errors
-    rank = train_lib.rank_config_indices
-
-    def timed_rank(*args, **kwargs):
-        phases.enter("test ranking")
-        out = rank(*args, **kwargs)
-        phases.enter("save")
-        return out
-
-    train_lib.rank_config_indices = timed_rank
+    _phase_calls(train_lib, "rank_config_indices", phases, "test ranking", "save")
     with _stdout_to_stderr():
         try:
             app.run(script.main, argv=["tiles_train.py", *spec["argv"]])
@@ -449,15 +447,7 @@ def child_course_predict(spec: dict) -> dict:
     train_lib = mods["train_lib"]
     phases = Phases()
     phases.enter("reload model and data")
-    rank = train_lib.rank_config_indices
-
-    def timed_rank(*args, **kwargs):
-        phases.enter("test ranking")
-        out = rank(*args, **kwargs)
-        phases.enter("write csv")
-        return out
-
-    train_lib.rank_config_indices = timed_rank
+    _phase_calls(train_lib, "rank_config_indices", phases, "test ranking", "write csv")
     os.chdir(spec["cwd"])  # it writes predictions_model_output.csv here
     with _stdout_to_stderr():
         try:
