@@ -46,7 +46,7 @@ setup(
         "apache-beam<3",
     ],
     # pandas: tests compare our Kaggle CSV with what the course script (pandas) writes.
-    extras_require={"test": ["pytest", "ruff", "pandas"]},
+    extras_require={"test": ["pytest", "pytest-xdist", "ruff", "pandas"]},
     entry_points={"console_scripts": ["tpu-tiles=tpu_tiles_models.cli:main"]},
     cmdclass={"build_py": BuildWithDropins},
 )

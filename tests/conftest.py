@@ -1,19 +1,14 @@
 """Shared fixtures: small synthetic TpuGraphs-format data sets and tiny trained runs, made once
 per session and shared read-only by the test files (training is the slow part of the suite),
-and background jobs: the work of subprocess tests, run beside the in-process tests."""
+and how the tests are shared out between two workers."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import shutil
 import stat
-import subprocess
-import tempfile
 import warnings
-from concurrent import futures
 from pathlib import Path
-from typing import Any, Callable
 
 import numpy as np
 import pytest
@@ -158,103 +153,27 @@ def sample_submission() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Background jobs
+# Two workers (pytest-xdist, `-n 2 --dist loadgroup` in README's test command)
 # ---------------------------------------------------------------------------------------------
-# The in-process tests keep one core of two busy. A test whose work happens in other processes
-# (the demo, two training workers, a SIGINT, the prediction script) is marked
-# `@background(job)`: its `job` starts with the session, in a thread that runs the selected
-# tests' jobs one after another, and the test itself runs last and checks what the job
-# returned (the `job_result` fixture).
+# Training is the slow part, and a fixture is made once per worker that uses it. So every test
+# that uses the shared trained runs goes to one worker (group "trained_runs"), a module whose
+# module fixture trains is one group too (`pytestmark = pytest.mark.xdist_group(...)`), and the
+# slowest work units are handed out first, so no long one is left for the end.
 
-
-@dataclasses.dataclass
-class JobDirs:
-    """What a job may use: its own empty folder, and copies of `synth_root` and
-    `short_test_root` (read-only)."""
-
-    tmp: Path
-    data: Path
-    short_test: Path
-
-
-def background(job: Callable[[JobDirs], Any]) -> pytest.MarkDecorator:
-    """Marks a test whose work is `job(dirs)`, started with the session (see above)."""
-    return pytest.mark.background(job=job)
-
-
-class _Jobs:
-    """The session's background jobs: their thread, results and processes."""
-
-    def __init__(self) -> None:
-        self.pool = futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="test-job")
-        self.results: dict[Callable, futures.Future] = {}
-        self.procs: list[subprocess.Popen] = []
-        self.closing = False
-        self.root = Path(tempfile.mkdtemp(prefix="tpu_tiles_jobs_"))
-        self.data = generate_synth(self.root / "synth")
-        self.short_test = copy_short_test(self.data, self.root / "short_test")
-
-    def start(self, job: Callable[[JobDirs], Any]) -> None:
-        if job not in self.results:
-            tmp = Path(tempfile.mkdtemp(prefix=f"{job.__name__}_", dir=self.root))
-            self.results[job] = self.pool.submit(job, JobDirs(tmp, self.data, self.short_test))
-
-    def close(self) -> None:
-        """Kills what still runs (a session stopped early) and removes the jobs' files."""
-        self.closing = True
-        for future in self.results.values():
-            future.cancel()
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-        self.pool.shutdown(wait=True)
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-_jobs: _Jobs | None = None
-
-
-def job_popen(argv: list[str], **kwargs) -> subprocess.Popen:
-    """`subprocess.Popen` for a job (text pipes, no stdin), killed if the session stops first."""
-    if _jobs.closing:
-        raise RuntimeError("the session is over")
-    pipes = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    proc = subprocess.Popen(argv, text=True, **{**pipes, **kwargs})
-    _jobs.procs.append(proc)
-    return proc
-
-
-def _job_of(item: pytest.Item) -> Callable | None:
-    mark = item.get_closest_marker("background")
-    return mark.kwargs["job"] if mark else None
+SHARED_RUNS = {"residual_run", "mlp_seeds"}
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "background(job): the test checks a background job")
+    config.addinivalue_line("markers", "slow: one of the slowest tests; handed out first")
 
 
-@pytest.hookimpl(trylast=True)  # after -k/-m deselection
+def _slow_first(item: pytest.Item) -> int:
+    return 0 if item.get_closest_marker("slow") or item.get_closest_marker("xdist_group") else 1
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Tests of background jobs go last: their jobs then have the whole session to run."""
-    items.sort(key=lambda item: _job_of(item) is not None)  # stable: file order otherwise
-
-
-@pytest.hookimpl(tryfirst=True)
-def pytest_runtestloop(session: pytest.Session) -> None:
-    global _jobs
-    jobs = [job for job in map(_job_of, session.items) if job is not None]
-    if jobs and not session.config.option.collectonly:
-        _jobs = _Jobs()
-        for job in jobs:
-            _jobs.start(job)
-
-
-def pytest_sessionfinish() -> None:
-    if _jobs is not None:
-        _jobs.close()
-
-
-@pytest.fixture
-def job_result(request) -> Any:
-    """What the test's `@background` job returned (waits for it; its exception if it failed)."""
-    return _jobs.results[_job_of(request.node)].result()
+    for item in items:
+        if SHARED_RUNS & set(item.fixturenames) and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group("trained_runs"))
+    items.sort(key=_slow_first)  # stable: file order otherwise

@@ -11,7 +11,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import JobDirs, background, job_popen
 
 from tpu_tiles_models import cli, kaggle, registry
 
@@ -32,18 +31,18 @@ def test_synth_writes_the_splits(tmp_path, capsys):
     assert "wrote 7 kernels" in capsys.readouterr().out
 
 
-def run_demo(dirs: JobDirs) -> tuple[subprocess.CompletedProcess, Path]:
-    """`tpu-tiles demo`, small, in its own process (a background job: about a minute)."""
-    out = dirs.tmp / "demo"
+@pytest.mark.slow
+def test_demo_writes_every_artifact(tmp_path):
+    """`tpu-tiles demo`, small, in its own process as users run it."""
+    out = tmp_path / "demo"
     argv = ["demo", "--out", str(out), "--train", "24", "--epochs", "1", "--no_progress"]
-    proc = job_popen([sys.executable, "-m", "tpu_tiles_models.cli", *argv])
-    stdout, stderr = proc.communicate(timeout=900)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr), out
-
-
-@background(run_demo)
-def test_demo_writes_every_artifact(job_result):
-    proc, out = job_result
+    proc = subprocess.run(
+        [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     printed = proc.stdout
     runs = sorted((out / "models").glob("run_*.jsonz"))

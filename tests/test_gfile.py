@@ -19,6 +19,8 @@ from tpu_tiles_models.runs import TrainedRun
 
 RAM = "ram://test_gfile"
 SWEEP_OUT = f"{RAM}/sweep"
+# One worker runs this module: ram:// lives in its process, and its tests share one run.
+pytestmark = pytest.mark.xdist_group("gfile")
 
 
 def _tree(url: str) -> list[str]:

@@ -335,7 +335,18 @@ def trained(fit_data):
     return get
 
 
-@pytest.mark.parametrize("name", CLASSES)
+# MLP and the Ensemble are also fitted for the ensemble tests below: one worker fits them once.
+_WITH_ENSEMBLE_TESTS = pytest.mark.xdist_group("models_ensemble")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name",
+    [
+        pytest.param(n, marks=_WITH_ENSEMBLE_TESTS) if n in ("MLP", "Ensemble") else n
+        for n in CLASSES
+    ],
+)
 def test_upstream_life_cycle(name, trained, kernels, tmp_path):
     """Construct, compile, fit, save, load_model, rebuild, forward, copy: identical scores."""
     model, history = trained(name)
@@ -375,6 +386,7 @@ def _ensemble_of(name, copies, combine, kernels, weights_from):
     return ensemble
 
 
+@_WITH_ENSEMBLE_TESTS
 @pytest.mark.parametrize("combine", models.COMBINE_METHODS)
 def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, trained, kernels):
     model, _ = trained("MLP")
@@ -387,6 +399,7 @@ def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, trained,
         np.testing.assert_allclose(two.forward(graph, n), one.forward(graph, n), atol=1e-6)
 
 
+@_WITH_ENSEMBLE_TESTS
 def test_ensemble_averages_normalised_member_scores(trained, kernels, batch):
     ensemble, _ = trained("Ensemble")
     members = ensemble.members

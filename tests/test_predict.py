@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import JobDirs, background, job_popen, tiny_cli
+from conftest import tiny_cli
 
-from tpu_tiles_models import data, export, kaggle, train, train_args
+from tpu_tiles_models import cli, data, export, kaggle, train, train_args
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tiles_gen_predictions_csv.py"
@@ -194,13 +194,6 @@ def _run_script(
     )
 
 
-def _job_run(argv: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    """`argv` in a background job's process, to its end."""
-    proc = job_popen(argv, cwd=cwd, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    stdout, stderr = proc.communicate(timeout=600)
-    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
-
-
 def _fake_upstream(root: Path) -> Path:
     """A tpu_graphs checkout with our models.py swapped in and the script copied to its root."""
     tiles = root / "tpu_graphs" / "baselines" / "tiles"
@@ -218,35 +211,39 @@ def _train_subset(root: Path, subset: Path) -> Path:
     return subset
 
 
-def run_scripts(dirs: JobDirs) -> dict[str, Any]:
-    """The script as users run it (a background job): a tiny MLP that `tpu-tiles train`
-    trained on 5 train kernels of a copy of `short_test_root` ranks all of that copy's test
-    kernels, from an upstream checkout, from one whose models.py lacks MLP, and standalone
-    with a --cache_dir."""
-    out, data_root = dirs.tmp / "out", dirs.short_test
-    subset = _train_subset(data_root, dirs.tmp / "subset")
-    python = sys.executable
-    trained = _job_run([python, "-m", "tpu_tiles_models.cli", *tiny_cli(subset, out)], REPO)
-    if trained.returncode != 0:
-        raise RuntimeError(f"training failed: {trained.stderr[-3000:]}")
+scripts_group = pytest.mark.xdist_group("scripts")  # its tests share one `scripts`
+
+
+@pytest.fixture(scope="module")
+def scripts(short_test_root, tmp_path_factory) -> dict[str, Any]:
+    """The script as users run it: a tiny MLP that `tpu-tiles train` trained on 5 train
+    kernels of a copy of `short_test_root` ranks all of that copy's test kernels, from an
+    upstream checkout, from one whose models.py lacks MLP, and standalone with a --cache_dir."""
+    tmp = tmp_path_factory.mktemp("scripts")
+    out, data_root = tmp / "out", short_test_root
+    subset = _train_subset(data_root, tmp / "subset")
+    if cli.main(tiny_cli(subset, out)) != 0:
+        raise RuntimeError("training failed")
     (model_dir,) = out.glob("model_*")
     model, data = ["--dir", str(model_dir)], ["--data_root", str(data_root)]
-    checkout = _fake_upstream(dirs.tmp / "checkout")
-    script = str(checkout / SCRIPT.name)
-    in_root = _job_run(
-        [python, script, *model, *data, "--cache_dir", "", "--no_progress"], checkout
+    checkout = _fake_upstream(tmp / "checkout")
+    in_root = _run_script(
+        checkout / SCRIPT.name, checkout, *model, *data, "--cache_dir", "", "--no_progress"
     )
-    no_mlp = _fake_upstream(dirs.tmp / "no_mlp")
+    no_mlp = _fake_upstream(tmp / "no_mlp")
     models = no_mlp / "tpu_graphs/baselines/tiles/models.py"
     models.write_text(models.read_text() + "\ndel MLP\n")
-    script = str(no_mlp / SCRIPT.name)
-    without = _job_run(
-        [python, script, f"--dir={model_dir}", f"--data_root={data_root}", "--cache_dir="], no_mlp
+    without = _run_script(
+        no_mlp / SCRIPT.name,
+        no_mlp,
+        f"--dir={model_dir}",
+        f"--data_root={data_root}",
+        "--cache_dir=",
     )
-    alone = dirs.tmp / "standalone"
+    alone = tmp / "standalone"
     alone.mkdir()
     cache = ["--cache_dir", str(alone / "cache")]
-    standalone = _job_run([python, str(SCRIPT), *model, *data, *cache, "--no_progress"], alone)
+    standalone = _run_script(SCRIPT, alone, *model, *data, *cache, "--no_progress")
     return dict(
         model_dir=model_dir,
         data_root=data_root,
@@ -258,15 +255,15 @@ def run_scripts(dirs: JobDirs) -> dict[str, Any]:
 
 
 def _expected_from(job: dict[str, Any]) -> dict[str, list[int]]:
-    """The job's trainer's test predictions, as the script writes them."""
+    """The `scripts` training's test predictions, as the script writes them."""
     run_info = json.loads(gzip.decompress(export.run_file_for(job["model_dir"]).read_bytes()))
     return _expected_top5(run_info, _config_counts(job["data_root"]))
 
 
-@background(run_scripts)
-def test_model_from_train_subset_predicts_on_full_data(job_result):
+@scripts_group
+def test_model_from_train_subset_predicts_on_full_data(scripts):
     """Trained on 5 train kernels (like --toy_data): its stored statistics make it reload."""
-    data_root, subset = job_result["data_root"], job_result["subset"]
+    data_root, subset = scripts["data_root"], scripts["subset"]
     full_stats = data.load_dataset(data_root, min_train_configs=4, progress=False).stats
     sub_stats = data.load_dataset(subset, min_train_configs=4, progress=False).stats
     # Otherwise the test would not show anything: the course procedure would fit other widths.
@@ -275,26 +272,26 @@ def test_model_from_train_subset_predicts_on_full_data(job_result):
         full_stats.config_width,
         full_stats.num_ops,
     )
-    proc, alone = job_result["standalone"]  # the package's models.py, as in-process
+    proc, alone = scripts["standalone"]  # the package's models.py, as in-process
     assert (proc.returncode, proc.stderr) == (0, "")
     out = alone / "predictions_model_output.csv"
-    assert kaggle.read_predictions_csv(out) == _expected_from(job_result)
+    assert kaggle.read_predictions_csv(out) == _expected_from(scripts)
 
 
-@background(run_scripts)
-def test_script_in_upstream_root(job_result):
-    proc, checkout = job_result["in_root"]
+@scripts_group
+def test_script_in_upstream_root(scripts):
+    proc, checkout = scripts["in_root"]
     assert proc.returncode == 0, proc.stderr
     models = checkout.resolve() / "tpu_graphs/baselines/tiles/models.py"
     assert f"models from {models}" in proc.stdout
     out = checkout / "predictions_model_output.csv"
-    assert kaggle.read_predictions_csv(out) == _expected_from(job_result)
+    assert kaggle.read_predictions_csv(out) == _expected_from(scripts)
 
 
-@background(run_scripts)
-def test_script_uses_the_checkouts_models_py(job_result):
+@scripts_group
+def test_script_uses_the_checkouts_models_py(scripts):
     """The checkout's models.py, not ours, defines the classes: one without MLP fails."""
-    proc, models = job_result["without_mlp"]
+    proc, models = scripts["without_mlp"]
     assert proc.returncode == 2
     assert (
         proc.stderr.strip()
@@ -305,14 +302,14 @@ def test_script_uses_the_checkouts_models_py(job_result):
     )
 
 
-@background(run_scripts)
-def test_script_standalone(job_result):
-    proc, alone = job_result["standalone"]
+@scripts_group
+def test_script_standalone(scripts):
+    proc, alone = scripts["standalone"]
     assert proc.returncode == 0, proc.stderr
     assert "tpu_tiles_models' models.py" in proc.stdout
     assert any((alone / "cache").iterdir())  # --cache_dir is honoured
     assert kaggle.read_predictions_csv(alone / "predictions_model_output.csv") == (
-        _expected_from(job_result)
+        _expected_from(scripts)
     )
 
 

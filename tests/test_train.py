@@ -7,11 +7,12 @@ import hashlib
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import JobDirs, background, job_popen, tiny_cli
+from conftest import tiny_cli
 
 from tpu_tiles_models import cli, export, train, train_args
 
@@ -162,52 +163,63 @@ def test_ctrl_c_during_the_save_removes_every_artifact(synth_root, tmp_path, cap
     assert not out.exists()
 
 
-def interrupt_training(dirs: JobDirs) -> tuple[int, str, Path]:
-    """SIGINT to a training process once two epochs are done (a background job); returns its
-    exit code, its stderr and its --out_dir."""
-    out = dirs.tmp / "out"
+@pytest.mark.slow
+def test_ctrl_c_in_a_real_process_stops_cleanly(synth_root, tmp_path):
+    """SIGINT to a training process once two epochs are done: exit 130 within seconds, one
+    line, no artifacts."""
+    out = tmp_path / "out"
     env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    argv = tiny_cli(dirs.data, out, "--epochs=500")
-    proc = job_popen([sys.executable, "-m", "tpu_tiles_models.cli", *argv], env=env)
-    for line in proc.stdout:  # wait until training runs
-        if line.startswith("epoch   1"):
-            break
-    proc.send_signal(signal.SIGINT)
-    _, stderr = proc.communicate(timeout=60)
-    return proc.returncode, stderr, out
-
-
-@background(interrupt_training)
-def test_ctrl_c_in_a_real_process_stops_cleanly(job_result):
-    """SIGINT to a training process mid-epoch: exit 130 within seconds, one line, no artifacts."""
-    returncode, stderr, out = job_result
-    assert returncode == 130
+    argv = tiny_cli(synth_root, out, "--epochs=500")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        for line in proc.stdout:  # wait until training runs
+            if line.startswith("epoch   1"):
+                break
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    finally:
+        proc.kill()
+    assert proc.returncode == 130
     assert stderr.strip() == "tpu-tiles train: interrupted; removed what this run had started"
     assert not out.exists()
 
 
-def train_on_two_workers(dirs: JobDirs) -> tuple[list[str], list[int], list[str], Path]:
-    """`--strategy=multiworker` over two local CPU processes (a background job); returns the
-    flags, the exit codes, the stderr of each worker and the --out_dir."""
+@pytest.mark.slow
+def test_two_local_workers_write_what_one_run_writes(synth_root, tmp_path):
+    """--strategy=multiworker over two CPU processes: the chief writes exactly a single run's
+    artifacts (same names and hash), the other worker writes nothing."""
     import portpicker
 
     cluster = {"worker": [f"localhost:{portpicker.pick_unused_port()}" for _ in range(2)]}
-    out = dirs.tmp / "out"
-    argv = tiny_cli(dirs.data, out, "--strategy=multiworker", f"--results_csv={out}/r.csv")
+    out = tmp_path / "out"
+    argv = tiny_cli(synth_root, out, "--strategy=multiworker", f"--results_csv={out}/r.csv")
     procs = []
-    for index in range(2):
-        task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
-        env = dict(os.environ, TF_CONFIG=json.dumps(task))
-        procs.append(job_popen([sys.executable, "-m", "tpu_tiles_models.cli", *argv], env=env))
-    stderr = [p.communicate(timeout=300)[1] for p in procs]
-    return argv, [p.returncode for p in procs], stderr, out
-
-
-@background(train_on_two_workers)
-def test_two_local_workers_write_what_one_run_writes(job_result):
-    """--strategy=multiworker over two CPU processes: the chief writes exactly a single run's
-    artifacts (same names and hash), the other worker writes nothing."""
-    argv, codes, stderr, out = job_result
+    try:
+        for index in range(2):
+            task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
+            env = dict(os.environ, TF_CONFIG=json.dumps(task))
+            procs.append(
+                subprocess.Popen(
+                    [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
+                    env=env,
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    text=True,
+                )
+            )
+        stderr = [p.communicate(timeout=300)[1] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    codes = [p.returncode for p in procs]
     assert codes == [0, 0], stderr[0][-2000:] + stderr[1][-2000:]
     h = train_args.TrainArgs.from_argv(argv[1:]).hash()
     assert sorted(p.name for p in out.iterdir()) == sorted(

@@ -65,6 +65,9 @@ class _Loop:
             lr = tf.keras.optimizers.schedules.CosineDecay(args.lr, max(steps, 1), alpha=0.05)
         with strategy.scope():
             self.optimizer = tf.keras.optimizers.Adam(lr, clipnorm=args.clip_norm)
+            # Its slots now, not in the first step: a tf.function whose first call creates
+            # variables is traced twice, and tracing is most of a short run's time.
+            self.optimizer.build(model.trainable_variables)
         self.loss = CombinedLoss(args.losses, reduction=tf.keras.losses.Reduction.NONE)
         self.opa = tfr.keras.metrics.OPAMetric()
         self.mean_loss = tf.keras.metrics.Mean()
