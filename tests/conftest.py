@@ -19,7 +19,9 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
 # Test kernels of `short_test_root` cut to fewer configs than the top 5 (padding rule).
 SHORT_KERNELS = {0: 3, 1: 1}
-TINY_RESIDUAL = '{"hidden_dim": 8, "num_layers": 1}'
+# The shared ResidualSAGE run leaves out cross-config attention: the tests that use it are about
+# runs, not the architecture (test_models and the demo cover attention), and it halves tracing.
+TINY_RESIDUAL = '{"hidden_dim": 8, "num_layers": 1, "config_attention": false}'
 TINY_MLP = '{"hidden_dim": 8, "mlp_layers": 1}'
 
 
@@ -100,7 +102,7 @@ def tiny_cli(data_root: Path, out_dir: Path, *extra: str) -> list[str]:
 
 @pytest.fixture(scope="session")
 def residual_run(synth_root, tmp_path_factory):
-    """A tiny ResidualSAGE, 2 epochs on synth_root (artifacts in their own out_dir)."""
+    """A tiny ResidualSAGE without attention, 2 epochs on synth_root (its own out_dir)."""
     from tpu_tiles_models import train
 
     out = tmp_path_factory.mktemp("residual_run")

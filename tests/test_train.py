@@ -48,6 +48,10 @@ def test_run_file_has_upstream_keys_and_our_extras(run):
     assert info["final_error"]["val"]["1"] >= info["final_error"]["val"]["5"] >= 0
     ours = info["tpu_tiles"]
     assert len(ours["epoch_seconds"]) == 2 and ours["feature_stats"]["num_ops"] > 1
+    # The kept weights are the best epoch's, and so is the final validation error.
+    best = ours["best_epoch"]
+    assert max(ours["val_score"]) == ours["val_score"][best]
+    assert 1 - info["final_error"]["val"]["5"] == pytest.approx(ours["val_score"][best], abs=1e-12)
     # Upstream keeps 10 indices per test kernel, zero-padded.
     assert len(info["test_predictions"]) == 6
     assert all(len(v) == 10 for v in info["test_predictions"].values())

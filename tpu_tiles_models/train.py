@@ -370,7 +370,7 @@ def _train(args: TrainArgs, strategy: tf.distribute.Strategy, artifacts: Artifac
 
     curve: dict[str, list] = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     extras: dict[str, Any] = dict(val_score=[], epoch_seconds=[])
-    best, best_key, best_epoch = None, -np.inf, -1
+    best, best_key, best_epoch, best_errors = None, -np.inf, -1, None
     for epoch in range(args.epochs):
         start = time.perf_counter()
         train_loss, train_opa = loop.run(
@@ -379,7 +379,7 @@ def _train(args: TrainArgs, strategy: tf.distribute.Strategy, artifacts: Artifac
         val_loss, val_opa = loop.run(
             valid_ds, train=False, progress=progress, desc="valid", total=None
         )
-        score, _ = _val_score(model, ds.valid, ds.stats, score_limit, progress, scorer)
+        score, errors = _val_score(model, ds.valid, ds.stats, score_limit, progress, scorer)
         seconds = time.perf_counter() - start
         row = (epoch, train_loss, train_opa, val_loss, val_opa)
         for key, value in zip(curve, row):
@@ -392,6 +392,7 @@ def _train(args: TrainArgs, strategy: tf.distribute.Strategy, artifacts: Artifac
         if improved:
             best_key, best_epoch = key, epoch
             best = [v.numpy() for v in model.trainable_variables]
+            best_errors = errors if score_limit is None else None  # all of valid, or not
         print(
             f"epoch {epoch:3d}  loss {train_loss:.4f}  opa {train_opa:.3f}  val_loss "
             f"{val_loss:.4f}  val_opa {val_opa:.3f}  val_score {score:.4f}  {seconds:.1f}s"
@@ -405,7 +406,16 @@ def _train(args: TrainArgs, strategy: tf.distribute.Strategy, artifacts: Artifac
         for v, value in zip(model.trainable_variables, best):
             v.assign(value)
     extras["best_epoch"] = best_epoch
-    return finish(args, model, ds, curve=curve, extras=extras, artifacts=artifacts, scorer=scorer)
+    return finish(
+        args,
+        model,
+        ds,
+        curve=curve,
+        extras=extras,
+        artifacts=artifacts,
+        scorer=scorer,
+        val_errors=best_errors,
+    )
 
 
 def _steps(split: data.Split, args: TrainArgs, workers: int, local_replicas: int) -> int:
@@ -487,6 +497,7 @@ def finish(
     extras: dict[str, Any],
     artifacts: Artifacts,
     scorer: Callable | None = None,
+    val_errors: dict[int, float] | None = None,
 ) -> TrainResult:
     """Final validation, test ranking, and upstream's artifacts (model dir first, run file last).
 
@@ -498,10 +509,13 @@ def finish(
       extras: ours, stored under the run file's `tpu_tiles` key.
       artifacts: from `writing_into(args.out_dir)`.
       scorer: a traced `scoring.kernel_scorer(model)` to reuse, if any.
+      val_errors: the model's top-k errors on every config of every validation kernel, if
+        already known (the best epoch's, whose weights these are): not scored again then.
     """
     progress = not args.no_progress
     out_dir = artifacts.out_dir
-    _, val_errors = _val_score(model, ds.valid, ds.stats, None, progress, scorer)
+    if val_errors is None:
+        _, val_errors = _val_score(model, ds.valid, ds.stats, None, progress, scorer)
     upstream = args.upstream_args()
     run_info: dict[str, Any] = dict(
         train_curve=curve, final_error=dict(val=val_errors), args=upstream
