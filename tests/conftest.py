@@ -155,7 +155,7 @@ def sample_submission() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Two workers (pytest-xdist, `-n 2 --dist loadgroup` in README's test command)
+# Two workers (pytest-xdist: `-n 2 --dist loadgroup` in pytest.ini)
 # ---------------------------------------------------------------------------------------------
 # Training is the slow part, and a fixture is made once per worker that uses it. So every test
 # that uses the shared trained runs goes to one worker (group "trained_runs"), a module whose
