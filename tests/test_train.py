@@ -167,14 +167,9 @@ def test_ctrl_c_during_the_save_removes_every_artifact(synth_root, tmp_path, cap
     assert not out.exists()
 
 
-@pytest.mark.slow
-def test_ctrl_c_in_a_real_process_stops_cleanly(synth_root, tmp_path):
-    """SIGINT to a training process once two epochs are done: exit 130 within seconds, one
-    line, no artifacts."""
-    out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
-    argv = tiny_cli(synth_root, out, "--epochs=500")
-    proc = subprocess.Popen(
+def _cli_process(argv: list[str], env: dict[str, str]) -> subprocess.Popen:
+    """`tpu-tiles <argv>` in its own process, with text pipes and no stdin."""
+    return subprocess.Popen(
         [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
         env=env,
         stdin=subprocess.DEVNULL,
@@ -182,6 +177,16 @@ def test_ctrl_c_in_a_real_process_stops_cleanly(synth_root, tmp_path):
         stderr=subprocess.PIPE,
         text=True,
     )
+
+
+@pytest.mark.slow
+def test_ctrl_c_in_a_real_process_stops_cleanly(synth_root, tmp_path):
+    """SIGINT to a training process once two epochs are done: exit 130 within seconds, one
+    line, no artifacts."""
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if k != "TF_CPP_MIN_LOG_LEVEL"}
+    argv = tiny_cli(synth_root, out, "--epochs=500")
+    proc = _cli_process(argv, env)
     try:
         for line in proc.stdout:  # wait until training runs
             if line.startswith("epoch   1"):
@@ -209,16 +214,7 @@ def test_two_local_workers_write_what_one_run_writes(synth_root, tmp_path):
         for index in range(2):
             task = {"cluster": cluster, "task": {"type": "worker", "index": index}}
             env = dict(os.environ, TF_CONFIG=json.dumps(task))
-            procs.append(
-                subprocess.Popen(
-                    [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
-                    env=env,
-                    stdin=subprocess.DEVNULL,
-                    stdout=subprocess.PIPE,
-                    stderr=subprocess.PIPE,
-                    text=True,
-                )
-            )
+            procs.append(_cli_process(argv, env))
         stderr = [p.communicate(timeout=300)[1] for p in procs]
     finally:
         for p in procs:
