@@ -25,21 +25,17 @@ TINY_RESIDUAL = '{"hidden_dim": 8, "num_layers": 1, "config_attention": false}'
 TINY_MLP = '{"hidden_dim": 8, "mlp_layers": 1}'
 
 
-def generate_synth(root: Path) -> Path:
-    """Writes the tiny synthetic tile:xla tree into `root`: {train,valid,test}/*.npz, test
-    runtimes zero."""
+@pytest.fixture(scope="session")
+def synth_root(tmp_path_factory) -> Path:
+    """The tiny synthetic tile:xla tree, {train,valid,test}/*.npz with zero test runtimes,
+    shared read-only."""
     from tpu_tiles_models import synthetic
 
+    root = tmp_path_factory.mktemp("synth")
     with warnings.catch_warnings():  # 8 valid kernels: too few for upstream's trainer, on purpose
         warnings.simplefilter("ignore", synthetic.ValidationSplitWarning)
         synthetic.generate(root, train=24, valid=8, test=6, seed=0, max_configs=48, progress=False)
     return root
-
-
-@pytest.fixture(scope="session")
-def synth_root(tmp_path_factory) -> Path:
-    """The tiny synthetic tree (`generate_synth`), shared read-only."""
-    return generate_synth(tmp_path_factory.mktemp("synth"))
 
 
 def truncate_configs(path: Path, keep: int) -> None:
@@ -51,19 +47,15 @@ def truncate_configs(path: Path, keep: int) -> None:
     np.savez(path, **arrays)
 
 
-def copy_short_test(source: Path, root: Path) -> Path:
-    """Copies the tree `source` into `root`, with two test kernels cut to 3 and 1 configs."""
-    shutil.copytree(source, root, dirs_exist_ok=True)
+@pytest.fixture(scope="session")
+def short_test_root(synth_root, tmp_path_factory) -> Path:
+    """synth_root with two test kernels cut to 3 and 1 configs."""
+    root = tmp_path_factory.mktemp("short_test")
+    shutil.copytree(synth_root, root, dirs_exist_ok=True)
     test_files = sorted((root / "test").glob("*.npz"))
     for i, keep in SHORT_KERNELS.items():
         truncate_configs(test_files[i], keep)
     return root
-
-
-@pytest.fixture(scope="session")
-def short_test_root(synth_root, tmp_path_factory) -> Path:
-    """synth_root with two test kernels cut to 3 and 1 configs."""
-    return copy_short_test(synth_root, tmp_path_factory.mktemp("short_test"))
 
 
 def tiny_args(data_root: Path, out_dir: Path, **changes):
