@@ -13,8 +13,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpu_tiles_models import sweep
+from tpu_tiles_models import ensemble, files, sweep
 from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models.sweep import options, pipeline, store
 from tpu_tiles_models.train_args import TrainArgs
 
 TINY = [
@@ -41,8 +42,7 @@ def _sweep(out: Path, data: Path, grid: str, *extra: str) -> sweep.SweepSummary:
     sweep.add_flags(parser)
     argv = ["--grid", grid, "--out_dir", str(out), *extra, *TINY, f"--data_root={data}"]
     a, rest = parser.parse_known_args(argv)
-    a.extra = rest
-    return sweep.run(a)
+    return sweep.run(sweep.SweepArgs.from_namespace(a, rest))
 
 
 def _csv_rows(out: Path) -> list[dict]:
@@ -204,8 +204,7 @@ def _fake_ensemble(monkeypatch, target: Path) -> list[tuple]:
             val_errors={1: 0.9, 5: 0.25, 10: 0.1},
         )
 
-    module = SimpleNamespace(build_ensemble=build_ensemble)
-    monkeypatch.setattr(sweep, "_ensemble_module", lambda: module)
+    monkeypatch.setattr(ensemble, "build_ensemble", build_ensemble)
     return calls
 
 
@@ -366,24 +365,11 @@ def test_direct_runner_defaults_to_multi_processing_on_every_core():
 
 def test_unknown_runner_and_sweep_level_mistakes_are_flag_errors(tmp_path):
     with pytest.raises(FlagError, match="--runner Nope: not a Beam runner"):
-        sweep._check_runner("Nope")
+        pipeline.check_runner("Nope")
     with pytest.raises(FlagError, match="--results_csv is named per point"):
-        sweep._base_args(["--results_csv=x.csv"], str(tmp_path))
+        options.base_args(["--results_csv=x.csv"], str(tmp_path))
     with pytest.raises(FlagError, match=r"--grid .*missing.yaml: no such file"):
         sweep.parse_grid(str(tmp_path / "missing.yaml"))
-
-
-def test_ensemble_top_is_refused_while_the_ensemble_module_is_missing(monkeypatch):
-    import importlib.util
-
-    real = importlib.util.find_spec
-    monkeypatch.setattr(
-        importlib.util,
-        "find_spec",
-        lambda name, *a: None if name == "tpu_tiles_models.ensemble" else real(name, *a),
-    )
-    with pytest.raises(FlagError, match="--ensemble_top: ensembles are not available yet"):
-        sweep._ensemble_module()
 
 
 # -- pieces ---------------------------------------------------------------------------------
@@ -404,8 +390,8 @@ def test_non_finite_loss_makes_a_nan_row_and_a_missing_run_a_not_run_row():
 
 def test_remote_paths_go_through_gfile():
     root = "ram://sweep_test"
-    sweep._write_json(f"{root}/points/a.json", {"x": 1})
-    assert sweep._read_json(f"{root}/points/a.json") == {"x": 1}
-    assert sweep._glob(f"{root}/points/*.json") == [f"{root}/points/a.json"]
-    sweep._remove(f"{root}/points")
-    assert sweep._read_bytes(f"{root}/points/a.json") is None
+    store.write_json(f"{root}/points/a.json", {"x": 1})
+    assert store.read_json(f"{root}/points/a.json") == {"x": 1}
+    assert files.glob(f"{root}/points/*.json") == [f"{root}/points/a.json"]
+    files.remove(f"{root}/points")
+    assert store.read_bytes(f"{root}/points/a.json") is None

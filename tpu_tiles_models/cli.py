@@ -111,7 +111,7 @@ def _demo(a: argparse.Namespace) -> None:
 def _sweep(a: argparse.Namespace) -> None:
     from tpu_tiles_models import sweep
 
-    sweep.run(a)
+    sweep.run(sweep.SweepArgs.from_namespace(a, a.extra))
 
 
 def _ensemble(a: argparse.Namespace) -> None:

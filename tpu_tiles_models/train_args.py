@@ -206,13 +206,33 @@ def help_text(prog: str = "tpu-tiles train") -> str:
     return "\n".join(lines)
 
 
-# -- helpers ---------------------------------------------------------------------------------
+# -- the flags, for tools that handle training flags themselves (the sweep) ------------------
 
 _TYPES = {"int": int, "float": float, "str": str, "bool": bool}
 
 
 def _type_of(f: dataclasses.Field) -> type:
     return _TYPES[f.type] if isinstance(f.type, str) else f.type
+
+
+FLAG_TYPES: dict[str, type] = {f.name: _type_of(f) for f in dataclasses.fields(TrainArgs)}
+"""Every training flag's Python type, by flag name."""
+
+BOOLEAN_FLAGS = frozenset(name for name, kind in FLAG_TYPES.items() if kind is bool)
+"""The flags absl parses as booleans: `--flag`, `--noflag`, never a separate value."""
+
+
+def flag_named(name: str) -> str | None:
+    """The training flag that `--name` sets, by absl's rule (`noflag` sets boolean `flag`);
+    None if it sets none."""
+    if name in FLAG_TYPES:
+        return name
+    if name.startswith("no") and name[2:] in BOOLEAN_FLAGS:
+        return name[2:]
+    return None
+
+
+# -- helpers ---------------------------------------------------------------------------------
 
 
 def _check_type(f: dataclasses.Field, value: Any) -> None:
