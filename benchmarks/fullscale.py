@@ -241,8 +241,9 @@ def _nodes_per_kernel(split) -> list[int]:
 
 def child_ours_train(spec: dict) -> dict:
     """`tpu-tiles train` in this process, each phase timed from outside the trainer."""
-    from tpu_tiles_models import scoring
+    from tpu_tiles_models import export, scoring
     from tpu_tiles_models import train as trainer
+    from tpu_tiles_models.train_args import TrainArgs
 
     phases = Phases()
     phases.enter("load and build")
@@ -273,7 +274,7 @@ def child_ours_train(spec: dict) -> dict:
                 _lap(laps, "epoch_scoring", start)
 
     trainer._val_score = timed_val_score
-    finish = trainer.finish
+    finish = export.finish
 
     def timed_finish(*args, **kwargs):
         _mark(laps)
@@ -281,7 +282,7 @@ def child_ours_train(spec: dict) -> dict:
         phases.enter("final validation (every config)")
         return finish(*args, **kwargs)
 
-    trainer.finish = timed_finish
+    export.finish = timed_finish
     score_split = scoring.score_split
 
     def timed_score_split(*args, desc: str = "scoring", **kwargs):
@@ -294,7 +295,7 @@ def child_ours_train(spec: dict) -> dict:
                 phases.enter("save")
 
     scoring.score_split = timed_score_split
-    result = trainer.main(spec["argv"])
+    result = trainer.train(TrainArgs.from_argv(spec["argv"]))
     phases.close()
     from tpu_tiles_models.runs import TrainedRun
 

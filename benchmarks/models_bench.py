@@ -30,29 +30,29 @@ def _one(model: str, data_root: str, epochs: int, kwargs: str, extra: str, out: 
     import tensorflow as tf
 
     from tpu_tiles_models import data, metrics, scoring, train
+    from tpu_tiles_models.train_args import TrainArgs
 
-    result = train.main(
-        [
-            "--model",
-            model,
-            "--model_kwargs_json",
-            kwargs,
-            "--data_root",
-            data_root,
-            "--cache_dir",
-            "",
-            "--out_dir",
-            out,
-            "--epochs",
-            str(epochs),
-            "--early_stop",
-            "0",
-            "--results_csv",
-            str(Path(out) / "results.csv"),
-            "--no_progress",
-            *shlex.split(extra),
-        ]
-    )
+    argv = [
+        "--model",
+        model,
+        "--model_kwargs_json",
+        kwargs,
+        "--data_root",
+        data_root,
+        "--cache_dir",
+        "",
+        "--out_dir",
+        out,
+        "--epochs",
+        str(epochs),
+        "--early_stop",
+        "0",
+        "--results_csv",
+        str(Path(out) / "results.csv"),
+        "--no_progress",
+        *shlex.split(extra),
+    ]
+    result = train.train(TrainArgs.from_argv(argv))
     run = json.loads(__import__("gzip").decompress(result.run_file.read_bytes()))
     seconds = run["tpu_tiles"]["epoch_seconds"]
     ds = data.load_dataset(

@@ -9,11 +9,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import bundle, export, registry, train
+from tpu_tiles_models import bundle, export, registry
 
 
 @pytest.fixture(scope="module")
-def trained(residual_run) -> train.TrainResult:
+def trained(residual_run) -> export.TrainResult:
     return residual_run
 
 

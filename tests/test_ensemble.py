@@ -9,12 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tpu_tiles_models import cli, ensemble, export, kaggle, scoring, train
+from tpu_tiles_models import cli, ensemble, export, kaggle, scoring
 from tpu_tiles_models.runs import TrainedRun
+from tpu_tiles_models.train_args import TrainCommand
 
 
 @pytest.fixture(scope="module")
-def pair(residual_run, mlp_run, short_test_root, tmp_path_factory) -> train.TrainResult:
+def pair(residual_run, mlp_run, short_test_root, tmp_path_factory) -> export.TrainResult:
     """The ensemble of the two shared tiny runs (same train split, so the same statistics)."""
     out = tmp_path_factory.mktemp("ensemble")
     return ensemble.build_ensemble(
@@ -104,4 +105,4 @@ def test_train_seeds_then_ensemble(mlp_seeds):
     assert results[2].args.model == "Ensemble" and len(list(out.glob("run_*.jsonz"))) == 3
     assert [r.results_csv.name for r in results[:2]] == ["results_seed0.csv", "results_seed1.csv"]
     with pytest.raises(ValueError, match="--ensemble needs at least two --seeds"):
-        train.main(["--seeds=0", "--ensemble"])
+        TrainCommand.from_argv(["--seeds=0", "--ensemble"])

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import data, evaluate, export, metrics, scoring, train
+from tpu_tiles_models import data, evaluate, export, metrics, scoring
 
 TINY_ID = "tiny_bench_0000"  # benchmark "tiny_bench": one valid kernel with < 5 configs
 MODELS = ("ResidualSAGE", "MLP")
@@ -29,7 +29,7 @@ def eval_root(synth_root, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(residual_run, mlp_run) -> list[train.TrainResult]:
+def trained(residual_run, mlp_run) -> list[export.TrainResult]:
     """Two tiny trained models (shared with other test files)."""
     return [residual_run, mlp_run]
 
@@ -40,7 +40,7 @@ def result(trained, eval_root) -> dict:
     return evaluate.evaluate_dirs(dirs, eval_root, progress=False)
 
 
-def _direct_scores(r: train.TrainResult, root: Path) -> list[scoring.Scored]:
+def _direct_scores(r: export.TrainResult, root: Path) -> list[scoring.Scored]:
     """The in-memory trained model scored on the valid split with its stored statistics."""
     run = json.loads(gzip.decompress(r.run_file.read_bytes()))
     stats = data.FeatureStats.from_json(run[export.EXTRAS_KEY]["feature_stats"])

@@ -42,7 +42,7 @@ def ram_root(synth_root) -> str:
 
 
 @pytest.fixture(scope="module")
-def remote_run(ram_root) -> train.TrainResult:
+def remote_run(ram_root) -> export.TrainResult:
     """A tiny MLP trained from ram:// data into a ram:// out_dir and TensorBoard: the point
     lr=1e-3 of the sweep below, which then trains only its other point."""
     args = tiny_args(ram_root, SWEEP_OUT, model="MLP", model_kwargs_json=TINY_MLP)
@@ -151,8 +151,8 @@ def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
     monkeypatch.setattr(export, "write_run", boom)
     empty = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     with pytest.raises(RuntimeError, match="disk full"):
-        with train.writing_into(out) as artifacts:
-            train.finish(args, remote_run.model, ds, curve=empty, extras={}, artifacts=artifacts)
+        with export.writing_into(out) as artifacts:
+            export.finish(args, remote_run.model, ds, curve=empty, extras={}, artifacts=artifacts)
     assert _tree(out) == [] and list(tmp_path.iterdir()) == []
 
 

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import tiny_cli
 
-from tpu_tiles_models import cli, data, export, kaggle, train, train_args
+from tpu_tiles_models import cli, data, export, kaggle, train_args
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tiles_gen_predictions_csv.py"
@@ -38,11 +38,11 @@ def data_root(short_test_root) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(mlp_run) -> train.TrainResult:
+def trained(mlp_run) -> export.TrainResult:
     return mlp_run
 
 
-def _run_info(result: train.TrainResult) -> dict:
+def _run_info(result: export.TrainResult) -> dict:
     return json.loads(gzip.decompress(result.run_file.read_bytes()))
 
 
@@ -111,7 +111,7 @@ def test_top_k_flag(trained, data_root, tmp_path, capsys):
         assert got[kaggle.TILE_PREFIX + tile_id] == kaggle.pad_top_k(ranks[: min(n, 2)], n, 2)
 
 
-def _copy_model(result: train.TrainResult, out_dir: Path, **arg_changes) -> Path:
+def _copy_model(result: export.TrainResult, out_dir: Path, **arg_changes) -> Path:
     """A copy of the model dir whose run file has `arg_changes` (renamed to their hash)."""
     run_info = _run_info(result)
     run_info["args"].update(arg_changes)

@@ -20,7 +20,7 @@ FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0",
 
 
 @pytest.fixture(scope="module")
-def run(residual_run) -> train.TrainResult:
+def run(residual_run) -> export.TrainResult:
     return residual_run
 
 

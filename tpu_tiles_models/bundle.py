@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import files, registry, scoring
+from tpu_tiles_models import files, formats, registry, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -87,7 +87,7 @@ def make_bundle(
     out.mkdir(parents=True, exist_ok=True)
     others = [
         p.name
-        for p in (*out.glob("model_*"), *out.glob("run_*.jsonz"))
+        for p in (*out.glob(formats.MODEL_DIR_GLOB), *out.glob(formats.RUN_FILE_GLOB))
         if p.name not in (model_dir.name, run_file.name)
     ]
     if others:
@@ -155,15 +155,15 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
     if not bundle.is_dir():
         report.add("files present", FAIL, f"{bundle} is not a directory")
         return None
-    models = sorted(p for p in bundle.glob("model_*") if p.is_dir())
-    runs = sorted(p.name for p in bundle.glob("run_*.jsonz"))
+    models = sorted(p for p in bundle.glob(formats.MODEL_DIR_GLOB) if p.is_dir())
+    runs = sorted(p.name for p in bundle.glob(formats.RUN_FILE_GLOB))
     problems = []
     if not (bundle / MODELS_FILE).is_file():
         problems.append(f"no {MODELS_FILE}")
     if len(models) != 1:
         problems.append(f"{len(models)} model_<hash>/ directories (need exactly 1)")
-    elif not (models[0] / "saved_model.pb").is_file():
-        problems.append(f"{models[0].name}/ has no saved_model.pb")
+    elif not (models[0] / formats.SAVED_MODEL_FILE).is_file():
+        problems.append(f"{models[0].name}/ has no {formats.SAVED_MODEL_FILE}")
     if len(runs) != 1:
         problems.append(f"{len(runs)} run_*.jsonz files (need exactly 1)")
     if problems:
@@ -248,7 +248,7 @@ def check_bundle(
         "hash matches",
         lambda: TrainedRun.open(model_dir, models_path=bundle / MODELS_FILE),
         lambda r: (
-            f"args hash to {r.model_dir.name[len('model_') :]} = model dir and run file names"
+            f"args hash to {formats.run_hash(r.model_dir.name)} = model dir and run file names"
         ),
     )
     if run is None:

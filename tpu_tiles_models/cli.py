@@ -30,9 +30,17 @@ def _synth(a: argparse.Namespace) -> None:
 
 
 def _train(a: argparse.Namespace) -> None:
-    from tpu_tiles_models import train
+    from tpu_tiles_models.train_args import TrainCommand
 
-    train.main(a.extra)
+    command = TrainCommand.from_argv(a.extra)
+    if command.seeds:
+        from tpu_tiles_models import ensemble
+
+        ensemble.train_seeds(command.args, command.seeds, ensemble=command.ensemble)
+    else:
+        from tpu_tiles_models import train
+
+        train.train(command.args)
 
 
 def _predict(a: argparse.Namespace) -> None:

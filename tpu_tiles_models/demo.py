@@ -122,7 +122,7 @@ def run(a: argparse.Namespace) -> None:
             data_root=str(data_root),
             out_dir=str(models_dir),
             epochs=a.epochs,
-            results_csv=str(models_dir / f"results_{name}.csv"),
+            results_csv=export.results_csv_path(models_dir, name),
             no_progress=not progress,
         )
         result = train.train(args)

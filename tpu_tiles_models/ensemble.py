@@ -104,7 +104,7 @@ def build_ensemble(
     cache_dir: str | None = None,
     run_id: str = "",
     progress: bool = True,
-) -> train.TrainResult:
+) -> export.TrainResult:
     """Writes the ensemble of `model_dirs` into `out_dir`; returns its artifacts and errors.
 
     Args:
@@ -131,8 +131,8 @@ def build_ensemble(
     args = args.replace(data_root=os.fspath(data_root), no_progress=not progress)
     model = _assemble(runs, args, ds)
     member_errors = {str(r.model_dir): r.val_errors for r in runs}
-    with train.writing_into(args.out_dir) as artifacts:
-        return train.finish(
+    with export.writing_into(args.out_dir) as artifacts:
+        return export.finish(
             args,
             model,
             ds,
@@ -145,7 +145,7 @@ def build_ensemble(
 
 def train_seeds(
     args: TrainArgs, seeds: Sequence[int], *, ensemble: bool
-) -> list[train.TrainResult]:
+) -> list[export.TrainResult]:
     """`tpu-tiles train --seeds 0,1,2 [--ensemble]`: one run per seed, then their ensemble.
 
     Each seed is a complete run with its own artifacts; an explicit `--results_csv` gets a

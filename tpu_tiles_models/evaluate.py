@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import files, metrics, scoring
+from tpu_tiles_models import files, formats, metrics, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -47,8 +47,8 @@ def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
     found: list[Path] = []
     for item in items:
         path = Path(os.path.expanduser(str(item).strip())).resolve()
-        if path.is_dir() and not (path / "saved_model.pb").is_file():
-            children = sorted(p for p in path.glob("model_*") if p.is_dir())
+        if path.is_dir() and not (path / formats.SAVED_MODEL_FILE).is_file():
+            children = sorted(p for p in path.glob(formats.MODEL_DIR_GLOB) if p.is_dir())
             if not children:
                 raise EvaluateError(
                     f"{path}: no model_<hash> directories in it; pass --dirs model_<h>[,...] "

@@ -19,7 +19,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, registry
+from tpu_tiles_models import data, export, files, formats, registry
 from tpu_tiles_models.train_args import TrainArgs
 
 
@@ -56,7 +56,7 @@ class TrainedRun:
             raise export.ExportError(
                 f"{path}: no such model directory; give the model_<hash> folder training wrote"
             )
-        if not files.isfile(files.join(path, "saved_model.pb")):
+        if not files.isfile(files.join(path, formats.SAVED_MODEL_FILE)):
             raise export.ExportError(
                 f"{path}: no saved_model.pb in it; give the model_<hash> folder training wrote"
             )

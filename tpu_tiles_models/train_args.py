@@ -18,6 +18,7 @@ from typing import Any, Mapping, Sequence
 
 from absl import flags as absl_flags
 
+from tpu_tiles_models import formats
 from tpu_tiles_models.errors import FlagError
 
 DEFAULT_LOSSES = "ListMLELoss:1,MSE:0.02"
@@ -163,7 +164,7 @@ class TrainArgs:
         if self.results_csv:
             return self
         ms = int(time.time() * 1000) if now_ms is None else now_ms
-        csv = os.path.join(os.path.expanduser(self.out_dir), f"results_{ms}.csv")
+        csv = os.path.join(os.path.expanduser(self.out_dir), formats.results_csv_name(ms))
         return self.replace(results_csv=csv)
 
     def upstream_args(self) -> dict[str, Any]:
@@ -175,6 +176,43 @@ class TrainArgs:
     def hash(self) -> str:
         """Upstream's `compute_hash`: md5 of the sorted-key JSON of `upstream_args()`."""
         return args_hash(self.upstream_args())
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainCommand:
+    """`tpu-tiles train`'s command line: the training options, and the runs to make of them.
+
+    `--seeds=0,1,2` trains one run per seed instead of `--seed`; `--ensemble` then writes
+    their ensemble as one more model (the command line dispatches to `ensemble.train_seeds`).
+    """
+
+    args: TrainArgs
+    seeds: tuple[int, ...] = ()
+    ensemble: bool = False
+
+    def __post_init__(self) -> None:
+        if self.ensemble and len(self.seeds) < 2:
+            raise FlagError("--ensemble needs at least two --seeds, e.g. --seeds=0,1,2 --ensemble")
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str], prog: str = "tpu-tiles train") -> TrainCommand:
+        """Parses `argv` like `TrainArgs.from_argv`, with `--seeds` and `--ensemble` too.
+
+        Raises:
+          FlagError: as `TrainArgs.from_argv`; `--seeds` that are not integers; `--ensemble`
+            without at least two seeds.
+        """
+        values = absl_flags.FlagValues()
+        absl_flags.DEFINE_list("seeds", [], "train one run per seed", flag_values=values)
+        absl_flags.DEFINE_boolean(
+            "ensemble", False, "then ensemble the seeds' runs", flag_values=values
+        )
+        try:
+            rest = values([prog, *argv], known_only=True)[1:]
+            seeds = tuple(int(s) for s in values.seeds)
+        except (absl_flags.Error, ValueError) as e:
+            raise FlagError(f"--seeds takes integers, e.g. --seeds=0,1,2 ({e})") from None
+        return cls(TrainArgs.from_argv(rest, prog), seeds, values.ensemble)
 
 
 def args_hash(upstream_args: Mapping[str, Any]) -> str:

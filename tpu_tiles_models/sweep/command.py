@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, formats
 from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.sweep import hparams, leaderboard, pipeline, store
 from tpu_tiles_models.sweep.grid import parse_grid
@@ -139,7 +139,8 @@ def _print_summary(summary: SweepSummary) -> None:
     print(f"TensorBoard (HParams): tensorboard --logdir {summary.paths['tensorboard']}")
     best = next((r for r in rows if r.ok), None)
     if best:
-        print(f"best: score {best.score:.4f}  {best.point.describe()}  model_{best.point.hash}")
+        name = formats.model_dir_name(best.point.hash)
+        print(f"best: score {best.score:.4f}  {best.point.describe()}  {name}")
     ens = summary.ensemble
     if ens and not ens["error"]:
         print(f"ensemble of the {len(ens['members'])} best: score {ens['score']:.4f}  {ens['dir']}")

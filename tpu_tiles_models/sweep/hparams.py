@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from typing import Any, Sequence
 
-from tpu_tiles_models import files
+from tpu_tiles_models import export, files
 from tpu_tiles_models.sweep.leaderboard import Row
 
 HPARAMS_SUFFIX = ".sweep_hparams"  # the events files written here; replaced on every sweep
@@ -37,7 +37,7 @@ def write_hparams(tensorboard: str, rows: Sequence[Row], axes: Sequence[str]) ->
     with tf.summary.create_file_writer(root, filename_suffix=HPARAMS_SUFFIX).as_default():
         hp.hparams_config(hparams=hparams, metrics=metrics)
     for r in ok:
-        run_dir = files.join(root, f"run_{r.point.hash}")
+        run_dir = export.tensorboard_dir(root, r.point.hash)
         if files.glob(files.join(run_dir, f"*{HPARAMS_SUFFIX}")):
             continue
         values = {a: _hparam_value(r.point.values[a]) for a in axes if a in r.point.values}

@@ -17,6 +17,7 @@ import shlex
 import statistics
 from typing import Any, Sequence
 
+from tpu_tiles_models import export, formats
 from tpu_tiles_models.sweep.points import SEED_AXIS, Point, show
 
 
@@ -49,7 +50,7 @@ def leaderboard_row(point: Point, info: dict | None, record: dict | None) -> Row
         status = record["status"] if record and record["status"] == "failed" else "not run"
         return Row(point, status, (record or {}).get("error", ""), wall_s=wall)
     val = info.get("final_error", {}).get("val", {})
-    curve, extras = info.get("train_curve", {}), info.get("tpu_tiles") or {}
+    curve, extras = info.get("train_curve", {}), info.get(export.EXTRAS_KEY) or {}
     epochs = len(curve.get("epoch", []))
     best = extras.get("best_epoch", epochs - 1)
     opas = curve.get("val_opa") or [None]
@@ -131,7 +132,7 @@ def leaderboard_csv(rows: Sequence[Row], axes: Sequence[str]) -> str:
                 *(show(r.point.values[a]) if a in r.point.values else "" for a in axes),
                 r.point.key,
                 r.point.hash,
-                f"model_{r.point.hash}" if r.status != "not run" else "",
+                formats.model_dir_name(r.point.hash) if r.status != "not run" else "",
                 shlex.join(r.point.args.to_argv()),
                 r.error,
             ]

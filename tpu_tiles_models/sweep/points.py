@@ -16,7 +16,7 @@ import json
 import random
 from typing import Any, Iterator, Mapping, Sequence
 
-from tpu_tiles_models import files
+from tpu_tiles_models import export, files
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.sweep.grid import Grid
 from tpu_tiles_models.sweep.values import KWARGS_PREFIX
@@ -110,7 +110,7 @@ def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
     except FlagError as e:
         raise FlagError(f"--grid point {where}: {e}") from None
     key = point_key(args)
-    results_csv = files.join(files.expand(args.out_dir), f"results_{key}.csv")
+    results_csv = export.results_csv_path(files.expand(args.out_dir), key)
     return Point(key, dict(values), args.replace(results_csv=results_csv))
 
 

@@ -9,18 +9,16 @@
     ensemble_top<k>/ (sweep_ensemble.json)        the ensemble of the k best points
 
 A point's own artifacts (`model_<h>/`, `run_<h>.jsonz`, ...) are those of `tpu-tiles train`;
-what a sweep needs of them it asks here, and this module asks `export`.
+what a sweep needs of them it asks `export`.
 """
 
 from __future__ import annotations
 
-import gzip
 import json
 from typing import Any
 
-from tpu_tiles_models import files
+from tpu_tiles_models import export, files
 from tpu_tiles_models.sweep.points import Point
-from tpu_tiles_models.train_args import TrainArgs, args_hash
 
 SWEEP_DIR = "sweep"
 TENSORBOARD_DIR = "tensorboard"
@@ -84,33 +82,15 @@ def write_json(path: str, value: Any) -> None:
 
 
 def read_run_info(point: Point) -> dict | None:
-    """The point's run file if it exists and is whole (its args hash to its name), else None."""
-    data = read_bytes(run_file_path(point))
-    if data is None:
-        return None
-    try:
-        info = json.loads(gzip.decompress(data))
-        return info if args_hash(info["args"]) == point.hash else None
-    except (OSError, EOFError, ValueError, KeyError, TypeError):
-        return None
+    """The point's run file if the point is complete (see `export.completed_run`), else None."""
+    return export.completed_run(point.args.out_dir, point.hash)
 
 
 def run_file_path(point: Point) -> str:
     """The point's `run_<h>.jsonz`: it exists once the point is complete."""
-    return files.join(files.expand(point.args.out_dir), f"run_{point.hash}.jsonz")
+    return export.run_file_path(files.expand(point.args.out_dir), point.hash)
 
 
 def model_dir_path(point: Point) -> str:
     """The point's `model_<h>/`."""
-    return files.join(files.expand(point.args.out_dir), f"model_{point.hash}")
-
-
-def remove_leftovers(args: TrainArgs, h: str) -> None:
-    """What a killed run of this point may have left: the model dir and its temp copies,
-    the curve, the results CSV and its TensorBoard folder (the run file does not exist)."""
-    out = files.expand(args.out_dir)
-    for name in (f"model_{h}", f".model_{h}.tmp", f".model_{h}.old", f"train_curve_{h}.png"):
-        files.remove(files.join(out, name))
-    files.remove(files.expand(args.results_csv))
-    if args.tensorboard:
-        files.remove(files.join(files.expand(args.tensorboard), f"run_{h}"))
+    return export.model_dir_path(files.expand(point.args.out_dir), point.hash)

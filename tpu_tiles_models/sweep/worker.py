@@ -22,7 +22,7 @@ import traceback
 from pathlib import Path
 from typing import Sequence
 
-from tpu_tiles_models import files, interrupts
+from tpu_tiles_models import export, files, interrupts
 from tpu_tiles_models.errors import one_line
 from tpu_tiles_models.sweep import store
 from tpu_tiles_models.train_args import TrainArgs
@@ -59,9 +59,9 @@ def _train_point(args: TrainArgs, key: str, sweep_dir: str, isolation: str) -> d
     record = dict(key=key, hash=h, host=socket.gethostname(), pid=os.getpid())
     if STOPPED.is_set() or files.exists(store.stop_marker(sweep_dir)):
         return dict(record, status="interrupted", error="not started: the sweep was interrupted")
-    if files.exists(files.join(files.expand(args.out_dir), f"run_{h}.jsonz")):
+    if files.exists(export.run_file_path(files.expand(args.out_dir), h)):
         return dict(record, status="skipped", error="")  # finished meanwhile (another sweep)
-    store.remove_leftovers(args, h)
+    export.remove_unfinished(args)
     start = time.time()
     if isolation == "process":
         outcome = _train_in_child(args, store.log_path(sweep_dir, key))

@@ -1,0 +1,81 @@
+"""The on-disk formats, spelled once: TpuGraphs `tile:xla` npz files and our artifacts' names.
+
+**The data** (upstream's `tpu_graphs` README, "Tile dataset"): a root holds `train/`, `valid/`
+and `test/`, each `<tile_id>.npz` one kernel, with the arrays of `REQUIRED_KEYS`:
+
+- `node_feat` [n, 140] float: per-node features (`NODE_FEAT_DIM`);
+- `node_opcode` [n] integer: HLO opcode ids, stored as uint8 (`MAX_OPCODE`);
+- `edge_index` [e, 2] integer: `[consumer, producer]` node pairs;
+- `config_feat` [c, 24] float: per-config tile features (`CONFIG_FEAT_DIM`);
+- `config_runtime` [c] and `config_runtime_normalizers` [c]: measured runtimes and the
+  default tile's, per config; all zero on the test split.
+
+Kaggle names a kernel `tile:xla:<tile_id>` (`TILE_PREFIX`).
+
+**A training run** (upstream's `tiles_train.py`, which the course scripts read back) writes into
+its `--out_dir` a Keras SavedModel `model_<h>/` and a gzip JSON `run_<h>.jsonz` with the same
+`h` (the md5 of its arguments, `train_args.args_hash`), and `results_<ms>.csv`; ours adds
+`train_curve_<h>.png` and a TensorBoard folder `run_<h>/`. Writing and reading them is
+`export`'s job: this module only names them.
+
+It imports only the standard library, so every module can use it, TensorFlow-free ones too.
+"""
+
+from __future__ import annotations
+
+# -- the data --------------------------------------------------------------------------------
+
+SPLITS = ("train", "valid", "test")
+NODE_FEAT_DIM = 140
+CONFIG_FEAT_DIM = 24
+MAX_OPCODE = 255  # the real files store opcodes as uint8
+REQUIRED_KEYS = (
+    "node_feat",
+    "node_opcode",
+    "edge_index",
+    "config_feat",
+    "config_runtime",
+    "config_runtime_normalizers",
+)
+TILE_PREFIX = "tile:xla:"  # a kernel's Kaggle id is TILE_PREFIX + its tile id
+
+# -- a training run's artifacts --------------------------------------------------------------
+
+_MODEL_DIR = "model_"
+_RUN_FILE = ("run_", ".jsonz")
+MODEL_DIR_GLOB = _MODEL_DIR + "*"
+RUN_FILE_GLOB = "*".join(_RUN_FILE)
+SAVED_MODEL_FILE = "saved_model.pb"  # what makes a folder a SavedModel (Keras's name)
+
+
+def model_dir_name(h: str) -> str:
+    """`model_<h>`: the SavedModel of the run whose arguments hash to `h`."""
+    return f"{_MODEL_DIR}{h}"
+
+
+def run_file_name(h: str) -> str:
+    """`run_<h>.jsonz`: its arguments, curves and errors; written last, so it marks the run
+    complete."""
+    return f"{_RUN_FILE[0]}{h}{_RUN_FILE[1]}"
+
+
+def run_hash(name: str) -> str | None:
+    """`h` of a `model_<h>` folder name; None for any other name."""
+    if not name.startswith(_MODEL_DIR):
+        return None
+    return name[len(_MODEL_DIR) :]
+
+
+def curve_name(h: str) -> str:
+    """`train_curve_<h>.png`: losses, OPA and the validation score per epoch."""
+    return f"train_curve_{h}.png"
+
+
+def results_csv_name(tag: str | int) -> str:
+    """`results_<tag>.csv`: the test predictions (upstream's tag is the time in ms)."""
+    return f"results_{tag}.csv"
+
+
+def tensorboard_run_name(h: str) -> str:
+    """`run_<h>`: the run's folder under `--tensorboard`."""
+    return f"{_RUN_FILE[0]}{h}"
