@@ -45,20 +45,15 @@ import tqdm
 
 from tpu_tiles_models import files, interrupts
 from tpu_tiles_models.errors import UserError
-
-SPLITS = ("train", "valid", "test")
-NODE_FEAT_DIM = 140
-CONFIG_FEAT_DIM = 24
-TOY_FILES = 100  # upstream's --toy_data keeps the first 100 files of each split
-MAX_OPCODE = 255  # the real files store opcodes as uint8
-REQUIRED_KEYS = (
-    "node_feat",
-    "node_opcode",
-    "edge_index",
-    "config_feat",
-    "config_runtime",
-    "config_runtime_normalizers",
+from tpu_tiles_models.formats import (
+    CONFIG_FEAT_DIM,
+    MAX_OPCODE,
+    NODE_FEAT_DIM,
+    REQUIRED_KEYS,
+    SPLITS,
 )
+
+TOY_FILES = 100  # upstream's --toy_data keeps the first 100 files of each split
 _CACHE_VERSION = 1
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
 
