@@ -50,19 +50,21 @@ def ranked_roots(tmp_path_factory) -> dict[str, Path]:
 
 
 def test_counts_and_summary(synth_root: Path) -> None:
-    summary = synthetic.summarize(synth_root)
+    from tpu_tiles_models import inspection
+
+    summary = inspection.inspect_root(synth_root, progress=False)
     assert {s: summary["splits"][s]["kernels"] for s in synthetic.SPLITS} == {
         "train": 24,
         "valid": 8,
         "test": 6,
     }
-    assert summary["kernels"] == 38
+    assert summary["totals"]["kernels"] == 38
     n_configs = sum(
         len(d["config_feat"]) for s in synthetic.SPLITS for _, d in _kernels(synth_root, s)
     )
-    assert summary["configs"] == n_configs
-    assert summary["splits"]["test"]["best_ratio"] == {}  # no runtimes in the test split
-    assert 0 < summary["splits"]["train"]["best_ratio"]["p50"] <= 1.5
+    assert summary["totals"]["configs"] == n_configs
+    assert summary["splits"]["test"]["runtimes"] is None  # no runtimes in the test split
+    assert 0 < summary["splits"]["train"]["runtimes"]["best_ratio"]["p50"] <= 1.5
     assert not [p for p in synth_root.rglob("*") if p.is_file() and p.suffix != ".npz"]
 
 

@@ -29,6 +29,12 @@ def _synth(a: argparse.Namespace) -> None:
     synthetic.run(a)
 
 
+def _inspect(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import inspection
+
+    inspection.run(a)
+
+
 def _train(a: argparse.Namespace) -> None:
     from tpu_tiles_models.train_args import TrainCommand
 
@@ -155,7 +161,7 @@ _ABSL_COMMANDS = ("train", "sweep")
 
 def build_parser() -> argparse.ArgumentParser:
     """The `tpu-tiles` parser; importing it loads no TensorFlow."""
-    from tpu_tiles_models import demo, sweep, synthetic
+    from tpu_tiles_models import demo, inspection, sweep, synthetic
 
     parser = argparse.ArgumentParser(prog="tpu-tiles", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -167,6 +173,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("synth", _synth, "generate a synthetic TpuGraphs tile:xla data set")
     synthetic.add_flags(p)
+
+    p = command("inspect", _inspect, "a data report of a data root, real or synthetic")
+    inspection.add_flags(p)
 
     command(
         "train",

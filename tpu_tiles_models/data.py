@@ -26,6 +26,7 @@ object saved with every model, so prediction reproduces them without the train s
 
 from __future__ import annotations
 
+import collections
 import concurrent.futures
 import dataclasses
 import hashlib
@@ -94,6 +95,12 @@ def tile_id_of(path: str) -> str:
     return os.path.splitext(os.path.basename(path))[0]
 
 
+def benchmark_of(tile_id: str) -> str:
+    """`resnet50_train_batch_8_1a2b` -> `resnet50_train_batch_8`: the program (upstream's
+    benchmark) a kernel comes from, as upstream groups them."""
+    return tile_id.rsplit("_", 1)[0]
+
+
 def _unreadable(path: str, err: BaseException) -> DataError:
     reason = " ".join(str(err).split()) or type(err).__name__
     return DataError(f"{path}: not a readable npz file ({reason}); re-download it or delete it")
@@ -126,11 +133,6 @@ def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray
         }
     except _ZIP_ERRORS as err:
         raise _unreadable(path, err) from None
-
-
-def _read_npz(path: str) -> dict[str, np.ndarray]:
-    """Every array of one npz file; unreadable files raise `DataError`."""
-    return _parse_members(path, _read_members(path))
 
 
 def _fail(path: str, what: str) -> DataError:
@@ -321,6 +323,38 @@ def _check_members(path: str, members: dict[str, bytes], split: str) -> dict[str
     arrays = _parse_members(path, members)
     validate_arrays(path, arrays, split=split)
     return {key: arrays[key] for key in REQUIRED_KEYS}
+
+
+def iter_kernels(
+    paths: Sequence[str], split: str, *, skip_bad: bool = False, read_ahead: int = 8
+) -> Iterator[tuple[str, dict[str, np.ndarray] | DataError]]:
+    """Validated kernels of `paths`, one at a time and in order: a split streamed, not loaded.
+
+    Threads read and decompress at most `read_ahead` files ahead (so memory holds that many
+    kernels, not the split); parsing and validation run in the caller's thread. Yields
+    `(path, arrays)` with the `REQUIRED_KEYS` arrays; a bad file raises `DataError` naming
+    it, or with `skip_bad` is yielded as `(path, DataError)`.
+    """
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(4, read_ahead))
+    queue = iter(paths)
+    pending = collections.deque(
+        (p, pool.submit(_read_members, p)) for p in itertools.islice(queue, read_ahead)
+    )
+    try:
+        while pending:
+            path, future = pending.popleft()
+            for following in itertools.islice(queue, 1):
+                pending.append((following, pool.submit(_read_members, following)))
+            try:
+                arrays = _check_members(path, future.result(), split)
+            except DataError as err:
+                if not skip_bad:
+                    raise
+                yield path, err
+                continue
+            yield path, arrays
+    finally:
+        pool.shutdown(wait=False, cancel_futures=True)
 
 
 def _warn_skipped(split: str, skipped: list[str]) -> None:

@@ -21,6 +21,7 @@ import numpy as np
 import tqdm
 
 from tpu_tiles_models import files, formats, metrics, scoring
+from tpu_tiles_models.data import benchmark_of
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -30,11 +31,6 @@ _COLUMNS = ("top1", "top5", "top10", "score", "opa")
 
 class EvaluateError(UserError, ValueError):
     """Nothing to evaluate, or an output that cannot be written; one line with the fix."""
-
-
-def benchmark_of(tile_id: str) -> str:
-    """`resnet50_train_batch_8_1a2b` -> `resnet50_train_batch_8` (upstream's grouping)."""
-    return tile_id.rsplit("_", 1)[0]
 
 
 def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:

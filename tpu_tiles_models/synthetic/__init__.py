@@ -68,7 +68,6 @@ from tpu_tiles_models.synthetic.writer import (
     ValidationSplitWarning,
     generate,
     read_test_ids,
-    summarize,
     usable_valid_kernels,
 )
 
@@ -108,6 +107,5 @@ __all__ = [
     "noise_free_runtime",
     "read_test_ids",
     "run",
-    "summarize",
     "usable_valid_kernels",
 ]

@@ -1,4 +1,5 @@
-"""A whole synthetic tree: tile ids per split, one kernel per npz file, and its summary."""
+"""A whole synthetic tree: tile ids per split, one kernel per npz file (`tpu-tiles inspect`
+reports on it)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ import tempfile
 import threading
 import warnings
 import zipfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -475,53 +476,3 @@ def _shielded(run: Callable[[], T], stop: Path) -> T:
     if pressed:
         raise KeyboardInterrupt
     return value
-
-
-def _quantiles(values: Sequence[float]) -> dict[str, float]:
-    """min / p10 / p50 / p90 / max of a list (empty -> {})."""
-    if not len(values):
-        return {}
-    q = np.quantile(np.asarray(values, np.float64), [0.0, 0.1, 0.5, 0.9, 1.0])
-    return {k: float(v) for k, v in zip(("min", "p10", "p50", "p90", "max"), q)}
-
-
-def summarize(root: str | Path) -> dict[str, Any]:
-    """Counts and quick stats of a generated (or real) tree, for the CLI to print.
-
-    Args:
-        root: a tree with `{train,valid,test}/*.npz`.
-
-    Returns:
-        `{"root", "kernels", "configs", "splits": {split: {"kernels", "configs", "nodes",
-        "edges", "configs_per_kernel", "best_ratio", "worst_over_best"}}}` where the last five
-        are quantile dicts (ratio stats only for splits with runtimes).
-    """
-    root = Path(root)
-    splits: dict[str, dict[str, Any]] = {}
-    for split in SPLITS:
-        paths = sorted((root / split).glob("*.npz"))
-        nodes, edges, configs, best, spread = [], [], [], [], []
-        for path in paths:
-            with np.load(path) as d:
-                nodes.append(len(d["node_opcode"]))
-                edges.append(len(d["edge_index"]))
-                configs.append(len(d["config_runtime"]))
-                rt = d["config_runtime"].astype(np.float64)
-                if rt.min() > 0:
-                    best.append(float(np.min(rt / d["config_runtime_normalizers"])))
-                    spread.append(float(rt.max() / rt.min()))
-        splits[split] = {
-            "kernels": len(paths),
-            "configs": int(sum(configs)),
-            "nodes": _quantiles(nodes),
-            "edges": _quantiles(edges),
-            "configs_per_kernel": _quantiles(configs),
-            "best_ratio": _quantiles(best),
-            "worst_over_best": _quantiles(spread),
-        }
-    return {
-        "root": str(root),
-        "kernels": sum(s["kernels"] for s in splits.values()),
-        "configs": sum(s["configs"] for s in splits.values()),
-        "splits": splits,
-    }

@@ -1,0 +1,140 @@
+"""`tpu-tiles inspect`: its flags, the checks of its outputs, and what it prints."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+
+from tpu_tiles_models import files
+from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models.inspection.render import format_table, plot
+from tpu_tiles_models.inspection.report import (
+    DEFAULT_ROOT,
+    SPLITS,
+    TAIL_SIGMAS,
+    inspect_root,
+    write_json,
+)
+
+
+def _local(path: str) -> Path:
+    return Path(os.path.expanduser(path)).resolve()
+
+
+def _refuse_inside(flag: str, path: str, target: str, root: str) -> None:
+    """Refuses an output that is the data root, one of its split folders or inside one."""
+    if target == root:
+        where = "is the data root"
+    else:
+        split = next((s for s in SPLITS if (target + "/").startswith(f"{root}/{s}/")), None)
+        if split is None:
+            return
+        where = (
+            f"is its {split}/ folder"
+            if target == f"{root}/{split}"
+            else f"is in its {split}/ folder"
+        )
+    raise FlagError(f"{flag} {path} {where}, among the kernels; write the report elsewhere")
+
+
+def check_outputs(
+    root: str | os.PathLike, outputs: dict[str, str | None], *, overwrite: bool = False
+) -> None:
+    """Refuses, before any reading, an output that would harm an input or another output.
+
+    Args:
+      root: the data root to inspect.
+      outputs: `{flag: path or None}`, e.g. `{"--json": "report.json", "--png": None}`.
+      overwrite: replace an existing output file.
+
+    Raises:
+      FlagError: two flags name the same file; an output is the data root, lies in one of its
+        split folders (where it would sit among the kernels), or is named `*.npz`; an output
+        exists and `overwrite` is False. `files.WriteError`: it is a folder, or below a file.
+    """
+    given = {flag: files.expand(p) for flag, p in outputs.items() if p}
+    remote = files.is_remote(root)
+    base = files.absolute(files.expand(root)).rstrip("/") if remote else _local(os.fspath(root))
+    seen: dict[str, str] = {}
+    for flag, path in given.items():
+        target = path if files.is_remote(path) else _local(path)
+        key = str(target)
+        if key in seen:
+            raise FlagError(f"{seen[key]} and {flag} are both {path}; give each its own file")
+        seen[key] = flag
+        if key.endswith(".npz"):
+            raise FlagError(f"{flag} {path}: an .npz name is a kernel's; name the report otherwise")
+        if remote == files.is_remote(path):
+            _refuse_inside(flag, path, key, str(base))
+        files.check_output_path(path, flag=flag)
+        if files.exists(path) and not overwrite:
+            raise FlagError(
+                f"{flag} {path} already exists; pass --overwrite to replace it, or another {flag}"
+            )
+
+
+def add_flags(parser: argparse.ArgumentParser) -> None:
+    """Adds the `inspect` flags to `parser`."""
+    parser.add_argument(
+        "root",
+        nargs="?",
+        default=DEFAULT_ROOT,
+        help="data root holding {train,valid,test}/*.npz, local or gs:// (default "
+        f"{DEFAULT_ROOT})",
+    )
+    parser.add_argument(
+        "--splits",
+        default="",
+        help="comma-separated splits to read (default: every split folder the root has)",
+    )
+    parser.add_argument(
+        "--json", default=None, help="also write the report as JSON here (default none)"
+    )
+    parser.add_argument("--png", default=None, help="also draw its histograms here (default none)")
+    parser.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace existing --json / --png files (default: refuse them)",
+    )
+    parser.add_argument(
+        "--skip_bad",
+        action="store_true",
+        help="list bad npz files and read the rest (default: stop at the first, naming it)",
+    )
+    parser.add_argument(
+        "--tail_sigmas",
+        type=float,
+        default=TAIL_SIGMAS,
+        help="a feature column is heavy-tailed when its min or max lies more than this many "
+        f"standard deviations from its mean (default {TAIL_SIGMAS:g}; a normal column of 13 "
+        "million rows stays within about 6)",
+    )
+    parser.add_argument(
+        "--no_progress", action="store_true", help="no progress bar (default: shown)"
+    )
+
+
+def run(args: argparse.Namespace) -> None:
+    """`tpu-tiles inspect`: checks the outputs, reads the root, prints and writes the report."""
+    splits = [s.strip() for s in args.splits.split(",") if s.strip()] or None
+    check_outputs(args.root, {"--json": args.json, "--png": args.png}, overwrite=args.overwrite)
+    result = inspect_root(
+        args.root,
+        splits=splits,
+        skip_bad=args.skip_bad,
+        tail_sigmas=args.tail_sigmas,
+        progress=not args.no_progress,
+    )
+    print(format_table(result))
+    if args.json:
+        print(f"wrote {write_json(result, args.json)}")
+    if args.png:
+        print(f"wrote {plot(result, args.png)}")
+    if result["totals"]["bad_files"]:
+        print(
+            f"tpu-tiles inspect: warning: skipped {result['totals']['bad_files']} bad file(s); "
+            "re-download or delete them",
+            file=sys.stderr,
+        )

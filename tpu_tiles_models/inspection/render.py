@@ -1,0 +1,274 @@
+"""The report as text for the terminal (`format_table`) and its histograms as a PNG (`plot`)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from tpu_tiles_models import files
+from tpu_tiles_models.inspection.report import FEW_CONFIGS, InspectError
+from tpu_tiles_models.inspection.stats import share
+
+# The 24 config_feat columns (upstream README): kernel, output and input tile bounds, each as
+# 6 dimensions, their sum and their product.
+CONFIG_COLUMNS = tuple(
+    f"{part}_bounds_{dim}"
+    for part in ("kernel", "output", "input")
+    for dim in (*map(str, range(6)), "sum", "product")
+)
+
+
+def _int(x: Any) -> str:
+    return "-" if x is None else f"{int(round(x)):,}"
+
+
+def _num(x: Any, digits: int = 2) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.{digits}f}" if abs(x) < 1e5 else f"{x:.3g}"
+
+
+def _pct(x: Any, digits: int = 1) -> str:
+    return "-" if x is None else f"{100 * x:.{digits}f}%"
+
+
+def _countedshare(d: dict[str, Any] | None) -> str:
+    return "-" if d is None or d["share"] is None else f"{d['kernels']:,} ({_pct(d['share'])})"
+
+
+def _join(d: dict[str, Any] | None, keys: Iterable[str], fmt=_num) -> str:
+    return "-" if d is None else " / ".join(fmt(d[k]) for k in keys)
+
+
+def _ranges(columns: list[int], names: Sequence[str] | None = None) -> str:
+    """`[0, 1, 2, 5]` -> `0-2, 5`; with names, `name (i)` one by one."""
+    if not columns:
+        return "none"
+    if names is not None:
+        return ", ".join(f"{names[i]} ({i})" for i in columns)
+    parts = []
+    for _, run in itertools.groupby(enumerate(columns), lambda p: p[1] - p[0]):
+        run = [c for _, c in run]
+        parts.append(str(run[0]) if len(run) == 1 else f"{run[0]}-{run[-1]}")
+    return ", ".join(parts)
+
+
+def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
+    """(label, cell) rows of one split."""
+    rt, dup, prog = s["runtimes"], s["duplicates"], s["programs"]
+    c0 = rt["config0"] if rt else None
+    rows = [
+        ("npz files", _int(s["files"])),
+        ("kernels read", _int(s["kernels"])),
+        ("bad files skipped", _int(len(s["bad_files"]))),
+        ("nodes: total", _int(s["nodes"]["total"])),
+        ("nodes per kernel: mean / p50 / max", _join(s["nodes"], ("mean", "p50", "max"), _num)),
+        ("edges: total", _int(s["edges"]["total"])),
+        ("edges per kernel: mean / p50 / max", _join(s["edges"], ("mean", "p50", "max"), _num)),
+        ("configs: total", _int(s["configs"]["total"])),
+        ("configs per kernel: mean / p50", _join(s["configs"], ("mean", "p50"), _int)),
+        ("configs per kernel: p10 / p90 / max", _join(s["configs"], ("p10", "p90", "max"), _int)),
+        (f"kernels with < {FEW_CONFIGS} configs", _countedshare(s["configs"]["fewer_than_10"])),
+    ]
+    for b in s["configs"]["histogram"]:
+        label = (
+            f"  configs {b['lo']}-{b['hi']}"
+            if b["hi"] is not None
+            else f"  configs > {b['lo'] - 1}"
+        )
+        rows.append((label, _countedshare(share(b["kernels"], s["kernels"]))))
+    ratio = rt["ratio"] if rt else None
+    rows += [
+        ("kernels with runtimes", _int(s["labelled_kernels"])),
+        ("runtime / normaliser: mean / std", _join(ratio, ("mean", "std"))),
+        ("runtime / normaliser: p10 / p50 / p90", _join(ratio, ("p10", "p50", "p90"))),
+        ("runtime / normaliser: p99 / max", _join(ratio, ("p99", "max"))),
+        (
+            "worst / best per kernel: p10 / p50 / p90",
+            _join(rt and rt["worst_over_best"], ("p10", "p50", "p90")),
+        ),
+        (
+            "best runtime / normaliser: p10 / p50",
+            _join(rt and rt["best_ratio"], ("p10", "p50"), lambda x: _num(x, 3)),
+        ),
+        (
+            "normaliser spread in a kernel: p50 / max",
+            _join(rt and rt["normaliser_spread"], ("p50", "max"), _pct),
+        ),
+        (
+            f"config 0 is the default (within {_pct(tolerance, 0)})",
+            _countedshare(c0 and c0["is_default"]),
+        ),
+        ("config 0 is the fastest", _countedshare(c0 and c0["fastest"])),
+        (
+            "config 0 / best: mean / p50 / p90",
+            _join(c0 and c0["over_best"], ("mean", "p50", "p90")),
+        ),
+        (
+            "duplicate config rows (kernels with one)",
+            f"{_pct(dup['share'], 2)} ({dup['kernels']:,})",
+        ),
+        (
+            "duplicates' runtime gap: p50 / p90",
+            _join(dup["gap"], ("p50", "p90"), lambda x: _pct(x, 2)),
+        ),
+        (
+            "programs",
+            f"{prog['count']:,}"
+            + (
+                f" (+{prog['anonymised_kernels']:,} anonymised ids)"
+                if prog["anonymised_kernels"]
+                else ""
+            ),
+        ),
+        (
+            "kernels per program: min / p50 / max",
+            _join(prog["kernels_per_program"], ("min", "p50", "max"), _int),
+        ),
+    ]
+    for key in ("node_feat", "config_feat"):
+        f = s["features"][key]
+        rows.append(
+            (
+                f"{key} columns: constant / heavy-tailed",
+                f"{len(f['constant'])} / {len(f['heavy_tailed'])} of {f['columns']}",
+            )
+        )
+    return rows
+
+
+def format_table(result: dict[str, Any]) -> str:
+    """The report as text: a column per split, then the programs shared between splits and
+    the constant and heavy-tailed feature columns."""
+    splits = result["splits"]
+    settings = result["settings"]
+    per_split = {name: _rows(s, settings["default_tolerance"]) for name, s in splits.items()}
+    labels = [label for label, _ in next(iter(per_split.values()))] if per_split else []
+    label_w = max(map(len, labels), default=0)
+    widths = {n: max(len(n), *(len(c) for _, c in rows)) for n, rows in per_split.items()}
+    t = result["totals"]
+    lines = [
+        f"{result['data_root']}: {t['kernels']:,} kernels, {t['configs']:,} configs"
+        + (f", {t['bad_files']} bad files skipped" if t["bad_files"] else ""),
+        "",
+        " " * label_w + "".join(f"  {n:>{widths[n]}}" for n in per_split),
+    ]
+    for i, label in enumerate(labels):
+        lines.append(
+            f"{label:<{label_w}}"
+            + "".join(f"  {per_split[n][i][1]:>{widths[n]}}" for n in per_split)
+        )
+    lines.append("")
+    for pair, overlap in result["program_overlap"].items():
+        shown = ", ".join(overlap["programs"][:5]) + (", ..." if overlap["count"] > 5 else "")
+        lines.append(
+            f"programs in both {pair}: {overlap['count']}" + (f" ({shown})" if shown else "")
+        )
+    tail = settings["tail_sigmas"]
+    for name, s in splits.items():
+        for key, names in (("node_feat", None), ("config_feat", CONFIG_COLUMNS)):
+            f = s["features"][key]
+            lines.append(
+                f"{name} {key} constant: {_ranges(f['constant'], names)}; heavy-tailed (an "
+                f"extreme > {tail:g} std from the mean): {_ranges(f['heavy_tailed'], names)}"
+            )
+        for message in s["bad_files"][:3]:
+            lines.append(f"{name} bad file: {message}")
+        if len(s["bad_files"]) > 3:
+            lines.append(f"{name}: {len(s['bad_files']) - 3} more bad files (see --json)")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# Histograms (PNG)
+# ---------------------------------------------------------------------------------------------
+
+
+def _bin_label(b: dict[str, Any], scale: int) -> str:
+    def short(x: int) -> str:
+        return f"{x // 1000}k" if scale >= 1000 and x >= 1000 else str(x)
+
+    if b["hi"] is None:
+        return f">{short(b['lo'] - 1)}"
+    if b["lo"] == b["hi"]:
+        return short(b["lo"])
+    return f"{short(b['lo'] - 1) if scale >= 1000 and b['lo'] > 1 else b['lo']}-{short(b['hi'])}"
+
+
+def plot(result: dict[str, Any], path: str | os.PathLike) -> str:
+    """PNG of the report's histograms, splits side by side: configs, nodes and edges per kernel
+    (share of kernels), runtime / normaliser over all configs and worst / best per kernel."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display on servers and CI
+    import matplotlib.pyplot as plt
+
+    splits = result["splits"]
+    if not splits:
+        raise InspectError("no splits in the report; nothing to draw")
+    fig, axes = plt.subplots(2, 3, figsize=(16, 8))
+    width = 0.8 / len(splits)
+    for ax, key, scale in (
+        (axes[0, 0], "configs", 1000),
+        (axes[0, 1], "nodes", 1),
+        (axes[0, 2], "edges", 1),
+    ):
+        bins = next(iter(splits.values()))[key]["histogram"]
+        x = np.arange(len(bins))
+        for j, (name, s) in enumerate(splits.items()):
+            counts = np.array([b["kernels"] for b in s[key]["histogram"]], np.float64)
+            ax.bar(
+                x + (j - (len(splits) - 1) / 2) * width,
+                counts / max(counts.sum(), 1),
+                width,
+                label=f"{name} ({s['kernels']:,})",
+            )
+        ax.set_xticks(x, [_bin_label(b, scale) for b in bins], rotation=45, ha="right", fontsize=8)
+        ax.set_title(f"{key} per kernel (share of kernels)")
+        ax.legend(fontsize=8)
+    for ax, title, get in (
+        (
+            axes[1, 0],
+            "runtime / normaliser, all configs (share)",
+            lambda rt: rt["ratio"]["histogram"],
+        ),
+        (
+            axes[1, 1],
+            "worst / best runtime per kernel (share)",
+            lambda rt: rt["worst_over_best"]["histogram"],
+        ),
+    ):
+        for name, s in splits.items():
+            h = s["runtimes"] and get(s["runtimes"])
+            if not h or not h["counts"]:
+                continue
+            counts = np.array(h["counts"], np.float64)
+            ax.stairs(counts / counts.sum(), 10.0 ** np.array(h["log10_edges"]), label=name)
+        ax.set_xscale("log")
+        ax.set_title(title)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=8)
+    ax = axes[1, 2]
+    labels, values = [], []
+    for name, s in splits.items():
+        c0 = s["runtimes"] and s["runtimes"]["config0"]
+        if c0:
+            labels += [f"{name}\ndefault", f"{name}\nfastest"]
+            values += [c0["is_default"]["share"], c0["fastest"]["share"]]
+    bars = ax.bar(np.arange(len(values)), values, color=["tab:blue", "tab:orange"] * len(splits))
+    ax.bar_label(bars, fmt="%.2f", fontsize=8)
+    ax.set_xticks(np.arange(len(values)), labels, fontsize=8)
+    ax.set_ylim(0, 1.1)
+    ax.set_title("config 0: is the default, is the fastest (share of kernels)")
+    fig.suptitle(result["data_root"], fontsize=9)
+    fig.tight_layout()
+    path = files.expand(path)
+    try:
+        with files.atomic_path(path, flag="--png") as tmp:
+            fig.savefig(tmp, format="png", dpi=80)
+    finally:
+        plt.close(fig)
+    return path

@@ -1,0 +1,363 @@
+"""`inspect_root`: one pass over each split of a data root into the report's figures.
+
+The package docstring says what each figure means; `inspect_root` documents the keys.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import re
+from typing import Any, Sequence
+
+import numpy as np
+import tqdm
+
+from tpu_tiles_models import files, interrupts
+from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.inspection.stats import (
+    Columns,
+    LogHistogram,
+    binned,
+    distribution,
+    log_bins,
+    share,
+)
+
+FORMAT = "tpu_tiles_models.inspect/1"
+SPLITS = ("train", "valid", "test")
+DEFAULT_ROOT = "~/data/tpugraphs/npz/tile/xla"
+# Inclusive lower bounds of the configs-per-kernel bins: the published histogram of the real
+# valid split (1-1000, ..., 9001-10000), then everything above.
+CONFIG_BINS = (1, 1001, 2001, 3001, 4001, 5001, 6001, 7001, 8001, 9001, 10001)
+# Nodes or edges per kernel: zero (edges only), then bins doubling in width.
+SIZE_BINS = (0, 1, 11, 21, 41, 81, 161, 321, 641)
+FEW_CONFIGS = 10  # upstream's trainer leaves out train kernels with fewer (its --configs)
+DEFAULT_TOLERANCE = 0.05
+TAIL_SIGMAS = 10.0
+_ANONYMISED = re.compile(r"[0-9a-f]{32}")
+
+
+class InspectError(UserError, ValueError):
+    """Nothing to inspect there, or a report that cannot be read; one line with the fix."""
+
+
+def program_of(tile_id: str) -> str | None:
+    """The program of a tile id; None for an anonymised test id (32 hex digits)."""
+    from tpu_tiles_models.data import benchmark_of
+
+    return None if _ANONYMISED.fullmatch(tile_id) else benchmark_of(tile_id)
+
+
+# ---------------------------------------------------------------------------------------------
+# One split
+# ---------------------------------------------------------------------------------------------
+
+
+class _Split:
+    """Everything `inspect_root` reports of one split, filled one kernel at a time."""
+
+    def __init__(self, files_found: int) -> None:
+        from tpu_tiles_models.data import CONFIG_FEAT_DIM, NODE_FEAT_DIM
+
+        self.files = files_found
+        self.bad: list[str] = []
+        self.tile_ids: list[str] = []
+        self.nodes: list[int] = []
+        self.edges: list[int] = []
+        self.configs: list[int] = []
+        # One value per kernel with runtimes.
+        self.worst_over_best: list[float] = []
+        self.best_ratio: list[float] = []
+        self.config0_ratio: list[float] = []
+        self.config0_over_best: list[float] = []
+        self.normaliser_spread: list[float] = []
+        self.ratio = LogHistogram()
+        self.gaps = LogHistogram()
+        self.duplicate_rows = 0
+        self.duplicate_kernels = 0
+        self.node_columns = Columns(NODE_FEAT_DIM)
+        self.config_columns = Columns(CONFIG_FEAT_DIM)
+
+    def add(self, tile_id: str, k: dict[str, np.ndarray]) -> None:
+        """Adds one validated kernel (`data.REQUIRED_KEYS` arrays)."""
+        runtime = k["config_runtime"].astype(np.float64)
+        normaliser = k["config_runtime_normalizers"].astype(np.float64)
+        self.tile_ids.append(tile_id)
+        self.nodes.append(len(k["node_opcode"]))
+        self.edges.append(len(k["edge_index"].reshape(-1, 2)))
+        self.configs.append(len(runtime))
+        self.node_columns.add(k["node_feat"])
+        self.config_columns.add(k["config_feat"])
+        labelled = runtime.min() > 0 and normaliser.min() > 0  # test files hold zeros
+        first = self._duplicates(k["config_feat"])
+        if labelled:
+            ratio = runtime / normaliser
+            best = runtime.min()
+            self.ratio.add(ratio)
+            self.worst_over_best.append(runtime.max() / best)
+            self.best_ratio.append(ratio.min())
+            self.config0_ratio.append(ratio[0])
+            self.config0_over_best.append(runtime[0] / best)
+            self.normaliser_spread.append(normaliser.max() / normaliser.min() - 1.0)
+            copies = np.flatnonzero(first != np.arange(len(first)))
+            base = runtime[first[copies]]
+            self.gaps.add(np.abs(runtime[copies] - base) / base)
+
+    def _duplicates(self, config_feat: np.ndarray) -> np.ndarray:
+        """`[c]` the index of each row's first copy (its own for a first); counts repeats."""
+        rows = np.ascontiguousarray(config_feat + np.float32(0))  # -0.0 becomes 0.0
+        as_bytes = rows.view(np.dtype((np.void, rows.dtype.itemsize * rows.shape[1]))).ravel()
+        # Byte-equal rows are equal values (no NaN after validation); the stable sort that
+        # return_index uses makes `firsts` the earliest copy of each.
+        _, firsts, inverse = np.unique(as_bytes, return_index=True, return_inverse=True)
+        first = firsts[inverse.reshape(-1)]
+        repeats = int((first != np.arange(len(first))).sum())
+        self.duplicate_rows += repeats
+        self.duplicate_kernels += repeats > 0
+        return first
+
+    def result(self, tail_sigmas: float, tolerance: float) -> dict[str, Any]:
+        kernels = len(self.tile_ids)
+        configs = np.asarray(self.configs, np.int64)
+        out: dict[str, Any] = {
+            "files": self.files,
+            "kernels": kernels,
+            "bad_files": list(self.bad),
+            "nodes": _counted(self.nodes, SIZE_BINS),
+            "edges": _counted(self.edges, SIZE_BINS),
+            "configs": {
+                **_counted(self.configs, CONFIG_BINS),
+                "fewer_than_10": share(int((configs < FEW_CONFIGS).sum()), kernels),
+            },
+            "labelled_kernels": len(self.config0_ratio),
+            "runtimes": self._runtimes(tolerance),
+            "duplicates": {
+                "rows": self.duplicate_rows,
+                "share": self.duplicate_rows / int(configs.sum()) if kernels else None,
+                "kernels": self.duplicate_kernels,
+                "gap": self.gaps.summary() if self.config0_ratio else None,
+            },
+            "programs": self._programs(),
+            "features": {
+                "node_feat": self.node_columns.summary(tail_sigmas),
+                "config_feat": self.config_columns.summary(tail_sigmas),
+            },
+        }
+        return out
+
+    def _runtimes(self, tolerance: float) -> dict[str, Any] | None:
+        if not self.config0_ratio:
+            return None
+        c0 = np.asarray(self.config0_ratio)
+        over = np.asarray(self.config0_over_best)
+        n = len(c0)
+        return {
+            "ratio": self.ratio.summary(),
+            "worst_over_best": {
+                **distribution(self.worst_over_best),
+                "histogram": log_bins(self.worst_over_best),
+            },
+            "best_ratio": distribution(self.best_ratio),
+            "normaliser_spread": distribution(self.normaliser_spread),
+            "config0": {
+                "is_default": share(int((np.abs(c0 - 1.0) <= tolerance).sum()), n),
+                "fastest": share(int((over <= 1.0).sum()), n),
+                "ratio": distribution(c0),
+                "over_best": distribution(over),
+                "default_top1_error": float(over.mean() - 1.0),
+            },
+        }
+
+    def _programs(self) -> dict[str, Any]:
+        counts: dict[str, int] = {}
+        anonymised = 0
+        for tile_id in self.tile_ids:
+            program = program_of(tile_id)
+            if program is None:
+                anonymised += 1
+            else:
+                counts[program] = counts.get(program, 0) + 1
+        return {
+            "count": len(counts),
+            "anonymised_kernels": anonymised,
+            "kernels_per_program": distribution(list(counts.values())),
+            "kernels": dict(sorted(counts.items())),
+        }
+
+
+def _counted(values: list[int], lows: Sequence[int]) -> dict[str, Any]:
+    """Total, distribution and histogram of a per-kernel count."""
+    return {"total": int(sum(values)), **distribution(values), "histogram": binned(values, lows)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The whole root
+# ---------------------------------------------------------------------------------------------
+
+
+def _split_paths(root: str, splits: Sequence[str] | None) -> dict[str, list[str]]:
+    """The npz files of each split to inspect, by name; every split folder there by default."""
+    for split in splits or ():
+        if split not in SPLITS:
+            raise FlagError(f"--splits: unknown split {split!r}; use some of {', '.join(SPLITS)}")
+    if not files.isdir(root):
+        raise InspectError(
+            f"{root}: data root not found; pass the folder holding {'/, '.join(SPLITS)}/ "
+            f"(e.g. {DEFAULT_ROOT})"
+        )
+    wanted = list(splits) if splits else [s for s in SPLITS if files.isdir(files.join(root, s))]
+    if not wanted:
+        raise InspectError(
+            f"{root}: no {'/, '.join(SPLITS)}/ folder in it; pass the folder holding them "
+            f"(e.g. {DEFAULT_ROOT})"
+        )
+    out = {}
+    for split in wanted:
+        folder = files.join(root, split)
+        if not files.isdir(folder):
+            raise InspectError(f"{folder}: split folder not found; leave {split} out of --splits")
+        out[split] = sorted(files.glob(files.join(folder, "*.npz")), key=files.basename)
+    return out
+
+
+def inspect_root(
+    root: str | os.PathLike = DEFAULT_ROOT,
+    *,
+    splits: Sequence[str] | None = None,
+    skip_bad: bool = False,
+    tail_sigmas: float = TAIL_SIGMAS,
+    default_tolerance: float = DEFAULT_TOLERANCE,
+    progress: bool = True,
+) -> dict[str, Any]:
+    """The data report of `root` (`{train,valid,test}/*.npz`, local or `gs://...`).
+
+    Args:
+      root: the data root.
+      splits: the splits to read; None: every split folder `root` has.
+      skip_bad: report bad files (one line each, in `bad_files`) and read the rest, instead
+        of stopping at the first.
+      tail_sigmas: a column is heavy-tailed when an extreme lies more than this many standard
+        deviations from its mean.
+      default_tolerance: config 0 "is the default" when |runtime / normaliser - 1| is at
+        most this.
+      progress: a progress bar per split.
+
+    Returns:
+      A JSON-ready dict:
+      - `format` (`tpu_tiles_models.inspect/1`), `data_root`, `settings` (the arguments);
+      - `totals`: `files`, `kernels`, `configs`, `bad_files` over the splits read;
+      - `splits`: per split name, `files` (npz files found), `kernels` (read), `bad_files`
+        (messages), `labelled_kernels` (with runtimes; 0 on the real test split) and:
+        - `nodes`, `edges`, `configs` per kernel: `total`, a distribution (`count`, `mean`,
+          `std`, `min`, `p1`, `p10`, `p25`, `p50`, `p75`, `p90`, `p99`, `max`) and
+          `histogram` (`[{"lo", "hi", "kernels"}]`, inclusive bounds, `hi` None on the last;
+          configs on the real valid histogram's bins); `configs.fewer_than_10`
+          (`{"kernels", "share"}`);
+        - `runtimes` (None without runtimes): `ratio` (runtime / normaliser over all
+          configs: a distribution plus `histogram` `{"log10_edges", "counts", "under",
+          "over"}`), per kernel `worst_over_best` (with such a histogram), `best_ratio`
+          (best runtime / normaliser) and `normaliser_spread` (max / min normaliser - 1),
+          and `config0`: `is_default` and `fastest` (`{"kernels", "share"}`), `ratio`
+          (its runtime / normaliser), `over_best` (its runtime / the kernel's best),
+          `default_top1_error` (mean of `over_best` - 1);
+        - `duplicates`: `rows` (repeating an earlier row of their kernel), `share` (of all
+          config rows), `kernels` (with one), `gap` (a distribution of the relative runtime
+          gaps to the first copy; None without runtimes);
+        - `programs`: `count`, `anonymised_kernels`, `kernels_per_program` (distribution),
+          `kernels` (`{program: kernels}`);
+        - `features`: `node_feat` and `config_feat`, each `rows`, `columns`, `constant` and
+          `heavy_tailed` (column indices), and per column `min`, `max`, `mean`, `std`,
+          `tail_sigmas` (the farther extreme from the mean in stds; None when constant).
+      - `program_overlap`: per pair of splits read (`"train-valid"`, ...), `count` and the
+        sorted `programs` in both.
+
+    Raises:
+      DataError: a bad file (unless `skip_bad`), or every file of a split is bad.
+      InspectError: no data root or split folder there.
+    """
+    from tpu_tiles_models import data
+
+    if tail_sigmas <= 0:
+        raise FlagError(f"--tail_sigmas must be above 0, got {tail_sigmas}")
+    where = files.absolute(files.expand(root))
+    paths = _split_paths(where, splits)
+    result: dict[str, Any] = {}
+    for split, split_files in paths.items():
+        stats = _Split(len(split_files))
+        kernels = data.iter_kernels(split_files, split, skip_bad=skip_bad)
+        bar = tqdm.tqdm(
+            kernels,
+            total=len(split_files),
+            desc=f"inspecting {split}",
+            unit="file",
+            disable=not progress,
+        )
+        try:
+            for path, arrays in bar:
+                interrupts.check()
+                if isinstance(arrays, data.DataError):
+                    stats.bad.append(str(arrays))
+                else:
+                    stats.add(data.tile_id_of(path), arrays)
+        except data.DataError as err:
+            raise data.DataError(f"{err} (or inspect the rest with --skip_bad)") from None
+        finally:
+            bar.close()
+            kernels.close()
+        if split_files and len(stats.bad) == len(split_files):
+            raise data.DataError(
+                f"{files.join(where, split)}: every file is bad, e.g. {stats.bad[0]}"
+            )
+        result[split] = stats.result(tail_sigmas, default_tolerance)
+    return {
+        "format": FORMAT,
+        "data_root": where,
+        "settings": {
+            "splits": list(paths),
+            "skip_bad": skip_bad,
+            "tail_sigmas": tail_sigmas,
+            "default_tolerance": default_tolerance,
+        },
+        "totals": {
+            "files": sum(s["files"] for s in result.values()),
+            "kernels": sum(s["kernels"] for s in result.values()),
+            "configs": sum(s["configs"]["total"] for s in result.values()),
+            "bad_files": sum(len(s["bad_files"]) for s in result.values()),
+        },
+        "splits": result,
+        "program_overlap": _overlap(result),
+    }
+
+
+def _overlap(splits: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """Programs in both splits of each pair."""
+    out = {}
+    for a, b in itertools.combinations(splits, 2):
+        both = sorted(set(splits[a]["programs"]["kernels"]) & set(splits[b]["programs"]["kernels"]))
+        out[f"{a}-{b}"] = {"count": len(both), "programs": both}
+    return out
+
+
+def write_json(result: dict[str, Any], path: str | os.PathLike) -> str:
+    """Writes `result` as indented JSON, atomically; returns the path."""
+    path = files.expand(path)
+    with files.atomic_path(path, flag="--json") as tmp:
+        tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+    return path
+
+
+def read_json(path: str | os.PathLike) -> dict[str, Any]:
+    """A report written by `write_json`; one line naming the file when it is not one."""
+    try:
+        result = json.loads(files.read_bytes(files.expand(path)))
+    except (OSError, ValueError) as err:
+        raise InspectError(
+            f"{path}: cannot read an inspect report ({err}); write it again with --json"
+        ) from None
+    if not isinstance(result, dict) or result.get("format") != FORMAT:
+        raise InspectError(
+            f"{path}: not a {FORMAT} report; write it again with tpu-tiles inspect --json"
+        )
+    return result
