@@ -9,10 +9,10 @@ from pathlib import Path
 
 from tpu_tiles_models import files
 from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models.formats import SPLITS
 from tpu_tiles_models.inspection.render import format_table, plot
 from tpu_tiles_models.inspection.report import (
     DEFAULT_ROOT,
-    SPLITS,
     TAIL_SIGMAS,
     inspect_root,
     write_json,

@@ -31,11 +31,25 @@ def _num(x: Any, digits: int = 2) -> str:
     return f"{x:,.{digits}f}" if abs(x) < 1e5 else f"{x:.3g}"
 
 
+def _count(x: Any) -> str:
+    """A count or a percentile of counts: `38`, `30.5`, `1,370`."""
+    if x is None:
+        return "-"
+    return f"{int(x):,}" if float(x).is_integer() else f"{x:,.1f}"
+
+
+def _sizes(d: dict[str, Any]) -> str:
+    """`mean / p50 / max` of nodes or edges per kernel: `40.1 / 36 / 394`."""
+    return (
+        "-" if d["mean"] is None else f"{d['mean']:.1f} / {_count(d['p50'])} / {_count(d['max'])}"
+    )
+
+
 def _pct(x: Any, digits: int = 1) -> str:
     return "-" if x is None else f"{100 * x:.{digits}f}%"
 
 
-def _countedshare(d: dict[str, Any] | None) -> str:
+def _kernels_share(d: dict[str, Any] | None) -> str:
     return "-" if d is None or d["share"] is None else f"{d['kernels']:,} ({_pct(d['share'])})"
 
 
@@ -65,13 +79,13 @@ def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
         ("kernels read", _int(s["kernels"])),
         ("bad files skipped", _int(len(s["bad_files"]))),
         ("nodes: total", _int(s["nodes"]["total"])),
-        ("nodes per kernel: mean / p50 / max", _join(s["nodes"], ("mean", "p50", "max"), _num)),
+        ("nodes per kernel: mean / p50 / max", _sizes(s["nodes"])),
         ("edges: total", _int(s["edges"]["total"])),
-        ("edges per kernel: mean / p50 / max", _join(s["edges"], ("mean", "p50", "max"), _num)),
+        ("edges per kernel: mean / p50 / max", _sizes(s["edges"])),
         ("configs: total", _int(s["configs"]["total"])),
-        ("configs per kernel: mean / p50", _join(s["configs"], ("mean", "p50"), _int)),
-        ("configs per kernel: p10 / p90 / max", _join(s["configs"], ("p10", "p90", "max"), _int)),
-        (f"kernels with < {FEW_CONFIGS} configs", _countedshare(s["configs"]["fewer_than_10"])),
+        ("configs per kernel: mean / p50", _join(s["configs"], ("mean", "p50"), _count)),
+        ("configs per kernel: p10 / p90 / max", _join(s["configs"], ("p10", "p90", "max"), _count)),
+        (f"kernels with < {FEW_CONFIGS} configs", _kernels_share(s["configs"]["fewer_than_10"])),
     ]
     for b in s["configs"]["histogram"]:
         label = (
@@ -79,7 +93,7 @@ def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
             if b["hi"] is not None
             else f"  configs > {b['lo'] - 1}"
         )
-        rows.append((label, _countedshare(share(b["kernels"], s["kernels"]))))
+        rows.append((label, _kernels_share(share(b["kernels"], s["kernels"]))))
     ratio = rt["ratio"] if rt else None
     rows += [
         ("kernels with runtimes", _int(s["labelled_kernels"])),
@@ -100,9 +114,9 @@ def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
         ),
         (
             f"config 0 is the default (within {_pct(tolerance, 0)})",
-            _countedshare(c0 and c0["is_default"]),
+            _kernels_share(c0 and c0["is_default"]),
         ),
-        ("config 0 is the fastest", _countedshare(c0 and c0["fastest"])),
+        ("config 0 is the fastest", _kernels_share(c0 and c0["fastest"])),
         (
             "config 0 / best: mean / p50 / p90",
             _join(c0 and c0["over_best"], ("mean", "p50", "p90")),

@@ -16,6 +16,7 @@ import tqdm
 
 from tpu_tiles_models import files, interrupts
 from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, SPLITS
 from tpu_tiles_models.inspection.stats import (
     Columns,
     LogHistogram,
@@ -26,7 +27,6 @@ from tpu_tiles_models.inspection.stats import (
 )
 
 FORMAT = "tpu_tiles_models.inspect/1"
-SPLITS = ("train", "valid", "test")
 DEFAULT_ROOT = "~/data/tpugraphs/npz/tile/xla"
 # Inclusive lower bounds of the configs-per-kernel bins: the published histogram of the real
 # valid split (1-1000, ..., 9001-10000), then everything above.
@@ -59,8 +59,6 @@ class _Split:
     """Everything `inspect_root` reports of one split, filled one kernel at a time."""
 
     def __init__(self, files_found: int) -> None:
-        from tpu_tiles_models.data import CONFIG_FEAT_DIM, NODE_FEAT_DIM
-
         self.files = files_found
         self.bad: list[str] = []
         self.tile_ids: list[str] = []
