@@ -3,7 +3,6 @@ its refusals, and files that do not depend on how many processes wrote them."""
 
 from __future__ import annotations
 
-import argparse
 import signal
 from pathlib import Path
 
@@ -16,10 +15,8 @@ from tpu_tiles_models.synthetic import command, writer
 pytestmark = pytest.mark.filterwarnings("ignore::tpu_tiles_models.synthetic.ValidationSplitWarning")
 
 
-def _args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="tpu-tiles synth")
-    synthetic.add_flags(parser)
-    return parser.parse_args(["out", *argv])
+def _args(*argv: str) -> synthetic.SynthArgs:
+    return synthetic.SynthArgs.from_argv(["out", *argv])
 
 
 def _files(root: Path) -> dict[str, bytes]:

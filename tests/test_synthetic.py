@@ -3,7 +3,6 @@ the family table and the `tpu-tiles synth` refusals."""
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import re
 from collections.abc import Iterator
@@ -452,10 +451,8 @@ def test_default_validation_split_feeds_upstream(tmp_path: Path, family: str) ->
     assert synthetic.usable_valid_kernels(tmp_path) == out["usable_valid"] >= 2 * 10
 
 
-def _cli_args(*argv: str) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="tpu-tiles synth")
-    synthetic.add_flags(parser)
-    return parser.parse_args(list(argv))
+def _cli_args(*argv: str) -> synthetic.SynthArgs:
+    return synthetic.SynthArgs.from_argv(argv)
 
 
 def test_run_prints_what_it_wrote(tmp_path: Path, capsys) -> None:

@@ -26,7 +26,7 @@ EXIT_INTERRUPTED = 130
 def _synth(a: argparse.Namespace) -> None:
     from tpu_tiles_models import synthetic
 
-    synthetic.run(a)
+    synthetic.run(synthetic.SynthArgs.from_namespace(a))
 
 
 def _inspect(a: argparse.Namespace) -> None:
@@ -119,7 +119,7 @@ def _check(a: argparse.Namespace) -> None:
 def _demo(a: argparse.Namespace) -> None:
     from tpu_tiles_models import demo
 
-    demo.run(a)
+    demo.run(demo.DemoArgs.from_namespace(a))
 
 
 def _sweep(a: argparse.Namespace) -> None:

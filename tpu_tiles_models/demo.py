@@ -10,6 +10,7 @@ same command prints the same figures.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import time
 from pathlib import Path
 
@@ -24,6 +25,24 @@ DEMO_ARGS = TrainArgs(early_stop=0, cache_dir="")
 DEMO_FAMILY = "alt"
 EVALUATION_COLUMNS = ("model", "top1", "top5", "top10", "score", "opa")
 LAYOUT_ROWS = 3  # the synthetic sample keeps a few layout rows, as the real one has 50
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoArgs:
+    """The options of `tpu-tiles demo`, built once by the command line (`from_namespace`);
+    `add_flags` documents each and holds the defaults."""
+
+    out: str
+    train: int
+    epochs: int
+    family: str
+    sample: str | None
+    no_progress: bool
+
+    @classmethod
+    def from_namespace(cls, a: argparse.Namespace) -> DemoArgs:
+        """From the flags of `add_flags`."""
+        return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)})
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
@@ -92,7 +111,9 @@ def _side_by_side(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def run(a: argparse.Namespace) -> None:
+def run(a: DemoArgs) -> None:
+    """`tpu-tiles demo`: synthetic data, two models trained and evaluated, the test split
+    ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
     import tensorflow as tf
 
     from tpu_tiles_models import evaluate, export, kaggle, predict, synthetic, train

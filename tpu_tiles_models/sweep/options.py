@@ -25,7 +25,7 @@ class SweepArgs:
     """The sweep's options; `base` holds the train flags every point starts from.
 
     Build it with `from_argv` or `from_namespace` (the command line), or in code; invalid
-    counts raise `FlagError` naming the flag.
+    counts raise `FlagError` naming the flag. Its defaults are the flags' (`add_flags`).
     """
 
     grid: str  # a YAML/JSON file or an inline spec (see `grid`)
@@ -92,33 +92,35 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--random",
         type=int,
-        default=0,
+        default=SweepArgs.random,
         metavar="N",
         help="draw N points per grid from its lists and ranges",
     )
-    p.add_argument("--random_seed", type=int, default=0, help="seed of the --random draws")
+    p.add_argument(
+        "--random_seed", type=int, default=SweepArgs.random_seed, help="seed of the --random draws"
+    )
     p.add_argument(
         "--runner",
-        default="DirectRunner",
+        default=SweepArgs.runner,
         help="Beam runner: DirectRunner, DataflowRunner, FlinkRunner, SparkRunner",
     )
     p.add_argument(
         "--num_workers",
         type=int,
-        default=None,
+        default=SweepArgs.num_workers,
         help="DirectRunner: parallel worker processes (default: cores); others: "
         "passed on as Beam's --num_workers",
     )
     p.add_argument(
         "--isolation",
         choices=ISOLATIONS,
-        default="process",
+        default=SweepArgs.isolation,
         help="train each point in a fresh child process (default) or in the worker",
     )
     p.add_argument(
         "--ensemble_top",
         type=int,
-        default=0,
+        default=SweepArgs.ensemble_top,
         metavar="K",
         help="when done, build the ensemble of the K best points",
     )

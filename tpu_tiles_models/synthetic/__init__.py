@@ -33,7 +33,7 @@ splits, npz files, summary) and `command` (the `tpu-tiles synth` flags).
 from __future__ import annotations
 
 from tpu_tiles_models.synthetic.analytic import MAX_CONFIGS_DEFAULT
-from tpu_tiles_models.synthetic.command import add_flags, format_summary, run
+from tpu_tiles_models.synthetic.command import SynthArgs, add_flags, format_summary, run
 from tpu_tiles_models.synthetic.families import (
     COST_MODELS,
     DEFAULT_FAMILY,
@@ -93,6 +93,7 @@ __all__ = [
     "DataSetExistsError",
     "Family",
     "Hardware",
+    "SynthArgs",
     "KernelGeometry",
     "UnknownFamilyError",
     "ValidationSplitWarning",

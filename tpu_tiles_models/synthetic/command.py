@@ -1,11 +1,12 @@
-"""`tpu-tiles synth`: its flags, the `--scale` presets, and what it prints."""
+"""`tpu-tiles synth`: its flags, `SynthArgs`, the `--scale` presets, and what it prints."""
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
 import warnings
-from typing import Any
+from typing import Any, Sequence
 
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, FAMILIES
@@ -33,12 +34,41 @@ class _Given(argparse.Action):
         setattr(namespace, _GIVEN, {*getattr(namespace, _GIVEN, ()), self.dest})
 
 
-def given_flags(args: argparse.Namespace) -> set[str]:
-    """The `FIXED_BY_FULL` flags typed on the command line (not left at their defaults)."""
-    return set(getattr(args, _GIVEN, ()))
+@dataclasses.dataclass(frozen=True)
+class SynthArgs:
+    """Every option of `tpu-tiles synth`, built once by the command line (`from_argv`,
+    `from_namespace`); `add_flags` documents each and holds the defaults. In code, call
+    `generate` instead."""
+
+    out: str
+    scale: str
+    train: int
+    valid: int
+    test: int
+    seed: int
+    max_configs: int | None
+    num_workers: int | None
+    family: str
+    test_ids_from: str | None
+    overwrite: bool
+    no_progress: bool
+    given: frozenset[str]  # the FIXED_BY_FULL flags typed on the line, not left at defaults
+
+    @classmethod
+    def from_namespace(cls, a: argparse.Namespace) -> SynthArgs:
+        """From the flags of `add_flags`."""
+        names = [f.name for f in dataclasses.fields(cls) if f.name != "given"]
+        return cls(**{n: getattr(a, n) for n in names}, given=frozenset(getattr(a, _GIVEN, ())))
+
+    @classmethod
+    def from_argv(cls, argv: Sequence[str]) -> SynthArgs:
+        """Parses a `tpu-tiles synth` command line (without the program and command names)."""
+        parser = argparse.ArgumentParser(prog="tpu-tiles synth")
+        add_flags(parser)
+        return cls.from_namespace(parser.parse_args(list(argv)))
 
 
-def resolve_scale(args: argparse.Namespace) -> dict[str, Any]:
+def resolve_scale(args: SynthArgs) -> dict[str, Any]:
     """`generate`'s `train`, `valid`, `test` and `max_configs` for `args.scale`.
 
     `custom` takes the flags as given. `full` takes the real collection's split sizes
@@ -52,7 +82,7 @@ def resolve_scale(args: argparse.Namespace) -> dict[str, Any]:
         return dict(
             train=args.train, valid=args.valid, test=args.test, max_configs=args.max_configs
         )
-    clash = [f"--{name}" for name in FIXED_BY_FULL if name in given_flags(args)]
+    clash = [f"--{name}" for name in FIXED_BY_FULL if name in args.given]
     if clash:
         raise FlagError(
             f"--scale full sets the split sizes and config cap itself; drop {', '.join(clash)} "
@@ -131,7 +161,7 @@ def format_summary(summary: dict[str, Any]) -> str:
     )
 
 
-def run(args: argparse.Namespace) -> None:
+def run(args: SynthArgs) -> None:
     """Generates the data set `args` describe and prints what it wrote.
 
     Raises:
