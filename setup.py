@@ -44,6 +44,8 @@ setup(
         # The sweep engine's pipelines. TF-GNN already installs Beam (unpinned); Beam 3 is
         # announced with breaking changes. constraints.txt pins the tested 2.77.0.
         "apache-beam<3",
+        # The sweep reads YAML grid files (--grid g.yaml). constraints.txt pins the tested one.
+        "pyyaml",
     ],
     # pandas: tests compare our Kaggle CSV with what the course script (pandas) writes.
     extras_require={"test": ["pytest", "pytest-xdist", "ruff", "pandas"]},

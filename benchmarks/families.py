@@ -42,8 +42,8 @@ REPO = Path(__file__).resolve().parents[1]
 DEFAULT_STATS = REPO.parent / "shared" / "data" / "tile_feature_stats.json"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "families.json"
 QUANTILES = {"min": 0.0, "p10": 0.1, "p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
-# What is known of the real tile:xla collection (UPSTREAM_CONTRACT.md, upstream's published
-# tiles_evaluate.py output for EarlyJoinSAGE on the real validation split, issue 11).
+# What is known of the real tile:xla collection (the TpuGraphs README and paper, upstream's
+# published tiles_evaluate.py output for EarlyJoinSAGE on the real validation split, issue 11).
 REAL = {
     "kernels": {"train": 5709, "valid": 676, "test": 844},
     "nodes": {"min": 2, "mode": "20-40", "max": 394},

@@ -699,23 +699,51 @@ class _Rows:
     def __init__(self) -> None:
         self.rows: list[dict] = []
 
-    def add(self, what: str, ours, upstream=None, unit: str = "s", *, goal: str = "",
-            at_least: float | None = None, cpu: tuple | None = None) -> None:  # fmt: skip
+    def add(
+        self,
+        what: str,
+        ours,
+        upstream=None,
+        unit: str = "s",
+        *,
+        goal: str = "",
+        at_least: float | None = None,
+        cpu: tuple | None = None,
+    ) -> None:
         """One row; with `at_least`, met means ratio >= it (on wall and, given, CPU seconds)."""
         ratio = upstream / ours if upstream is not None else None
         cpu_ratio = cpu[1] / cpu[0] if cpu is not None else None
         met = None
         if at_least is not None and ratio is not None:
             met = _verdict(ratio >= at_least, None if cpu_ratio is None else cpu_ratio >= at_least)
-        self.rows.append(dict(what=what, goal=goal, ours=ours, upstream=upstream, unit=unit,
-                              ratio=ratio, cpu_ratio=cpu_ratio, met=met))  # fmt: skip
+        self.rows.append(
+            dict(
+                what=what,
+                goal=goal,
+                ours=ours,
+                upstream=upstream,
+                unit=unit,
+                ratio=ratio,
+                cpu_ratio=cpu_ratio,
+                met=met,
+            )
+        )
 
     def limit(self, what: str, ours: float, upstream: float | None, unit: str, most: float) -> None:
         """A row whose goal is `ours <= most`."""
         ratio = upstream / ours if upstream is not None else None
-        self.rows.append(dict(what=what, goal=f"<= {most:g} {unit}", ours=ours, upstream=upstream,
-                              unit=unit, ratio=ratio, cpu_ratio=None,
-                              met="yes" if ours <= most else "**no**"))  # fmt: skip
+        self.rows.append(
+            dict(
+                what=what,
+                goal=f"<= {most:g} {unit}",
+                ours=ours,
+                upstream=upstream,
+                unit=unit,
+                ratio=ratio,
+                cpu_ratio=None,
+                met="yes" if ours <= most else "**no**",
+            )
+        )
 
 
 def _verdict(wall_ok: bool, cpu_ok: bool | None) -> str:
@@ -754,8 +782,14 @@ def goals(r: dict) -> list[dict]:
         if f"ours_load{suffix}" not in r:
             continue
         (o, oc), (u, uc) = (_wall_cpu(r, f"{s}_load{suffix}", first) for s in SIDES)
-        t.add(f"first load, npz to cache{where}", o, u, goal="no slower than upstream",
-              at_least=1.0, cpu=(oc, uc))  # fmt: skip
+        t.add(
+            f"first load, npz to cache{where}",
+            o,
+            u,
+            goal="no slower than upstream",
+            at_least=1.0,
+            cpu=(oc, uc),
+        )
         (o, oc), (u, uc) = (_wall_cpu(r, f"{s}_load{suffix}", cached) for s in SIDES)
         t.add(f"later load, from the cache{where}", o, u, cpu=(oc, uc))
         o, u = (r[f"{s}_load{suffix}"]["cache_bytes"] / 2**20 for s in SIDES)
@@ -765,42 +799,68 @@ def goals(r: dict) -> list[dict]:
 
     ours, up = r["ours_train_EarlyJoinSAGE"]["laps"], r["upstream_train_EarlyJoinSAGE"]["laps"]
     which = _which_epochs(r["epochs"])
-    o, oc = (_steady([a + b for a, b in zip(ours[f"train_pass{c}"], ours[f"sampled_valid{c}"])])
-             for c in ("", "_cpu"))  # fmt: skip
+    o, oc = (
+        _steady([a + b for a, b in zip(ours[f"train_pass{c}"], ours[f"sampled_valid{c}"])])
+        for c in ("", "_cpu")
+    )
     u, uc = _steady(up["fit"]), _steady(up["fit_cpu"])
-    t.add(f"EarlyJoinSAGE epoch, train pass + sampled validation ({which})", o, u,
-          goal="no slower than upstream", at_least=1.0, cpu=(oc, uc))  # fmt: skip
+    t.add(
+        f"EarlyJoinSAGE epoch, train pass + sampled validation ({which})",
+        o,
+        u,
+        goal="no slower than upstream",
+        at_least=1.0,
+        cpu=(oc, uc),
+    )
     (o, oc), (u, uc) = (_epoch_laps(laps["epoch_marks"]) for laps in (ours, up))
-    t.add(f"EarlyJoinSAGE epoch as each trainer runs it ({which})", o, u,
-          goal="no slower than upstream", at_least=1.0, cpu=(oc, uc))  # fmt: skip
+    t.add(
+        f"EarlyJoinSAGE epoch as each trainer runs it ({which})",
+        o,
+        u,
+        goal="no slower than upstream",
+        at_least=1.0,
+        cpu=(oc, uc),
+    )
     o, _ = _epoch_laps(r["ours_train_ResidualSAGE"]["laps"]["epoch_marks"])
     t.add(f"ResidualSAGE epoch as our trainer runs it ({which})", o)
     # Ours: an epoch's pass over every config of every valid kernel (its final validation
     # reuses the best epoch's); upstream's: its final validation, the same work.
     o, oc = _steady(ours["epoch_scoring"]), _steady(ours["epoch_scoring_cpu"])
     u, uc = _wall_cpu(r, "upstream_train_EarlyJoinSAGE", "final validation (every config)")
-    t.add("validation, every config of every valid kernel (EarlyJoinSAGE)", o, u,
-          goal=f">= {VALIDATION_SPEEDUP_GOAL:g}x faster", at_least=VALIDATION_SPEEDUP_GOAL,
-          cpu=(oc, uc))  # fmt: skip
+    t.add(
+        "validation, every config of every valid kernel (EarlyJoinSAGE)",
+        o,
+        u,
+        goal=f">= {VALIDATION_SPEEDUP_GOAL:g}x faster",
+        at_least=VALIDATION_SPEEDUP_GOAL,
+        cpu=(oc, uc),
+    )
     up_rank = _wall_cpu(r, "upstream_train_EarlyJoinSAGE", "test ranking")
     o, oc = _wall_cpu(r, "ours_train_EarlyJoinSAGE", "test ranking")
     t.add("test ranking in the trainer (EarlyJoinSAGE)", o, up_rank[0], cpu=(oc, up_rank[1]))
     o, oc = _wall_cpu(r, "ours_predict", "test ranking")
-    t.add("test ranking: `tpu-tiles predict` vs `tiles_train.py`'s", o, up_rank[0],
-          cpu=(oc, up_rank[1]))  # fmt: skip
+    t.add(
+        "test ranking: `tpu-tiles predict` vs `tiles_train.py`'s",
+        o,
+        up_rank[0],
+        cpu=(oc, up_rank[1]),
+    )
     course = r["course_predict"]
     o, oc = r["ours_predict"]["wall_s"], r["ours_predict"]["cpu_s"]
     if "error" in course:
         t.add("test prediction, whole command (course script: failed, below)", o)
     else:
-        t.add("test prediction, whole command: `tpu-tiles predict` vs course script", o,
-              course["wall_s"], cpu=(oc, course["cpu_s"]))  # fmt: skip
+        t.add(
+            "test prediction, whole command: `tpu-tiles predict` vs course script",
+            o,
+            course["wall_s"],
+            cpu=(oc, course["cpu_s"]),
+        )
     for model in MODELS:
         peak = r[f"ours_train_{model}"]["process_peak_rss_mb"] / GIB
         key = f"upstream_train_{model}"
         up_peak = r[key]["process_peak_rss_mb"] / GIB if key in r else None
-        t.limit(f"whole training run, peak RSS ({model})", peak, up_peak, "GiB",
-                TRAIN_RSS_GOAL_GIB)  # fmt: skip
+        t.limit(f"whole training run, peak RSS ({model})", peak, up_peak, "GiB", TRAIN_RSS_GOAL_GIB)
     big = r["big_kernel"]
     for model in MODELS:
         peak = r[f"big_predict_{model}"]["process_peak_rss_mb"] / GIB

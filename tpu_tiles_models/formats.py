@@ -3,14 +3,17 @@
 **The data** (upstream's `tpu_graphs` README, "Tile dataset"): a root holds `train/`, `valid/`
 and `test/`, each `<tile_id>.npz` one kernel, with the arrays of `REQUIRED_KEYS`:
 
-- `node_feat` [n, 140] float: per-node features (`NODE_FEAT_DIM`);
-- `node_opcode` [n] integer: HLO opcode ids, stored as uint8 (`MAX_OPCODE`);
-- `edge_index` [e, 2] integer: `[consumer, producer]` node pairs;
-- `config_feat` [c, 24] float: per-config tile features (`CONFIG_FEAT_DIM`);
-- `config_runtime` [c] and `config_runtime_normalizers` [c]: measured runtimes and the
-  default tile's, per config; all zero on the test split.
+- `node_feat` [n, 140] float32: per-node features (`NODE_FEAT_DIM`; the index map is in
+  upstream's README);
+- `node_opcode` [n] integer (uint8 in the real files): HLO opcode ids (`MAX_OPCODE`);
+- `edge_index` [e, 2] integer: `[u, v]` rows, node u consumes the output of node v;
+- `config_feat` [c, 24] float32: kernel, output and input tile bounds, each as 6 dims + sum +
+  product (`CONFIG_FEAT_DIM`);
+- `config_runtime` [c] and `config_runtime_normalizers` [c] integer: each config's runtime
+  in ns and the default config's; all zero on the test split. The target is their ratio.
 
-Kaggle names a kernel `tile:xla:<tile_id>` (`TILE_PREFIX`).
+Train and valid ids look like `<benchmark>_<hash>`; Kaggle names a kernel
+`tile:xla:<tile_id>` (`TILE_PREFIX`).
 
 **A training run** (upstream's `tiles_train.py`, which the course scripts read back) writes into
 its `--out_dir` a Keras SavedModel `model_<h>/` and a gzip JSON `run_<h>.jsonz` with the same

@@ -26,10 +26,10 @@ from typing import Iterable, Mapping, Sequence, Union
 
 from tpu_tiles_models import files
 from tpu_tiles_models.errors import UserError
+from tpu_tiles_models.formats import TILE_PREFIX
 
 TOP_K = 5
 HEADER = "ID,TopConfigs"
-TILE_PREFIX = "tile:xla:"
 SAMPLE_HELP = (
     "download sample_submission.csv from the Kaggle competition 'predict-ai-model-runtime' "
     "data page, or copy it from the course scripts repo ADAPT-uiuc/tpu_graphs_scripts, "

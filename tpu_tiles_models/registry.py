@@ -1,4 +1,5 @@
-"""The one place that knows every model class: name, description, defaults, recommended flags.
+"""The one place that knows every model class: its name and description, where it comes from,
+and how to build one.
 
 Classes come from our top-level `models.py` (the single source of truth; the package holds no
 second copy of model code) or from an upstream checkout's swapped-in
@@ -22,12 +23,7 @@ UPSTREAM_MODELS = Path("tpu_graphs/baselines/tiles/models.py")
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """What a user needs to pick a model: one line.
-
-    No model comes with advised flags: a flag is advised only when the benchmark suite shows
-    it winning on every generator family by more than one std across seeds (README,
-    "Choosing flags"), and none has yet, so every model trains with upstream's defaults.
-    """
+    """What a user needs to pick a model: one line, as `tpu-tiles models` lists it."""
 
     description: str
 
