@@ -58,11 +58,11 @@ def run_shielded(
     Outside the main thread signals are not ours: `run` is simply called.
 
     Returns:
-        `(run's value, whether Ctrl-C was pressed)`; the value is None when `run` failed
-        after Ctrl-C.
+      `(run's value, whether Ctrl-C was pressed)`; the value is None when `run` failed
+      after Ctrl-C.
 
     Raises:
-        Whatever `run` raised, unless Ctrl-C was pressed.
+      Whatever `run` raised, unless Ctrl-C was pressed.
     """
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)

@@ -2,7 +2,7 @@
 
 Real TpuGraphs data cannot be downloaded everywhere, so this package writes trees in the
 exact on-disk format of the real collection (`{train,valid,test}/<tile_id>.npz`, see
-`UPSTREAM_CONTRACT.md`) from a seed:
+`tpu_tiles_models.formats`) from a seed:
 
 - **Kernels** are fused HLO subgraphs whose 140 node features are filled at the documented
   indices (shape dims/sum/product, element type, window and convolution fields, slice/pad
@@ -32,6 +32,7 @@ splits, npz files, summary) and `command` (the `tpu-tiles synth` flags).
 
 from __future__ import annotations
 
+from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM
 from tpu_tiles_models.synthetic.analytic import MAX_CONFIGS_DEFAULT
 from tpu_tiles_models.synthetic.command import SynthArgs, add_flags, format_summary, run
 from tpu_tiles_models.synthetic.families import (
@@ -51,9 +52,7 @@ from tpu_tiles_models.synthetic.features import (
     CFG_INPUT,
     CFG_KERNEL,
     CFG_OUTPUT,
-    CONFIG_FEAT_DIM,
     MAX_NODES,
-    NODE_FEAT_DIM,
     OPCODES,
     REAL_CONFIG_SCALES,
     REAL_NODE_SCALES,

@@ -10,7 +10,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tpu_tiles_models.synthetic.features import CONFIG_FEAT_DIM, MAX_NODES
+from tpu_tiles_models.formats import CONFIG_FEAT_DIM
+from tpu_tiles_models.synthetic.features import MAX_NODES
 from tpu_tiles_models.synthetic.geometry import KernelGeometry, kernel_geometry
 from tpu_tiles_models.synthetic.graph import Graph
 from tpu_tiles_models.synthetic.kernels import KERNEL_KINDS, finish
@@ -106,15 +107,15 @@ def make_kernel(
     """Builds one kernel's npz arrays.
 
     Args:
-        rng: the kernel's own generator.
-        cost: the cost model that times its configs.
-        kind_weights: relative odds of conv, dot, reduce and element-wise fusions.
-        max_configs: cap on configs (default `MAX_CONFIGS_DEFAULT`).
-        min_configs: floor on configs (duplicates fill up small option grids).
-        labelled: False writes zero runtimes (the test split).
+      rng: the kernel's own generator.
+      cost: the cost model that times its configs.
+      kind_weights: relative odds of conv, dot, reduce and element-wise fusions.
+      max_configs: cap on configs (default `MAX_CONFIGS_DEFAULT`).
+      min_configs: floor on configs (duplicates fill up small option grids).
+      labelled: False writes zero runtimes (the test split).
 
     Returns:
-        The six npz arrays (see `UPSTREAM_CONTRACT.md`).
+      The six npz arrays (`formats.REQUIRED_KEYS`; the format is in `formats`).
     """
     kind = list(KERNEL_KINDS)[rng.choice(4, p=np.asarray(kind_weights) / sum(kind_weights))]
     target = int(np.clip(np.round(40.0 * np.exp(0.6 * rng.standard_normal())), 2, MAX_NODES - 1))

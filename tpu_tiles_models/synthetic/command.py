@@ -76,7 +76,7 @@ def resolve_scale(args: SynthArgs) -> dict[str, Any]:
     family's own config cap.
 
     Raises:
-        FlagError: `--scale full` with any of `--train`, `--valid`, `--test`, `--max_configs`.
+      FlagError: `--scale full` with any of `--train`, `--valid`, `--test`, `--max_configs`.
     """
     if args.scale == "custom":
         return dict(
@@ -165,8 +165,8 @@ def run(args: SynthArgs) -> None:
     """Generates the data set `args` describe and prints what it wrote.
 
     Raises:
-        UserError: a flag value that makes no data set, `--scale full` with a flag it fixes
-            (see `resolve_scale`), or OUT holds one without `--overwrite` (see `generate`).
+      UserError: a flag value that makes no data set, `--scale full` with a flag it fixes
+        (see `resolve_scale`), or OUT holds one without `--overwrite` (see `generate`).
     """
     sizes = resolve_scale(args)
     with warnings.catch_warnings(record=True) as caught:

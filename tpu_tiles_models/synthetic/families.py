@@ -93,7 +93,7 @@ def get_family(name: str) -> Family:
     """The family called `name`.
 
     Raises:
-        UnknownFamilyError: naming the known families.
+      UnknownFamilyError: naming the known families.
     """
     if name not in FAMILIES:
         known = ", ".join(FAMILIES)
@@ -134,14 +134,14 @@ def noise_free_runtime(
     """A family's runtime (ns, float64, no noise) of each config, from the npz arrays only.
 
     Args:
-        node_feat: `[n, 140]` node features.
-        node_opcode: `[n]` opcodes.
-        edge_index: `[m, 2]` `(consumer, producer)` edges.
-        config_feat: `[c, 24]` config features.
-        family: a key of `FAMILIES`.
+      node_feat: `[n, 140]` node features.
+      node_opcode: `[n]` opcodes.
+      edge_index: `[m, 2]` `(consumer, producer)` edges.
+      config_feat: `[c, 24]` config features.
+      family: a key of `FAMILIES`.
 
     Returns:
-        `[c]` float64 runtimes.
+      `[c]` float64 runtimes.
     """
     return get_family(family).runtime(node_feat, node_opcode, edge_index, config_feat)
 
@@ -158,15 +158,15 @@ def make_kernel(
     """Builds one kernel's npz arrays with a family's generator.
 
     Args:
-        rng: the kernel's own generator.
-        kind_weights: relative odds of conv, dot, reduce and element-wise main ops.
-        max_configs: cap on configs (family default when None).
-        min_configs: floor on configs.
-        family: a key of `FAMILIES`.
-        labelled: False writes zero runtimes (the test split).
+      rng: the kernel's own generator.
+      kind_weights: relative odds of conv, dot, reduce and element-wise main ops.
+      max_configs: cap on configs (family default when None).
+      min_configs: floor on configs.
+      family: a key of `FAMILIES`.
+      labelled: False writes zero runtimes (the test split).
 
     Returns:
-        The six npz arrays.
+      The six npz arrays.
     """
     return get_family(family).make_kernel(
         rng,

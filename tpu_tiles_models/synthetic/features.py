@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import numpy as np
 
-NODE_FEAT_DIM = 140
-CONFIG_FEAT_DIM = 24
 MAX_NODES = 394  # the largest real tile:xla kernel
 
 # HLO opcode ids of the TpuGraphs featuriser used by the generators (0 = unknown;

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from tpu_tiles_models.formats import CONFIG_FEAT_DIM
 from tpu_tiles_models.synthetic.features import (
     CFG_INPUT,
     CFG_KERNEL,
@@ -38,7 +39,6 @@ from tpu_tiles_models.synthetic.features import (
     COL_FEATURE_GROUPS,
     COL_WINDOW_SIZE,
     COL_WINDOW_STRIDE,
-    CONFIG_FEAT_DIM,
     OPCODES,
 )
 from tpu_tiles_models.synthetic.fusion_graphs import build
@@ -142,9 +142,9 @@ def read_view(node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: np.nda
     """Reads a kernel's arrays into a `FusionView`.
 
     Args:
-        node_feat: `[n, 140]` node features.
-        node_opcode: `[n]` opcodes.
-        edge_index: `[m, 2]` `(consumer, producer)` edges.
+      node_feat: `[n, 140]` node features.
+      node_opcode: `[n]` opcodes.
+      edge_index: `[m, 2]` `(consumer, producer)` edges.
     """
     opc = np.asarray(node_opcode).astype(np.int64)
     n = len(opc)
@@ -380,12 +380,12 @@ def tile_costs(v: FusionView, ext: np.ndarray, knobs: _Knobs) -> dict[str, np.nd
     """Per-config runtime (ns) and working set (bytes) of a kernel.
 
     Args:
-        v: the kernel.
-        ext: `[c, R]` output tile extents in elements.
-        knobs: the configs' input-feature chunks and reduction splits.
+      v: the kernel.
+      ext: `[c, R]` output tile extents in elements.
+      knobs: the configs' input-feature chunks and reduction splits.
 
     Returns:
-        `{"runtime": [c], "ws": [c]}`.
+      `{"runtime": [c], "ws": [c]}`.
     """
     c, n_phases = len(ext), int(v.phase.max()) + 1
     tiles = _tiles(v, ext)
@@ -656,14 +656,14 @@ def make_kernel(
     """Builds one `fusion` kernel's npz arrays.
 
     Args:
-        rng: the kernel's own generator.
-        kind_weights: relative odds of conv, dot, reduce and element-wise anchors.
-        max_configs: cap on configs (default `MAX_CONFIGS_DEFAULT`).
-        min_configs: floor on configs (re-measured duplicates fill up small option grids).
-        labelled: False writes zero runtimes (the test split).
+      rng: the kernel's own generator.
+      kind_weights: relative odds of conv, dot, reduce and element-wise anchors.
+      max_configs: cap on configs (default `MAX_CONFIGS_DEFAULT`).
+      min_configs: floor on configs (re-measured duplicates fill up small option grids).
+      labelled: False writes zero runtimes (the test split).
 
     Returns:
-        The six npz arrays.
+      The six npz arrays.
     """
     g, kind = build(rng, kind_weights)
     node_feat, node_opcode, edge_index = g.arrays()

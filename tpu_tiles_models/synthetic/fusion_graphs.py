@@ -466,11 +466,11 @@ def build(rng: np.random.Generator, kind_weights: Sequence[float]) -> tuple[Grap
     """One `fusion` kernel graph.
 
     Args:
-        rng: the kernel's generator.
-        kind_weights: the benchmark's (conv, dot, reduce, element-wise) mix.
+      rng: the kernel's generator.
+      kind_weights: the benchmark's (conv, dot, reduce, element-wise) mix.
 
     Returns:
-        The graph (root marked) and its anchor kind.
+      The graph (root marked) and its anchor kind.
     """
     kind = _anchor_kind(rng, kind_weights)
     dtype = "bf16" if rng.random() < 0.25 else "f32"

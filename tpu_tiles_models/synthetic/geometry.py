@@ -150,12 +150,12 @@ def kernel_geometry(
     """Extracts the tiled output, main op and side inputs of a kernel from its arrays.
 
     Args:
-        node_feat: `[n, 140]` node features.
-        node_opcode: `[n]` opcode ids.
-        edge_index: `[m, 2]` `(consumer, producer)` edges.
+      node_feat: `[n, 140]` node features.
+      node_opcode: `[n]` opcode ids.
+      edge_index: `[m, 2]` `(consumer, producer)` edges.
 
     Returns:
-        The kernel's `KernelGeometry`.
+      The kernel's `KernelGeometry`.
     """
     opc = np.asarray(node_opcode).astype(np.int64)
     n = len(opc)

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from tpu_tiles_models.formats import NODE_FEAT_DIM
 from tpu_tiles_models.synthetic.features import (
     COL_BASE_DILATION,
     COL_BATCH_GROUPS,
@@ -27,7 +28,6 @@ from tpu_tiles_models.synthetic.features import (
     COL_WINDOW_SIZE,
     COL_WINDOW_STRIDE,
     ELEM_TYPES,
-    NODE_FEAT_DIM,
     NODE_PRODUCT_COLS,
     OPCODES,
 )
@@ -47,10 +47,10 @@ def put_seq(row: np.ndarray, start: int, values: Sequence[int], width: int) -> N
     """Writes `values` (truncated to `width`) at `row[start:]`, then their sum and product.
 
     Args:
-        row: `[140]` node feature row, changed in place.
-        start: column of the first value.
-        values: the list (the product of an empty list is 1, like the featuriser's).
-        width: how many value columns the block has before its sum and product.
+      row: `[140]` node feature row, changed in place.
+      start: column of the first value.
+      values: the list (the product of an empty list is 1, like the featuriser's).
+      width: how many value columns the block has before its sum and product.
     """
     for i, v in enumerate(values[:width]):
         row[start + i] = v
@@ -62,12 +62,12 @@ def minor_to_major(rank: int, style: int) -> tuple[int, ...]:
     """The layout of a shape of `rank` dims.
 
     Args:
-        rank: number of dims.
-        style: 0 row-major; 1 puts the batch dim second-minor (TPU convolution style) for
-            rank >= 3; 2 transposes rank-2 shapes.
+      rank: number of dims.
+      style: 0 row-major; 1 puts the batch dim second-minor (TPU convolution style) for
+        rank >= 3; 2 transposes rank-2 shapes.
 
     Returns:
-        The minor_to_major permutation (empty for a scalar).
+      The minor_to_major permutation (empty for a scalar).
     """
     if rank == 0:
         return ()
@@ -109,14 +109,14 @@ class Graph:
         """Adds one node and returns its index.
 
         Args:
-            op: HLO opcode name (a key of `OPCODES`).
-            shape: the node's output shape.
-            dtype: element type (a key of `ELEM_TYPES`).
-            operands: producer node indices, in operand order.
-            dims: the op's `dimensions` field (broadcast, reduce, transpose).
+          op: HLO opcode name (a key of `OPCODES`).
+          shape: the node's output shape.
+          dtype: element type (a key of `ELEM_TYPES`).
+          operands: producer node indices, in operand order.
+          dims: the op's `dimensions` field (broadcast, reduce, transpose).
 
         Returns:
-            The new node's index.
+          The new node's index.
         """
         row = _BLANK_ROW.copy()
         shape = tuple(int(s) for s in shape)
@@ -140,7 +140,7 @@ class Graph:
         """The graph as npz arrays.
 
         Returns:
-            node_feat `[n, 140]` float32, node_opcode `[n]` uint8, edge_index `[m, 2]` int64.
+          node_feat `[n, 140]` float32, node_opcode `[n]` uint8, edge_index `[m, 2]` int64.
         """
         feat = np.stack(self.rows).astype(np.float32)
         ops = np.asarray(self.ops, np.uint8)
@@ -152,10 +152,10 @@ def put_conv_fields(row: np.ndarray, window: tuple[int, int], stride: int, group
     """Fills the window and NHWC/HWIO convolution-dimension fields of a convolution's row.
 
     Args:
-        row: `[140]` feature row of the convolution node, changed in place.
-        window: spatial window (kh, kw), padded to keep the spatial size ("same").
-        stride: spatial stride on both dims.
-        groups: feature group count (the input features for a depthwise convolution).
+      row: `[140]` feature row of the convolution node, changed in place.
+      window: spatial window (kh, kw), padded to keep the spatial size ("same").
+      stride: spatial stride on both dims.
+      groups: feature group count (the input features for a depthwise convolution).
     """
     pad = [(k - 1) // 2 for k in window]
     pad_hi = [k - 1 - p for k, p in zip(window, pad)]

@@ -35,7 +35,7 @@ def epilogue(g: Graph, cur: int, dtype: str, target: int, rng: np.random.Generat
     """Appends element-wise ops on node `cur` until `g` has `target` nodes.
 
     Returns:
-        The last node (the epilogue's output).
+      The last node (the epilogue's output).
     """
     shape = g.shapes[cur]
     rank = len(shape)

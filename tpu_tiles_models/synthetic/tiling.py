@@ -11,12 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from tpu_tiles_models.synthetic.features import (
-    CFG_INPUT,
-    CFG_KERNEL,
-    CFG_OUTPUT,
-    CONFIG_FEAT_DIM,
-)
+from tpu_tiles_models.formats import CONFIG_FEAT_DIM
+from tpu_tiles_models.synthetic.features import CFG_INPUT, CFG_KERNEL, CFG_OUTPUT
 from tpu_tiles_models.synthetic.geometry import KernelGeometry
 
 DOT_K_CHUNK = 512  # contraction elements per pass of a dot
@@ -59,15 +55,15 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
     """Per-config tile quantities.
 
     Args:
-        geom: the kernel.
-        cfg: `[c, 24]` float64 config features.
-        mxu_dim: systolic array width, the padding granule of MXU rows and contraction.
+      geom: the kernel.
+      cfg: `[c, 24]` float64 config features.
+      mxu_dim: systolic array width, the padding granule of MXU rows and contraction.
 
     Returns:
-        `[c]` arrays: `tiles`, `passes` (reduction passes per tile), `mxu` (flops per tile),
-        `eff` (MXU efficiency), `vpu` (element-wise ops per tile), `stream` and `reuse`
-        (bytes per tile read once / re-read by every tile), `ws` (working set bytes),
-        `f32` (32-bit operands).
+      `[c]` arrays: `tiles`, `passes` (reduction passes per tile), `mxu` (flops per tile),
+      `eff` (MXU efficiency), `vpu` (element-wise ops per tile), `stream` and `reuse`
+      (bytes per tile read once / re-read by every tile), `ws` (working set bytes),
+      `f32` (32-bit operands).
     """
     rank = len(geom.out_dims)
     units = -(-geom.out_dims // geom.granule)
@@ -170,15 +166,15 @@ def autotuner_keep(
     configs at the cap); duplicates also fill up to `min_configs` when too few remain.
 
     Args:
-        runtime: `[pool]` noise-free runtimes.
-        want: how many configs the kernel should get.
-        min_configs: the fewest it may get.
-        spread: the slowest kept config may be this many times the fastest.
-        dup_rate: share of duplicated rows.
-        rng: the kernel's generator.
+      runtime: `[pool]` noise-free runtimes.
+      want: how many configs the kernel should get.
+      min_configs: the fewest it may get.
+      spread: the slowest kept config may be this many times the fastest.
+      dup_rate: share of duplicated rows.
+      rng: the kernel's generator.
 
     Returns:
-        `[c]` indices into the pool (repeated for duplicates), in random order if any repeat.
+      `[c]` indices into the pool (repeated for duplicates), in random order if any repeat.
     """
     keep = np.flatnonzero(runtime <= spread * runtime.min())[:want]
     n_dup = int(rng.binomial(len(keep), dup_rate))

@@ -21,12 +21,12 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from tpu_tiles_models import files, interrupts, kaggle, pipelines
+from tpu_tiles_models import files, interrupts, pipelines
 from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.formats import SPLITS, TILE_PREFIX
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, get_family
 from tpu_tiles_models.synthetic.graph import pick
 
-SPLITS = ("train", "valid", "test")
 # Upstream tiles_train.py defaults: validation keeps kernels with >= --configs configs and
 # batches them --batch at a time, dropping the remainder; with no full batch Keras reports
 # no val_loss and the trainer fails with KeyError: 'val_loss'.
@@ -114,7 +114,7 @@ def _benchmarks(seed: int) -> dict[str, list[tuple[str, str]]]:
 
 def read_test_ids(path: str | Path) -> list[str]:
     """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order."""
-    prefix = kaggle.TILE_PREFIX
+    prefix = TILE_PREFIX
     with open(path, newline="", encoding="utf-8") as f:
         rows = list(csv.reader(f))
     return [r[0][len(prefix) :] for r in rows if r and r[0].startswith(prefix)]
@@ -180,7 +180,7 @@ def _test_ids(path: str | Path) -> list[str]:
         ) from None
     if not ids:
         raise FlagError(
-            f"--test_ids_from {path} has no {kaggle.TILE_PREFIX}* rows; give the competition's "
+            f"--test_ids_from {path} has no {TILE_PREFIX}* rows; give the competition's "
             "sample_submission.csv"
         )
     return ids
@@ -195,8 +195,8 @@ def _prepare_out(out: Path, overwrite: bool) -> list[Path]:
     """Checks `out` can take a new data set; returns the old npz files to replace.
 
     Raises:
-        FlagError: `out` is a file.
-        DataSetExistsError: `out` holds npz files and `overwrite` is False.
+      FlagError: `out` is a file.
+      DataSetExistsError: `out` holds npz files and `overwrite` is False.
     """
     if out.exists() and not out.is_dir():
         raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
@@ -274,33 +274,33 @@ def generate(
     whatever `num_workers` is.
 
     Args:
-        out_dir: the tree's root (created if missing).
-        train: train kernels.
-        valid: validation kernels; warns (`ValidationSplitWarning`) when fewer than
-            `UPSTREAM_BATCH` of them have `UPSTREAM_CONFIGS` configs.
-        test: test kernels (ignored with `test_ids_from`).
-        seed: everything is a function of it.
-        max_configs: cap on configs per kernel (when None, the family's: 6,000 for
-            `roofline` and `alt`, 8,000 for `fusion`).
-        min_configs: floor on configs per kernel.
-        family: a key of `FAMILIES`.
-        test_ids_from: a sample_submission.csv whose tile ids (and count) the test split takes.
-        overwrite: replace the npz files of a data set already in `out_dir`.
-        progress: show a progress bar.
-        num_workers: 1 makes every kernel in this process; more runs an Apache Beam pipeline
-            on the multi-processing DirectRunner with that many worker processes; None takes
-            the cores when there are at least `PARALLEL_MIN_KERNELS` kernels, else 1.
+      out_dir: the tree's root (created if missing).
+      train: train kernels.
+      valid: validation kernels; warns (`ValidationSplitWarning`) when fewer than
+        `UPSTREAM_BATCH` of them have `UPSTREAM_CONFIGS` configs.
+      test: test kernels (ignored with `test_ids_from`).
+      seed: everything is a function of it.
+      max_configs: cap on configs per kernel (when None, the family's: 6,000 for
+        `roofline` and `alt`, 8,000 for `fusion`).
+      min_configs: floor on configs per kernel.
+      family: a key of `FAMILIES`.
+      test_ids_from: a sample_submission.csv whose tile ids (and count) the test split takes.
+      overwrite: replace the npz files of a data set already in `out_dir`.
+      progress: show a progress bar.
+      num_workers: 1 makes every kernel in this process; more runs an Apache Beam pipeline
+        on the multi-processing DirectRunner with that many worker processes; None takes
+        the cores when there are at least `PARALLEL_MIN_KERNELS` kernels, else 1.
 
     Returns:
-        `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
-        `"seed"`, `"usable_valid"` (validation kernels with at least `UPSTREAM_CONFIGS`
-        configs), `"replaced"` (old npz files removed) and `"workers"` (processes used).
+      `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
+      `"seed"`, `"usable_valid"` (validation kernels with at least `UPSTREAM_CONFIGS`
+      configs), `"replaced"` (old npz files removed) and `"workers"` (processes used).
 
     Raises:
-        FlagError: a negative count or seed, `max_configs < min_configs`, `num_workers < 1`,
-            an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
-        UnknownFamilyError: `family` is not in `FAMILIES`.
-        DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
+      FlagError: a negative count or seed, `max_configs < min_configs`, `num_workers < 1`,
+        an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
+      UnknownFamilyError: `family` is not in `FAMILIES`.
+      DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
     """
     get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
