@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 from tpu_tiles_models import cli, data, inspection
+from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.inspection.stats import Columns, LogHistogram
 
 SPLITS = ("train", "valid", "test")
@@ -355,3 +356,95 @@ def test_iter_kernels_streams_in_order(synth_root: Path) -> None:
     ]
     with_numpy = [(p, len(np.load(p)["config_runtime"])) for p in paths]
     assert got == with_numpy
+
+
+def test_report_keys_are_the_documented_ones(report) -> None:
+    """The keys `inspect_root` documents, which benchmarks build on."""
+    assert set(report) == {
+        "format",
+        "data_root",
+        "settings",
+        "totals",
+        "splits",
+        "program_overlap",
+    }
+    train = report["splits"]["train"]
+    assert set(train) == {
+        "files",
+        "kernels",
+        "bad_files",
+        "nodes",
+        "edges",
+        "configs",
+        "labelled_kernels",
+        "runtimes",
+        "duplicates",
+        "programs",
+        "features",
+    }
+    distribution = {"count", "mean", "std", *inspection.QUANTILES}
+    assert set(train["nodes"]) == distribution | {"total", "histogram"}
+    assert set(train["configs"]) == distribution | {"total", "histogram", "fewer_than_10"}
+    assert set(train["runtimes"]) == {
+        "ratio",
+        "worst_over_best",
+        "best_ratio",
+        "normaliser_spread",
+        "config0",
+    }
+    assert set(train["runtimes"]["ratio"]) == distribution | {"histogram"}
+    assert set(train["runtimes"]["config0"]) == {
+        "is_default",
+        "fastest",
+        "ratio",
+        "over_best",
+        "default_top1_error",
+    }
+    assert set(train["duplicates"]) == {"rows", "share", "kernels", "gap"}
+    assert set(train["programs"]) == {
+        "count",
+        "anonymised_kernels",
+        "kernels_per_program",
+        "kernels",
+    }
+    assert set(train["features"]["config_feat"]) == {
+        "rows",
+        "columns",
+        "constant",
+        "two_valued",
+        "heavy_tailed",
+        "min",
+        "max",
+        "mean",
+        "std",
+        "tail_sigmas",
+    }
+
+
+def test_ctrl_c_stops_between_kernels_and_writes_nothing(handmade, tmp_path, capsys, monkeypatch):
+    from tpu_tiles_models import interrupts
+
+    calls = []
+
+    def pressed_on_the_third() -> None:
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(interrupts, "check", pressed_on_the_third)
+    out = tmp_path / "r.json"
+    assert cli.main(["inspect", str(handmade), "--json", str(out), "--no_progress"]) == 130
+    assert "interrupted" in capsys.readouterr().err
+    assert len(calls) == 3 and not out.exists() and not list(tmp_path.glob(".r.json*"))
+
+
+def test_a_remote_root_reads_like_its_local_copy(handmade: Path) -> None:
+    from tpu_tiles_models import files
+
+    url = "ram://test_inspect/root"
+    files.copy_tree(handmade, url)
+    remote = inspection.inspect_root(url, progress=False)
+    local = inspection.inspect_root(handmade, progress=False)
+    assert remote["splits"] == local["splits"] and remote["data_root"] == url
+    with pytest.raises(FlagError, match="is in its valid/ folder"):
+        inspection.check_outputs(url, {"--json": f"{url}/valid/r.json"})

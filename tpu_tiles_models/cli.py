@@ -174,7 +174,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("synth", _synth, "generate a synthetic TpuGraphs tile:xla data set")
     synthetic.add_flags(p)
 
-    p = command("inspect", _inspect, "a data report of a data root, real or synthetic")
+    p = command(
+        "inspect",
+        _inspect,
+        "a data report of a data root, real or synthetic",
+        epilog=inspection.EPILOG,
+    )
     inspection.add_flags(p)
 
     command(

@@ -27,7 +27,7 @@ it documents; `format_table` prints it, `write_json` / `read_json` save and reop
   0.25% of exact.
 """
 
-from tpu_tiles_models.inspection.command import add_flags, check_outputs, run
+from tpu_tiles_models.inspection.command import EPILOG, add_flags, check_outputs, run
 from tpu_tiles_models.inspection.render import CONFIG_COLUMNS, format_table, plot
 from tpu_tiles_models.inspection.report import (
     CONFIG_BINS,
@@ -49,6 +49,7 @@ __all__ = [
     "CONFIG_COLUMNS",
     "DEFAULT_ROOT",
     "DEFAULT_TOLERANCE",
+    "EPILOG",
     "FORMAT",
     "QUANTILES",
     "SIZE_BINS",

@@ -18,6 +18,15 @@ from tpu_tiles_models.inspection.report import (
     write_json,
 )
 
+EPILOG = (
+    "Per split: kernels; nodes, edges and configs per kernel (percentiles; configs on the real "
+    "valid histogram's bins); runtime / normaliser over all configs; worst / best runtime per "
+    "kernel; config 0 as the default (runtime within 5% of its normaliser) and as the fastest, "
+    "and its runtime / the best; duplicate config rows and their runtime gap; programs (tile "
+    "id without its last _part) and those in two splits; constant, two-valued and heavy-tailed "
+    "feature columns. Reads one kernel at a time, validated as training does."
+)
+
 
 def _local(path: str) -> Path:
     return Path(os.path.expanduser(path)).resolve()
