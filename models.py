@@ -121,9 +121,37 @@ def _mean_over_neighbours(graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: s
 
     `h` `[num_nodes, ...]` -> `[num_nodes, ...]`; nodes without such neighbours get zeros.
     """
-    sender = tfgnn.reverse_tag(receiver)
-    messages = tfgnn.broadcast_node_to_edges(graph, "feed", sender, feature_value=h)
-    return tfgnn.pool_edges_to_node(graph, "feed", receiver, "mean", feature_value=messages)
+    adjacency = _adjacency(graph, (receiver,))
+    rows = adjacency.indices[:, 0]
+    count = tf.math.unsorted_segment_sum(adjacency.values, rows, adjacency.dense_shape[0])
+    weights = tf.gather(1.0 / count, rows)  # every row gathered has count >= 1
+    return _sum_over_adjacency(adjacency.with_values(weights), h)
+
+
+@_plain
+def _adjacency(graph: tfgnn.GraphTensor, receivers: Sequence[str]) -> tf.sparse.SparseTensor:
+    """`[num_nodes, num_nodes]` with a 1 at (v, u) for each `feed` edge with v at one of its
+    `receivers` ends and u at the other (both ends given: each edge counts both ways)."""
+    adjacency = graph.edge_sets["feed"].adjacency
+    ends = {tfgnn.SOURCE: adjacency.source, tfgnn.TARGET: adjacency.target}
+    pairs = [tf.stack([ends[r], ends[tfgnn.reverse_tag(r)]], axis=1) for r in receivers]
+    indices = tf.cast(tf.concat(pairs, axis=0), tf.int64)
+    n = tf.cast(graph.node_sets["op"].total_size, tf.int64)
+    return tf.sparse.SparseTensor(indices, tf.ones([tf.shape(indices)[0]]), tf.stack([n, n]))
+
+
+@_plain
+def _sum_over_adjacency(adjacency: tf.sparse.SparseTensor, h: tf.Tensor) -> tf.Tensor:
+    """`adjacency @ h` on `h` `[num_nodes, ...]`: each node's sum over its neighbours' rows.
+
+    One sparse-dense product on `[num_nodes, prod(...)]`; gathering one message per edge and
+    summing them (TF-GNN's broadcast and pool) builds `[num_edges, ...]` first and costs about
+    three times as much on `[num_nodes, c, d]` states.
+    """
+    flat = tf.reshape(h, tf.stack([tf.shape(h)[0], -1]))
+    out = tf.reshape(tf.sparse.sparse_dense_matmul(adjacency, flat), tf.shape(h))
+    out.set_shape(h.shape)
+    return out
 
 
 @_plain
@@ -135,10 +163,15 @@ def _sum_over_edges(
     `h` `[num_nodes, ...]` is taken from the other end of each edge, or, with `on_edges`,
     `h` `[num_edges, ...]` is already one value per edge. Returns `[num_nodes, ...]`.
     """
-    if not on_edges:
-        sender = tfgnn.reverse_tag(receiver)
-        h = tfgnn.broadcast_node_to_edges(graph, "feed", sender, feature_value=h)
-    return tfgnn.pool_edges_to_node(graph, "feed", receiver, "sum", feature_value=h)
+    if on_edges:
+        return tfgnn.pool_edges_to_node(graph, "feed", receiver, "sum", feature_value=h)
+    return _sum_over_adjacency(_adjacency(graph, (receiver,)), h)
+
+
+@_plain
+def _sum_both_ways(graph: tfgnn.GraphTensor, h: tf.Tensor) -> tf.Tensor:
+    """Sums `h` `[num_nodes, ...]` over each node's producers and consumers together."""
+    return _sum_over_adjacency(_adjacency(graph, (tfgnn.TARGET, tfgnn.SOURCE)), h)
 
 
 @_plain
@@ -169,10 +202,53 @@ def _broadcast_to_ops(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Ten
 
 
 @_plain
+def _per_op(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
+    """`[batch, ...]` per-component values, broadcastable against `[num_nodes, ...]`.
+
+    `_broadcast_to_ops` when there are several components; `[1, ...]` itself when the graph
+    has one (known when traced), which arithmetic broadcasts without a copy per node.
+    """
+    if graph.node_sets["op"].sizes.shape[0] == 1:
+        return per_kernel
+    return _broadcast_to_ops(graph, per_kernel)
+
+
+@_plain
 def _pool_ops(graph: tfgnn.GraphTensor, h: tf.Tensor, reductions: Sequence[str]) -> tf.Tensor:
     """Pools `h` `[num_nodes, ..., d]` per component -> `[batch, ..., d * len(reductions)]`."""
     pooled = [tfgnn.pool_nodes_to_context(graph, "op", r, feature_value=h) for r in reductions]
     return tf.concat(pooled, axis=-1)
+
+
+def _config_width(graph: tfgnn.GraphTensor) -> int:
+    """Width of the config features (static)."""
+    return int(graph.node_sets["config"]["feats"].shape[-1])
+
+
+def _row_blocks(mlp: tf.keras.Sequential, widths: Sequence[int]) -> list[tf.Tensor]:
+    """The kernel of `mlp`'s first Dense cut into row blocks of `widths`.
+
+    `dense(concat(parts))` is `sum(part_i @ block_i) + bias` before the activation, so a part
+    shared by many rows can be multiplied once. `mlp` is built for inputs of `sum(widths)`
+    if it was not yet (its variables are those a call on the joined input creates).
+    """
+    if not mlp.built:
+        mlp.build(tf.TensorShape([None, sum(widths)]))
+    return tf.split(mlp.layers[0].kernel, list(widths), axis=0)
+
+
+@_plain
+def _early_join(
+    graph: tfgnn.GraphTensor, left: tf.Tensor, configs: tf.Tensor, right: tf.Tensor
+) -> tf.Tensor:
+    """`[left || config || right]` on every op node and config: `[num_nodes, c, a + d + b]`.
+
+    `left` `[num_nodes, a]`, `configs` `[batch, c, d]` (each component's own), `right`
+    `[num_nodes, b]`. Models split their first layer instead where they can (`_row_blocks`).
+    """
+    c = tf.shape(configs)[1]
+    joined = [_repeat_per_config(left, c), _broadcast_to_ops(graph, configs)]
+    return tf.concat([*joined, _repeat_per_config(right, c)], axis=-1)
 
 
 @_plain
@@ -333,11 +409,58 @@ class BidirectionalSAGELayer(tf.keras.layers.Layer):
         self._dense = _mlp([units], None, l2_regularization)
 
     def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
-        neighbours = _sum_over_edges(graph, x, receiver=tfgnn.TARGET) + _sum_over_edges(
-            graph, x, receiver=tfgnn.SOURCE
-        )
-        y = self._act(self._dense(tf.concat([neighbours, x], axis=-1)))
-        return tf.math.l2_normalize(y, axis=-1)
+        neighbours = _sum_both_ways(graph, x)
+        return self._output(self._dense(tf.concat([neighbours, x], axis=-1)))
+
+    def _output(self, pre_activation: tf.Tensor) -> tf.Tensor:
+        return tf.math.l2_normalize(self._act(pre_activation), axis=-1)
+
+    # `call` on an early join, x[v, j] = [left[v] || config_j || right[v]] (config j of v's
+    # kernel), without building x: W [S x || x] is linear in x's parts (S sums over both
+    # directions), and the neighbours' copies of one config sum to deg(v) times it, so
+    #   W [S x || x] = W_node [S left || S right || left || right] + deg(v) config_j W_sc
+    #                  + config_j W_c,
+    # the first term once per kernel (`node_half`), the others once per config (`joined`).
+    # Same result up to float rounding, without the [num_nodes, c, a + d + b] input and its
+    # [num_edges, c, a + d + b] messages, which cost more than the rest of the model.
+
+    def _joined_blocks(self, a: int, d: int, b: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """W's rows for (the node parts, neighbours' configs, own config)."""
+        sl, sc, sr, ol, oc, or_ = _row_blocks(self._dense, [a, d, b] * 2)
+        return tf.concat([sl, sr, ol, or_], axis=0), sc, oc
+
+    def node_half(
+        self, graph: tfgnn.GraphTensor, left: tf.Tensor, right: tf.Tensor, config_width: int
+    ) -> tuple[tf.Tensor, tf.Tensor]:
+        """The per-node part of the early join: (`[num_nodes, units]`, degrees `[num_nodes, 1]`).
+
+        `left` `[num_nodes, a]` and `right` `[num_nodes, b]` flank configs of `config_width`.
+        """
+        w_node, _, _ = self._joined_blocks(left.shape[-1], config_width, right.shape[-1])
+        parts = [_sum_both_ways(graph, left), _sum_both_ways(graph, right), left, right]
+        term = tf.matmul(tf.concat(parts, axis=-1), w_node) + self._dense.layers[0].bias
+        degree = _sum_both_ways(graph, tf.ones_like(left[:, :1]))
+        return term, degree
+
+    def joined(
+        self,
+        graph: tfgnn.GraphTensor,
+        node_half: tuple[tf.Tensor, tf.Tensor],
+        configs: tf.Tensor,
+        left_width: int,
+    ) -> tf.Tensor:
+        """`call` on the early join of `node_half`'s nodes and `configs` `[batch, c, d]`.
+
+        Returns `[num_nodes, c, units]`, as `call(graph, x)` on the joined x.
+        """
+        term, degree = node_half
+        d = configs.shape[-1]
+        right_width = self._dense.layers[0].kernel.shape[0] // 2 - left_width - d
+        _, w_neighbours, w_own = self._joined_blocks(left_width, d, right_width)
+        from_neighbours = _per_op(graph, tf.matmul(configs, w_neighbours))
+        own = _per_op(graph, tf.matmul(configs, w_own))
+        pre = term[:, tf.newaxis, :] + degree[:, :, tf.newaxis] * from_neighbours + own
+        return self._output(pre)
 
     def get_config(self) -> dict:
         return {
@@ -601,7 +724,8 @@ class _Baseline(_TileRanker):
 
     Early join (`EARLY_JOIN = True`) puts the config features on every op node before the GNN
     (`[opcode embedding || config features || node features]`), so the GNN runs once per
-    config on `[num_nodes, c, d]`; late join runs it once per kernel on
+    config on `[num_nodes, c, d]` (its linear first layer split into a per-node half, done
+    once per kernel, and a per-config half); late join runs it once per kernel on
     `[opcode embedding || node features]` and puts `[pooled || config features]` into the
     head. Subclasses set `self._head` and define `_gnn(graph, x)` and `self._reduction`.
 
@@ -634,25 +758,31 @@ class _Baseline(_TileRanker):
     def _encode_kernel(self, graph, training):
         op_e, feats = self._op_embedding(_opcodes(graph)), _node_features(graph)
         if self.EARLY_JOIN:
-            return op_e, feats
+            return self._node_half(graph, op_e, feats)
         x = self._gnn(graph, tf.concat([op_e, feats], axis=-1))
         return _pool_ops(graph, x, (self._reduction,))
 
     def _embed(self, graph, kernel, configs, training):
-        c = tf.shape(configs)[1]
         if not self.EARLY_JOIN:  # kernel: pooled GNN output [batch, hidden]
+            c = tf.shape(configs)[1]
             return tf.concat([_repeat_per_config(kernel, c), configs], axis=-1)
-        op_e, feats = kernel
-        x = tf.concat(
-            [
-                _repeat_per_config(op_e, c),
-                _broadcast_to_ops(graph, configs),
-                _repeat_per_config(feats, c),
-            ],
-            axis=-1,
-        )  # [num_nodes, c, op_embed_dim + config_dim + node_dim]
-        x = self._gnn(graph, x)
+        x = self._joined_gnn(graph, kernel, configs)  # [num_nodes, c, hidden]
         return _pool_ops(graph, x, (self._reduction,))
+
+    # Early join: the GNN's input is `[opcode embedding || config || node features]` on every
+    # op node and config. Its first layer is linear in these parts, so subclasses compute its
+    # node-only part once per kernel (`_node_half`, in `_encode_kernel`, outside `forward`'s
+    # config chunks) and add the config part per config (`_joined_gnn`). The defaults build
+    # the joined input.
+
+    def _node_half(self, graph: tfgnn.GraphTensor, op_e: tf.Tensor, feats: tf.Tensor) -> Any:
+        """Early join's once-per-kernel work on the opcode embeddings and node features."""
+        return op_e, feats
+
+    def _joined_gnn(self, graph: tfgnn.GraphTensor, half: Any, configs: tf.Tensor) -> tf.Tensor:
+        """`_gnn` on the early join of `_node_half`'s output and `configs` `[batch, c, d]`."""
+        op_e, feats = half
+        return self._gnn(graph, _early_join(graph, op_e, configs, feats))
 
     def _gnn(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
         """Node inputs `[num_nodes, ..., d_in]` -> node states `[num_nodes, ..., hidden]`."""
@@ -711,6 +841,19 @@ class _SAGEBaseline(_Baseline):
 
     def _gnn(self, graph, x):
         for layer in self._gnn_layers:
+            x = layer(graph, x)
+        return x
+
+    def _node_half(self, graph, op_e, feats):
+        if not self._gnn_layers:
+            return super()._node_half(graph, op_e, feats)
+        return self._gnn_layers[0].node_half(graph, op_e, feats, _config_width(graph))
+
+    def _joined_gnn(self, graph, half, configs):
+        if not self._gnn_layers:
+            return super()._joined_gnn(graph, half, configs)
+        x = self._gnn_layers[0].joined(graph, half, configs, self._op_embedding.output_dim)
+        for layer in self._gnn_layers[1:]:
             x = layer(graph, x)
         return x
 
@@ -775,10 +918,33 @@ class _ResGCNBaseline(_Baseline):
         self._head = _mlp([hidden_dim, 1], self._act, BASELINE_L2)
 
     def _gnn(self, graph, x):
-        x = self._prenet(x)
+        return self._gcn(graph, self._prenet(x))
+
+    def _gcn(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
+        """The GCN layers and activation after the prenet."""
         for layer in self._gc_layers:
             x = layer(graph, x)
         return self._act(x)
+
+    def _prenet_blocks(self, graph: tfgnn.GraphTensor, node_width: int) -> list[tf.Tensor]:
+        """The prenet's first kernel as rows for (opcode embedding, config, node features)."""
+        widths = [self._op_embedding.output_dim, _config_width(graph), node_width]
+        return _row_blocks(self._prenet, widths)
+
+    def _node_half(self, graph, op_e, feats):
+        first = self._prenet.layers[0]
+        w_ops, _, w_feats = self._prenet_blocks(graph, feats.shape[-1])
+        return tf.matmul(op_e, w_ops) + tf.matmul(feats, w_feats) + first.bias
+
+    def _joined_gnn(self, graph, half, configs):
+        first, rest = self._prenet.layers[0], self._prenet.layers[1:]
+        node_width = first.kernel.shape[0] - self._op_embedding.output_dim - configs.shape[-1]
+        _, w_configs, _ = self._prenet_blocks(graph, node_width)
+        per_config = _per_op(graph, tf.matmul(configs, w_configs))
+        x = first.activation(half[:, tf.newaxis, :] + per_config)  # [num_nodes, c, hidden]
+        for layer in rest:
+            x = layer(x)
+        return self._gcn(graph, x)
 
 
 class EarlyJoinSAGE(_SAGEBaseline):

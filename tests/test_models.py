@@ -241,6 +241,67 @@ def test_forward_chunks_agree_with_one_chunk_and_with_call(name, kernels):
     np.testing.assert_allclose(whole.forward(graph, tf.constant(n)).numpy(), ref, atol=1e-5)
 
 
+def _joined_reference(model, graph, n: int) -> np.ndarray:
+    """Scores through the joined `[op_e || config || feats]` input and unsplit layers, as the
+    early-join baselines computed them before their first layer was split."""
+    op_e, feats = model._op_embedding(models._opcodes(graph)), models._node_features(graph)
+    configs = models._config_features(graph, n)
+    x = model._gnn(graph, models._early_join(graph, op_e, configs, feats))
+    return model._finish(models._pool_ops(graph, x, (model._reduction,)), False).numpy()
+
+
+def _assert_same_ranking(scores: np.ndarray, ref: np.ndarray, k: int = 5) -> None:
+    """Equal within float tolerance, and the same top-k but for configs tied within it."""
+    np.testing.assert_allclose(scores, ref, rtol=1e-5, atol=1e-5)
+    for row, ref_row in zip(scores, ref):
+        cutoff = np.sort(ref_row)[min(k, len(ref_row)) - 1] + 1e-5
+        assert (ref_row[np.argsort(row, kind="stable")[:k]] <= cutoff).all()
+
+
+@pytest.mark.parametrize("name", ["EarlyJoinSAGE", "EarlyJoinResGCN"])
+def test_split_early_join_scores_like_the_joined_input(name, kernels, batch):
+    """The first layer's node half, computed once per kernel, plus its config half: the same
+    scores and top-5 as the joined input through the unsplit layer, chunked or not, and in
+    training batches of several kernels."""
+    model = build(name, num_gnns=2, chunk_size=7)
+    for graph in kernels:
+        n = num_configs_of(graph)
+        scores = model.forward(graph, n).numpy()
+        _assert_same_ranking(scores, _joined_reference(model, graph, n))
+    _assert_same_ranking(model(batch).numpy(), _joined_reference(model, batch, CONFIGS))
+
+
+def test_sums_over_edges_match_tf_gnn_pooling():
+    """The sparse-product neighbour sums and means equal TF-GNN's broadcast-and-pool, with a
+    repeated edge, a self-loop, an isolated node and two components."""
+    import tensorflow_gnn as tfgnn
+
+    edges = np.array([[0, 1], [0, 1], [2, 0], [1, 1], [4, 3]])  # node 5 has no edges
+    graph = tfgnn.GraphTensor.from_pieces(
+        node_sets={"op": tfgnn.NodeSet.from_fields(sizes=[3, 3], features={})},
+        edge_sets={
+            "feed": tfgnn.EdgeSet.from_fields(
+                sizes=[4, 1],
+                adjacency=tfgnn.Adjacency.from_indices(("op", edges[:, 0]), ("op", edges[:, 1])),
+            )
+        },
+    )
+    h = tf.constant(np.random.default_rng(0).random((6, 3, 2)), tf.float32)
+
+    def pooled(receiver, reduction="sum"):
+        sender = tfgnn.reverse_tag(receiver)
+        messages = tfgnn.broadcast_node_to_edges(graph, "feed", sender, feature_value=h)
+        return tfgnn.pool_edges_to_node(graph, "feed", receiver, reduction, feature_value=messages)
+
+    for receiver in (tfgnn.SOURCE, tfgnn.TARGET):
+        got = models._sum_over_edges(graph, h, receiver=receiver)
+        np.testing.assert_allclose(got, pooled(receiver), rtol=1e-6)
+        got = models._mean_over_neighbours(graph, h, receiver=receiver)
+        np.testing.assert_allclose(got, pooled(receiver, "mean"), rtol=1e-6)
+    both = pooled(tfgnn.SOURCE) + pooled(tfgnn.TARGET)
+    np.testing.assert_allclose(models._sum_both_ways(graph, h), both, rtol=1e-6)
+
+
 def _kernel_with_6000_configs(stats) -> tuple:
     """A 12-node kernel with 6000 configs: the config count is the point, not the graph."""
     rng = np.random.default_rng(0)
