@@ -46,6 +46,8 @@ setup(
         "apache-beam<3",
         # The sweep reads YAML grid files (--grid g.yaml). constraints.txt pins the tested one.
         "pyyaml",
+        # The data cache's compression (Beam installs it too; constraints.txt pins it).
+        "zstandard",
     ],
     # pandas: tests compare our Kaggle CSV with what the course script (pandas) writes.
     extras_require={"test": ["pytest", "pytest-xdist", "ruff", "pandas"]},

@@ -273,7 +273,7 @@ def test_test_split_zero_runtimes_give_finite_zeros(small_root: Path):
 def test_cache_reused_and_invalidated_on_change(small_root: Path, tmp_path: Path, monkeypatch):
     cache = tmp_path / "cache"
     first = data.load_split(small_root, "train", cache_dir=cache, progress=False)
-    assert len(list(cache.glob("*.npz"))) == 1 and not list(cache.glob(".tmp-*"))
+    assert len(list(cache.glob("*.cache"))) == 1 and not list(cache.glob(".tmp-*"))
 
     # Unchanged files: served from the cache without reading any npz.
     def no_reads(path):
@@ -300,6 +300,48 @@ def test_cache_reused_and_invalidated_on_change(small_root: Path, tmp_path: Path
     # Options are part of the key too.
     filtered = data.load_split(small_root, "train", cache_dir=cache, min_configs=5, progress=False)
     assert len(filtered) == 3
+
+
+def test_cache_format_round_trip_and_damage(tmp_path: Path, monkeypatch):
+    """Arrays come back bit for bit, in frames or not; a damaged file is an error to rebuild."""
+    from tpu_tiles_models import cache
+
+    rng = np.random.default_rng(0)
+    arrays = {
+        "f32": rng.random((1000, 24), dtype=np.float32) * 1e6,
+        "f64": np.round(rng.random(1000) * 1e9),
+        "i32": rng.integers(-5, 5, size=(700, 2)).astype(np.int32),
+        "u8": rng.integers(0, 255, size=9).astype(np.uint8),
+        "empty": np.zeros((0, 140), np.float32),
+    }
+    meta = {"files": ["a.npz", "b.npz"], "skipped": []}
+    for frame_bytes in (cache.FRAME_BYTES, 1000):  # one frame per array, and many
+        monkeypatch.setattr(cache, "FRAME_BYTES", frame_bytes)
+        path = tmp_path / f"c{frame_bytes}"
+        with open(path, "wb") as out:
+            cache.write(out, arrays, meta)
+        with open(path, "rb") as f:
+            back, back_meta = cache.read(f)
+        assert back_meta == meta and list(back) == list(arrays)
+        for name, array in arrays.items():
+            assert back[name].dtype == array.dtype
+            np.testing.assert_array_equal(back[name], array)
+    raw = path.read_bytes()
+    for damaged in (raw[: len(raw) // 2], raw[:100] + bytes(50) + raw[150:], b"not a cache"):
+        path.write_bytes(damaged)
+        with open(path, "rb") as f, pytest.raises(cache.CacheFormatError):
+            cache.read(f)
+
+
+def test_damaged_cache_is_rebuilt(small_root: Path, tmp_path: Path):
+    cache_dir = tmp_path / "cache"
+    first = data.load_split(small_root, "valid", cache_dir=cache_dir, progress=False)
+    (path,) = cache_dir.glob("*.cache")
+    path.write_bytes(path.read_bytes()[:-200])
+    again = data.load_split(small_root, "valid", cache_dir=cache_dir, progress=False)
+    np.testing.assert_array_equal(again.config_feat, first.config_feat)
+    with open(path, "rb") as f:  # rewritten whole
+        assert data.cache.read(f)[1]["files"] == first.files
 
 
 # ---------------------------------------------------------------------------------------------

@@ -44,7 +44,7 @@ import tensorflow as tf
 import tensorflow_gnn as tfgnn
 import tqdm
 
-from tpu_tiles_models import files, interrupts
+from tpu_tiles_models import cache, files, interrupts
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import (
     CONFIG_FEAT_DIM,
@@ -55,7 +55,7 @@ from tpu_tiles_models.formats import (
 )
 
 TOY_FILES = 100  # upstream's --toy_data keeps the first 100 files of each split
-_CACHE_VERSION = 1
+_CACHE_VERSION = 2  # 2: the `cache` module's compressed format
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
 
 
@@ -291,29 +291,25 @@ def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -
     stamp = [[files.absolute(p), *files.size_and_mtime(p)] for p in paths]
     blob = json.dumps({"v": _CACHE_VERSION, "files": stamp, **key_extra}, sort_keys=True)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
-    return files.join(cache_dir, f"tiles-{split}-{digest}.npz")
+    return files.join(cache_dir, f"tiles-{split}-{digest}.cache")
 
 
 def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
-    """Writes the split atomically (see `files.atomic_path`)."""
+    """Writes the split atomically (see `files.atomic_path`) in the `cache` format."""
+    arrays = {f: getattr(split, f) for f in _ARRAY_FIELDS}
     with files.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
-        np.savez(
-            out,
-            files=np.array(split.files, dtype=str),
-            skipped=np.array(skipped, dtype=str),
-            **{f: getattr(split, f) for f in _ARRAY_FIELDS},
-        )
+        cache.write(out, arrays, {"files": split.files, "skipped": skipped})
 
 
 def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
     """The cached split and its skipped-file messages, or None if unreadable."""
     try:
-        with files.open_read(path) as f, np.load(f, allow_pickle=False) as npz:
-            arrays = {key: npz[key] for key in npz.files}
-        paths = [str(p) for p in arrays.pop("files")]
-        skipped = [str(s) for s in arrays.pop("skipped")]
+        with files.open_read(path) as f:
+            arrays, meta = cache.read(f)
+        paths = [str(p) for p in meta["files"]]
+        skipped = [str(s) for s in meta["skipped"]]
         split = Split(name=name, tile_ids=[tile_id_of(p) for p in paths], files=paths, **arrays)
-    except (OSError, ValueError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, TypeError):
+    except (OSError, cache.CacheFormatError, KeyError, TypeError):
         return None  # a damaged cache is rebuilt, never trusted
     return split, skipped
 
