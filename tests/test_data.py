@@ -351,7 +351,7 @@ def test_damaged_cache_is_rebuilt(small_root: Path, tmp_path: Path):
 
 def test_toy_stats_saved_and_reloaded_reproduce_features(synth_root: Path, tmp_path: Path):
     full_train = data.load_split(synth_root, "train", progress=False)
-    toy = data.Split(**{**vars(full_train), "_prepared": {}})  # a 5-kernel "toy" subset
+    toy = data.Split(**vars(full_train))  # a 5-kernel "toy" subset
     k = 5
     for name in ("tile_ids", "files"):
         setattr(toy, name, getattr(full_train, name)[:k])

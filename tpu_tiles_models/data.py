@@ -1,8 +1,8 @@
 """TpuGraphs tile:xla data pipeline: npz files -> validated arrays -> `tfgnn.GraphTensor`s.
 
 One npz file holds one kernel (file stem = tile id). A split is read once, in parallel, into
-concatenated arrays plus per-kernel offsets (`Split`); normalisation is applied once per split
-on those arrays; per-kernel GraphTensors are then built from cheap numpy slices.
+concatenated arrays plus per-kernel offsets (`Split`); per-kernel GraphTensors are then built
+from cheap numpy slices, normalised as they are taken (so only the raw arrays are held).
 
 The GraphTensor schema is exactly upstream's (`tpu_graphs/baselines/tiles/data.py`), so one
 model runs under both pipelines:
@@ -232,8 +232,6 @@ class Split:
     node_offsets: np.ndarray  # [K + 1] int64
     edge_offsets: np.ndarray  # [K + 1] int64
     config_offsets: np.ndarray  # [K + 1] int64
-    # Normalised views, one per FeatureStats fingerprint (see `_prepared`).
-    _prepared: dict = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
         return len(self.tile_ids)
@@ -666,37 +664,10 @@ def _warn_unknown_ops(split: Split | None, stats: FeatureStats) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@dataclasses.dataclass
-class _Prepared:
-    """A split's arrays after normalisation, ready to slice per kernel."""
-
-    node_feat: np.ndarray  # [N, node_width] float32
-    node_opcode: np.ndarray  # [N] int32
-    edge_index: np.ndarray  # [E, 2] int32
-    config_feat: np.ndarray  # [C, config_width] float32
-    runtimes: np.ndarray  # [C] float32: runtime / normalizer, 0 where normalizer is 0
-    normalizers: np.ndarray  # [C] float32
-
-
-def _prepared(split: Split, stats: FeatureStats) -> _Prepared:
-    """Normalises the whole split once per statistics object (memoised on the split)."""
-    key = stats.fingerprint()
-    if key not in split._prepared:
-        norm = split.config_runtime_normalizers
-        # Test runtimes and normalizers are all zero: 0/0 must give 0, not NaN.
-        ratio = np.divide(
-            split.config_runtime, norm, out=np.zeros_like(norm, dtype=np.float64), where=norm != 0
-        )
-        split._prepared.clear()  # keep one normalised copy: config features are large
-        split._prepared[key] = _Prepared(
-            node_feat=stats.node(split.node_feat),
-            node_opcode=stats.ops(split.node_opcode),
-            edge_index=split.edge_index,
-            config_feat=stats.config(split.config_feat),
-            runtimes=ratio.astype(np.float32),
-            normalizers=norm.astype(np.float32),
-        )
-    return split._prepared[key]
+def _runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray:
+    """runtime / normalizer as float32; 0 where the normalizer is 0 (test files: 0/0)."""
+    out = np.zeros_like(normalizers, dtype=np.float64)
+    return np.divide(runtimes, normalizers, out=out, where=normalizers != 0).astype(np.float32)
 
 
 def _pick_configs(c0: int, c1: int, num_configs: int, rng: np.random.Generator) -> np.ndarray:
@@ -709,7 +680,7 @@ def _pick_configs(c0: int, c1: int, num_configs: int, rng: np.random.Generator) 
 
 def _components(
     split: Split,
-    prep: _Prepared,
+    stats: FeatureStats,
     kernels: Sequence[int],
     num_configs: int,
     rng: np.random.Generator,
@@ -717,7 +688,9 @@ def _components(
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
     Node, edge and config rows are concatenated; edge indices are shifted to index the
-    merged `op` node set, as `GraphTensor.merge_batch_to_components` would do.
+    merged `op` node set, as `GraphTensor.merge_batch_to_components` would do. Features are
+    normalised here, on the rows taken (elementwise, so bit for bit what normalising the
+    whole split would give): no normalised copy of a split is ever held.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     picks = [_pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng) for i in kernels]
@@ -725,15 +698,16 @@ def _components(
     edge_sizes = np.array([eo[i + 1] - eo[i] for i in kernels], np.int32)
     shift = np.repeat(np.cumsum(node_sizes) - node_sizes, edge_sizes).astype(np.int32)
     nodes = np.concatenate([np.arange(no[i], no[i + 1]) for i in kernels])
-    edges = np.concatenate([prep.edge_index[eo[i] : eo[i + 1]] for i in kernels])
+    edges = np.concatenate([split.edge_index[eo[i] : eo[i + 1]] for i in kernels])
     configs = np.concatenate(picks)
+    normalizers = split.config_runtime_normalizers[configs]
     return {
-        "op": prep.node_opcode[nodes],
-        "node_feats": prep.node_feat[nodes],
+        "op": stats.ops(split.node_opcode[nodes]),
+        "node_feats": stats.node(split.node_feat[nodes]),
         "edges": edges + shift[:, None],
-        "config_feats": prep.config_feat[configs],
-        "runtimes": prep.runtimes[configs],
-        "normalizers": prep.normalizers[configs],
+        "config_feats": stats.config(split.config_feat[configs]),
+        "runtimes": _runtime_ratios(split.config_runtime[configs], normalizers),
+        "normalizers": normalizers.astype(np.float32),
         "tile_id": np.array([split.tile_ids[i] for i in kernels], dtype=object),
         "node_sizes": node_sizes,
         "edge_sizes": edge_sizes,
@@ -820,7 +794,7 @@ def kernel_graph(
     if not 0 <= i < len(split):
         raise IndexError(f"kernel {i} out of range for {split.name} ({len(split)} kernels)")
     rng = rng if rng is not None else np.random.default_rng()
-    pieces = _components(split, _prepared(split, stats), [i], num_configs, rng)
+    pieces = _components(split, stats, [i], num_configs, rng)
     spec = _signature(stats, 1)
     return _to_graph({k: tf.convert_to_tensor(v, spec[k].dtype) for k, v in pieces.items()})
 
@@ -842,7 +816,6 @@ def _batches_dataset(
     plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
     usable kernel from the i-th on (one worker's share in multi-worker training).
     """
-    prep = _prepared(split, stats)
     index = np.flatnonzero(split.config_counts() >= min_configs)[shard[0] :: shard[1]]
     passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
 
@@ -850,7 +823,7 @@ def _batches_dataset(
         rng = np.random.default_rng([seed, next(passes)])
         order = rng.permutation(index) if shuffle else index
         for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield _components(split, prep, order[start : start + batch_size], num_configs, rng)
+            yield _components(split, stats, order[start : start + batch_size], num_configs, rng)
 
     signature = _signature(stats, batch_size)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
