@@ -48,13 +48,41 @@ def test_run_file_has_upstream_keys_and_our_extras(run):
     assert info["final_error"]["val"]["1"] >= info["final_error"]["val"]["5"] >= 0
     ours = info["tpu_tiles"]
     assert len(ours["epoch_seconds"]) == 2 and ours["feature_stats"]["num_ops"] > 1
-    # The kept weights are the best epoch's, and so is the final validation error.
-    best = ours["best_epoch"]
-    assert max(ours["val_score"]) == ours["val_score"][best]
-    assert 1 - info["final_error"]["val"]["5"] == pytest.approx(ours["val_score"][best], abs=1e-12)
+    # The kept weights are the best epoch's (by the sample's score, then on every config),
+    # and so is the final validation error.
+    best, scores = ours["best_epoch"], ours["val_score"]
+    full = {int(e): s for e, s in ours.get("candidate_scores", {str(best): scores[best]}).items()}
+    assert sorted(full) == sorted(sorted(range(2), key=lambda e: -scores[e])[: len(full)])
+    assert max(full.values()) == full[best]
+    assert 1 - info["final_error"]["val"]["5"] == pytest.approx(full[best], abs=1e-12)
     # Upstream keeps 10 indices per test kernel, zero-padded.
     assert len(info["test_predictions"]) == 6
     assert all(len(v) == 10 for v in info["test_predictions"].values())
+
+
+def test_sample_scores_choose_candidates_rescored_on_every_config(synth_root, tmp_path):
+    """Each epoch scores some of the valid kernels (here upstream's --validate_batches; by
+    default a stratified sample, which on 8 kernels would be all of them); the best epochs by
+    it are scored on every config at the end, and the best of those is kept and reported."""
+    from conftest import TINY_MLP, tiny_args
+
+    from tpu_tiles_models import data, scoring
+
+    args = tiny_args(
+        synth_root, tmp_path, model="MLP", model_kwargs_json=TINY_MLP, epochs=4,
+        validate_batches=1, score_candidates=2, lr=0.05,
+    )  # fmt: skip
+    result = train.train(args)
+    ours = _run_info(result)["tpu_tiles"]
+    valid = data.load_split(synth_root, "valid", progress=False)
+    assert ours["val_score_kernels"] == 4 < len(valid)
+    full = {int(e): s for e, s in ours["candidate_scores"].items()}
+    assert sorted(full) == sorted(sorted(range(4), key=lambda e: -ours["val_score"][e])[:2])
+    assert ours["best_epoch"] == max(full, key=full.get)
+    stats = data.FeatureStats.from_json(ours["feature_stats"])
+    errors = scoring.errors(scoring.score_split(result.model, valid, stats, progress=False))
+    assert 1 - errors[5] == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
+    assert result.val_errors == pytest.approx(errors, abs=1e-9)
 
 
 def test_results_csv_matches_test_predictions(run):

@@ -809,14 +809,17 @@ def _batches_dataset(
     shuffle: bool,
     seed: int,
     shard: tuple[int, int] = (0, 1),
+    kernels: Sequence[int] | None = None,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
 
     Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
     plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
-    usable kernel from the i-th on (one worker's share in multi-worker training).
+    usable kernel from the i-th on (one worker's share in multi-worker training). `kernels`,
+    if given, are the kernel indices to use instead of all with `min_configs` configs.
     """
-    index = np.flatnonzero(split.config_counts() >= min_configs)[shard[0] :: shard[1]]
+    usable = np.flatnonzero(split.config_counts() >= min_configs)
+    index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
     passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
 
     def generate() -> Iterator[dict[str, Any]]:
@@ -838,13 +841,15 @@ def graph_dataset(
     min_configs: int = 0,
     shuffle: bool = False,
     seed: int = 0,
+    kernels: Sequence[int] | None = None,
 ) -> tf.data.Dataset:
     """One GraphTensor per kernel of `split` (upstream schema), normalised with `stats`.
 
     `num_configs` = -1 keeps every config in file order (inference); k >= 0 samples k distinct
     configs uniformly per kernel and pass. Kernels with fewer than `min_configs` configs are
     left out. `shuffle` reorders kernels every pass. Passes are reproducible from `seed`
-    (pass p uses generator seed [seed, p]).
+    (pass p uses generator seed [seed, p]). `kernels`: only these kernel indices, in this
+    order (`min_configs` then does not apply).
     """
     ds = _batches_dataset(
         split,
@@ -854,6 +859,7 @@ def graph_dataset(
         min_configs=min_configs,
         shuffle=shuffle,
         seed=seed,
+        kernels=kernels,
     )
     return ds.prefetch(tf.data.AUTOTUNE)
 

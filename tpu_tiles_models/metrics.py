@@ -27,13 +27,20 @@ def kernel_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> floa
 
 
 def top_k_errors(
-    kernels: Iterable[tuple[np.ndarray, np.ndarray]], ks: Sequence[int] = TOP_KS
+    kernels: Iterable[tuple[np.ndarray, np.ndarray]],
+    ks: Sequence[int] = TOP_KS,
+    *,
+    weights: Sequence[float] | None = None,
 ) -> dict[int, float]:
-    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs, for each k in `ks`."""
+    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs, for each k in `ks`.
+
+    `weights`: one per kernel for a weighted mean (a stratified sample's estimate of the
+    mean over all kernels); default equal.
+    """
     per_kernel = [[kernel_top_k_error(r, s, k) for k in ks] for r, s in kernels]
     if not per_kernel:
         raise ValueError("top_k_errors: no kernels to evaluate")
-    means = np.mean(np.asarray(per_kernel), axis=0)
+    means = np.average(np.asarray(per_kernel), axis=0, weights=weights)
     return {k: float(m) for k, m in zip(ks, means)}
 
 

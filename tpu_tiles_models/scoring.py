@@ -8,7 +8,7 @@ predicted faster.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -63,25 +63,25 @@ def score_split(
     split: data.Split,
     stats: data.FeatureStats,
     *,
-    limit: int | None = None,
+    kernels: Sequence[int] | None = None,
     scorer: Callable[[Iterator], tuple] | None = None,
     progress: bool = True,
     desc: str = "scoring",
 ) -> list[Scored]:
-    """Scores all configs of every kernel (or the first `limit`) of `split`.
+    """Scores all configs of every kernel (or of `kernels`) of `split`.
 
     Args:
       model: a built model with upstream's `forward(graph, n)`.
       split, stats: the kernels and the feature statistics the model was trained with.
-      limit: score only the first `limit` kernels.
+      kernels: the indices of the kernels to score, in that order; default all.
       scorer: the `kernel_scorer` of an earlier call, to skip tracing it again.
       progress, desc: the progress bar.
 
     Returns:
-      One `Scored` per kernel, in split order.
+      One `Scored` per kernel, in split order (or the order of `kernels`).
     """
-    total = len(split) if limit is None else min(limit, len(split))
-    iterator = iter(data.graph_dataset(split, stats).take(total))
+    total = len(split) if kernels is None else len(kernels)
+    iterator = iter(data.graph_dataset(split, stats, kernels=kernels))
     scorer = scorer or kernel_scorer(model)
     scored = []
     for _ in tqdm.trange(total, desc=desc, disable=not progress, leave=False):
@@ -91,9 +91,68 @@ def score_split(
     return scored
 
 
-def errors(scored: Iterable[Scored]) -> dict[int, float]:
-    """Mean top-1/5/10 errors (upstream's formula) of scored kernels with runtimes."""
-    return metrics.top_k_errors((s.runtimes, s.scores) for s in scored)
+def errors(scored: Iterable[Scored], weights: Sequence[float] | None = None) -> dict[int, float]:
+    """Mean top-1/5/10 errors (upstream's formula) of scored kernels with runtimes.
+
+    `weights`: one per kernel for a weighted mean (`KernelSample.weights`).
+    """
+    return metrics.top_k_errors(((s.runtimes, s.scores) for s in scored), weights=weights)
+
+
+@dataclass(frozen=True)
+class KernelSample:
+    """Kernels of a split to score, and each one's weight in the mean over the split.
+
+    `indices=None`: every kernel, equal weights.
+    """
+
+    indices: tuple[int, ...] | None
+    weights: tuple[float, ...] | None = None
+
+    @property
+    def is_subset(self) -> bool:
+        return self.indices is not None
+
+
+ALL_KERNELS = KernelSample(None)
+
+
+def program_of(tile_id: str) -> str:
+    """The program a train or valid kernel comes from: its id without the last `_part`."""
+    return tile_id.rsplit("_", 1)[0]
+
+
+def stratified_sample(split: data.Split, fraction: float, *, seed: int) -> KernelSample:
+    """A fixed sample of about `fraction` of `split`'s kernels, stratified by program and size.
+
+    The strata are the kernels of one program with 2-9, 10-99, 100-999 or 1000+ configs
+    (a Kaggle score is a mean over kernels, and small and large kernels are ranked with
+    different success). Each stratum gives `round(fraction * size)` kernels, at least one,
+    drawn with `seed`; each kernel drawn weighs `size / drawn`, so the weighted mean of a
+    per-kernel figure estimates its mean over the whole split without bias. A big kernel
+    costs as much to score as hundreds of small ones, and the sample keeps their proportion,
+    so its cost is about `fraction` of a full pass. `fraction >= 1` (or strata too small to
+    sample): every kernel.
+    """
+    if fraction >= 1:
+        return ALL_KERNELS
+    if fraction <= 0:
+        raise ValueError(f"fraction must be positive, got {fraction}")
+    sizes = np.minimum(np.floor(np.log10(np.maximum(split.config_counts(), 1))), 3)
+    strata: dict[tuple[str, int], list[int]] = {}
+    for i, (tile_id, size) in enumerate(zip(split.tile_ids, sizes)):
+        strata.setdefault((program_of(tile_id), int(size)), []).append(i)
+    rng = np.random.default_rng(seed)
+    chosen: dict[int, float] = {}
+    for key in sorted(strata):
+        members = strata[key]
+        take = max(1, round(fraction * len(members)))
+        for i in rng.choice(members, size=take, replace=False):
+            chosen[int(i)] = len(members) / take
+    if len(chosen) == len(split):  # every stratum too small to sample
+        return ALL_KERNELS
+    indices = tuple(sorted(chosen))
+    return KernelSample(indices, tuple(chosen[i] for i in indices))
 
 
 def upstream_top(scores: np.ndarray, k: int) -> list[int]:

@@ -5,7 +5,10 @@ Like `tiles_train.py` it samples `configs` configs from `batch` kernels per step
 writes `model_<h>/`, `run_<h>.jsonz` and `results_<ms>.csv` into `out_dir`, with `h` computed
 from the same 15 fields. Inside, the step is one traced `tf.function`, the learning rate
 follows a cosine schedule, and "best" means the best Kaggle-form validation score (1 - top-5
-error on all configs of the validation kernels) rather than sampled OPA.
+error on all configs of the validation kernels) rather than sampled OPA: each epoch scores
+every config of a fixed, stratified sample of the validation kernels (`--score_sample`), and
+at the end the `--score_candidates` best epochs by it are scored on every config of every
+validation kernel; the best of them is kept.
 
 `train(TrainArgs) -> TrainResult` is the API (`tpu-tiles train` parses upstream's flag syntax
 into `TrainArgs`). `export` writes the artifacts (`finish` within `writing_into`), so a run
@@ -101,13 +104,64 @@ class _Loop:
         return float(self.mean_loss.result()), float(self.opa.result())
 
 
-def _val_score(model, split, stats, limit, progress, scorer) -> tuple[float, dict[int, float]]:
-    """Kaggle-form score and top-k errors on all configs of (the first `limit`) valid kernels."""
+def _val_score(
+    model, split, stats, sample: scoring.KernelSample, progress, scorer
+) -> tuple[float, dict[int, float]]:
+    """Kaggle-form score and top-k errors on all configs of `sample`'s valid kernels (their
+    weighted means: estimates of the whole split's)."""
     scored = scoring.score_split(
-        model, split, stats, limit=limit, scorer=scorer, progress=progress, desc="valid"
+        model, split, stats, kernels=sample.indices, scorer=scorer, progress=progress, desc="valid"
     )
-    errors = scoring.errors(scored)
+    errors = scoring.errors(scored, sample.weights)
     return 1.0 - errors[5], errors
+
+
+def _epoch_sample(args: TrainArgs, valid: data.Split) -> scoring.KernelSample:
+    """The valid kernels scored on every config each epoch: upstream's `--validate_batches`
+    first kernels when given, else `--score_sample` of them, stratified."""
+    if args.validate_batches > 0:
+        count = min(args.validate_batches * args.batch, len(valid))
+        return scoring.KernelSample(tuple(range(count)))
+    return scoring.stratified_sample(valid, args.score_sample, seed=args.seed)
+
+
+class _Candidates:
+    """The weights of the epochs with the best keys so far (at most `size`, best first)."""
+
+    def __init__(self, size: int):
+        self.size = size
+        self.kept: list[tuple[float, int, list[np.ndarray]]] = []  # (key, epoch, weights)
+
+    def offer(self, key: float, epoch: int, model: tf.keras.Model) -> None:
+        if np.isnan(key) or (len(self.kept) == self.size and key <= self.kept[-1][0]):
+            return
+        self.kept.append((key, epoch, [v.numpy() for v in model.trainable_variables]))
+        self.kept.sort(key=lambda c: -c[0])  # stable: an earlier epoch wins a tie
+        del self.kept[self.size :]
+
+
+def _choose(
+    candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer
+) -> tuple[int, list[np.ndarray], dict[int, float], dict[int, float]]:
+    """Scores each candidate on every config of every valid kernel; returns the best one's
+    (epoch, weights, errors) and every candidate's score by epoch."""
+    scores: dict[int, float] = {}
+    best = None
+    for _, epoch, weights in candidates.kept:
+        _assign(model, weights)
+        score, errors = _val_score(
+            model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer
+        )
+        scores[epoch] = score
+        if best is None or score > best[0]:
+            best = (score, epoch, weights, errors)
+    _, epoch, weights, errors = best
+    return epoch, weights, errors, scores
+
+
+def _assign(model: tf.keras.Model, weights: list[np.ndarray]) -> None:
+    for v, value in zip(model.trainable_variables, weights):
+        v.assign(value)
 
 
 def _strategy(name: str) -> tf.distribute.Strategy:
@@ -218,13 +272,19 @@ def _train(
             data.kernel_graph(dataset.train, 0, dataset.stats), dataset.train.num_configs(0)
         )
     loop, train_batches, valid_batches, steps = _datasets_and_loop(args, dataset, model, strategy)
-    score_limit = args.validate_batches * args.batch if args.validate_batches > 0 else None
+    sample = _epoch_sample(args, dataset.valid)
+    # By sample score the best few epochs are rescored on every config at the end; by OPA
+    # (upstream's choice) the best epoch is kept as upstream keeps it.
+    rescore = sample.is_subset and args.select_by == "score"
+    candidates = _Candidates(args.score_candidates if rescore else 1)
     scorer = scoring.kernel_scorer(model)
     writer = _tensorboard(args, artifacts)
 
     curve: dict[str, list] = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     extras: dict[str, Any] = dict(val_score=[], epoch_seconds=[])
-    best, best_key, best_epoch, best_errors = None, -np.inf, -1, None
+    if sample.is_subset:
+        extras["val_score_kernels"] = len(sample.indices)
+    best_key, best_epoch, best_errors = -np.inf, -1, None
     for epoch in range(args.epochs):
         start = time.perf_counter()
         train_loss, train_opa = loop.run(
@@ -233,9 +293,7 @@ def _train(
         val_loss, val_opa = loop.run(
             valid_batches, train=False, progress=progress, desc="valid", total=None
         )
-        score, errors = _val_score(
-            model, dataset.valid, dataset.stats, score_limit, progress, scorer
-        )
+        score, errors = _val_score(model, dataset.valid, dataset.stats, sample, progress, scorer)
         seconds = time.perf_counter() - start
         row = (epoch, train_loss, train_opa, val_loss, val_opa)
         for key, value in zip(curve, row):
@@ -244,11 +302,11 @@ def _train(
         extras["epoch_seconds"].append(seconds)
         _log_scalars(writer, epoch, dict(zip(curve, row), val_score=score))
         key = score if args.select_by == "score" else val_opa
+        candidates.offer(key, epoch, model)
         improved = key > best_key
         if improved:
             best_key, best_epoch = key, epoch
-            best = [v.numpy() for v in model.trainable_variables]
-            best_errors = errors if score_limit is None else None  # all of valid, or not
+            best_errors = None if sample.is_subset else errors  # all of valid, or not
         print(
             f"epoch {epoch:3d}  loss {train_loss:.4f}  opa {train_opa:.3f}  val_loss "
             f"{val_loss:.4f}  val_opa {val_opa:.3f}  val_score {score:.4f}  {seconds:.1f}s"
@@ -258,9 +316,18 @@ def _train(
         if args.early_stop > 0 and epoch - best_epoch >= args.early_stop:
             print(f"no gain for {args.early_stop} epochs since epoch {best_epoch}; stopping")
             break
-    if best is not None:  # None: every epoch's score was NaN; keep the last weights
-        for v, value in zip(model.trainable_variables, best):
-            v.assign(value)
+    if rescore and candidates.kept:
+        best_epoch, weights, best_errors, full = _choose(
+            candidates, model, dataset, progress, scorer
+        )
+        extras["candidate_scores"] = {str(e): s for e, s in full.items()}
+        print(
+            f"kept epoch {best_epoch}: best on every config of "
+            + ", ".join(f"epoch {e} ({s:.4f})" for e, s in full.items())
+        )
+        _assign(model, weights)
+    elif candidates.kept:  # none: every epoch's score was NaN; keep the last weights
+        _assign(model, candidates.kept[0][2])
     extras["best_epoch"] = best_epoch
     return export.finish(
         args,

@@ -84,6 +84,14 @@ class TrainArgs:
     select_by: str = _flag(
         "score", "keep weights by Kaggle-form score (ours) or OPA (upstream's)", ("score", "opa")
     )
+    score_sample: float = _flag(
+        0.2,
+        "fraction of validation kernels scored on every config each epoch (a fixed sample, "
+        "stratified by program and size; 1: all of them)",
+    )
+    score_candidates: int = _flag(
+        3, "the epochs with the best sample scores, rescored on every config at the end"
+    )
     seed: int = _flag(0, "seed of weights and sampling")
     strategy: str = _flag(
         "default",
@@ -290,13 +298,22 @@ def _check_values(a: TrainArgs) -> None:
             raise FlagError(
                 f"--{f.name} must be one of {', '.join(choices)}, got {getattr(a, f.name)!r}"
             )
-    at_least = {"epochs": 1, "batch": 1, "configs": 2, "early_stop": 0, "eval_every": 1}
+    at_least = {
+        "epochs": 1,
+        "batch": 1,
+        "configs": 2,
+        "early_stop": 0,
+        "eval_every": 1,
+        "score_candidates": 1,
+    }
     for name, low in at_least.items():
         if getattr(a, name) < low:
             raise FlagError(f"--{name} must be at least {low}, got {getattr(a, name)}")
     for name in ("lr", "clip_norm"):
         if not getattr(a, name) > 0:
             raise FlagError(f"--{name} must be positive, got {getattr(a, name)}")
+    if not 0 < a.score_sample <= 1:
+        raise FlagError(f"--score_sample must be in (0, 1], got {a.score_sample}")
     if a.validate_batches == 0:
         raise FlagError("--validate_batches must be -1 (all) or positive, got 0")
     if not a.model:
