@@ -75,7 +75,7 @@ def test_remote_data_and_cache_load_the_same_arrays(synth_root, ram_root):
     local = data.load_split(synth_root, "valid", progress=False)
     cache = f"{RAM}/cache"
     remote = data.load_split(ram_root, "valid", cache_dir=cache, progress=False)
-    assert len(files.glob(f"{cache}/tiles-valid-*.npz")) == 1
+    assert len(files.glob(f"{cache}/tiles-valid-*.cache")) == 1
     cached = data.load_split(ram_root, "valid", cache_dir=cache, progress=False)
     for split in (remote, cached):
         assert sorted(split.tile_ids) == sorted(local.tile_ids)

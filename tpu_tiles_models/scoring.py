@@ -149,7 +149,7 @@ def stratified_sample(split: data.Split, fraction: float, *, seed: int) -> Kerne
         take = max(1, round(fraction * len(members)))
         for i in rng.choice(members, size=take, replace=False):
             chosen[int(i)] = len(members) / take
-    if len(chosen) == len(split):  # every stratum too small to sample
+    if len(chosen) == len(split.tile_ids):  # every stratum too small to sample
         return ALL_KERNELS
     indices = tuple(sorted(chosen))
     return KernelSample(indices, tuple(chosen[i] for i in indices))
