@@ -124,8 +124,11 @@ def markdown(command: str, runs: list[dict]) -> str:
     costs = [np.mean([r["choices"][p]["cost"] for r in runs]) for p in policies]
     lines.append("| mean loss | | | | | " + " | ".join(f"{m:+.4f}" for m in means) + " |")
     lines.append("| cost of a pass | | | | | " + " | ".join(f"{c:.2f}" for c in costs) + " |")
-    lines += ["", "Loss = full choice's score - the policy's (mean / worst over the samples; "
-              "negative: the sample's choice scored higher)."]  # fmt: skip
+    lines += [
+        "",
+        "Loss = full choice's score - the policy's (mean / worst over the samples; "
+        "negative: the sample's choice scored higher).",
+    ]
     return "\n".join(lines) + "\n"
 
 
@@ -155,18 +158,26 @@ def main(argv: list[str] | None = None) -> None:
             result = work / f"{name}.json"
             if not result.is_file():
                 train_argv = [
-                    f"--model={model}", f"--seed={seed}", f"--epochs={a.epochs}",
-                    "--early_stop=0", "--score_sample=1", f"--data_root={a.data}",
-                    f"--cache_dir={work / 'cache'}", f"--out_dir={work / name}", "--no_progress",
-                ]  # fmt: skip
+                    f"--model={model}",
+                    f"--seed={seed}",
+                    f"--epochs={a.epochs}",
+                    "--early_stop=0",
+                    "--score_sample=1",
+                    f"--data_root={a.data}",
+                    f"--cache_dir={work / 'cache'}",
+                    f"--out_dir={work / name}",
+                    "--no_progress",
+                ]
                 spec_path = work / f"{name}.spec.json"
                 spec_path.write_text(json.dumps(dict(argv=train_argv, result=str(result))))
                 print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
                 with open(work / f"{name}.log", "w") as log:
                     subprocess.run(
                         [sys.executable, __file__, "--child", str(spec_path)],
-                        check=True, stdout=log, stderr=subprocess.STDOUT,
-                    )  # fmt: skip
+                        check=True,
+                        stdout=log,
+                        stderr=subprocess.STDOUT,
+                    )
             r = json.loads(result.read_text())
             errors = np.asarray(r["errors"])
             runs.append(
@@ -176,7 +187,7 @@ def main(argv: list[str] | None = None) -> None:
                     epochs=len(errors),
                     seconds=r["seconds"],
                     choices=choices(errors, valid),
-                )  # fmt: skip
+                )
             )
     command = " ".join(["python benchmarks/selection_bench.py", *(argv or sys.argv[1:])])
     out = Path(a.out)

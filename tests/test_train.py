@@ -69,9 +69,15 @@ def test_sample_scores_choose_candidates_rescored_on_every_config(synth_root, tm
     from tpu_tiles_models import data, scoring
 
     args = tiny_args(
-        synth_root, tmp_path, model="MLP", model_kwargs_json=TINY_MLP, epochs=4,
-        validate_batches=1, score_candidates=2, lr=0.05,
-    )  # fmt: skip
+        synth_root,
+        tmp_path,
+        model="MLP",
+        model_kwargs_json=TINY_MLP,
+        epochs=4,
+        validate_batches=1,
+        score_candidates=2,
+        lr=0.05,
+    )
     result = train.train(args)
     ours = _run_info(result)["tpu_tiles"]
     valid = data.load_split(synth_root, "valid", progress=False)
