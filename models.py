@@ -220,6 +220,15 @@ def _pool_ops(graph: tfgnn.GraphTensor, h: tf.Tensor, reductions: Sequence[str])
     return tf.concat(pooled, axis=-1)
 
 
+@_plain
+def _times(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
+    """`x` `[..., d]` times `w` `[d, u]` -> `[..., u]`, as one 2-D product (a Dense's kernel)."""
+    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), w)
+    out = tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [w.shape[-1]]], axis=0))
+    out.set_shape(x.shape[:-1].concatenate([w.shape[-1]]))
+    return out
+
+
 def _config_width(graph: tfgnn.GraphTensor) -> int:
     """Width of the config features (static)."""
     return int(graph.node_sets["config"]["feats"].shape[-1])
@@ -409,8 +418,12 @@ class BidirectionalSAGELayer(tf.keras.layers.Layer):
         self._dense = _mlp([units], None, l2_regularization)
 
     def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
-        neighbours = _sum_both_ways(graph, x)
-        return self._output(self._dense(tf.concat([neighbours, x], axis=-1)))
+        # W [S x || x] = S (x W_n) + x W_self: the product first, so the neighbour sum runs on
+        # `units` columns and no [num_nodes, ..., 2d] concatenation is built.
+        d = x.shape[-1]
+        w_neighbours, w_own = _row_blocks(self._dense, [d, d])
+        from_neighbours = _sum_both_ways(graph, _times(x, w_neighbours))
+        return self._output(from_neighbours + _times(x, w_own) + self._dense.layers[0].bias)
 
     def _output(self, pre_activation: tf.Tensor) -> tf.Tensor:
         return tf.math.l2_normalize(self._act(pre_activation), axis=-1)

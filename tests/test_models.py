@@ -271,6 +271,19 @@ def test_split_early_join_scores_like_the_joined_input(name, kernels, batch):
     _assert_same_ranking(model(batch).numpy(), _joined_reference(model, batch, CONFIGS))
 
 
+def test_sage_layer_sums_neighbours_after_its_product_as_before(kernels):
+    """`W [S x || x]` as `S (x W_n) + x W_self`: the scores of the concatenated formula."""
+    graph = kernels[0]
+    n = int(graph.node_sets["op"].sizes[0])
+    x = tf.constant(np.random.default_rng(0).random((n, 5, 6)), tf.float32)
+    layer = models.BidirectionalSAGELayer(units=8)
+    got = layer(graph, x).numpy()
+    dense = layer._dense.layers[0]
+    concatenated = dense(tf.concat([models._sum_both_ways(graph, x), x], axis=-1))
+    ref = tf.math.l2_normalize(tf.nn.leaky_relu(concatenated), axis=-1).numpy()
+    np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
+
+
 def test_sums_over_edges_match_tf_gnn_pooling():
     """The sparse-product neighbour sums and means equal TF-GNN's broadcast-and-pool, with a
     repeated edge, a self-loop, an isolated node and two components."""
