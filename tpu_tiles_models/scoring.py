@@ -117,11 +117,6 @@ class KernelSample:
 ALL_KERNELS = KernelSample(None)
 
 
-def program_of(tile_id: str) -> str:
-    """The program a train or valid kernel comes from: its id without the last `_part`."""
-    return tile_id.rsplit("_", 1)[0]
-
-
 def stratified_sample(split: data.Split, fraction: float, *, seed: int) -> KernelSample:
     """A fixed sample of about `fraction` of `split`'s kernels, stratified by program and size.
 
@@ -141,7 +136,7 @@ def stratified_sample(split: data.Split, fraction: float, *, seed: int) -> Kerne
     sizes = np.minimum(np.floor(np.log10(np.maximum(split.config_counts(), 1))), 3)
     strata: dict[tuple[str, int], list[int]] = {}
     for i, (tile_id, size) in enumerate(zip(split.tile_ids, sizes)):
-        strata.setdefault((program_of(tile_id), int(size)), []).append(i)
+        strata.setdefault((data.benchmark_of(tile_id), int(size)), []).append(i)
     rng = np.random.default_rng(seed)
     chosen: dict[int, float] = {}
     for key in sorted(strata):
