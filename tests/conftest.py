@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import shutil
 import stat
+import subprocess
 import warnings
 from pathlib import Path
 
@@ -130,6 +131,22 @@ def umask():
     old = os.umask(0o022)
     yield os.umask
     os.umask(old)
+
+
+def dead_pid() -> int:
+    """The id of a process that has exited (and been reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def as_dead(path: Path) -> Path:
+    """`path`, a hidden file of this process, renamed as if a killed process had left it."""
+    host, pid, rand = path.name.rsplit(".", 2)[1].split("-")
+    assert int(pid) == os.getpid()
+    dead = path.with_name(path.name.replace(f"{host}-{pid}-", f"{host}-{dead_pid()}-"))
+    path.rename(dead)
+    return dead
 
 
 def file_mode(path: Path) -> int:

@@ -101,11 +101,12 @@ def test_refit_statistics_when_the_run_file_has_none(trained, eval_root, result,
     """A run file from upstream's trainer has no stored stats: they are refitted from train.
     (The MLP: its reload and scoring trace in a third of ResidualSAGE's time.)"""
     r = trained[1]
-    shutil.copytree(r.model_dir, tmp_path / r.model_dir.name)
     run = json.loads(gzip.decompress(r.run_file.read_bytes()))
     del run[export.EXTRAS_KEY]
-    export.write_run(tmp_path, run["args"], run)
-    refit = evaluate.evaluate_dirs([tmp_path / r.model_dir.name], eval_root, progress=False)
+    model_dir = tmp_path / f"model_{export.run_hash(run)}"  # upstream's name: its args alone
+    shutil.copytree(r.model_dir, model_dir)
+    export.write_run(tmp_path, run)
+    refit = evaluate.evaluate_dirs([model_dir], eval_root, progress=False)
     got, want = refit["models"][0]["rows"], result["models"][1]["rows"]
     assert got.keys() == want.keys()
     for name in want:

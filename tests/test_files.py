@@ -7,7 +7,7 @@ import os
 from pathlib import Path
 
 import pytest
-from conftest import file_mode
+from conftest import as_dead, dead_pid, file_mode
 
 from tpu_tiles_models import files
 from tpu_tiles_models.errors import UserError
@@ -135,3 +135,106 @@ def test_check_output_path_creates_nothing(tmp_path):
     )
     with pytest.raises(files.WriteError, match=r"^\S+ is a folder; pass the path of a file"):
         files.check_output_path(tmp_path)
+
+
+# -- hidden temporaries and what killed processes left ----------------------------------------
+
+
+def test_hidden_files_name_their_owner_and_only_dead_owners_are_leftovers(tmp_path):
+    mine = files.hidden_path(tmp_path / "model_x")
+    assert mine.parent == tmp_path and mine.name.startswith(".model_x.") and mine.suffix == ".tmp"
+    mine.mkdir()
+    left_dir = files.hidden_path(tmp_path / "model_x")
+    left_dir.mkdir()
+    left_dir = as_dead(left_dir)
+    left_old = files.hidden_path(tmp_path / "r.csv", "old")
+    left_old.write_text("x")
+    left_old = as_dead(left_old)
+    other_host = tmp_path / f".r.csv.ffffff-{dead_pid()}-0123abcd.tmp"  # another machine's
+    other_host.write_text("x")
+    (tmp_path / ".hidden.tmp").write_text("a user's own hidden file")
+    found = files.leftovers(tmp_path)
+    assert [(f.path, f.name, f.kind) for f in found] == sorted(
+        [(left_dir, "model_x", "tmp"), (left_old, "r.csv", "old")]
+    )
+    assert files.leftovers(tmp_path, ["r.csv"]) == [found[1]]
+    assert files.remove_leftovers(tmp_path) == [f.path for f in found]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
+        [mine.name, other_host.name, ".hidden.tmp"]
+    )
+
+
+def test_a_killed_writes_leftover_goes_with_the_next_write_of_that_output(tmp_path):
+    out = tmp_path / "p.csv"
+    with files.atomic_path(out) as tmp:
+        tmp.write_text("half")
+        left = as_dead(tmp)  # `kill -9` here: the temp stays, with the dead process's id
+        tmp.write_text("")  # (atomic_path needs its own temp back to finish this write)
+    assert left.exists()
+    files.prepare_outputs([files.Output(out, "--out")])
+    assert sorted(os.listdir(tmp_path)) == ["p.csv"]
+
+
+def test_a_staged_name_in_an_error_is_the_place_it_is_for(tmp_path):
+    (tmp_path / "f").write_text("x")
+    staged = files.hidden_path(tmp_path / "f" / "r.csv")
+    with pytest.raises(files.WriteError) as err:
+        _write(staged, "x", flag="--results_csv")
+    assert str(err.value).startswith(f"--results_csv {tmp_path / 'f' / 'r.csv'}: ")
+
+
+# -- outputs against inputs ---------------------------------------------------------------------
+
+
+def _clash(outputs, inputs=()) -> str:
+    with pytest.raises(files.OutputError) as err:
+        files.prepare_outputs(outputs, inputs)
+    assert isinstance(err.value, UserError) and "\n" not in str(err.value)
+    return str(err.value)
+
+
+def test_an_output_never_overwrites_an_input(tmp_path):
+    data = tmp_path / "data"
+    (data / "test").mkdir(parents=True)
+    npz = data / "test" / "k.npz"
+    npz.write_bytes(b"npz")
+    sample = tmp_path / "sample.csv"
+    sample.write_text("s")
+    (tmp_path / "link.csv").symlink_to(sample)
+    os.link(sample, tmp_path / "hard.csv")
+    inputs = [*files.split_inputs(data), files.Input(sample, "--sample file")]
+    out = files.Output
+    assert _clash([out(npz, "--out")], inputs) == (
+        f"--out {npz} is in the --data_root's test split {data / 'test'}; writing there would "
+        "change what this command reads, so pass another --out"
+    )
+    for same in ("sample.csv", "link.csv", "hard.csv"):
+        message = _clash([out(tmp_path / same, "--out", example="x.csv")], inputs)
+        assert message == (
+            f"--out {tmp_path / same} is the --sample file {sample}; writing it would destroy "
+            "that input, so pass another --out (e.g. x.csv)"
+        )
+    assert "holds the --data_root's train split" in _clash([out(data, "OUT")], inputs)
+    files.prepare_outputs([out(data, "--cache_dir", adds_to=True)], inputs)  # adds files only
+    two = [out(tmp_path / "a.json", "--json"), out(tmp_path / "a.json", "--png")]
+    assert "--png" in _clash(two) and "is also --json" in _clash(two)
+    files.prepare_outputs([out(tmp_path / "new" / "p.csv", "--out")], inputs)
+    assert npz.read_bytes() == b"npz" and sample.read_text() == "s"
+    assert not (tmp_path / "new").exists()
+
+
+def test_an_output_never_overwrites_a_finished_run(tmp_path):
+    model = tmp_path / "model_abc"
+    (model / "variables").mkdir(parents=True)
+    (model / "saved_model.pb").write_bytes(b"pb")
+    run_file = tmp_path / "run_abc.jsonz"
+    run_file.write_bytes(b"gz")
+    out = files.Output
+    assert _clash([out(run_file, "--out")]) == (
+        f"--out {run_file} is a run file of a finished training run; writing it would break "
+        "that run, so pass another --out"
+    )
+    assert f"is inside the model directory {model}" in _clash(
+        [out(model / "variables" / "p.csv", "--json")]
+    )
+    files.prepare_outputs([out(run_file, "--out_dir", artifact=True)])  # the run's own: export

@@ -121,14 +121,8 @@ def test_a_reopened_remote_run_scores_like_its_local_copy(remote_run, ram_root, 
         assert saved["test_predictions"][s.tile_id] == scoring.upstream_top(s.scores, 10)
 
 
-def test_a_model_saved_to_a_remote_dir_loads_back_with_its_weights(
-    remote_run, tmp_path, monkeypatch
-):
-    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the local save goes
-    target = f"{RAM}/saved/model_x"
-    assert export.save_model_dir(remote_run.model, target) == target
-    assert files.isfile(f"{target}/saved_model.pb") and list(tmp_path.iterdir()) == []
-    saved, trained = export.load_saved_model(target), remote_run.model
+def test_the_remote_model_dir_loads_back_with_its_weights(remote_run):
+    saved, trained = export.load_saved_model(remote_run.model_dir), remote_run.model
     assert len(saved.trainable_variables) == len(trained.trainable_variables)
     for a, b in zip(saved.trainable_variables, trained.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -148,10 +142,10 @@ def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
         assert _tree(out)  # the model dir and the CSV are there by now
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(export, "write_run", boom)
+    monkeypatch.setattr(export, "_run_bytes", boom)
     empty = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     with pytest.raises(RuntimeError, match="disk full"):
-        with export.writing_into(out) as artifacts:
+        with export.writing_into(args) as artifacts:
             export.finish(args, remote_run.model, ds, curve=empty, extras={}, artifacts=artifacts)
     assert _tree(out) == [] and list(tmp_path.iterdir()) == []
 

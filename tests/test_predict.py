@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import tiny_cli
 
-from tpu_tiles_models import cli, data, export, kaggle, train_args
+from tpu_tiles_models import cli, data, export, kaggle
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tiles_gen_predictions_csv.py"
@@ -116,9 +116,9 @@ def _copy_model(result: export.TrainResult, out_dir: Path, **arg_changes) -> Pat
     run_info = _run_info(result)
     run_info["args"].update(arg_changes)
     out_dir.mkdir()
-    model_dir = out_dir / f"model_{train_args.args_hash(run_info['args'])}"
+    model_dir = out_dir / f"model_{export.run_hash(run_info)}"
     shutil.copytree(result.model_dir, model_dir)
-    export.write_run(out_dir, run_info["args"], run_info)
+    export.write_run(out_dir, run_info)
     return model_dir
 
 

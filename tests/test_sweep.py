@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpu_tiles_models import ensemble, files, sweep
+from tpu_tiles_models import ensemble, export, files, sweep
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.sweep import options, pipeline, store
 from tpu_tiles_models.train_args import TrainArgs
@@ -188,6 +188,23 @@ def test_rerun_after_a_killed_point_trains_only_that_point(first, synth_root, ca
         "## Ensemble of the 2 best points\n\nscore 0.7500 (top-1 err 0.9000"
         in (out / "sweep.md").read_text()
     )
+
+
+def test_rerun_trains_again_a_point_missing_its_model_or_results_csv(first, synth_root, capsys):
+    """Defect 4: resume checks the whole run, not the run file alone: a point whose model dir
+    is gone, or whose results CSV is, is trained again (its remains removed first), the others
+    skipped; then every point is whole."""
+    out = first["out"]
+    gone_model, gone_csv = first["rows"][1]["hash"], first["rows"][3]["hash"]
+    files.remove(out / f"model_{gone_model}")
+    csv = _run_info(out / f"run_{gone_csv}.jsonz")["args"]["results_csv"]
+    os.remove(csv)
+    capsys.readouterr()
+    summary = _sweep(out, synth_root, GRID, *FAST)
+    assert (summary.trained, summary.skipped, summary.failed) == (2, 2, [])
+    assert "4 points, 2 already complete (skipped), 2 to train" in capsys.readouterr().out
+    assert all(export.completed_run(out, r["hash"]) for r in first["rows"])
+    assert os.path.isfile(csv) and not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
 def _fake_ensemble(monkeypatch, target: Path) -> list[tuple]:

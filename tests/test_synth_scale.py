@@ -3,7 +3,11 @@ its refusals, and files that do not depend on how many processes wrote them."""
 
 from __future__ import annotations
 
+import os
 import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -143,9 +147,45 @@ def test_shielded_returns_raises_and_restores_the_handler(tmp_path: Path) -> Non
         assert writer._shielded(lambda: 42, stop) == 42
         with pytest.raises(ZeroDivisionError):
             writer._shielded(lambda: 1 / 0, stop)
-        interrupts._on_sigint(signal.SIGINT, None)  # a Ctrl-C noted before the pipeline
+        interrupts.note(signal.SIGINT)  # a Ctrl-C noted before the pipeline
         ran = []
         with pytest.raises(KeyboardInterrupt):
             writer._shielded(lambda: ran.append(1), stop)
         assert ran == [] and signal.getsignal(signal.SIGINT) is handler
     assert not stop.exists()
+
+
+# A worker's child (a sweep point's training) that stops on Ctrl-C: it starts with SIGINT
+# ignored (inherited while a pipeline runs), so it installs its own handler, as they do.
+_CHILD = (
+    "import pathlib, signal, sys, time\n"
+    "def stop(*_):\n"
+    "    pathlib.Path(sys.argv[1]).write_text('stopped')\n"
+    "    sys.exit(130)\n"
+    "signal.signal(signal.SIGINT, stop)\n"
+    "pathlib.Path(sys.argv[1] + '.ready').touch()\n"
+    "time.sleep(60)\n"
+)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
+def test_sigterm_to_the_driver_alone_stops_the_pipeline_like_ctrl_c(signum, tmp_path: Path) -> None:
+    """SIGTERM or SIGHUP sent to this process only (`kill`, `docker stop`, not a terminal's
+    Ctrl-C to the whole group) reaches the processes below it as Ctrl-C: a worker's child
+    stops cleanly, the stop marker is written, and the exit status will be 128 + signum."""
+    stop, marker = tmp_path / writer._STOP, tmp_path / "child"
+
+    def pipeline() -> int:
+        child = subprocess.Popen([sys.executable, "-c", _CHILD, str(marker)])
+        while not Path(f"{marker}.ready").exists():
+            time.sleep(0.05)
+        os.kill(os.getpid(), signum)  # as `kill` would, to this process alone
+        return child.wait(timeout=30)
+
+    with interrupts.deferred():
+        handler = signal.getsignal(signum)
+        with pytest.raises(KeyboardInterrupt):
+            writer._shielded(pipeline, stop)
+        assert signal.getsignal(signum) is handler
+    assert marker.read_text() == "stopped" and stop.exists()
+    assert interrupts.exit_status() == 128 + signum

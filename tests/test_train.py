@@ -32,7 +32,12 @@ def test_artifacts_have_upstream_names_and_hash(run):
     info = _run_info(run)
     args = info["args"]
     assert list(args) == list(train_args.UPSTREAM_FIELDS)  # exactly upstream's TrainArgs fields
-    expected = hashlib.md5(json.dumps(args, sort_keys=True).encode()).hexdigest()
+    # Upstream's md5 of those fields, with the options of ours that are not at their defaults
+    # (here only --data_root) as one more key (test_train_args: upstream's alone otherwise).
+    identity = info["tpu_tiles"]["identity"]
+    assert identity == {"data_root": run.args.data_root}
+    hashed = dict(args, tpu_tiles=identity)
+    expected = hashlib.md5(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
     assert run.model_dir.name == f"model_{expected}"
     assert run.run_file.name == f"run_{expected}.jsonz"
     assert (run.model_dir / "saved_model.pb").is_file()
@@ -101,25 +106,33 @@ def test_results_csv_matches_test_predictions(run):
     }
 
 
-def test_rerun_replaces_its_own_artifacts(mlp_seeds):
-    """The same args again replace their own model dir; other args (the other seed's
-    results_csv) have another. Seed 1's run is read by no other test."""
+def test_a_rerun_is_refused_and_replaces_its_run_only_with_overwrite(mlp_seeds):
+    """The same options again (same hash) are refused before any work, the finished run
+    untouched; with --overwrite the new run replaces it once finished. Other options (the
+    other seed's results_csv) have another hash. Seed 1's run is read by no other test."""
     other, first = mlp_seeds[0], mlp_seeds[1]
     assert other.model_dir != first.model_dir  # results_csv differs, so the hash differs
-    same = train.train(first.args)
+    before = first.run_file.read_bytes()
+    with pytest.raises(export.RunExistsError, match=r"pass --run_id=<tag> .* or --overwrite"):
+        train.train(first.args)
+    assert first.run_file.read_bytes() == before
+    same = train.train(first.args.replace(overwrite=True))
     assert same.model_dir == first.model_dir and (same.model_dir / "saved_model.pb").is_file()
+    assert export.completed_run(same.model_dir.parent, same.args.hash()) is not None
     assert not [p for p in first.model_dir.parent.iterdir() if p.name.startswith(".")]
 
 
-def test_interrupted_save_leaves_no_model_dir(run, tmp_path, monkeypatch):
+def test_interrupted_save_leaves_nothing(run, tmp_path, monkeypatch):
     def interrupted(self, path, *a, **k):
         Path(path).mkdir()
         (Path(path) / "partial").write_text("x")
         raise KeyboardInterrupt
 
     monkeypatch.setattr(type(run.model), "save", interrupted)
+    args = run.args.replace(out_dir=str(tmp_path), results_csv=str(tmp_path / "r.csv"))
     with pytest.raises(KeyboardInterrupt):
-        export.save_model_dir(run.model, tmp_path / "model_abc")
+        with export.writing_into(args) as artifacts:
+            export.save_model(run.model, artifacts.stage(export.model_dir_path(tmp_path, "h")))
     assert list(tmp_path.iterdir()) == []
 
 
@@ -184,14 +197,13 @@ def test_failed_training_leaves_no_out_dir(tmp_path, capsys):
 
 def test_ctrl_c_during_the_save_removes_every_artifact(synth_root, tmp_path, capsys, monkeypatch):
     """Ctrl-C while the model is saved (after the test ranking) leaves nothing behind."""
-    save = export.save_model_dir
+    save = export.save_model
 
     def save_then_ctrl_c(model, path):
-        result = save(model, path)
+        save(model, path)
         signal.raise_signal(signal.SIGINT)  # noted by the CLI's handler, raised after the save
-        return result
 
-    monkeypatch.setattr(export, "save_model_dir", save_then_ctrl_c)
+    monkeypatch.setattr(export, "save_model", save_then_ctrl_c)
     out = tmp_path / "out"
     code = cli.main(tiny_cli(synth_root, out))
     err = capsys.readouterr().err.strip().splitlines()

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from tpu_tiles_models import train_args
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs, args_hash
 
@@ -106,3 +107,51 @@ def test_hash_is_upstreams_md5():
     assert TrainArgs(epochs=2).resolved(now_ms=5).hash() == args_hash(up) == want
     with pytest.raises(ValueError, match="call resolved"):
         TrainArgs().upstream_args()
+
+
+# Every option of ours that shapes a run, with a value other than its default.
+OURS_CHANGED = {
+    "data_root": "/data/other",
+    "toy_data": True,
+    "skip_bad": True,
+    "models": "/src/models.py",
+    "lr_schedule": "constant",
+    "select_by": "opa",
+    "seed": 1,
+    "strategy": "mirrored",
+}
+
+
+def test_our_options_at_their_defaults_keep_upstreams_hash():
+    """Defect 3, first property: with our options at their defaults (given or not, and
+    whatever the options that only say where things are cached or shown) the name is
+    upstream's own md5, so our artifacts keep upstream's names byte for byte."""
+    base = TrainArgs(epochs=2, results_csv="/o/r.csv")
+    up = base.upstream_args()
+    upstream = hashlib.md5(json.dumps(up, sort_keys=True).encode()).hexdigest()
+    explicit = TrainArgs.from_argv(
+        ["--epochs=2", "--results_csv=/o/r.csv", "--seed=0", "--lr_schedule=cosine",
+         "--data_root=~/data/tpugraphs/npz/tile/xla", "--notoy_data", "--select_by=score"]
+    )  # fmt: skip
+    where = base.replace(cache_dir="", no_progress=True, tensorboard="/tb", overwrite=True)
+    assert base.identity() == explicit.identity() == where.identity() == {}
+    assert base.hash() == explicit.hash() == where.hash() == upstream == args_hash(up)
+    assert set(OURS_CHANGED) == (
+        set(train_args.FLAG_TYPES) - set(UPSTREAM_FIELDS.values()) - train_args.NOT_IN_HASH
+    )  # every option of ours that shapes a run is tried below
+
+
+def test_runs_that_differ_in_any_option_have_different_hashes():
+    """Defect 3: --seed, --data_root, --lr_schedule, --select_by, --toy_data, --models (and
+    every other option of ours that shapes the run) each give another name, all distinct."""
+    base = TrainArgs(epochs=2, results_csv="/o/r.csv")
+    hashes = {base.hash()}
+    for name, value in OURS_CHANGED.items():
+        changed = base.replace(**{name: value})
+        assert changed.identity() == {name: value}
+        up = dict(changed.upstream_args(), tpu_tiles={name: value})
+        assert changed.hash() == hashlib.md5(json.dumps(up, sort_keys=True).encode()).hexdigest()
+        hashes.add(changed.hash())
+    assert len(hashes) == 1 + len(OURS_CHANGED)
+    both = base.replace(seed=1, toy_data=True)
+    assert both.identity() == {"seed": 1, "toy_data": True} and both.hash() not in hashes

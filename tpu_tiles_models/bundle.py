@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import files, formats, registry, scoring
+from tpu_tiles_models import export, files, formats, registry, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -49,15 +49,21 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
 
 def _copy_tree(src: Path, dst: Path) -> None:
     """Copies a directory beside `dst`, then swaps it in (a rerun replaces its own copy)."""
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
+    tag = files.new_tag()
+    tmp, old = files.hidden_path(dst, tag=tag), files.hidden_path(dst, "old", tag=tag)
     try:
         shutil.copytree(src, tmp)
         if dst.exists():
-            shutil.rmtree(dst)
-        tmp.rename(dst)
+            dst.rename(old)
+        try:
+            tmp.rename(dst)
+        except BaseException:
+            if old.exists():
+                old.rename(dst)
+            raise
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def make_bundle(
@@ -84,6 +90,14 @@ def make_bundle(
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
     if out.exists() and not out.is_dir():
         raise BundleError(f"--out {out} is a file; pass a new folder")
+    files.prepare_outputs(
+        [
+            files.Output(out / MODELS_FILE, "--out"),
+            files.Output(out / model_dir.name, "--out", artifact=True),
+            files.Output(out / run_file.name, "--out", artifact=True),
+        ],
+        [*export.run_inputs(model_dir), files.Input(source, "--models file")],
+    )
     out.mkdir(parents=True, exist_ok=True)
     others = [
         p.name

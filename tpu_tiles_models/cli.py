@@ -2,7 +2,8 @@
 
 Anything a user can cause ends in one line, `tpu-tiles <cmd>: error: <message>`, and exit
 status 2 (`errors.UserError`); any other exception is our bug and keeps its traceback.
-Ctrl-C stops at the next safe point, removes what the run had started and exits 130.
+Ctrl-C, SIGTERM and SIGHUP stop at the next safe point; the run removes what it had
+started and the command exits 130, 143 or 129 (128 + the signal's number, as a shell reports).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from tpu_tiles_models import interrupts  # noqa: E402  (after the logging settin
 from tpu_tiles_models.errors import UserError  # noqa: E402
 
 EXIT_USER_ERROR = 2
-EXIT_INTERRUPTED = 130
 
 
 def _synth(a: argparse.Namespace) -> None:
@@ -83,14 +83,16 @@ def _install(a: argparse.Namespace) -> None:
 
 
 def _evaluate(a: argparse.Namespace) -> None:
-    from tpu_tiles_models import evaluate
+    from tpu_tiles_models import evaluate, files
 
+    writes = [(a.json, "--json"), (a.png, "--png")]
     result = evaluate.evaluate_dirs(
         a.dirs,
         a.data_root,
         cache_dir=a.cache_dir or None,
         models_path=a.models,
         progress=not a.no_progress,
+        outputs=[files.Output(path, flag) for path, flag in writes if path],
     )
     print(evaluate.format_table(result))
     if a.json:
@@ -138,6 +140,7 @@ def _ensemble(a: argparse.Namespace) -> None:
         combine=a.combine,
         cache_dir=a.cache_dir or None,
         run_id=a.run_id,
+        overwrite=a.overwrite,
         progress=not a.no_progress,
     )
 
@@ -230,6 +233,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out_dir", default="~/out/tpugraphs_tiles", help="where its artifacts go")
     p.add_argument("--combine", default="zscore", help="zscore, rank or minmax")
     p.add_argument("--run_id", default="", help="a tag for the run; part of the hash")
+    p.add_argument(
+        "--overwrite",
+        action="store_true",
+        help="replace a finished ensemble of the same options once this one has finished",
+    )
     _add_data_flags(p)
 
     p = command("demo", _demo, "the whole journey on synthetic data, in a few minutes")
@@ -249,15 +257,21 @@ def main(argv: list[str] | None = None) -> int:
         with interrupts.deferred():
             args.fn(args)
     except KeyboardInterrupt:
-        print(
-            f"tpu-tiles {args.command}: interrupted; removed what this run had started",
-            file=sys.stderr,
-        )
-        return EXIT_INTERRUPTED
+        how = "interrupted" if interrupts.name() == "SIGINT" else f"stopped by {interrupts.name()}"
+        _say(f"tpu-tiles {args.command}: {how}; removed what this run had started")
+        return interrupts.exit_status()
     except UserError as e:
         print(f"tpu-tiles {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_USER_ERROR
     return 0
+
+
+def _say(line: str) -> None:
+    """Prints to stderr; after SIGHUP the terminal may be gone, which must not hide the exit."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

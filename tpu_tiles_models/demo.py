@@ -4,7 +4,8 @@ Generates a synthetic tile:xla set, trains ResidualSAGE and EarlyJoinSAGE briefl
 upstream's default flags and artifacts, evaluates both on the validation split beside random
 ranking (`evaluation.csv`, `evaluation.png`), ranks the test split from the exported model
 (the course's prediction step) and merges it into a Kaggle submission. Deterministic: the
-same command prints the same figures.
+same command prints the same figures; a rerun into the same `--out` reuses the data set and
+the runs an earlier one finished (and replaces what a stopped one left unfinished).
 """
 
 from __future__ import annotations
@@ -25,6 +26,10 @@ DEMO_ARGS = TrainArgs(early_stop=0, cache_dir="")
 DEMO_FAMILY = "alt"
 EVALUATION_COLUMNS = ("model", "top1", "top5", "top10", "score", "opa")
 LAYOUT_ROWS = 3  # the synthetic sample keeps a few layout rows, as the real one has 50
+# What the demo writes into --out besides data/ and models/ (SAMPLE_CSV without --sample).
+EVALUATION_CSV, EVALUATION_PNG = "evaluation.csv", "evaluation.png"
+PREDICTIONS_CSV, KAGGLE_CSV = "predictions_model_output.csv", "predictions_kaggle.csv"
+SAMPLE_CSV = "sample_submission.csv"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,13 +121,19 @@ def run(a: DemoArgs) -> None:
     ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
     import tensorflow as tf
 
-    from tpu_tiles_models import evaluate, export, kaggle, predict, synthetic, train
+    from tpu_tiles_models import evaluate, export, files, kaggle, predict, synthetic, train
 
     tf.config.experimental.enable_op_determinism()  # the same figures on every run
     start = time.perf_counter()
     out = Path(a.out).resolve()
     data_root, models_dir = out / "data", out / "models"
     progress = not a.no_progress
+    written = [EVALUATION_CSV, EVALUATION_PNG, PREDICTIONS_CSV, KAGGLE_CSV]
+    written += [] if a.sample else [SAMPLE_CSV]
+    files.prepare_outputs(
+        [files.Output(out / name, "--out") for name in written],
+        [files.Input(a.sample, "--sample file")] if a.sample else [],
+    )
     if not (data_root / "train").is_dir():
         synthetic.generate(
             data_root,
@@ -146,27 +157,32 @@ def run(a: DemoArgs) -> None:
             results_csv=export.results_csv_path(models_dir, name),
             no_progress=not progress,
         )
-        result = train.train(args)
-        model_dirs[name] = result.model_dir
+        done = export.completed_run(models_dir, args.hash())
+        if done is not None:  # an earlier demo into --out trained it: deterministic, reused
+            model_dirs[name] = Path(export.model_dir_path(models_dir, args.hash()))
+            print(f"reusing {model_dirs[name]}, trained by an earlier demo into {out}")
+            continue
+        # What an earlier demo left of this run is incomplete: replaced.
+        model_dirs[name] = train.train(args.replace(overwrite=True)).model_dir
 
     print("\n== evaluating on the validation split")
     result = evaluate.evaluate_dirs(list(model_dirs.values()), data_root, progress=progress)
     print(evaluate.format_table(result))
-    chart = evaluate.plot(result, out / "evaluation.png")
+    chart = evaluate.plot(result, out / EVALUATION_PNG)
     rows = _evaluation_rows(result, data_root)
-    _write_evaluation_csv(rows, out / "evaluation.csv")
+    _write_evaluation_csv(rows, out / EVALUATION_CSV)
 
     print("\n== predicting the test split with the exported ResidualSAGE")
     predictions, kernels = predict.predict_to_csv(
         model_dirs["ResidualSAGE"],
         data_root,
-        out / "predictions_model_output.csv",
+        out / PREDICTIONS_CSV,
         progress=progress,
     )
-    sample = Path(a.sample) if a.sample else out / "sample_submission.csv"
+    sample = Path(a.sample) if a.sample else out / SAMPLE_CSV
     if not a.sample:
         _write_sample(sample, data_root / "test")
-    kaggle_csv = out / "predictions_kaggle.csv"
+    kaggle_csv = out / KAGGLE_CSV
     kaggle.merge_kaggle(sample, predictions, kaggle_csv)
 
     print(f"\n== done in {time.perf_counter() - start:.0f} s; artifacts:")
@@ -174,7 +190,7 @@ def run(a: DemoArgs) -> None:
         ("synthetic data", data_root),
         *((f"model {n}", d) for n, d in model_dirs.items()),
         *((f"run file {n}", export.run_file_for(d)) for n, d in model_dirs.items()),
-        ("evaluation table and chart", f"{out / 'evaluation.csv'}, {chart}"),
+        ("evaluation table and chart", f"{out / EVALUATION_CSV}, {chart}"),
         (f"predictions ({kernels} kernels)", predictions),
         ("Kaggle submission", kaggle_csv),
     ):

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, registry, scoring, train
+from tpu_tiles_models import data, export, files, registry, scoring, train
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
@@ -62,7 +62,9 @@ def members_of(runs: Sequence[TrainedRun]) -> list[dict]:
     ]
 
 
-def ensemble_args(runs: Sequence[TrainedRun], out_dir: str, combine: str, run_id: str) -> TrainArgs:
+def ensemble_args(
+    runs: Sequence[TrainedRun], out_dir: str, combine: str, run_id: str, overwrite: bool = False
+) -> TrainArgs:
     """The ensemble's TrainArgs: the first member's options, `model=Ensemble` and its members."""
     kwargs = {"members": members_of(runs), "combine": combine}
     return (
@@ -73,6 +75,7 @@ def ensemble_args(runs: Sequence[TrainedRun], out_dir: str, combine: str, run_id
             out_dir=out_dir,
             results_csv="",
             run_id=run_id,
+            overwrite=overwrite,
         )
         .resolved()
     )
@@ -103,6 +106,7 @@ def build_ensemble(
     combine: str = "zscore",
     cache_dir: str | None = None,
     run_id: str = "",
+    overwrite: bool = False,
     progress: bool = True,
 ) -> export.TrainResult:
     """Writes the ensemble of `model_dirs` into `out_dir`; returns its artifacts and errors.
@@ -114,6 +118,7 @@ def build_ensemble(
       combine: how members' scores are normalised per kernel before averaging.
       cache_dir: cache of loaded arrays, or None.
       run_id: tag for the run (part of upstream's hash).
+      overwrite: replace a finished run of the same options once this one has finished.
       progress: show progress bars.
 
     Raises:
@@ -126,12 +131,20 @@ def build_ensemble(
     methods = runs[0].module.COMBINE_METHODS
     if combine not in methods:
         raise EnsembleError(f"--combine must be one of {', '.join(methods)}, got {combine!r}")
-    ds = _same_data(runs, os.fspath(data_root), cache_dir)
-    args = ensemble_args(runs, os.fspath(out_dir), combine, run_id)
-    args = args.replace(data_root=os.fspath(data_root), no_progress=not progress)
-    model = _assemble(runs, args, ds)
-    member_errors = {str(r.model_dir): r.val_errors for r in runs}
-    with export.writing_into(args.out_dir) as artifacts:
+    args = ensemble_args(runs, os.fspath(out_dir), combine, run_id, overwrite)
+    args = args.replace(
+        data_root=os.fspath(data_root),
+        cache_dir=cache_dir or "",
+        tensorboard="",
+        no_progress=not progress,
+    )
+    inputs = files.split_inputs(data_root, ("valid", "test"))
+    for run in runs:
+        inputs += export.run_inputs(run.model_dir, "--dirs")
+    with export.writing_into(args, inputs) as artifacts:
+        ds = _same_data(runs, os.fspath(data_root), cache_dir)
+        model = _assemble(runs, args, ds)
+        member_errors = {str(r.model_dir): r.val_errors for r in runs}
         return export.finish(
             args,
             model,
@@ -166,6 +179,7 @@ def train_seeds(
                 data_root=args.data_root,
                 cache_dir=os.path.expanduser(args.cache_dir) if args.cache_dir else None,
                 run_id=args.run_id,
+                overwrite=args.overwrite,
                 progress=not args.no_progress,
             )
         )

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import files, formats, metrics, scoring
+from tpu_tiles_models import export, files, formats, metrics, registry, scoring
 from tpu_tiles_models.data import benchmark_of
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
@@ -85,8 +85,12 @@ def evaluate_dirs(
     cache_dir: str | None = None,
     models_path: str | Path | None = None,
     progress: bool = True,
+    outputs: Sequence[files.Output] = (),
 ) -> dict[str, Any]:
     """Evaluates every model of `dirs` on the valid split of `data_root`.
+
+    `outputs` are the files the caller will write the result to (`--json`, `--png`): they
+    are checked against every model dir, run file and the data before any work.
 
     Returns a JSON-ready dict: `data_root`, `split`, and `models`, a list of
     `{"dir", "label", "model", "model_kwargs_json", "run_val_errors", "rows"}` where `rows`
@@ -94,6 +98,10 @@ def evaluate_dirs(
     """
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))
+    inputs = files.split_inputs(root) + registry.models_inputs(models_path)
+    for model_dir in model_dirs:
+        inputs += export.run_inputs(model_dir, "--dirs")
+    files.prepare_outputs(outputs, inputs)
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     models = []
     for i, model_dir in enumerate(

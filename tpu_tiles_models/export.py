@@ -1,13 +1,22 @@
 """A training run's artifacts: where they go, writing them (`finish`), reading the run file.
 
 `tiles_train.py` writes a Keras-2 SavedModel `model_<h>` and a gzip JSON `run_<h>.jsonz`
-whose `h` is the md5 of the sorted-key JSON of its 15 argument fields (`train_args.args_hash`),
-and the test predictions `results_<ms>.csv` (names: `formats`). We write exactly that, and put
-our own extras under one extra key, `tpu_tiles`, never touching upstream's. The run file is
-written last: it marks a run complete, and a run that fails or is interrupted removes every
-artifact it had started (`writing_into`). Opening a trained run is `runs.TrainedRun`'s job; the
-low-level readers live here, beside the writers they mirror. Every path may be remote
-(`gs://...`, see `files`).
+whose `h` is the md5 of the sorted-key JSON of its 15 argument fields (`train_args.args_hash`;
+ours adds our non-default options), and the test predictions `results_<ms>.csv` (names:
+`formats`). We write exactly that, and put our own extras under one extra key, `tpu_tiles`,
+never touching upstream's. The run file marks a run complete.
+
+Nothing finished is lost (`writing_into`, `finish`): a run first writes every artifact under a
+hidden name beside its place, and only once all are written renames them into place, the run
+file last. A run that fails or is interrupted removes what it had written and leaves an earlier
+run as it was; one killed outright (`kill -9`) leaves hidden files that the next run into the
+same folder finishes (if the killed one had written everything) or removes. A finished run of
+the same options (same `h`) or an existing `--results_csv` is replaced only with `--overwrite`,
+and outputs are checked against the run's inputs (`files.prepare_outputs`) before any work.
+
+Opening a trained run is `runs.TrainedRun`'s job; the low-level readers live here, beside the
+writers they mirror. Every path may be remote (`gs://...`, see `files`): remote artifacts are
+written locally and copied at the end, the run file last (not atomic: a bucket has no rename).
 
 Importing this module loads no TensorFlow (what needs it imports it when called): the sweep's
 driver and Beam workers use the layout without it.
@@ -25,7 +34,7 @@ import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import tpu_tiles_models
 from tpu_tiles_models import files, formats, interrupts, kaggle
@@ -38,6 +47,9 @@ if TYPE_CHECKING:
     from tpu_tiles_models import data
 
 EXTRAS_KEY = "tpu_tiles"
+# Under EXTRAS_KEY: our options that entered the hash (`TrainArgs.identity`), so that a run
+# file's name can be checked against its content (`run_hash`).
+IDENTITY_KEY = "identity"
 UPSTREAM_TOP = 10  # upstream writes this many indices per kernel into results_*.csv
 
 
@@ -47,6 +59,11 @@ class ExportError(UserError, RuntimeError):
 
 class ShapeMismatch(ExportError):
     """Saved and rebuilt variables differ in shape: usually other feature widths (data)."""
+
+
+class RunExistsError(ExportError, FileExistsError):
+    """A rerun would replace a finished run (or an existing `--results_csv`) without
+    `--overwrite`; refused before any work."""
 
 
 # -- where the artifacts go ------------------------------------------------------------------
@@ -87,19 +104,14 @@ def run_file_for(model_dir: str | os.PathLike) -> Path | str:
     return files.with_name(model_dir, formats.run_file_name(h))
 
 
-def _temporaries(path: Path) -> tuple[Path, Path]:
-    """The hidden folders `save_model_dir` writes beside `path`: the new copy, the old one."""
-    return path.with_name(f".{path.name}.tmp"), path.with_name(f".{path.name}.old")
-
-
 def remove_unfinished(args: TrainArgs) -> None:
-    """What a killed run of `args` may have left while its run file does not exist: its model
-    dir and save temporaries, curve, results CSV and TensorBoard folder."""
+    """Removes an incomplete run of `args` (see `completed_run`): its run file first (so that
+    it no longer looks complete), then its model dir, curve, results CSV and TensorBoard
+    folder. For the sweep, whose points are named by their options: a point that is not
+    complete (after `recover`) is trained again from nothing."""
     out, h = files.expand(args.out_dir), args.hash()
-    folder = model_dir_path(out, h)
-    leftovers = [folder, curve_path(out, h), files.expand(args.results_csv)]
-    if not files.is_remote(folder):
-        leftovers += _temporaries(Path(folder))
+    leftovers = [run_file_path(out, h), model_dir_path(out, h), curve_path(out, h)]
+    leftovers.append(files.expand(args.results_csv))
     if args.tensorboard:
         leftovers.append(tensorboard_dir(files.expand(args.tensorboard), h))
     for path in leftovers:
@@ -109,11 +121,32 @@ def remove_unfinished(args: TrainArgs) -> None:
 # -- the run file ----------------------------------------------------------------------------
 
 
-def write_run(out_dir: str | Path, args: Mapping[str, Any], run_info: Mapping) -> Path | str:
-    """Writes `run_<h>.jsonz` (gzip JSON) atomically; returns its path (a string if remote)."""
-    path = run_file_path(out_dir, args_hash(args))
-    files.write_bytes(path, gzip.compress(json.dumps(run_info).encode()))
+def run_hash(run_info: Mapping) -> str:
+    """The `h` a run file's content names: its args with the options it says entered the hash.
+
+    Raises:
+      KeyError, TypeError, ValueError: not a run file's content.
+    """
+    extras = run_info.get(EXTRAS_KEY) or {}
+    return args_hash(run_info["args"], extras.get(IDENTITY_KEY))
+
+
+def _run_bytes(run_info: Mapping) -> bytes:
+    return gzip.compress(json.dumps(run_info).encode())
+
+
+def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
+    """Writes `run_<h>.jsonz` (gzip JSON) atomically, `h` from its content (`run_hash`);
+    returns its path (a string if remote)."""
+    path = run_file_path(out_dir, run_hash(run_info))
+    files.write_bytes(path, _run_bytes(run_info))
     return path if files.is_remote(path) else Path(path)
+
+
+def _read_run_bytes(path: str | os.PathLike) -> dict:
+    """The run file's content. Raises OSError, EOFError, zlib.error or ValueError if it is not
+    whole."""
+    return json.loads(gzip.decompress(files.read_bytes(path)))
 
 
 def read_run(model_dir: str | Path) -> dict:
@@ -129,8 +162,8 @@ def read_run(model_dir: str | Path) -> dict:
             "(tiles_train.py writes both into --out_dir; copy them together)"
         )
     try:
-        run_info = json.loads(gzip.decompress(files.read_bytes(run_file)))
-        expected = args_hash(run_info["args"])
+        run_info = _read_run_bytes(run_file)
+        expected = run_hash(run_info)
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
         reason = " ".join(str(e).split()) or type(e).__name__
         raise ExportError(
@@ -145,46 +178,49 @@ def read_run(model_dir: str | Path) -> dict:
     return run_info
 
 
+def model_dir_complete(model_dir: str | os.PathLike) -> bool:
+    """Whether a SavedModel folder has everything `load_model` reads: `saved_model.pb` and
+    the variables' index and every data shard (`variables.data-00000-of-00002`, ...)."""
+    pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
+    variables = files.join(model_dir, "variables")
+    if not files.isfile(pb) or not files.isfile(files.join(variables, "variables.index")):
+        return False
+    shards = files.glob(files.join(variables, "variables.data-*-of-*"))
+    if not shards:
+        return False
+    total = int(files.basename(shards[0]).rsplit("-of-", 1)[1])
+    return len(shards) == total
+
+
 def completed_run(out_dir: str | os.PathLike, h: str) -> dict | None:
-    """The run file of run `h` in `out_dir` if the run is complete (its run file exists and is
-    whole), else None."""
+    """The run file of run `h` in `out_dir` if the whole run is there (see `whole_run`)."""
+    return whole_run(model_dir_path(files.expand(out_dir), h))
+
+
+def whole_run(model_dir: str | os.PathLike) -> dict | None:
+    """The run file of `model_dir`'s run if the whole run is there, else None: a run file
+    that reads and names it, a complete model dir (`model_dir_complete`), and its results CSV
+    when it ranked the test split."""
     try:
-        return read_run(model_dir_path(files.expand(out_dir), h))
+        info = read_run(model_dir)
     except ExportError:
         return None
+    if not model_dir_complete(model_dir):
+        return None
+    csv = (info.get("args") or {}).get("results_csv")
+    if "test_predictions" in info and csv and not files.isfile(files.expand(csv)):
+        return None
+    return info
 
 
 # -- the SavedModel --------------------------------------------------------------------------
 
 
-def save_model_dir(model: tf.keras.Model, path: str | Path) -> Path | str:
-    """`model.save(path)` as a Keras-2 SavedModel, written beside and renamed into place.
-
-    A rerun replaces its own directory; an interrupted save leaves only a hidden temp dir
-    that the next save removes. A remote `path` is saved locally, then its tree copied there
-    (not atomic: the run file, written after it, is what marks a run complete).
-    """
-    if files.is_remote(path):
-        with tempfile.TemporaryDirectory(prefix="tpu_tiles_model_") as tmp:
-            local = save_model_dir(model, Path(tmp) / files.basename(path))
-            files.remove(path)
-            files.copy_tree(local, path)
-        return path
-    path = Path(path)
-    tmp, old = _temporaries(path)
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        with warnings.catch_warnings():  # TF-GNN's specs save fine; TF warns about each one
-            warnings.filterwarnings("ignore", message="Encoding a StructuredValue")
-            model.save(str(tmp))
-        shutil.rmtree(old, ignore_errors=True)
-        if path.exists():
-            path.rename(old)
-        tmp.rename(path)
-        shutil.rmtree(old, ignore_errors=True)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return path
+def save_model(model: tf.keras.Model, path: str | Path) -> None:
+    """`model.save(path)` as a Keras-2 SavedModel into a local folder (`finish` stages it)."""
+    with warnings.catch_warnings():  # TF-GNN's specs save fine; TF warns about each one
+        warnings.filterwarnings("ignore", message="Encoding a StructuredValue")
+        model.save(str(path))
 
 
 def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
@@ -237,99 +273,263 @@ class TrainResult:
 
 @dataclass
 class Artifacts:
-    """What a run writes, removed again if the run does not finish.
+    """What a run writes: every artifact first under a hidden name (`stage`), all put in place
+    together by `commit` once the run has finished, the run file last; removed again if the
+    run does not get there.
 
-    Artifacts are written at local paths: for a local `--out_dir` their real places, for a
-    remote one (`gs://...`) a local staging folder (`out_dir`) whose files `publish` copies to
-    `destination` at the end, before the run file is written (it marks the run complete).
-    A remote file outside a local `--out_dir` (`--results_csv`) is staged the same way.
+    A local artifact is staged beside its place (`files.hidden_path`, with one tag for the
+    whole run), so that putting it in place is a rename; a remote one (`gs://...`) in a local
+    folder, copied to its place at the end.
     """
 
-    out_dir: Path  # where to write now: --out_dir itself, or the local staging folder
-    created_out_dir: bool
-    destination: str = ""  # the remote --out_dir; "" when out_dir is local
-    paths: list[Path | str] = field(default_factory=list)  # removed if the run fails
-    staged: dict[Path, str] = field(default_factory=dict)  # local path -> remote place
-    _spare: Path | None = None  # local staging for remote files outside a local out_dir
-
-    def add(self, path: Path) -> Path:
-        """Registers `path`, about to be written (under `out_dir` when staging)."""
-        if self.destination and path.is_relative_to(self.out_dir):
-            self.staged[path] = files.join(self.destination, *path.relative_to(self.out_dir).parts)
-        else:
-            self.paths.append(path)
-        return path
-
-    def place(self, path: str) -> Path:
-        """The local path to write the artifact whose place is `path` (local or remote)."""
-        if not files.is_remote(path):
-            return self.add(Path(path))
-        if self._spare is None:
-            self._spare = Path(tempfile.mkdtemp(prefix="tpu_tiles_stage_"))
-        local = self._spare / str(len(self.staged)) / files.basename(path)
-        local.parent.mkdir()
-        self.staged[local] = path
-        return local
-
-    def final(self, path: Path) -> Path | str:
-        """Where the file written at `path` ends up."""
-        return self.staged.get(path, path)
+    args: TrainArgs
+    tag: str = field(default_factory=files.new_tag)
+    staged: dict[Path, str] = field(default_factory=dict)  # hidden or local path -> its place
+    paths: list[Path | str] = field(default_factory=list)  # copied to remote places
+    created_out_dir: bool = False
+    # Folders written in place while the run goes (TensorBoard's): what was in them before.
+    logs: dict[str, set[str] | None] = field(default_factory=dict)
+    _spare: Path | None = None  # local staging for remote places
+    _run_tmp: Path | None = None
+    _committed: bool = False
 
     @property
-    def target(self) -> Path | str:
-        """The --out_dir the artifacts end up in."""
-        return self.destination or self.out_dir
+    def out_dir(self) -> str:
+        """The run's `--out_dir` (`~` expanded; a URL when remote)."""
+        return files.expand(self.args.out_dir)
 
-    def publish(self, run_name: str) -> None:
-        """Copies the staged artifacts to their remote places (nothing when all are local).
+    def stage(self, place: str) -> Path:
+        """The local path to write the artifact whose place is `place` (local or remote)."""
+        if files.is_remote(place):
+            if self._spare is None:
+                self._spare = Path(tempfile.mkdtemp(prefix="tpu_tiles_stage_"))
+            local = self._spare / str(len(self.staged)) / files.basename(place)
+            local.parent.mkdir()
+        else:
+            local = files.hidden_path(place, tag=self.tag)
+        self.staged[local] = place
+        return local
 
-        Call it just before writing the run file `run_name` into `target`. An old run file
-        there is removed first: a run being replaced must not look complete meanwhile.
+    def log_into(self, folder: str) -> str:
+        """Registers `folder`, written in place while the run goes (TensorBoard's events):
+        if the run fails what it added goes; if it finishes, what an earlier run of the same
+        options had there goes (the run it replaces)."""
+        self.logs[folder] = set(_entries(folder)) if files.isdir(folder) else None
+        return folder
+
+    def commit(self, run_info: Mapping) -> Path | str:
+        """Writes the run file and puts every staged artifact in place, the run file last;
+        returns the run file's path.
+
+        Locally that is a few renames that no signal interrupts; an old artifact in a place is
+        moved aside first and removed once the run file is in place. Remote places are copied
+        (an old remote run file is removed first: a run being replaced must not look complete
+        while its model is copied).
+
+        Raises:
+          RunExistsError: a run of the same options finished meanwhile (without --overwrite).
         """
-        if self.destination:
-            files.remove(files.join(self.destination, run_name))
-        for local, remote in self.staged.items():
-            self.paths.append(remote)
+        run_place = run_file_path(self.out_dir, run_hash(run_info))
+        _refuse_to_replace(self.args)
+        remote = {local: place for local, place in self.staged.items() if files.is_remote(place)}
+        if files.is_remote(run_place):
+            files.remove(run_place)
+        for local, place in remote.items():
+            self.paths.append(place)
             if local.is_dir():
-                files.remove(remote)
-                files.copy_tree(local, remote, flag="--out_dir")
+                files.remove(place)
+                files.copy_tree(local, place, flag="--out_dir")
             else:
-                files.put_file(local, remote)
+                files.put_file(local, place)
             interrupts.check()
+        if files.is_remote(run_place):
+            files.write_bytes(run_place, _run_bytes(run_info))
+        else:
+            self._run_tmp = files.hidden_path(run_place, tag=self.tag)
+            files.write_bytes(self._run_tmp, _run_bytes(run_info))  # all written: `recover`
+            moves = [(local, Path(p)) for local, p in self.staged.items() if local not in remote]
+            with interrupts.critical():
+                _refuse_to_replace(self.args)
+                _put_in_place(self.tag, moves, self._run_tmp, Path(run_place))
+        self._committed = True
+        for folder, before in self.logs.items():  # the replaced run's events
+            for name in before or ():
+                files.remove(files.join(folder, name))
+        return self.final(run_place)
+
+    def final(self, place: str) -> Path | str:
+        """`place` as a result gives it: a `Path` when local, the URL when remote."""
+        return place if files.is_remote(place) else Path(place)
 
     def remove(self) -> None:
-        for path in self.paths:
-            files.remove(path)
-        if self.created_out_dir and self.out_dir.is_dir() and not any(self.out_dir.iterdir()):
-            self.out_dir.rmdir()
+        """Removes what the run wrote (it did not finish; nothing once it has)."""
+        if self._committed:
+            return
+        for path in [*self.staged, self._run_tmp, *self.paths]:
+            if path is not None:
+                files.remove(path)
+        for folder, before in self.logs.items():
+            if before is None:
+                files.remove(folder)
+            else:
+                for name in set(_entries(folder)) - before:
+                    files.remove(files.join(folder, name))
+        out = Path(self.out_dir)
+        if self.created_out_dir and out.is_dir() and not any(out.iterdir()):
+            out.rmdir()
 
     def cleanup(self) -> None:
-        """Removes the local staging folders."""
-        for folder in (self._spare, self.out_dir if self.destination else None):
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
+        """Removes the local staging folder of remote places."""
+        if self._spare is not None:
+            shutil.rmtree(self._spare, ignore_errors=True)
+
+
+def _entries(folder: str) -> list[str]:
+    """The names in a local or remote folder."""
+    return [files.basename(p) for p in files.glob(files.join(folder, "*"))]
+
+
+def _put_in_place(
+    tag: str, moves: list[tuple[Path, Path]], run_tmp: Path, run_file: Path, *, undo: bool = True
+) -> None:
+    """Renames each staged artifact onto its place, an old one there moved aside first
+    (`.<name>.<tag>.old`), then the staged run file onto `run_file`; removes the old ones.
+
+    If a rename fails, the ones done are undone (old artifacts back in place, unless not
+    `undo`) and the error raised. A process killed in between leaves the staged run file, from
+    which the next run into the folder finishes the job (`recover`).
+    """
+    done: list[tuple[Path, Path, Path | None]] = []
+    try:
+        for staged, place in moves:
+            if not staged.exists():  # put in place already (`recover` after a kill)
+                continue
+            old = None
+            if os.path.lexists(place):
+                old = files.hidden_path(place, "old", tag=tag)
+                os.rename(place, old)
+            done.append((staged, place, old))
+            os.rename(staged, place)
+        os.replace(run_tmp, run_file)
+    except BaseException:
+        for staged, place, old in reversed(done) if undo else ():
+            if not os.path.lexists(staged) and os.path.lexists(place):
+                os.rename(place, staged)
+            if old is not None:
+                os.rename(old, place)
+        raise
+    for _, _, old in done:
+        if old is not None:
+            files.remove(old)
+
+
+def recover(out_dir: str | os.PathLike) -> None:
+    """Finishes or removes what killed runs left in `out_dir` (their processes are gone).
+
+    A run killed while putting its artifacts in place has left its staged run file, written
+    only once every artifact was: its artifacts are put in place (it had finished; an
+    earlier run of the same options there is replaced, as it would have been). Every other
+    hidden file a killed run left there (and beside its results CSV) is removed.
+    """
+    out = files.expand(out_dir)
+    for left in files.leftovers(out):
+        h = formats.run_file_hash(left.name)
+        if h is None or left.kind != "tmp":
+            continue
+        try:
+            csv = _read_run_bytes(left.path)["args"]["results_csv"]
+        except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError):
+            continue  # not whole: the run had not finished; removed below
+        places = [model_dir_path(out, h), curve_path(out, h)]
+        if csv and not files.is_remote(csv):
+            places.append(files.expand(csv))
+        moves = [(files.hidden_path(p, tag=left.tag), Path(p)) for p in places]
+        with contextlib.suppress(OSError):  # another run into the folder finished it first
+            _put_in_place(left.tag, moves, left.path, Path(run_file_path(out, h)), undo=False)
+        if len(places) == 3:
+            files.remove_leftovers(os.path.dirname(os.path.abspath(places[2])), [Path(csv).name])
+    files.remove_leftovers(out)
+
+
+def _refuse_to_replace(args: TrainArgs) -> None:
+    """Without --overwrite, a finished run of the same options (its run file) or an existing
+    --results_csv stops the run before any work.
+
+    Raises:
+      RunExistsError: naming the file and the flags that fix it.
+    """
+    if args.overwrite:
+        return
+    out, h = files.expand(args.out_dir), args.hash()
+    if files.exists(run_file_path(out, h)):
+        raise RunExistsError(
+            f"--out_dir {out} already holds {formats.run_file_name(h)}, a run with these same "
+            "options; pass --run_id=<tag> to train another beside it, or --overwrite to "
+            "replace it once this run has finished"
+        )
+    csv = files.expand(args.results_csv)
+    if args.test_mode == "predictions" and files.exists(csv):
+        raise RunExistsError(
+            f"--results_csv {csv} already exists; pass another --results_csv, or --overwrite "
+            "to replace it once this run has finished"
+        )
+
+
+def outputs(args: TrainArgs) -> list[files.Output]:
+    """Every path a run of `args` writes, for `files.prepare_outputs`."""
+    out, h = files.expand(args.out_dir), args.hash()
+    places = [
+        files.Output(model_dir_path(out, h), "--out_dir", artifact=True),
+        files.Output(run_file_path(out, h), "--out_dir", artifact=True),
+        files.Output(curve_path(out, h), "--out_dir"),
+    ]
+    if args.test_mode == "predictions":
+        places.append(files.Output(files.expand(args.results_csv), "--results_csv"))
+    if args.tensorboard:
+        places.append(
+            files.Output(tensorboard_dir(files.expand(args.tensorboard), h), "--tensorboard")
+        )
+    if args.cache_dir:
+        places.append(files.Output(files.expand(args.cache_dir), "--cache_dir", adds_to=True))
+    return places
+
+
+def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[files.Input]:
+    """A trained run's model dir and run file, as inputs for `files.prepare_outputs`."""
+    return [
+        files.Input(model_dir, f"model directory of {flag}", folder=True),
+        files.Input(run_file_for(model_dir), f"run file of {flag}"),
+    ]
 
 
 @contextlib.contextmanager
-def writing_into(out_dir: str | os.PathLike) -> Iterator[Artifacts]:
-    """Creates `out_dir` if needed; on any failure or Ctrl-C removes what the block wrote.
+def writing_into(args: TrainArgs, inputs: Sequence[files.Input] = ()) -> Iterator[Artifacts]:
+    """Prepares a run's artifacts, before any work; on any failure or Ctrl-C removes what the
+    block wrote, leaving whatever was there before as it was.
 
-    A remote `out_dir` gets a local staging folder instead (see `Artifacts`).
+    First finishes or removes what killed runs left in `--out_dir` (`recover`), checks the
+    run's outputs against `inputs` and each other (`files.prepare_outputs`), and refuses to
+    replace a finished run of the same options or an existing `--results_csv` without
+    `--overwrite`; then creates `--out_dir` (a remote one needs no creating).
+
+    Args:
+      args: the run's options, resolved (`TrainArgs.resolved`: `results_csv` named).
+      inputs: what the run reads: data split folders, member runs, a models.py.
 
     Raises:
-      FlagError: `out_dir` is a file.
+      FlagError: `--out_dir` is a file; files.OutputError: an output clashes with an input.
+      RunExistsError: a finished run would be replaced without `--overwrite`.
     """
-    target = files.expand(out_dir)
+    target = files.expand(args.out_dir)
     if files.exists(target) and not files.isdir(target):
         raise FlagError(f"--out_dir {target} is a file; pass a folder")
-    if files.is_remote(target):
-        staging = Path(tempfile.mkdtemp(prefix="tpu_tiles_stage_"))
-        artifacts = Artifacts(staging, created_out_dir=False, destination=target)
-    else:
-        path = Path(target)
-        artifacts = Artifacts(path, created_out_dir=not path.exists())
+    recover(target)
+    files.prepare_outputs(outputs(args), inputs)
+    _refuse_to_replace(args)
+    artifacts = Artifacts(args, created_out_dir=not files.exists(target))
     try:
-        artifacts.out_dir.mkdir(parents=True, exist_ok=True)
+        if not files.is_remote(target):
+            Path(target).mkdir(parents=True, exist_ok=True)
         yield artifacts
     except BaseException:
         artifacts.remove()
@@ -392,7 +592,6 @@ def finish(
     from tpu_tiles_models import scoring  # TensorFlow
 
     progress = not args.no_progress
-    out_dir = artifacts.out_dir
     if val_errors is None:
         val_errors = scoring.errors(
             scoring.score_split(
@@ -413,8 +612,9 @@ def finish(
         else:
             ranks = {s.tile_id: scoring.upstream_top(s.scores, UPSTREAM_TOP) for s in scored}
             run_info["test_predictions"] = ranks
-            results_csv = artifacts.place(files.expand(args.results_csv))
-            kaggle.write_predictions_csv(results_csv, list(ranks.items()), flag="--results_csv")
+            results_csv = files.expand(args.results_csv)
+            staged = artifacts.stage(results_csv)
+            kaggle.write_predictions_csv(staged, list(ranks.items()), flag="--results_csv")
     h = args.hash()
     run_info[EXTRAS_KEY] = dict(
         extras,
@@ -424,14 +624,16 @@ def finish(
         toy_data=args.toy_data,
         data_root=args.data_root,
         train_args=args.to_dict(),
+        **{IDENTITY_KEY: args.identity()},
     )
     interrupts.check()
-    model_dir = save_model_dir(model, artifacts.add(Path(model_dir_path(out_dir, h))))
-    interrupts.check()  # a Ctrl-C during the save stops here, before the run file exists
+    model_dir = model_dir_path(artifacts.out_dir, h)
+    save_model(model, artifacts.stage(model_dir))
+    interrupts.check()  # a Ctrl-C during the save stops here, before anything is in place
     if curve["epoch"]:
-        _plot_curve(curve, extras, artifacts.add(Path(curve_path(out_dir, h))))
-    artifacts.publish(formats.run_file_name(h))
-    run_file = write_run(artifacts.target, upstream, run_info)
+        _plot_curve(curve, extras, artifacts.stage(curve_path(artifacts.out_dir, h)))
+    interrupts.check()
+    run_file = artifacts.commit(run_info)
     model_dir = artifacts.final(model_dir)
     results_csv = artifacts.final(results_csv) if results_csv else None
     print(

@@ -7,21 +7,30 @@ through `tf.io.gfile` by the helpers below (`open_read`, `read_bytes`, `size_and
 imports only the standard library and `errors` (TensorFlow only for a remote path), so the
 TensorFlow-free modules (`kaggle`, `install`) use it too. (`create_kaggle_csv.py` keeps a
 small copy of its own: it must run where this package is not installed.)
+
+Hidden temporaries carry their owner, `.<name>.<host>-<pid>-<random>.tmp` (`hidden_path`), so
+that what a killed process left (`kill -9`, a power cut) is told apart from what a running one
+is writing: `remove_leftovers` removes only the former. And before any work, every command
+checks what it will write against what it reads (`prepare_outputs`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import errno
+import hashlib
 import os
 import re
 import secrets
 import shutil
+import socket
 import stat
 import tempfile
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Iterable, Iterator, Sequence
 
+from tpu_tiles_models import formats
 from tpu_tiles_models.errors import FlagError, UserError
 
 # Write failures the user fixes by freeing space or choosing another place.
@@ -30,6 +39,12 @@ _STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBI
 _TEMP_TRIES = 100
 # `gs://`, `ram://`, `s3://`, ...: a file system of tf.io.gfile, not a local path.
 _SCHEME = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
+# This machine in a hidden temporary's owner tag: a process id means something only here.
+_HOST = hashlib.md5(socket.gethostname().encode()).hexdigest()[:6]
+# `.<name>.<host>-<pid>-<random>.<kind>`: a temporary ("tmp") or a replaced copy ("old").
+_HIDDEN = re.compile(
+    r"^\.(?P<name>.+)\.(?P<tag>(?P<host>[0-9a-f]{6})-(?P<pid>\d+)-[0-9a-f]{8})\.(?P<kind>tmp|old)$"
+)
 
 
 class WriteError(UserError, OSError):
@@ -69,7 +84,8 @@ def atomic_path(
             yield tmp
         return
     path = Path(path)
-    where = f"{flag} {path}" if flag else str(path)
+    shown = _shown(path)
+    where = f"{flag} {shown}" if flag else str(shown)
     _check_target(path, where, flag)
     tmp = _create_temp(path, where, flag, mode)
     try:
@@ -106,7 +122,7 @@ def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Pa
             raise WriteError(f"{where} is a folder; pass the path of a file to write")
         return url
     path = Path(path)
-    where = f"{flag} {path}" if flag else str(path)
+    where = f"{flag} {_shown(path)}" if flag else str(_shown(path))
     if path.is_dir():
         raise WriteError(f"{where} is a folder; pass the path of a file to write")
     for parent in path.parents:
@@ -116,6 +132,12 @@ def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Pa
                 raise WriteError(f"{where}: {parent} is a file, not a folder; pass {other}")
             break
     return path
+
+
+def _shown(path: Path) -> Path:
+    """The path a message names: a staged artifact (`hidden_path`) by the place it is for."""
+    m = _HIDDEN.match(path.name)
+    return path.with_name(m["name"]) if m else path
 
 
 def _check_target(path: Path, where: str, flag: str | None) -> None:
@@ -135,7 +157,7 @@ def _create_temp(path: Path, where: str, flag: str | None, mode: int) -> Path:
     """Creates `.<name>.<random>.tmp` beside `path` with `mode & ~umask`, like `open` does."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     for _ in range(_TEMP_TRIES):
-        tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
+        tmp = hidden_path(path)
         try:
             # The kernel applies the umask (and a default ACL) to `mode`, as for any new file.
             os.close(os.open(tmp, flags, mode))
@@ -171,6 +193,204 @@ def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | Non
     src = Path(src)
     with atomic_path(dst, flag=flag, mode=stat.S_IMODE(src.stat().st_mode) & 0o777) as tmp:
         shutil.copyfile(src, tmp)
+
+
+# -- hidden temporaries and what killed processes left -----------------------------------------
+
+
+def new_tag() -> str:
+    """`<host>-<pid>-<random>`: names this process's hidden temporaries (`hidden_path`)."""
+    return f"{_HOST}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+def hidden_path(path: str | os.PathLike, kind: str = "tmp", *, tag: str | None = None) -> Path:
+    """`.<name>.<tag>.<kind>` beside `path`: a temporary (`kind="tmp"`) or a copy being
+    replaced (`"old"`), owned by this process. Writers that stage several files at once give
+    them one `tag` (`new_tag()`), so that a later run can finish or undo them together."""
+    path = Path(path)
+    return path.with_name(f".{path.name}.{tag or new_tag()}.{kind}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Leftover:
+    """A hidden temporary or old copy (`hidden_path`) whose owner process is gone."""
+
+    path: Path
+    name: str  # the name it was written for
+    tag: str
+    kind: str  # "tmp" or "old"
+
+
+def _owner_gone(host: str, pid: int) -> bool:
+    """Whether the process that made a hidden file is gone. One of another machine (a shared
+    folder) cannot be asked: it counts as running, and its files are left alone."""
+    if host != _HOST:
+        return False
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # PermissionError: another user's process, running
+        return False
+    return False
+
+
+def leftovers(folder: str | os.PathLike, names: Iterable[str] | None = None) -> list[Leftover]:
+    """The hidden temporaries and old copies in `folder` (of `names` only, if given) whose
+    owner process is gone, in name order. A remote or missing folder has none (a bucket has
+    no processes to ask)."""
+    if is_remote(folder) or not os.path.isdir(folder):
+        return []
+    wanted = None if names is None else set(names)
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        m = _HIDDEN.match(entry.name)
+        if m is None or (wanted is not None and m["name"] not in wanted):
+            continue
+        if _owner_gone(m["host"], int(m["pid"])):
+            found.append(Leftover(Path(entry.path), m["name"], m["tag"], m["kind"]))
+    return found
+
+
+def remove_leftovers(folder: str | os.PathLike, names: Iterable[str] | None = None) -> list[Path]:
+    """Removes what killed processes left in `folder` (see `leftovers`); returns their paths."""
+    gone = [found.path for found in leftovers(folder, names)]
+    for path in gone:
+        remove(path)
+    return gone
+
+
+# -- outputs against inputs -----------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Input:
+    """A file or folder a command reads, and what named it."""
+
+    path: str | os.PathLike
+    what: str  # "--sample file", "--data_root's train split", "run file of --dir"
+    folder: bool = False  # a folder it reads whole: nothing may be written into it
+
+
+@dataclasses.dataclass(frozen=True)
+class Output:
+    """A file or folder a command writes, and the flag that chose it (the fix names it)."""
+
+    path: str | os.PathLike
+    flag: str
+    example: str = ""  # another value to suggest, e.g. "predictions_kaggle.csv"
+    # One of a training run's own artifacts (`model_<h>/`, `run_<h>.jsonz`): whether an old
+    # one may be replaced is the run's decision (`export`), not this check's.
+    artifact: bool = False
+    # A folder the command only adds its own files to (a cache), never replaces: an input in
+    # it is safe.
+    adds_to: bool = False
+
+
+class OutputError(FlagError):
+    """An output would overwrite an input, another output or a finished run's artifact."""
+
+
+def split_inputs(
+    data_root: str | os.PathLike, splits: Sequence[str] = formats.SPLITS
+) -> list[Input]:
+    """The split folders of a data root (every npz in them is read), as inputs."""
+    root = expand(data_root)
+    return [Input(join(root, split), f"--data_root's {split} split", True) for split in splits]
+
+
+def _resolved(path: str | os.PathLike) -> str:
+    """A comparable spelling: a URL without trailing `/`, a local path absolute with its links
+    resolved (so a link to an input is that input)."""
+    path = expand(path)
+    return path.rstrip("/") if is_remote(path) else os.path.realpath(path)
+
+
+def _inside(path: str, folder: str) -> bool:
+    if is_remote(path) != is_remote(folder):
+        return False
+    if is_remote(path):
+        return path.startswith(folder + "/")
+    return path != folder and os.path.commonpath([path, folder]) == folder
+
+
+def _same(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    try:  # hard links
+        return not is_remote(a) and not is_remote(b) and os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet)
+        return False
+
+
+def _finished_run_part(path: str) -> str | None:
+    """What finished training run `path` (local, resolved) belongs to, if any: a run file, or
+    a file or folder in a SavedModel folder."""
+    if formats.run_file_hash(os.path.basename(path)) is not None and os.path.isfile(path):
+        return "a run file"
+    for parent in Path(path).parents:
+        if (parent / formats.SAVED_MODEL_FILE).is_file():
+            return f"inside the model directory {parent}"
+    return None
+
+
+def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
+    """What every command calls before any work: refuses an output that is one of the inputs
+    or lies in an input folder, one whose folder holds an input, two outputs at one path, and
+    an output over a finished run's run file or into its model directory; then removes what
+    killed processes left while writing these outputs (`remove_leftovers`).
+
+    Args:
+      outputs: every path the command will write (files, or folders it fills).
+      inputs: every path it reads (files, or folders whose whole content it reads).
+
+    Raises:
+      OutputError: the first clash, in one line naming both paths and the flag to change.
+    """
+    _check_outputs(outputs, inputs)
+    for out in outputs:
+        place = expand(out.path)
+        if not is_remote(place):
+            remove_leftovers(os.path.dirname(os.path.abspath(place)), [basename(place)])
+
+
+def _check_outputs(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
+    seen: dict[str, Output] = {}
+    for out in outputs:
+        where, fix = f"{out.flag} {expand(out.path)}", f"pass another {out.flag}"
+        if out.example:
+            fix += f" (e.g. {out.example})"
+        target = _resolved(out.path)
+        for read in inputs:
+            source = _resolved(read.path)
+            if _same(target, source):
+                raise OutputError(
+                    f"{where} is the {read.what} {expand(read.path)}; writing it would destroy "
+                    f"that input, so {fix}"
+                )
+            if read.folder and _inside(target, source):
+                raise OutputError(
+                    f"{where} is in the {read.what} {expand(read.path)}; writing there would "
+                    f"change what this command reads, so {fix}"
+                )
+            if _inside(source, target) and not out.adds_to:
+                raise OutputError(
+                    f"{where} holds the {read.what} {expand(read.path)}; writing it would "
+                    f"destroy that input, so {fix}"
+                )
+        if target in seen and seen[target] != out and not (out.adds_to and seen[target].adds_to):
+            raise OutputError(
+                f"{where} is also {seen[target].flag}; one file cannot be both, so {fix}"
+            )
+        seen[target] = out
+        part = None if out.artifact or is_remote(target) else _finished_run_part(target)
+        if part:
+            raise OutputError(
+                f"{where} is {part} of a finished training run; writing it would break that "
+                f"run, so {fix}"
+            )
 
 
 # -- local or remote (tf.io.gfile) --------------------------------------------------------

@@ -69,6 +69,14 @@ def run_hash(name: str) -> str | None:
     return name[len(_MODEL_DIR) :]
 
 
+def run_file_hash(name: str) -> str | None:
+    """`h` of a `run_<h>.jsonz` file name; None for any other name."""
+    head, tail = _RUN_FILE
+    if not (name.startswith(head) and name.endswith(tail)) or len(name) <= len(head + tail):
+        return None
+    return name[len(head) : -len(tail)]
+
+
 def curve_name(h: str) -> str:
     """`train_curve_<h>.png`: losses, OPA and the validation score per epoch."""
     return f"train_curve_{h}.png"

@@ -1,10 +1,12 @@
-"""Ctrl-C that stops long work at a safe point, so the run can clean up after itself.
+"""Ctrl-C, SIGTERM and SIGHUP that stop long work at a safe point, so the run cleans up.
 
 A KeyboardInterrupt raised inside TensorFlow (while tracing, or in a C++ op) can surface as
 an unrelated error, or be swallowed by a library. The command line therefore catches the
-first Ctrl-C itself, and long loops (training steps, scoring, saving) call `check()` between
-steps: the run then stops within one step, removes what it started and exits 130. A second
-Ctrl-C stops at once.
+first stop signal itself: Ctrl-C (SIGINT), SIGTERM (what `kill`, `timeout`, schedulers and
+`docker stop` send) or SIGHUP (the terminal closed). Long loops (training steps, scoring,
+saving) call `check()` between steps: the run then stops within one step, removes what it
+started and exits 128 + the signal's number (`exit_status`: 130, 143, 129). A second signal
+stops at once, except inside `critical()` (the few renames that put a finished run in place).
 """
 
 from __future__ import annotations
@@ -14,29 +16,78 @@ import signal
 import threading
 from typing import Iterator
 
+# The signals that stop a command; SIGHUP does not exist on Windows.
+STOP_SIGNALS = tuple(
+    getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name)
+)
+
 _pressed = threading.Event()
+_received: list[int] = []  # the first stop signal of the current `deferred()` block
+_critical = threading.Event()
 
 
-def _on_sigint(signum, frame) -> None:
-    if _pressed.is_set():
-        raise KeyboardInterrupt
+def note(signum: int) -> None:
+    """Records stop signal `signum` as if it had arrived: the next `check()` raises."""
+    if not _pressed.is_set():
+        _received[:] = [signum]
     _pressed.set()
+
+
+def noted() -> bool:
+    """Whether a stop signal was noted and not yet raised by `check()`."""
+    return _pressed.is_set()
+
+
+def _on_signal(signum, frame) -> None:
+    if _pressed.is_set() and not _critical.is_set():
+        raise KeyboardInterrupt
+    note(signum)
 
 
 @contextlib.contextmanager
 def deferred() -> Iterator[None]:
-    """Within the block, Ctrl-C is noted and raised at the next `check()` (main thread)."""
+    """Within the block, a stop signal is noted and raised at the next `check()` (main
+    thread only, where Python runs signal handlers)."""
     _pressed.clear()
-    previous = signal.signal(signal.SIGINT, _on_sigint)
+    _received.clear()
+    previous = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGINT, previous)
+        for s, handler in previous.items():
+            signal.signal(s, handler)
         _pressed.clear()
 
 
 def check() -> None:
-    """Raises KeyboardInterrupt if Ctrl-C was pressed inside `deferred()`."""
-    if _pressed.is_set():
+    """Raises KeyboardInterrupt if a stop signal arrived inside `deferred()`."""
+    if _pressed.is_set() and not _critical.is_set():
         _pressed.clear()
         raise KeyboardInterrupt
+
+
+@contextlib.contextmanager
+def critical() -> Iterator[None]:
+    """Within the block even a second signal only is noted: the block (a few renames) runs
+    to its end, and the next `check()` after it stops the run."""
+    _critical.set()
+    try:
+        yield
+    finally:
+        _critical.clear()
+
+
+def received() -> int:
+    """The stop signal that interrupted the last `deferred()` block (SIGINT if none was
+    noted: a KeyboardInterrupt from elsewhere)."""
+    return _received[0] if _received else signal.SIGINT
+
+
+def exit_status() -> int:
+    """The shell's status for death by `received()`: 130 for SIGINT, 143 SIGTERM, 129 SIGHUP."""
+    return 128 + int(received())
+
+
+def name() -> str:
+    """`SIGTERM`: the name of `received()`."""
+    return signal.Signals(received()).name

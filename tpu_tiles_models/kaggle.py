@@ -293,7 +293,7 @@ def _kaggle_text(rows: Iterable[tuple[str, str]]) -> str:
 
 
 def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
-    """Refuses an ``--out`` that is a folder or the same file as one of ``inputs``.
+    """Refuses an ``--out`` that is a folder or one of ``inputs`` (``files.prepare_outputs``).
 
     Args:
       out_path: the submission to write.
@@ -302,16 +302,10 @@ def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
     if Path(out_path).is_dir():
         example = Path(out_path) / "predictions_kaggle.csv"
         raise KaggleError(f"--out {out_path} is a folder; pass a file path, e.g. --out {example}")
-    for flag, path in inputs.items():
-        try:
-            same = os.path.samefile(out_path, path)
-        except OSError:  # One of them does not exist (yet): not the same file.
-            continue
-        if same:
-            raise KaggleError(
-                f"--out {out_path} is the {flag} file {path}; writing it would destroy that "
-                "input, so pass another --out (e.g. predictions_kaggle.csv)"
-            )
+    files.prepare_outputs(
+        [files.Output(out_path, "--out", example="predictions_kaggle.csv")],
+        [files.Input(path, f"{flag} file") for flag, path in inputs.items()],
+    )
 
 
 def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: PathLike) -> dict:

@@ -1,5 +1,6 @@
 """Apache Beam plumbing that `tpu-tiles sweep` and `tpu-tiles synth` share: how many cores,
-Beam's logging kept to errors, and running a pipeline so that Ctrl-C stops it cleanly."""
+Beam's logging kept to errors, and running a pipeline so that Ctrl-C, SIGTERM and SIGHUP stop
+it cleanly."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ import sys
 import threading
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
+
+from tpu_tiles_models import interrupts
 
 T = TypeVar("T")
 Handler = Any  # what signal.signal returns: a callable, SIG_IGN, SIG_DFL or None
@@ -46,6 +49,34 @@ def quiet_beam() -> Iterator[None]:
         beam_logger.setLevel(level)
 
 
+def _descendants(pid: int) -> list[int]:
+    """The processes below `pid`, children first (from Linux's /proc; none without it)."""
+    children: dict[int, list[int]] = {}
+    with contextlib.suppress(OSError):
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue  # gone meanwhile
+            children.setdefault(ppid, []).append(int(entry))
+    found, todo = [], [pid]
+    while todo:
+        kids = children.get(todo.pop(0), [])
+        found += kids
+        todo += kids
+    return found
+
+
+def _interrupt(pids: list[int]) -> None:
+    """SIGINT to each process, as a terminal's Ctrl-C would send it; gone ones are skipped."""
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGINT)
+
+
 def run_shielded(
     run: Callable[[], T], on_ctrl_c: Callable[[Handler], None]
 ) -> tuple[T | None, bool]:
@@ -55,6 +86,9 @@ def run_shielded(
     a terminal's Ctrl-C must not reach them as a kill: Beam would wait for or retry their
     work. A tiny sentinel child notices Ctrl-C instead, and the first one calls
     `on_ctrl_c(previous_handler)` (which tells the workers to stop, through a marker file).
+    SIGTERM and SIGHUP sent to this process alone (`kill`, `docker stop`) are noted for the
+    exit status (`interrupts`) and passed on as Ctrl-C to every process below this one, the
+    sentinel included, so that they stop as on Ctrl-C; a second one stops waiting at once.
     Outside the main thread signals are not ours: `run` is simply called.
 
     Returns:
@@ -79,15 +113,29 @@ def run_shielded(
     thread = threading.Thread(target=target, name="beam-pipeline", daemon=True)
     sentinel = subprocess.Popen([sys.executable, "-c", _SENTINEL], stdin=subprocess.DEVNULL)
     pressed = False
+    stopped: list[int] = []  # SIGTERM or SIGHUP to this process
+
+    def on_stop_signal(signum, frame) -> None:
+        if stopped:
+            raise KeyboardInterrupt
+        stopped.append(signum)
+        interrupts.note(signum)
+        _interrupt(_descendants(os.getpid()) or [sentinel.pid])
+
+    others = {
+        s: signal.signal(s, on_stop_signal) for s in interrupts.STOP_SIGNALS if s != signal.SIGINT
+    }
     try:
         thread.start()
-        while thread.is_alive():
+        while thread.is_alive() or (stopped and not pressed):
             thread.join(0.2)
-            if not pressed and sentinel.poll() is not None:
+            if not pressed and (stopped or sentinel.poll() is not None):
                 pressed = True
                 on_ctrl_c(previous)
     finally:
         signal.signal(signal.SIGINT, previous)
+        for s, handler in others.items():
+            signal.signal(s, handler)
         sentinel.kill()
         sentinel.wait()
     if "error" in outcome and not pressed:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpu_tiles_models import files, kaggle, scoring
+from tpu_tiles_models import export, files, kaggle, registry, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -42,6 +42,10 @@ def predict_to_csv(
         raise FlagError(f"--top_k must be at least 1, got {top_k}")
     files.check_output_path(out, flag="--out")  # before minutes of scoring
     run = TrainedRun.open(model_dir, models_path=models_path)
+    inputs = export.run_inputs(run.model_dir) + files.split_inputs(data_root)
+    files.prepare_outputs(
+        [files.Output(out, "--out")], inputs + registry.models_inputs(models_path)
+    )
     model, dataset = run.load(data_root, cache_dir=cache_dir, progress=progress)
     scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
     rows = scoring.prediction_rows(scored, top_k)

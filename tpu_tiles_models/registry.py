@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 
+from tpu_tiles_models import files
 from tpu_tiles_models.errors import FlagError, UserError
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -60,6 +62,17 @@ def dropin_file(name: str) -> Path:
         if candidate.is_file():
             return candidate
     raise UserError(f"{name} not found beside {PACKAGE_DIR}; reinstall tpu-tiles-models")
+
+
+def models_inputs(path: str | os.PathLike | None) -> list[files.Input]:
+    """A `--models` file (or an upstream root's models.py) as an input, for
+    `files.prepare_outputs`; none for ours."""
+    if not path or files.is_remote(path):
+        return []
+    file = Path(files.expand(path))
+    if file.is_dir():
+        file = file / UPSTREAM_MODELS
+    return [files.Input(file, "--models file")] if file.is_file() else []
 
 
 def load_models_module(path: str | Path | None = None) -> ModuleType:

@@ -12,10 +12,10 @@ validation kernel; the best of them is kept.
 
 `train(TrainArgs) -> TrainResult` is the API (`tpu-tiles train` parses upstream's flag syntax
 into `TrainArgs`). `export` writes the artifacts (`finish` within `writing_into`), so a run
-that fails or is interrupted removes every artifact it had started. `data_root`, `cache_dir`,
-`out_dir`, `results_csv` and `tensorboard` may be remote (`gs://...`, through tf.io.gfile):
-artifacts for a remote place are written locally, then copied there at the end, the run file
-last.
+that fails or is interrupted removes every artifact it had started, and never an earlier run's.
+`data_root`, `cache_dir`, `out_dir`, `results_csv` and `tensorboard` may be remote
+(`gs://...`, through tf.io.gfile): artifacts for a remote place are written locally, then
+copied there at the end, the run file last.
 """
 
 from __future__ import annotations
@@ -233,8 +233,13 @@ def train(args: TrainArgs) -> export.TrainResult:
         return _train_as_worker(args, strategy)
     if args.test_mode == "predictions":
         files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
-    with export.writing_into(args.out_dir) as artifacts:
+    with export.writing_into(args, _inputs(args)) as artifacts:
         return _train(args, strategy, artifacts)
+
+
+def _inputs(args: TrainArgs) -> list[files.Input]:
+    """What a run reads: the data's split folders and a --models file."""
+    return files.split_inputs(args.data_root) + registry.models_inputs(args.models)
 
 
 def _train_as_worker(args: TrainArgs, strategy: tf.distribute.Strategy) -> export.TrainResult:
@@ -244,7 +249,7 @@ def _train_as_worker(args: TrainArgs, strategy: tf.distribute.Strategy) -> expor
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_worker_") as scratch:
         csv = str(export.results_csv_path(scratch, "worker"))
         mine = args.replace(out_dir=scratch, results_csv=csv, tensorboard="")
-        with export.writing_into(scratch) as artifacts:
+        with export.writing_into(mine) as artifacts:
             return _train(mine, strategy, artifacts)
 
 
@@ -396,8 +401,9 @@ def _tensorboard(args: TrainArgs, artifacts: export.Artifacts):
     folder itself)."""
     if not args.tensorboard:
         return None
-    log_dir = export.tensorboard_dir(files.expand(args.tensorboard), args.hash())
-    artifacts.paths.append(log_dir)
+    log_dir = artifacts.log_into(
+        export.tensorboard_dir(files.expand(args.tensorboard), args.hash())
+    )
     return tf.summary.create_file_writer(log_dir)
 
 

@@ -2,9 +2,12 @@
 
 Built from a command line (absl's flag syntax, as upstream's `tiles_train.py` parses it: the
 course handouts write `--toy_data=True`), from a dict (a run file's `args`, a sweep's grid
-point) or in code. It produces upstream's 15-field args dict and its md5 hash, so our
-artifacts carry upstream's names. This module imports no TensorFlow: a sweep driver can build
-and hash arguments without it.
+point) or in code. It produces upstream's 15-field args dict and the run's hash `h`, which
+names its artifacts (`model_<h>/`, `run_<h>.jsonz`). With our own options at their defaults `h`
+is upstream's own md5, so the names are the ones `tiles_train.py` would give; an option of ours
+that is not at its default (`--seed=1`, `--data_root=D`) enters the hash too (`identity`), so
+runs that differ in any option that shapes the run never share a name. This module imports no
+TensorFlow: a sweep driver can build and hash arguments without it.
 """
 
 from __future__ import annotations
@@ -22,6 +25,11 @@ from tpu_tiles_models import formats
 from tpu_tiles_models.errors import FlagError
 
 DEFAULT_LOSSES = "ListMLELoss:1,MSE:0.02"
+# Where our options that shape a run go in the hashed dict (absent when all are at defaults).
+HASH_KEY = "tpu_tiles"
+# Options that only say where things are cached or shown, or how a rerun treats an earlier
+# run: two runs that differ only in these are the same run (same hash).
+NOT_IN_HASH = frozenset({"cache_dir", "no_progress", "tensorboard", "overwrite"})
 
 # Upstream's `TrainArgs` fields in its order, and the name each has here (= our flag name).
 UPSTREAM_FIELDS = {
@@ -100,6 +108,11 @@ class TrainArgs:
     )
     tensorboard: str = _flag("", "write per-epoch TensorBoard scalars here ('': none)")
     no_progress: bool = _flag(False, "no progress bars (logs, CI)")
+    overwrite: bool = _flag(
+        False,
+        "replace a finished run of the same options (same hash) once this one has finished; "
+        "without it such a rerun is refused before any work",
+    )
 
     def __post_init__(self) -> None:
         for f in dataclasses.fields(self):
@@ -181,9 +194,19 @@ class TrainArgs:
             raise ValueError("upstream_args() needs results_csv: call resolved() first")
         return {up: getattr(self, ours) for up, ours in UPSTREAM_FIELDS.items()}
 
+    def identity(self) -> dict[str, Any]:
+        """Our options that shape the run and are not at their defaults (see `NOT_IN_HASH`),
+        by flag name: what `hash` adds to upstream's fields."""
+        defaults = TrainArgs()
+        ours = set(FLAG_TYPES) - set(UPSTREAM_FIELDS.values()) - NOT_IN_HASH
+        return {
+            n: getattr(self, n) for n in sorted(ours) if getattr(self, n) != getattr(defaults, n)
+        }
+
     def hash(self) -> str:
-        """Upstream's `compute_hash`: md5 of the sorted-key JSON of `upstream_args()`."""
-        return args_hash(self.upstream_args())
+        """The run's `h`: upstream's `compute_hash` when `identity()` is empty, else the md5 of
+        upstream's fields with `identity()` under `HASH_KEY` (see `args_hash`)."""
+        return args_hash(self.upstream_args(), self.identity())
 
 
 @dataclasses.dataclass(frozen=True)
@@ -223,8 +246,11 @@ class TrainCommand:
         return cls(TrainArgs.from_argv(rest, prog), seeds, values.ensemble)
 
 
-def args_hash(upstream_args: Mapping[str, Any]) -> str:
-    """md5 hex of `json.dumps(args, sort_keys=True)` over upstream's 15 fields.
+def args_hash(upstream_args: Mapping[str, Any], identity: Mapping[str, Any] | None = None) -> str:
+    """md5 hex of `json.dumps(args, sort_keys=True)` over upstream's 15 fields, with our
+    non-default options (`TrainArgs.identity`) as one more key, `HASH_KEY`, if there are any.
+
+    Without `identity` this is upstream's `compute_hash` exactly.
 
     Raises:
       ValueError: if a field is missing (the dict is not upstream's args).
@@ -232,7 +258,9 @@ def args_hash(upstream_args: Mapping[str, Any]) -> str:
     missing = [f for f in UPSTREAM_FIELDS if f not in upstream_args]
     if missing:
         raise ValueError(f"args lack upstream fields: {', '.join(missing)}")
-    fields = {f: upstream_args[f] for f in UPSTREAM_FIELDS}
+    fields: dict[str, Any] = {f: upstream_args[f] for f in UPSTREAM_FIELDS}
+    if identity:
+        fields[HASH_KEY] = dict(identity)
     return hashlib.md5(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 

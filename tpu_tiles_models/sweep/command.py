@@ -1,6 +1,7 @@
 """`tpu-tiles sweep`: expand the grid, train the missing points, write the leaderboard.
 
-`run(SweepArgs)` is the command: the points whose run file exists are complete and skipped;
+`run(SweepArgs)` is the command: the points whose whole run is there (run file, model dir,
+results CSV: `export.completed_run`) are complete and skipped;
 the others train in one Beam pipeline (`pipeline`); then every point's row goes into the
 leaderboard (`sweep.csv`, `sweep.md`, `sweep.png`) and TensorBoard's HParams dashboard, and
 with `--ensemble_top K` the K best points are ensembled (`tpu-tiles ensemble`).
@@ -11,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from tpu_tiles_models import files, formats
+from tpu_tiles_models import export, files, formats, registry
 from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.sweep import hparams, leaderboard, pipeline, store
 from tpu_tiles_models.sweep.grid import parse_grid
@@ -59,6 +60,7 @@ def run(args: SweepArgs) -> SweepSummary:
     grids = parse_grid(args.grid)
     points = expand(grids, base, random_points=args.random, random_seed=args.random_seed)
     sweep_dir = store.sweep_dir(out_dir)
+    _check_outputs(points, out_dir, base)
     complete = {p.key for p in points if store.read_run_info(p) is not None}
     todo = [p for p in points if p.key not in complete]
     print(
@@ -81,6 +83,17 @@ def run(args: SweepArgs) -> SweepSummary:
     summary = _write_outputs(rows, points, out_dir, base, {p.key for p in todo}, ensemble)
     _raise_for_failures(summary, error)
     return summary
+
+
+def _check_outputs(points: Sequence[Point], out_dir: str, base: TrainArgs) -> None:
+    """The sweep's files and every point's artifacts against the data and --models, before
+    any work (`files.prepare_outputs`)."""
+    writes = [files.Output(p, "--out_dir") for p in store.leaderboard_paths(out_dir).values()]
+    writes.append(files.Output(store.sweep_dir(out_dir), "--out_dir", adds_to=True))
+    for point in points:
+        writes += export.outputs(point.args)
+    reads = files.split_inputs(base.data_root) + registry.models_inputs(base.models)
+    files.prepare_outputs(writes, reads)
 
 
 def main(argv: Sequence[str] | None = None) -> SweepSummary:
@@ -183,7 +196,7 @@ def _build_ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> d
         return dict(info, error=f"{len(best)} ok point(s); an ensemble needs at least 2")
     record = store.ensemble_record(target)
     previous = store.read_json(record)
-    if previous and previous["members"] == info["members"] and files.exists(previous["run_file"]):
+    if previous and previous["members"] == info["members"] and export.whole_run(previous["dir"]):
         return previous
     print(f"sweep: building the ensemble of the {len(best)} best points", flush=True)
     from tpu_tiles_models import ensemble as ensembles  # TensorFlow, only now

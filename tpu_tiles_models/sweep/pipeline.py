@@ -2,8 +2,9 @@
 
 It runs on any Beam runner. The default is the DirectRunner in multi-processing mode with
 `--num_workers` processes; every point trains on a worker (see `worker`), whose outcome file
-the driver polls to print progress. Ctrl-C stops the sweep cleanly: no worker starts another
-point, running points stop at a safe point and remove what they had started.
+the driver polls to print progress. Ctrl-C (or SIGTERM, SIGHUP) stops the sweep cleanly: no
+worker starts another point, running points stop at a safe point and remove what they had
+started.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import signal
 import threading
 from typing import Any, Callable, Sequence
 
-from tpu_tiles_models import files, pipelines
+from tpu_tiles_models import files, interrupts, pipelines
 from tpu_tiles_models.errors import FlagError, one_line
 from tpu_tiles_models.sweep import store, worker
 from tpu_tiles_models.sweep.options import SweepArgs
@@ -170,8 +171,11 @@ def _run_shielded(fn: Callable[[], None], stop_marker: str) -> bool:
 
     def on_ctrl_c(previous) -> None:
         files.write_bytes(stop_marker, b"")
-        print("sweep: Ctrl-C: no new point starts; running points stop at a safe point")
+        what = "Ctrl-C" if not interrupts.noted() else interrupts.name()
+        print(f"sweep: {what}: no new point starts; running points stop at a safe point")
         signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
+        if interrupts.noted():  # SIGTERM or SIGHUP, noted already (see run_shielded)
+            return
         if callable(previous) and previous is not signal.default_int_handler:
             previous(signal.SIGINT, None)
 

@@ -20,11 +20,12 @@ from tpu_tiles_models import export, files
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.sweep.grid import Grid
 from tpu_tiles_models.sweep.values import KWARGS_PREFIX
-from tpu_tiles_models.train_args import TrainArgs
+from tpu_tiles_models.train_args import NOT_IN_HASH, TrainArgs
 
 SEED_AXIS = "seed"
-# Options that change where things are read or shown, not the model: left out of a point's key.
-NOT_IN_KEY = ("results_csv", "cache_dir", "no_progress", "tensorboard")
+# Options that change where things are cached or shown, not the run (`train_args.NOT_IN_HASH`),
+# and the results CSV, named after the key: left out of a point's key.
+NOT_IN_KEY = frozenset({"results_csv", *NOT_IN_HASH})
 
 
 @dataclasses.dataclass(frozen=True)

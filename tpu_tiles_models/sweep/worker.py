@@ -1,7 +1,8 @@
 """One point on a Beam worker: train it (in a fresh child process, or here) and record how.
 
-`train_element` is the pipeline's step. A point whose run file exists meanwhile is skipped;
-otherwise what a killed earlier attempt left is removed and the point trains: with
+`train_element` is the pipeline's step. A point that is complete meanwhile (its whole run:
+`export.completed_run`) is skipped; otherwise what an earlier attempt left (a run file without
+its model, a killed run's hidden files) is removed and the point trains: with
 `--isolation process` in a child (`child_main`, through `python -m tpu_tiles_models.sweep.child`),
 so that a crash or an out-of-memory kill is this point's failure, not the worker's. The outcome
 (`ok`, `failed` with its error, or `interrupted`) goes to `sweep/points/<key>.json`.
@@ -31,7 +32,8 @@ from tpu_tiles_models.train_args import TrainArgs
 # of other processes or machines see the driver's Ctrl-C through the marker `sweep/STOP`.
 STOPPED = threading.Event()
 CHILD_MODULE = "tpu_tiles_models.sweep.child"
-EXIT_INTERRUPTED = 130
+# A child's exit status when a stop signal (Ctrl-C, SIGTERM, SIGHUP) stopped it cleanly.
+INTERRUPTED_STATUSES = frozenset(128 + int(s) for s in interrupts.STOP_SIGNALS)
 
 
 def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
@@ -59,9 +61,10 @@ def _train_point(args: TrainArgs, key: str, sweep_dir: str, isolation: str) -> d
     record = dict(key=key, hash=h, host=socket.gethostname(), pid=os.getpid())
     if STOPPED.is_set() or files.exists(store.stop_marker(sweep_dir)):
         return dict(record, status="interrupted", error="not started: the sweep was interrupted")
-    if files.exists(export.run_file_path(files.expand(args.out_dir), h)):
+    export.recover(args.out_dir)  # a killed attempt at this or another point
+    if export.completed_run(args.out_dir, h) is not None:
         return dict(record, status="skipped", error="")  # finished meanwhile (another sweep)
-    export.remove_unfinished(args)
+    export.remove_unfinished(args)  # what an earlier attempt left: trained again from nothing
     start = time.time()
     if isolation == "process":
         outcome = _train_in_child(args, store.log_path(sweep_dir, key))
@@ -112,7 +115,7 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
         if remote_log:
             files.write_bytes(log_path, local_log.read_bytes())
         outcome = store.read_json(str(outcome_path))
-    if code == EXIT_INTERRUPTED:
+    if code in INTERRUPTED_STATUSES:
         return dict(status="interrupted", error="interrupted")
     if outcome is not None:
         return outcome
@@ -145,8 +148,8 @@ def child_main(argv: Sequence[str]) -> int:
     with interrupts.deferred():  # SIGINT arrives ignored (see _run_shielded): handle it here
         outcome = _train_here(args)
     if outcome["status"] == "interrupted":
-        print("interrupted: removed what this point had started", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        print(f"{interrupts.name()}: removed what this point had started", file=sys.stderr)
+        return interrupts.exit_status()
     if outcome.get("traceback"):
         print(outcome["traceback"], file=sys.stderr)
     Path(outcome_path).write_text(json.dumps(outcome))

@@ -10,7 +10,6 @@ import json
 import math
 import os
 import shutil
-import tempfile
 import threading
 import warnings
 import zipfile
@@ -269,7 +268,8 @@ def generate(
     """Writes a data set `out_dir/{train,valid,test}/<tile_id>.npz`; test runtimes are zeros.
 
     The kernels are written into a hidden folder inside `out_dir` and renamed into place when
-    all are done, so an error or Ctrl-C leaves `out_dir` as it was. Kernel `i` of a split is
+    all are done, so an error or Ctrl-C leaves `out_dir` as it was; the hidden folder of a
+    killed run (`kill -9`) is removed by the next run into `out_dir`. Kernel `i` of a split is
     made from its own generator seeded with `(seed, split, i)`, so the files are the same
     whatever `num_workers` is.
 
@@ -315,9 +315,13 @@ def generate(
     workers = num_workers or default_workers(sum(counts.values()))
     out = Path(out_dir)
     old = _prepare_out(out, overwrite)
+    inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
+    files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
     created = not out.exists()
     out.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=".synth-", dir=out))
+    files.remove_leftovers(out)  # staging folders of killed runs
+    staging = files.hidden_path(out / "synth")
+    staging.mkdir()
     try:
         job = _Job(str(staging), seed, family, max_configs, min_configs)
         total_configs = _write_kernels(job, _split_plan(counts, seed, test_ids), progress, workers)
