@@ -320,9 +320,9 @@ def test_bad_file_is_one_line_and_skip_bad_reads_the_rest(handmade: Path, capsys
     "flag_path, message",
     [
         (lambda r: r / "train" / "alpha_a1.npz", "an .npz name is a kernel's"),
-        (lambda r: r / "valid" / "report.json", "is in its valid/ folder, among the kernels"),
-        (lambda r: r, "is the data root, among the kernels"),
-        (lambda r: r / "train", "is its train/ folder"),
+        (lambda r: r / "valid" / "report.json", "is in the ROOT's valid split"),
+        (lambda r: r, "holds the ROOT's train split"),
+        (lambda r: r / "train", "is the ROOT's train split"),
     ],
 )
 def test_outputs_that_touch_the_inputs_are_refused(handmade: Path, capsys, flag_path, message):
@@ -339,7 +339,7 @@ def test_outputs_that_touch_the_inputs_are_refused(handmade: Path, capsys, flag_
 def test_same_file_for_both_outputs_and_missing_root(handmade: Path, tmp_path: Path, capsys):
     same = str(tmp_path / "x.out")
     assert cli.main(["inspect", str(handmade), "--json", same, "--png", same]) == 2
-    assert "--json and --png are both" in capsys.readouterr().err
+    assert f"--png {same} is also --json" in capsys.readouterr().err
     assert cli.main(["inspect", str(tmp_path / "nowhere"), "--no_progress"]) == 2
     assert "data root not found" in capsys.readouterr().err
     assert cli.main(["inspect", str(handmade), "--splits", "valid,nope"]) == 2

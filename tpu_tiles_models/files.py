@@ -294,11 +294,15 @@ class OutputError(FlagError):
 
 
 def split_inputs(
-    data_root: str | os.PathLike, splits: Sequence[str] = formats.SPLITS
+    data_root: str | os.PathLike,
+    splits: Sequence[str] = formats.SPLITS,
+    *,
+    flag: str = "--data_root",
 ) -> list[Input]:
-    """The split folders of a data root (every npz in them is read), as inputs."""
+    """The split folders of a data root (every npz in them is read), as inputs; `flag` is
+    what named the root."""
     root = expand(data_root)
-    return [Input(join(root, split), f"--data_root's {split} split", True) for split in splits]
+    return [Input(join(root, split), f"{flag}'s {split} split", True) for split in splits]
 
 
 def _resolved(path: str | os.PathLike) -> str:

@@ -5,11 +5,9 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from pathlib import Path
 
 from tpu_tiles_models import files
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.formats import SPLITS
 from tpu_tiles_models.inspection.render import format_table, plot
 from tpu_tiles_models.inspection.report import (
     DEFAULT_ROOT,
@@ -28,26 +26,6 @@ EPILOG = (
 )
 
 
-def _local(path: str) -> Path:
-    return Path(os.path.expanduser(path)).resolve()
-
-
-def _refuse_inside(flag: str, path: str, target: str, root: str) -> None:
-    """Refuses an output that is the data root, one of its split folders or inside one."""
-    if target == root:
-        where = "is the data root"
-    else:
-        split = next((s for s in SPLITS if (target + "/").startswith(f"{root}/{s}/")), None)
-        if split is None:
-            return
-        where = (
-            f"is its {split}/ folder"
-            if target == f"{root}/{split}"
-            else f"is in its {split}/ folder"
-        )
-    raise FlagError(f"{flag} {path} {where}, among the kernels; write the report elsewhere")
-
-
 def check_outputs(
     root: str | os.PathLike, outputs: dict[str, str | None], *, overwrite: bool = False
 ) -> None:
@@ -59,24 +37,18 @@ def check_outputs(
       overwrite: replace an existing output file.
 
     Raises:
-      FlagError: two flags name the same file; an output is the data root, lies in one of its
-        split folders (where it would sit among the kernels), or is named `*.npz`; an output
-        exists and `overwrite` is False. `files.WriteError`: it is a folder, or below a file.
+      FlagError: an output is named `*.npz`, or exists and `overwrite` is False.
+      files.OutputError: two flags name the same file, or an output is or holds one of the
+        root's split folders or lies in one (`files.prepare_outputs`, as every command).
+      files.WriteError: it is a folder, or below a file.
     """
     given = {flag: files.expand(p) for flag, p in outputs.items() if p}
-    remote = files.is_remote(root)
-    base = files.absolute(files.expand(root)).rstrip("/") if remote else _local(os.fspath(root))
-    seen: dict[str, str] = {}
     for flag, path in given.items():
-        target = path if files.is_remote(path) else _local(path)
-        key = str(target)
-        if key in seen:
-            raise FlagError(f"{seen[key]} and {flag} are both {path}; give each its own file")
-        seen[key] = flag
-        if key.endswith(".npz"):
+        if path.endswith(".npz"):
             raise FlagError(f"{flag} {path}: an .npz name is a kernel's; name the report otherwise")
-        if remote == files.is_remote(path):
-            _refuse_inside(flag, path, key, str(base))
+    writes = [files.Output(path, flag) for flag, path in given.items()]
+    files.prepare_outputs(writes, files.split_inputs(root, flag="ROOT"))
+    for flag, path in given.items():
         files.check_output_path(path, flag=flag)
         if files.exists(path) and not overwrite:
             raise FlagError(
