@@ -283,7 +283,7 @@ class Artifacts:
     """
 
     args: TrainArgs
-    tag: str = field(default_factory=files.new_tag)
+    tag: str = field(default_factory=lambda: files.new_tag())
     staged: dict[Path, str] = field(default_factory=dict)  # hidden or local path -> its place
     paths: list[Path | str] = field(default_factory=list)  # copied to remote places
     created_out_dir: bool = False
@@ -413,10 +413,11 @@ def _put_in_place(
         os.replace(run_tmp, run_file)
     except BaseException:
         for staged, place, old in reversed(done) if undo else ():
-            if not os.path.lexists(staged) and os.path.lexists(place):
-                os.rename(place, staged)
-            if old is not None:
-                os.rename(old, place)
+            with contextlib.suppress(OSError):  # as much as can be undone
+                if not os.path.lexists(staged) and os.path.lexists(place):
+                    os.rename(place, staged)
+                if old is not None:
+                    os.rename(old, place)
         raise
     for _, _, old in done:
         if old is not None:

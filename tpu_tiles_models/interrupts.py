@@ -6,7 +6,8 @@ first stop signal itself: Ctrl-C (SIGINT), SIGTERM (what `kill`, `timeout`, sche
 `docker stop` send) or SIGHUP (the terminal closed). Long loops (training steps, scoring,
 saving) call `check()` between steps: the run then stops within one step, removes what it
 started and exits 128 + the signal's number (`exit_status`: 130, 143, 129). A second signal
-stops at once, except inside `critical()` (the few renames that put a finished run in place).
+(more than `SAME_STOP_S` after the first) stops at once, except inside `critical()` (the few
+renames that put a finished run in place).
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
+import time
 from typing import Iterator
 
 # The signals that stop a command; SIGHUP does not exist on Windows.
@@ -24,12 +26,18 @@ STOP_SIGNALS = tuple(
 _pressed = threading.Event()
 _received: list[int] = []  # the first stop signal of the current `deferred()` block
 _critical = threading.Event()
+_first = [0.0]  # when the first stop signal arrived (time.monotonic)
+# Signals this close after the first are the same stop, not a second one: a SIGTERM to a
+# process group comes with the Ctrl-C a sweep passes on to its points, and with the one a
+# point gets when its Beam worker dies.
+SAME_STOP_S = 2.0
 
 
 def note(signum: int) -> None:
     """Records stop signal `signum` as if it had arrived: the next `check()` raises."""
     if not _pressed.is_set():
         _received[:] = [signum]
+        _first[:] = [time.monotonic()]
     _pressed.set()
 
 
@@ -39,7 +47,8 @@ def noted() -> bool:
 
 
 def _on_signal(signum, frame) -> None:
-    if _pressed.is_set() and not _critical.is_set():
+    again = _pressed.is_set() and time.monotonic() - _first[0] > SAME_STOP_S
+    if again and not _critical.is_set():
         raise KeyboardInterrupt
     note(signum)
 

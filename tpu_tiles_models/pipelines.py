@@ -11,6 +11,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
 
@@ -26,6 +27,11 @@ _SENTINEL = (
     "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
     "while True:\n    time.sleep(3600)"
 )
+
+
+# Seconds a pipeline is waited for after SIGTERM or SIGHUP: time for the workers' own
+# children (a sweep's points) to stop at a safe point and clean up.
+STOP_GRACE_S = 60.0
 
 
 def cores() -> int:
@@ -50,7 +56,8 @@ def quiet_beam() -> Iterator[None]:
 
 
 def _descendants(pid: int) -> list[int]:
-    """The processes below `pid`, children first (from Linux's /proc; none without it)."""
+    """The running processes below `pid`, children first (from Linux's /proc; none without
+    it)."""
     children: dict[int, list[int]] = {}
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
@@ -58,10 +65,11 @@ def _descendants(pid: int) -> list[int]:
                 continue
             try:
                 with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
-                    ppid = int(f.read().rsplit(")", 1)[1].split()[1])
+                    state, ppid = f.read().rsplit(")", 1)[1].split()[:2]
             except (OSError, IndexError, ValueError):
                 continue  # gone meanwhile
-            children.setdefault(ppid, []).append(int(entry))
+            if state != "Z":  # a zombie has exited; only its parent's wait is left
+                children.setdefault(int(ppid), []).append(int(entry))
     found, todo = [], [pid]
     while todo:
         kids = children.get(todo.pop(0), [])
@@ -89,6 +97,10 @@ def run_shielded(
     SIGTERM and SIGHUP sent to this process alone (`kill`, `docker stop`) are noted for the
     exit status (`interrupts`) and passed on as Ctrl-C to every process below this one, the
     sentinel included, so that they stop as on Ctrl-C; a second one stops waiting at once.
+    Sent to the whole process group (`timeout`, schedulers) they also kill Beam's local
+    workers, which Beam may then wait for forever: after one, `run` is waited for only while
+    processes below this one are left, and at most `STOP_GRACE_S` (its thread is left to die
+    with the process).
     Outside the main thread signals are not ours: `run` is simply called.
 
     Returns:
@@ -112,13 +124,15 @@ def run_shielded(
 
     thread = threading.Thread(target=target, name="beam-pipeline", daemon=True)
     sentinel = subprocess.Popen([sys.executable, "-c", _SENTINEL], stdin=subprocess.DEVNULL)
-    pressed = False
-    stopped: list[int] = []  # SIGTERM or SIGHUP to this process
+    pressed, deadline, me = False, float("inf"), os.getpid()
+    stopped: list[float] = []  # when SIGTERM or SIGHUP came to this process
 
     def on_stop_signal(signum, frame) -> None:
+        if stopped and time.monotonic() - stopped[0] > interrupts.SAME_STOP_S:
+            raise KeyboardInterrupt  # a second one: stop waiting at once
         if stopped:
-            raise KeyboardInterrupt
-        stopped.append(signum)
+            return
+        stopped.append(time.monotonic())
         interrupts.note(signum)
         _interrupt(_descendants(os.getpid()) or [sentinel.pid])
 
@@ -132,6 +146,9 @@ def run_shielded(
             if not pressed and (stopped or sentinel.poll() is not None):
                 pressed = True
                 on_ctrl_c(previous)
+                deadline = time.monotonic() + STOP_GRACE_S
+            if stopped and pressed and (time.monotonic() > deadline or not _descendants(me)):
+                break  # Beam would wait for the workers the signal killed
     finally:
         signal.signal(signal.SIGINT, previous)
         for s, handler in others.items():

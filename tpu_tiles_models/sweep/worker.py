@@ -32,6 +32,7 @@ from tpu_tiles_models.train_args import TrainArgs
 # of other processes or machines see the driver's Ctrl-C through the marker `sweep/STOP`.
 STOPPED = threading.Event()
 CHILD_MODULE = "tpu_tiles_models.sweep.child"
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
 # A child's exit status when a stop signal (Ctrl-C, SIGTERM, SIGHUP) stopped it cleanly.
 INTERRUPTED_STATUSES = frozenset(128 + int(s) for s in interrupts.STOP_SIGNALS)
 
@@ -146,6 +147,7 @@ def child_main(argv: Sequence[str]) -> int:
     spec, outcome_path = argv
     args = TrainArgs.from_dict(json.loads(Path(spec).read_text()))
     with interrupts.deferred():  # SIGINT arrives ignored (see _run_shielded): handle it here
+        _stop_with_parent()
         outcome = _train_here(args)
     if outcome["status"] == "interrupted":
         print(f"{interrupts.name()}: removed what this point had started", file=sys.stderr)
@@ -154,6 +156,22 @@ def child_main(argv: Sequence[str]) -> int:
         print(outcome["traceback"], file=sys.stderr)
     Path(outcome_path).write_text(json.dumps(outcome))
     return 0 if outcome["status"] == "ok" else 1
+
+
+def _stop_with_parent() -> None:
+    """Has this child stop (a Ctrl-C) when the Beam worker that started it dies: a SIGTERM to
+    the whole process group (`timeout`, a scheduler) kills the workers, and their children
+    must not go on training unwatched. Linux only (`prctl`); elsewhere nothing."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGINT)) != 0:
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the worker died before prctl
+        interrupts.note(signal.SIGINT)
 
 
 def _count(status: str) -> None:
