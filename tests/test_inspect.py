@@ -446,5 +446,5 @@ def test_a_remote_root_reads_like_its_local_copy(handmade: Path) -> None:
     remote = inspection.inspect_root(url, progress=False)
     local = inspection.inspect_root(handmade, progress=False)
     assert remote["splits"] == local["splits"] and remote["data_root"] == url
-    with pytest.raises(FlagError, match="is in its valid/ folder"):
+    with pytest.raises(FlagError, match="is in the ROOT's valid split"):
         inspection.check_outputs(url, {"--json": f"{url}/valid/r.json"})

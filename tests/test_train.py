@@ -195,21 +195,30 @@ def test_failed_training_leaves_no_out_dir(tmp_path, capsys):
     assert not out.exists() and (tmp_path / "new").is_dir()  # only what the run created goes
 
 
-def test_ctrl_c_during_the_save_removes_every_artifact(synth_root, tmp_path, capsys, monkeypatch):
-    """Ctrl-C while the model is saved (after the test ranking) leaves nothing behind."""
+@pytest.mark.parametrize(
+    "signum, code, said",
+    [
+        (signal.SIGTERM, 143, "stopped by SIGTERM"),  # kill, timeout, docker stop, schedulers
+        (signal.SIGHUP, 129, "stopped by SIGHUP"),  # the terminal closed
+    ],
+)
+def test_a_stop_signal_during_the_save_removes_every_artifact(
+    signum, code, said, synth_root, tmp_path, capsys, monkeypatch
+):
+    """SIGTERM or SIGHUP while the model is saved (after the test ranking) is Ctrl-C's
+    twin (that one: test_ctrl_c_in_a_real_process_stops_cleanly): nothing left behind, one
+    line, 128 + the signal's number."""
     save = export.save_model
 
-    def save_then_ctrl_c(model, path):
+    def save_then_signal(model, path):
         save(model, path)
-        signal.raise_signal(signal.SIGINT)  # noted by the CLI's handler, raised after the save
+        signal.raise_signal(signum)  # noted by the CLI's handler, acted on after the save
 
-    monkeypatch.setattr(export, "save_model", save_then_ctrl_c)
+    monkeypatch.setattr(export, "save_model", save_then_signal)
     out = tmp_path / "out"
-    code = cli.main(tiny_cli(synth_root, out))
+    assert cli.main(tiny_cli(synth_root, out)) == code
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 130 and err == [
-        "tpu-tiles train: interrupted; removed what this run had started"
-    ]
+    assert err == [f"tpu-tiles train: {said}; removed what this run had started"]
     assert not out.exists()
 
 

@@ -154,7 +154,7 @@ def _check_target(path: Path, where: str, flag: str | None) -> None:
 
 
 def _create_temp(path: Path, where: str, flag: str | None, mode: int) -> Path:
-    """Creates `.<name>.<random>.tmp` beside `path` with `mode & ~umask`, like `open` does."""
+    """Creates a hidden temporary (`hidden_path`) beside `path`, `mode & ~umask` as `open`."""
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
     for _ in range(_TEMP_TRIES):
         tmp = hidden_path(path)
