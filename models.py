@@ -440,6 +440,7 @@ class BidirectionalSAGELayer(tf.keras.layers.Layer):
     def _joined_blocks(self, a: int, d: int, b: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """W's rows for (the node parts, neighbours' configs, own config)."""
         sl, sc, sr, ol, oc, or_ = _row_blocks(self._dense, [a, d, b] * 2)
+        self.built = True  # its variables exist, though `call` never ran (saving checks it)
         return tf.concat([sl, sr, ol, or_], axis=0), sc, oc
 
     def node_half(
