@@ -4,17 +4,20 @@
         [--seeds 0,1,2] [--epochs 40]
 
 Each training (`tpu-tiles train` with upstream's default flags, `--score_sample=1`, no early
-stop, in its own process) scores every config of every validation kernel after every epoch;
-the per-kernel top-5 errors are kept. From them, offline, for each way of choosing:
+stop, in its own process) scores every config of every validation kernel after every epoch,
+and the scores are kept. From them, offline, for each way of choosing:
 
-- **full** (our trainer before `--score_sample`): the best epoch by the score on every
-  kernel, stopping after `--early_stop` (20) epochs without gain;
-- **sample F, K candidates** (the default since): the score on a stratified sample of a
-  fraction F of the kernels (`scoring.stratified_sample`, 10 sample seeds) chooses when to
-  stop and the K best epochs, which are then compared on every kernel;
+- **full** (our trainer before `--score_sample`): the best epoch by the score on every config
+  of every kernel, stopping after `--early_stop` (20) epochs without gain;
+- **sample F, M configs, K candidates**: the score on a stratified sample of a fraction F of
+  the kernels (`scoring.stratified_sample`, 10 sample seeds), on at most M configs of each
+  (evenly spread in file order, as `--score_configs` takes them), chooses when to stop and
+  the K best epochs, which are then compared on every config of every kernel (as
+  `--score_sample`, `--score_configs` and `--score_candidates` do);
 
-the Kaggle-form score on every kernel of the epoch it keeps, and its loss against the full
-choice. The cost of a sample pass is its share of nodes x configs, the model's work.
+the Kaggle-form score on every config of every kernel of the epoch it keeps, and its loss
+against the full choice. The cost of a sample pass is its share of nodes x configs, the
+model's work, beside the number of kernels it scores (each also costs a fixed overhead).
 
 Writes `benchmarks/results/selection.{json,md}`.
 """
@@ -32,30 +35,37 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
-FRACTIONS = (0.1, 0.2, 0.3)
-CANDIDATES = (1, 3)
+# (fraction of kernels, at most this many configs of each or None, candidates)
+POLICIES = [
+    (f, m, k)
+    for f in (0.1, 0.2, 0.3, 1.0)
+    for m in (None, 128, 64, 32)
+    for k in (3,)
+    if (f, m) != (1.0, None)
+] + [(0.2, None, 1), (1.0, 64, 1)]
 SAMPLE_SEEDS = range(10)
 EARLY_STOP = 20
 
 
 def child(spec: dict) -> dict:
-    """One training; every epoch's per-kernel top-5 errors on every validation kernel."""
-    from tpu_tiles_models import metrics, scoring, train
+    """One training; every epoch's scores of every config of every validation kernel."""
+    from tpu_tiles_models import scoring, train
     from tpu_tiles_models.train_args import TrainArgs
 
-    epochs: list[list[float]] = []
+    epochs: list[np.ndarray] = []
     score_split = scoring.score_split
 
     def recording(*args, desc: str = "scoring", **kwargs):
         scored = score_split(*args, desc=desc, **kwargs)
         if desc == "valid" and kwargs.get("kernels") is None:
-            epochs.append([metrics.kernel_top_k_error(s.runtimes, s.scores, 5) for s in scored])
+            epochs.append(np.concatenate([s.scores for s in scored]).astype(np.float32))
         return scored
 
     scoring.score_split = recording
     start = time.perf_counter()
     result = train.train(TrainArgs.from_argv(spec["argv"]))
-    return dict(errors=epochs, seconds=time.perf_counter() - start, model_dir=str(result.model_dir))
+    np.save(spec["scores"], np.stack(epochs))
+    return dict(seconds=time.perf_counter() - start, model_dir=str(result.model_dir))
 
 
 def _early_stopped(scores: np.ndarray) -> int:
@@ -69,66 +79,87 @@ def _early_stopped(scores: np.ndarray) -> int:
     return len(scores) - 1
 
 
-def choices(errors: np.ndarray, split, fractions=FRACTIONS) -> dict:
-    """Full score of the epoch each policy keeps. `errors`: [epochs, kernels] top-5 errors."""
-    from tpu_tiles_models import scoring
+def kernel_errors(scores: np.ndarray, split, max_configs: int | None) -> np.ndarray:
+    """[epochs, kernels] top-5 errors on (at most `max_configs` spread) configs of each kernel."""
+    from tpu_tiles_models import data, metrics
 
-    full = 1 - errors.mean(axis=1)
-    stop = _early_stopped(full)
-    out = {"full": float(full[: stop + 1].max()), "best_any_epoch": float(full.max())}
-    work = split.config_counts() * np.diff(split.node_offsets)
-    for fraction in fractions:
-        for k in CANDIDATES:
-            kept, costs = [], []
-            for seed in SAMPLE_SEEDS:
-                sample = scoring.stratified_sample(split, fraction, seed=seed)
-                idx = list(sample.indices)
-                estimate = 1 - np.average(errors[:, idx], axis=1, weights=sample.weights)
-                last = _early_stopped(estimate)
-                ranked = sorted(range(last + 1), key=lambda e: (-estimate[e], e))[:k]
-                kept.append(float(full[ranked].max()))
-                costs.append(work[idx].sum() / work.sum())
-            out[f"sample {fraction:g}, {k} candidate(s)"] = dict(
-                mean=float(np.mean(kept)), worst=float(np.min(kept)), cost=float(np.mean(costs))
-            )
+    offsets, runtimes = (
+        split.config_offsets,
+        data._runtime_ratios(split.config_runtime, split.config_runtime_normalizers),
+    )
+    out = np.empty((len(scores), len(split.tile_ids)))
+    for k in range(len(split.tile_ids)):
+        rows = data._pick_configs(int(offsets[k]), int(offsets[k + 1]), -1, None, max_configs)
+        for e in range(len(scores)):
+            out[e, k] = metrics.kernel_top_k_error(runtimes[rows], scores[e, rows], 5)
     return out
 
 
+def choices(scores: np.ndarray, split) -> dict:
+    """Full score of the epoch each policy keeps, from `scores` [epochs, configs]."""
+    from tpu_tiles_models import scoring
+
+    errors = {m: kernel_errors(scores, split, m) for m in {m for _, m, _ in POLICIES} | {None}}
+    full = 1 - errors[None].mean(axis=1)
+    stop = _early_stopped(full)
+    out = {"full": float(full[: stop + 1].max()), "best_any_epoch": float(full.max())}
+    nodes, counts = np.diff(split.node_offsets), split.config_counts()
+    for fraction, m, k in POLICIES:
+        work = nodes * (counts if m is None else np.minimum(counts, m))
+        kept, costs, kernels = [], [], []
+        for seed in SAMPLE_SEEDS:
+            sample = scoring.stratified_sample(split, fraction, seed=seed)
+            idx = list(sample.indices) if sample.indices else list(range(len(counts)))
+            estimate = 1 - np.average(errors[m][:, idx], axis=1, weights=sample.weights)
+            last = _early_stopped(estimate)
+            ranked = sorted(range(last + 1), key=lambda e: (-estimate[e], e))[:k]
+            kept.append(float(full[ranked].max()))
+            costs.append(work[idx].sum() / (nodes * counts).sum())
+            kernels.append(len(idx))
+        out[_name(fraction, m, k)] = dict(
+            mean=float(np.mean(kept)),
+            worst=float(np.min(kept)),
+            cost=float(np.mean(costs)),
+            kernels=float(np.mean(kernels)),
+        )
+    return out
+
+
+def _name(fraction: float, m: int | None, k: int) -> str:
+    configs = "all configs" if m is None else f"{m} configs"
+    return f"{fraction:g} of kernels, {configs}, {k} candidate(s)"
+
+
 def markdown(command: str, runs: list[dict]) -> str:
-    policies = [k for k in runs[0]["choices"] if k not in ("full", "best_any_epoch")]
+    policies = [_name(*p) for p in POLICIES]
     lines = [
         "# Choosing the epoch by a validation sample",
         "",
         f"`{command}`",
         "",
-        "Kaggle-form score (1 - top-5 error) on every config of every validation kernel of the "
-        "epoch each policy keeps, as the loss against choosing by that score itself (full; "
-        f"early stop {EARLY_STOP} either way); mean and worst over 10 samples for each "
-        "training. Cost: a sample pass's share of a full pass (nodes x configs).",
+        "Each policy's loss of Kaggle-form score (1 - top-5 error, on every config of every "
+        "validation kernel) against choosing by that score itself (full: "
+        + ", ".join(f"{r['model']} seed {r['seed']} {r['choices']['full']:.4f}" for r in runs)
+        + f"; early stop {EARLY_STOP} either way), mean over 10 samples per training, and "
+        "the worst of all; a pass's cost as its share of a full pass's work (nodes x "
+        "configs) and the kernels it scores.",
         "",
-        "| model | seed | epochs | full | best of any epoch | " + " | ".join(policies) + " |",
-        "|---|---|---|---|---|" + "---|" * len(policies),
+        "| policy | mean loss | worst loss | "
+        + " | ".join(f"{r['model']} {r['seed']}" for r in runs)
+        + " | cost | kernels |",
+        "|---|---|---|" + "---|" * len(runs) + "---|---|",
     ]
-    for r in runs:
-        c = r["choices"]
-        cells = [
-            f"{c['full'] - c[p]['mean']:+.4f} / {c['full'] - c[p]['worst']:+.4f}" for p in policies
-        ]
+    for p in policies:
+        losses = [r["choices"]["full"] - r["choices"][p]["mean"] for r in runs]
+        worst = max(r["choices"]["full"] - r["choices"][p]["worst"] for r in runs)
+        cost = np.mean([r["choices"][p]["cost"] for r in runs])
+        kernels = np.mean([r["choices"][p]["kernels"] for r in runs])
         lines.append(
-            f"| {r['model']} | {r['seed']} | {r['epochs']} | {c['full']:.4f} | "
-            f"{c['best_any_epoch']:.4f} | " + " | ".join(cells) + " |"
+            f"| {p} | {np.mean(losses):+.4f} | {worst:+.4f} | "
+            + " | ".join(f"{x:+.4f}" for x in losses)
+            + f" | {cost:.3f} | {kernels:.0f} |"
         )
-    means = [
-        np.mean([r["choices"]["full"] - r["choices"][p]["mean"] for r in runs]) for p in policies
-    ]
-    costs = [np.mean([r["choices"][p]["cost"] for r in runs]) for p in policies]
-    lines.append("| mean loss | | | | | " + " | ".join(f"{m:+.4f}" for m in means) + " |")
-    lines.append("| cost of a pass | | | | | " + " | ".join(f"{c:.2f}" for c in costs) + " |")
-    lines += [
-        "",
-        "Loss = full choice's score - the policy's (mean / worst over the samples; "
-        "negative: the sample's choice scored higher).",
-    ]
+    lines += ["", "Loss: negative when the policy's choice scored higher than the full choice."]
     return "\n".join(lines) + "\n"
 
 
@@ -169,7 +200,8 @@ def main(argv: list[str] | None = None) -> None:
                     "--no_progress",
                 ]
                 spec_path = work / f"{name}.spec.json"
-                spec_path.write_text(json.dumps(dict(argv=train_argv, result=str(result))))
+                spec = dict(argv=train_argv, result=str(result), scores=str(work / f"{name}.npy"))
+                spec_path.write_text(json.dumps(spec))
                 print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
                 with open(work / f"{name}.log", "w") as log:
                     subprocess.run(
@@ -179,14 +211,14 @@ def main(argv: list[str] | None = None) -> None:
                         stderr=subprocess.STDOUT,
                     )
             r = json.loads(result.read_text())
-            errors = np.asarray(r["errors"])
+            scores = np.load(work / f"{name}.npy")
             runs.append(
                 dict(
                     model=model,
                     seed=seed,
-                    epochs=len(errors),
+                    epochs=len(scores),
                     seconds=r["seconds"],
-                    choices=choices(errors, valid),
+                    choices=choices(scores, valid),
                 )
             )
     command = " ".join(["python benchmarks/selection_bench.py", *(argv or sys.argv[1:])])

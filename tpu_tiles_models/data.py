@@ -670,10 +670,18 @@ def _runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray
     return np.divide(runtimes, normalizers, out=out, where=normalizers != 0).astype(np.float32)
 
 
-def _pick_configs(c0: int, c1: int, num_configs: int, rng: np.random.Generator) -> np.ndarray:
+def _pick_configs(
+    c0: int, c1: int, num_configs: int, rng: np.random.Generator, spread: int | None = None
+) -> np.ndarray:
     """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
-    uniformly without replacement (all of them, shuffled, when the kernel has fewer)."""
+    uniformly without replacement (all of them, shuffled, when the kernel has fewer).
+
+    `spread` (with -1): at most that many, evenly spaced in file order from the first, the
+    same every time (a fixed subset; no draw).
+    """
     if num_configs < 0:
+        if spread is not None and c1 - c0 > spread:
+            return c0 + np.unique(np.linspace(0, c1 - c0 - 1, spread).round().astype(np.int64))
         return np.arange(c0, c1)
     return c0 + rng.choice(c1 - c0, size=min(num_configs, c1 - c0), replace=False)
 
@@ -684,6 +692,7 @@ def _components(
     kernels: Sequence[int],
     num_configs: int,
     rng: np.random.Generator,
+    spread: int | None = None,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
@@ -693,7 +702,7 @@ def _components(
     whole split would give): no normalised copy of a split is ever held.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
-    picks = [_pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng) for i in kernels]
+    picks = [_pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread) for i in kernels]
     node_sizes = np.array([no[i + 1] - no[i] for i in kernels], np.int32)
     edge_sizes = np.array([eo[i + 1] - eo[i] for i in kernels], np.int32)
     shift = np.repeat(np.cumsum(node_sizes) - node_sizes, edge_sizes).astype(np.int32)
@@ -810,6 +819,7 @@ def _batches_dataset(
     seed: int,
     shard: tuple[int, int] = (0, 1),
     kernels: Sequence[int] | None = None,
+    spread: int | None = None,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
 
@@ -826,7 +836,8 @@ def _batches_dataset(
         rng = np.random.default_rng([seed, next(passes)])
         order = rng.permutation(index) if shuffle else index
         for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield _components(split, stats, order[start : start + batch_size], num_configs, rng)
+            chosen = order[start : start + batch_size]
+            yield _components(split, stats, chosen, num_configs, rng, spread)
 
     signature = _signature(stats, batch_size)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
@@ -842,6 +853,7 @@ def graph_dataset(
     shuffle: bool = False,
     seed: int = 0,
     kernels: Sequence[int] | None = None,
+    spread: int | None = None,
 ) -> tf.data.Dataset:
     """One GraphTensor per kernel of `split` (upstream schema), normalised with `stats`.
 
@@ -849,7 +861,8 @@ def graph_dataset(
     configs uniformly per kernel and pass. Kernels with fewer than `min_configs` configs are
     left out. `shuffle` reorders kernels every pass. Passes are reproducible from `seed`
     (pass p uses generator seed [seed, p]). `kernels`: only these kernel indices, in this
-    order (`min_configs` then does not apply).
+    order (`min_configs` then does not apply). `spread` (with `num_configs` = -1): at most
+    that many configs per kernel, evenly spaced in file order, the same every pass.
     """
     ds = _batches_dataset(
         split,
@@ -860,6 +873,7 @@ def graph_dataset(
         shuffle=shuffle,
         seed=seed,
         kernels=kernels,
+        spread=spread,
     )
     return ds.prefetch(tf.data.AUTOTUNE)
 

@@ -64,6 +64,7 @@ def score_split(
     stats: data.FeatureStats,
     *,
     kernels: Sequence[int] | None = None,
+    max_configs: int | None = None,
     scorer: Callable[[Iterator], tuple] | None = None,
     progress: bool = True,
     desc: str = "scoring",
@@ -74,6 +75,8 @@ def score_split(
       model: a built model with upstream's `forward(graph, n)`.
       split, stats: the kernels and the feature statistics the model was trained with.
       kernels: the indices of the kernels to score, in that order; default all.
+      max_configs: score at most this many configs of a kernel, evenly spread in file order
+        (the same ones every time; `Scored` then holds theirs); default all.
       scorer: the `kernel_scorer` of an earlier call, to skip tracing it again.
       progress, desc: the progress bar.
 
@@ -81,7 +84,7 @@ def score_split(
       One `Scored` per kernel, in split order (or the order of `kernels`).
     """
     total = len(split) if kernels is None else len(kernels)
-    iterator = iter(data.graph_dataset(split, stats, kernels=kernels))
+    iterator = iter(data.graph_dataset(split, stats, kernels=kernels, spread=max_configs))
     scorer = scorer or kernel_scorer(model)
     scored = []
     for _ in tqdm.trange(total, desc=desc, disable=not progress, leave=False):
@@ -101,24 +104,29 @@ def errors(scored: Iterable[Scored], weights: Sequence[float] | None = None) -> 
 
 @dataclass(frozen=True)
 class KernelSample:
-    """Kernels of a split to score, and each one's weight in the mean over the split.
+    """Kernels of a split to score, each one's weight in the mean over the split, and at most
+    how many configs of each (evenly spread in file order, see `score_split`).
 
-    `indices=None`: every kernel, equal weights.
+    `indices=None`: every kernel, equal weights; `max_configs=None`: every config.
     """
 
     indices: tuple[int, ...] | None
     weights: tuple[float, ...] | None = None
+    max_configs: int | None = None
 
     @property
     def is_subset(self) -> bool:
-        return self.indices is not None
+        return self.indices is not None or self.max_configs is not None
 
 
 ALL_KERNELS = KernelSample(None)
 
 
-def stratified_sample(split: data.Split, fraction: float, *, seed: int) -> KernelSample:
-    """A fixed sample of about `fraction` of `split`'s kernels, stratified by program and size.
+def stratified_sample(
+    split: data.Split, fraction: float, *, seed: int, max_configs: int | None = None
+) -> KernelSample:
+    """A fixed sample of about `fraction` of `split`'s kernels, stratified by program and size,
+    and of each at most `max_configs` configs (None: all).
 
     The strata are the kernels of one program with 2-9, 10-99, 100-999 or 1000+ configs
     (a Kaggle score is a mean over kernels, and small and large kernels are ranked with
@@ -129,10 +137,10 @@ def stratified_sample(split: data.Split, fraction: float, *, seed: int) -> Kerne
     so its cost is about `fraction` of a full pass. `fraction >= 1` (or strata too small to
     sample): every kernel.
     """
-    if fraction >= 1:
-        return ALL_KERNELS
     if fraction <= 0:
         raise ValueError(f"fraction must be positive, got {fraction}")
+    if fraction >= 1:
+        return KernelSample(None, max_configs=max_configs)
     sizes = np.minimum(np.floor(np.log10(np.maximum(split.config_counts(), 1))), 3)
     strata: dict[tuple[str, int], list[int]] = {}
     for i, (tile_id, size) in enumerate(zip(split.tile_ids, sizes)):
@@ -145,9 +153,9 @@ def stratified_sample(split: data.Split, fraction: float, *, seed: int) -> Kerne
         for i in rng.choice(members, size=take, replace=False):
             chosen[int(i)] = len(members) / take
     if len(chosen) == len(split.tile_ids):  # every stratum too small to sample
-        return ALL_KERNELS
+        return KernelSample(None, max_configs=max_configs)
     indices = tuple(sorted(chosen))
-    return KernelSample(indices, tuple(chosen[i] for i in indices))
+    return KernelSample(indices, tuple(chosen[i] for i in indices), max_configs)
 
 
 def upstream_top(scores: np.ndarray, k: int) -> list[int]:

@@ -110,7 +110,14 @@ def _val_score(
     """Kaggle-form score and top-k errors on all configs of `sample`'s valid kernels (their
     weighted means: estimates of the whole split's)."""
     scored = scoring.score_split(
-        model, split, stats, kernels=sample.indices, scorer=scorer, progress=progress, desc="valid"
+        model,
+        split,
+        stats,
+        kernels=sample.indices,
+        max_configs=sample.max_configs,
+        scorer=scorer,
+        progress=progress,
+        desc="valid",
     )
     errors = scoring.errors(scored, sample.weights)
     return 1.0 - errors[5], errors
@@ -122,7 +129,8 @@ def _epoch_sample(args: TrainArgs, valid: data.Split) -> scoring.KernelSample:
     if args.validate_batches > 0:
         count = min(args.validate_batches * args.batch, len(valid))
         return scoring.KernelSample(tuple(range(count)))
-    return scoring.stratified_sample(valid, args.score_sample, seed=args.seed)
+    configs = args.score_configs if args.score_configs > 0 else None
+    return scoring.stratified_sample(valid, args.score_sample, seed=args.seed, max_configs=configs)
 
 
 class _Candidates:
@@ -288,7 +296,8 @@ def _train(
     curve: dict[str, list] = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     extras: dict[str, Any] = dict(val_score=[], epoch_seconds=[])
     if sample.is_subset:
-        extras["val_score_kernels"] = len(sample.indices)
+        extras["val_score_kernels"] = len(sample.indices or dataset.valid.tile_ids)
+        extras["val_score_configs"] = sample.max_configs
     best_key, best_epoch, best_errors = -np.inf, -1, None
     for epoch in range(args.epochs):
         start = time.perf_counter()

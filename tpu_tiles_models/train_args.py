@@ -97,6 +97,10 @@ class TrainArgs:
         "fraction of validation kernels scored on every config each epoch (a fixed sample, "
         "stratified by program and size; 1: all of them)",
     )
+    score_configs: int = _flag(
+        0,
+        "at most this many configs of each sampled kernel, evenly spread in file order (0: all)",
+    )
     score_candidates: int = _flag(
         3, "the epochs with the best sample scores, rescored on every config at the end"
     )
@@ -333,6 +337,7 @@ def _check_values(a: TrainArgs) -> None:
         "early_stop": 0,
         "eval_every": 1,
         "score_candidates": 1,
+        "score_configs": 0,
     }
     for name, low in at_least.items():
         if getattr(a, name) < low:
