@@ -498,3 +498,18 @@ def test_merged_batches_equal_upstream_batch_and_merge(small_root: Path):
         np.testing.assert_array_equal(
             a.edge_sets[name].adjacency.target, b.edge_sets[name].adjacency.target
         )
+
+
+def test_spread_configs_are_a_fixed_even_subset(small_root: Path):
+    ds = data.load_dataset(small_root, progress=False)
+    rows = data._pick_configs(10, 110, -1, None, spread=5)
+    assert rows.tolist() == [10, 35, 60, 84, 109]  # first and last, evenly spaced
+    assert data._pick_configs(10, 13, -1, None, spread=5).tolist() == [10, 11, 12]
+    i = int(np.argmax(ds.valid.config_counts()))
+    c0, c1 = ds.valid.config_offsets[i], ds.valid.config_offsets[i + 1]
+    want = data._pick_configs(int(c0), int(c1), -1, None, spread=3)
+    for _ in range(2):  # the same configs every pass
+        graph = next(iter(data.graph_dataset(ds.valid, ds.stats, kernels=[i], spread=3)))
+        np.testing.assert_array_equal(
+            graph.node_sets["config"]["feats"].numpy(), ds.stats.config(ds.valid.config_feat[want])
+        )

@@ -93,6 +93,9 @@ def test_stratified_sample_covers_every_program_and_size_and_weighs_them():
     assert estimate == pytest.approx(figure.mean())
     assert sum(sample.weights) == pytest.approx(len(ids))
     assert scoring.stratified_sample(split, 1.0, seed=0) == scoring.ALL_KERNELS
+    assert not scoring.ALL_KERNELS.is_subset
+    capped = scoring.stratified_sample(split, 1.0, seed=0, max_configs=8)
+    assert capped == scoring.KernelSample(None, max_configs=8) and capped.is_subset
 
 
 def test_weighted_top_k_errors():
