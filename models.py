@@ -586,6 +586,13 @@ class _TileRanker(tf.keras.Model):
         self._num_ops = int(num_ops)
         self._chunk_size = _check_count(owner, "chunk_size", chunk_size, 1)
 
+    @property
+    def independent_configs(self) -> bool:
+        """Whether a config's score ignores the kernel's other configs: then configs appended
+        to a kernel (padding, so that kernels of other sizes are scored together) leave the
+        others' scores as they are. True unless `_finish` mixes configs."""
+        return True
+
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
         return self._score(graph, _config_features(graph, self._num_configs), training)
 
@@ -713,6 +720,10 @@ class ResidualSAGE(_TileRanker):
             h = block(graph, h)  # [num_nodes, c, hidden]
         pooled = _pool_ops(graph, self._pool_norm(h), self._pooling)
         return self._readout(tf.concat([pooled, config_h], axis=-1))  # [batch, c, hidden]
+
+    @property
+    def independent_configs(self) -> bool:
+        return self._attention is None  # the attention mixes a kernel's configs
 
     def _finish(self, embeddings, training):
         if self._attention is not None:
@@ -1144,6 +1155,10 @@ class Ensemble(tf.keras.Model):
             except TypeError as e:  # an unknown keyword: name the member it came from
                 raise ValueError(f"Ensemble: members[{i}] ({spec['model']}): {e}") from None
         self._ensemble_members = built
+
+    @property
+    def independent_configs(self) -> bool:
+        return False  # scores are normalised over each kernel's configs
 
     @property
     def members(self) -> list[tf.keras.Model]:

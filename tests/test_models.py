@@ -321,15 +321,19 @@ def _kernel_with_6000_configs(stats) -> tuple:
     n, e, c = 12, 16, 6000
     producers = rng.integers(0, n - 1, size=e)
     split = data.Split(
-        name="big", tile_ids=["big"], files=["big.npz"],
+        name="big",
+        tile_ids=["big"],
+        files=["big.npz"],
         node_feat=rng.random((n, data.NODE_FEAT_DIM), dtype=np.float32),
         node_opcode=rng.integers(1, 120, size=n).astype(np.int32),
         edge_index=np.stack([np.minimum(producers + 1, n - 1), producers], 1).astype(np.int32),
         config_feat=rng.random((c, data.CONFIG_FEAT_DIM), dtype=np.float32),
-        config_runtime=rng.random(c) + 1, config_runtime_normalizers=np.ones(c),
-        node_offsets=np.array([0, n]), edge_offsets=np.array([0, e]),
+        config_runtime=rng.random(c) + 1,
+        config_runtime_normalizers=np.ones(c),
+        node_offsets=np.array([0, n]),
+        edge_offsets=np.array([0, e]),
         config_offsets=np.array([0, c]),
-    )  # fmt: skip
+    )
     return data.kernel_graph(split, 0, stats), c
 
 
@@ -503,3 +507,41 @@ def test_normalise_scores_per_kernel():
     for method in models.COMBINE_METHODS:  # a kernel whose configs all tie stays finite
         assert np.isfinite(models.normalise_scores(scores, method).numpy()[1]).all()
     np.testing.assert_allclose(z[1], 0.0)
+
+
+@pytest.mark.parametrize("name", ["EarlyJoinSAGE", "ResidualSAGEPlain", "ResidualSAGE", "Ensemble"])
+def test_kernels_scored_together_score_as_one_by_one(name, dataset, monkeypatch):
+    """`score_split` scores small kernels of models with `independent_configs` several per call,
+    padded to the most configs among them: the scores, top-5, runtimes and order of one call
+    per kernel. Models whose configs see each other are scored one by one."""
+    from tpu_tiles_models import scoring
+
+    model = build(name)
+    first = next(iter(data.graph_dataset(dataset.valid, dataset.stats)))
+    model.forward(first, num_configs_of(first))
+    assert scoring.kernel_scorer(model).grouped == (name in ("EarlyJoinSAGE", "ResidualSAGEPlain"))
+    monkeypatch.setattr(scoring, "GROUP_PADDING", 4.0)  # tiny kernels: let groups form
+    order = [5, 0, 3, 1, 7, 2]
+    for max_configs in (None, 7):
+        together = scoring.kernel_scorer(model)
+        alone = scoring.kernel_scorer(model)
+        alone.grouped = False
+        got, want = (
+            scoring.score_split(
+                model,
+                dataset.valid,
+                dataset.stats,
+                kernels=order,
+                max_configs=max_configs,
+                scorer=scorer,
+                progress=False,
+            )
+            for scorer in (together, alone)
+        )
+        assert [g.tile_id for g in got] == [dataset.valid.tile_ids[k] for k in order]
+        assert [g.tile_id for g in got] == [w.tile_id for w in want]
+        for g, w in zip(got, want):
+            np.testing.assert_array_equal(g.runtimes, w.runtimes)
+            _assert_same_ranking(g.scores[np.newaxis], w.scores[np.newaxis])
+    plan = scoring.plan_groups(order, dataset.valid.config_counts()[order], np.ones(6, int))
+    assert sorted(k for g in plan for k in g) == sorted(order) and len(plan) < len(order)

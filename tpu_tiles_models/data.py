@@ -693,16 +693,21 @@ def _components(
     num_configs: int,
     rng: np.random.Generator,
     spread: int | None = None,
+    pad: bool = False,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
     Node, edge and config rows are concatenated; edge indices are shifted to index the
     merged `op` node set, as `GraphTensor.merge_batch_to_components` would do. Features are
     normalised here, on the rows taken (elementwise, so bit for bit what normalising the
-    whole split would give): no normalised copy of a split is ever held.
+    whole split would give): no normalised copy of a split is ever held. With `pad`, every
+    kernel's configs are padded to the most any of them has by repeating its first one.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     picks = [_pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread) for i in kernels]
+    if pad:
+        most = max(len(p) for p in picks)
+        picks = [np.concatenate([p, np.repeat(p[:1], most - len(p))]) for p in picks]
     node_sizes = np.array([no[i + 1] - no[i] for i in kernels], np.int32)
     edge_sizes = np.array([eo[i + 1] - eo[i] for i in kernels], np.int32)
     shift = np.repeat(np.cumsum(node_sizes) - node_sizes, edge_sizes).astype(np.int32)
@@ -875,6 +880,31 @@ def graph_dataset(
         kernels=kernels,
         spread=spread,
     )
+    return ds.prefetch(tf.data.AUTOTUNE)
+
+
+def kernel_groups(
+    split: Split,
+    stats: FeatureStats,
+    groups: Sequence[Sequence[int]],
+    *,
+    spread: int | None = None,
+) -> tf.data.Dataset:
+    """One GraphTensor per group of kernel indices: the group's kernels as its components,
+    each with every config (at most `spread`, as `graph_dataset` takes them), padded to the
+    group's most by repeating the kernel's first config. For scoring several kernels in one
+    model call; the padding's scores are to be dropped.
+    """
+    groups = [list(g) for g in groups]
+
+    def generate() -> Iterator[dict[str, Any]]:
+        rng = np.random.default_rng(0)  # unused: every config, no draw
+        for group in groups:
+            yield _components(split, stats, group, -1, rng, spread, pad=True)
+
+    signature = _signature(stats, None)
+    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    ds = ds.map(_to_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 

@@ -2,13 +2,15 @@
 
 The one scoring path: the trainer's validation and test predictions, `predict`, `evaluate`,
 the bundle check and ensembles all use it, so their rankings agree exactly. Lower score =
-predicted faster.
+predicted faster. A model call is traced once for all kernel sizes (`KernelScorer`), and for
+models whose configs are scored independently, small kernels share a call (`plan_groups`).
+The trainer's per-epoch validation scores a fixed `KernelSample` of the kernels.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Iterable, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -26,6 +28,13 @@ class Scored:
     runtimes: np.ndarray
 
 
+# Kernels scored together in one model call (`score_split`): at most this many nodes x
+# (padded) configs per call, about one `forward` chunk of a big kernel, and at most this many
+# padded configs per real one.
+GROUP_WORK = 1 << 18
+GROUP_PADDING = 1.25
+
+
 def _score_next(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
     """Pulls one one-kernel graph; returns (scores [n], tile_id, runtimes [n])."""
     graph = next(iterator)
@@ -34,28 +43,72 @@ def _score_next(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
     return scores, graph.node_sets["g"]["tile_id"][0], graph.node_sets["config"]["runtimes"]
 
 
-def kernel_scorer(model: tf.keras.Model) -> Callable[[Iterator], tuple]:
-    """`iterator -> (scores [n], tile_id, runtimes [n])` for the iterator's next kernel.
+def _score_group(model: tf.keras.Model, iterator: Iterator):
+    """Pulls one graph of B kernels padded to n configs each (`data.kernel_groups`); returns
+    (scores [B, n], tile ids [B], runtimes [B, n])."""
+    graph = next(iterator)
+    scores = model.forward(graph, graph.node_sets["config"].sizes[0])
+    runtimes = tf.reshape(graph.node_sets["config"]["runtimes"], tf.shape(scores))
+    return scores, graph.node_sets["g"]["tile_id"], runtimes
 
+
+class KernelScorer:
+    """A model's traced scoring functions, made once and reused across `score_split` calls.
+
+    Calling it scores the next kernel of an iterator: `(scores [n], tile_id, runtimes [n])`.
     The graph is pulled inside one traced function: a GraphTensor built in Python and passed
     in costs more than scoring it. Our models take the config count as a tensor, so one
     trace serves every kernel size; upstream's need a Python int (they `tf.stack` n copies)
     and fail to trace, so for them we fall back to eager calls, as upstream runs them.
+
+    `grouped` (models whose `independent_configs` says padding is harmless): `group` scores
+    several small kernels in one call, which saves the fixed cost of a call per kernel.
     The model must be built (one eager `forward`) first.
     """
-    traced = tf.function(lambda it: _score_next(model, it, dynamic=True))
-    eager = False
 
-    def score(iterator: Iterator) -> tuple:
-        nonlocal eager
-        if not eager:
+    def __init__(self, model: tf.keras.Model):
+        self.model = model
+        self.grouped = bool(getattr(model, "independent_configs", False))
+        self._one = tf.function(lambda it: _score_next(model, it, dynamic=True))
+        self._group = tf.function(lambda it: _score_group(model, it))
+        self._eager = False
+
+    def __call__(self, iterator: Iterator) -> tuple:
+        if not self._eager:
             try:
-                return traced(iterator)
+                return self._one(iterator)
             except (TypeError, ValueError, NotImplementedError):
-                eager = True  # a tracing failure: nothing was pulled from the iterator
-        return _score_next(model, iterator, dynamic=False)
+                self._eager = True  # a tracing failure: nothing was pulled from the iterator
+        return _score_next(self.model, iterator, dynamic=False)
 
-    return score
+    def group(self, iterator: Iterator) -> tuple:
+        """`(scores [B, n], tile ids [B], runtimes [B, n])` of the next group's kernels."""
+        return self._group(iterator)
+
+
+def kernel_scorer(model: tf.keras.Model) -> KernelScorer:
+    """The `KernelScorer` of `model` (built), to pass to every `score_split` call."""
+    return KernelScorer(model)
+
+
+def plan_groups(order: Sequence[int], configs: np.ndarray, nodes: np.ndarray) -> list[list[int]]:
+    """Kernels of `order` in groups to score together: similar config counts (`configs`, one per
+    kernel of `order`), within `GROUP_WORK` and `GROUP_PADDING`; a big kernel alone."""
+    plan: list[list[int]] = []
+    group: list[int] = []
+    node_sum = real = 0
+    for k, c, n in sorted(zip(order, configs, nodes), key=lambda t: t[1]):  # stable
+        c, n = int(c), int(n)
+        if group and (
+            (node_sum + n) * c > GROUP_WORK or (len(group) + 1) * c > GROUP_PADDING * (real + c)
+        ):
+            plan.append(group)
+            group, node_sum, real = [], 0, 0
+        group.append(k)
+        node_sum, real = node_sum + n, real + c
+    if group:
+        plan.append(group)
+    return plan
 
 
 def score_split(
@@ -65,7 +118,7 @@ def score_split(
     *,
     kernels: Sequence[int] | None = None,
     max_configs: int | None = None,
-    scorer: Callable[[Iterator], tuple] | None = None,
+    scorer: KernelScorer | None = None,
     progress: bool = True,
     desc: str = "scoring",
 ) -> list[Scored]:
@@ -83,15 +136,39 @@ def score_split(
     Returns:
       One `Scored` per kernel, in split order (or the order of `kernels`).
     """
+    scorer = scorer or kernel_scorer(model)
+    if scorer.grouped:
+        return _score_groups(split, stats, kernels, max_configs, scorer, progress, desc)
     total = len(split) if kernels is None else len(kernels)
     iterator = iter(data.graph_dataset(split, stats, kernels=kernels, spread=max_configs))
-    scorer = scorer or kernel_scorer(model)
     scored = []
     for _ in tqdm.trange(total, desc=desc, disable=not progress, leave=False):
         scores, tile_id, runtimes = scorer(iterator)
         scored.append(Scored(tile_id.numpy().decode(), scores.numpy(), runtimes.numpy()))
         interrupts.check()
     return scored
+
+
+def _score_groups(split, stats, kernels, max_configs, scorer, progress, desc) -> list[Scored]:
+    """`score_split` with several kernels per model call (`plan_groups`)."""
+    order = list(range(len(split))) if kernels is None else [int(k) for k in kernels]
+    configs = split.config_counts()[order]
+    if max_configs is not None:
+        configs = np.minimum(configs, max_configs)
+    nodes = np.diff(split.node_offsets)[order]
+    plan = plan_groups(order, configs, nodes)
+    sizes = dict(zip(order, configs))
+    iterator = iter(data.kernel_groups(split, stats, plan, spread=max_configs))
+    results: dict[int, Scored] = {}
+    with tqdm.tqdm(total=len(order), desc=desc, disable=not progress, leave=False) as bar:
+        for group in plan:
+            scores, tile_ids, runtimes = (t.numpy() for t in scorer.group(iterator))
+            for j, k in enumerate(group):
+                n = sizes[k]
+                results[k] = Scored(tile_ids[j].decode(), scores[j, :n], runtimes[j, :n])
+            bar.update(len(group))
+            interrupts.check()
+    return [results[k] for k in order]
 
 
 def errors(scored: Iterable[Scored], weights: Sequence[float] | None = None) -> dict[int, float]:
