@@ -96,6 +96,7 @@ def test_stratified_sample_covers_every_program_and_size_and_weighs_them():
     assert not scoring.ALL_KERNELS.is_subset
     capped = scoring.stratified_sample(split, 1.0, seed=0, max_configs=8)
     assert capped == scoring.KernelSample(None, max_configs=8) and capped.is_subset
+    assert scoring.stratified_sample(split, 1.0, seed=0, max_configs=5000) == scoring.ALL_KERNELS
 
 
 def test_weighted_top_k_errors():

@@ -212,13 +212,16 @@ def stratified_sample(
     per-kernel figure estimates its mean over the whole split without bias. A big kernel
     costs as much to score as hundreds of small ones, and the sample keeps their proportion,
     so its cost is about `fraction` of a full pass. `fraction >= 1` (or strata too small to
-    sample): every kernel.
+    sample): every kernel. A cap no kernel reaches is no cap (`max_configs=None`).
     """
     if fraction <= 0:
         raise ValueError(f"fraction must be positive, got {fraction}")
+    counts = split.config_counts()
+    if max_configs is not None and (len(counts) == 0 or counts.max() <= max_configs):
+        max_configs = None
     if fraction >= 1:
         return KernelSample(None, max_configs=max_configs)
-    sizes = np.minimum(np.floor(np.log10(np.maximum(split.config_counts(), 1))), 3)
+    sizes = np.minimum(np.floor(np.log10(np.maximum(counts, 1))), 3)
     strata: dict[tuple[str, int], list[int]] = {}
     for i, (tile_id, size) in enumerate(zip(split.tile_ids, sizes)):
         strata.setdefault((data.benchmark_of(tile_id), int(size)), []).append(i)

@@ -5,10 +5,10 @@ Like `tiles_train.py` it samples `configs` configs from `batch` kernels per step
 writes `model_<h>/`, `run_<h>.jsonz` and `results_<ms>.csv` into `out_dir`, with `h` computed
 from the same 15 fields. Inside, the step is one traced `tf.function`, the learning rate
 follows a cosine schedule, and "best" means the best Kaggle-form validation score (1 - top-5
-error on all configs of the validation kernels) rather than sampled OPA: each epoch scores
-every config of a fixed, stratified sample of the validation kernels (`--score_sample`), and
-at the end the `--score_candidates` best epochs by it are scored on every config of every
-validation kernel; the best of them is kept.
+error on all configs of the validation kernels) rather than sampled OPA: each epoch scores a
+fixed sample of the validation set (`--score_sample` of the kernels, stratified, on at most
+`--score_configs` configs of each), and at the end the `--score_candidates` best epochs by it
+are scored on every config of every validation kernel; the best of them is kept.
 
 `train(TrainArgs) -> TrainResult` is the API (`tpu-tiles train` parses upstream's flag syntax
 into `TrainArgs`). `export` writes the artifacts (`finish` within `writing_into`), so a run

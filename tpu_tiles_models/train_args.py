@@ -93,13 +93,14 @@ class TrainArgs:
         "score", "keep weights by Kaggle-form score (ours) or OPA (upstream's)", ("score", "opa")
     )
     score_sample: float = _flag(
-        0.2,
-        "fraction of validation kernels scored on every config each epoch (a fixed sample, "
-        "stratified by program and size; 1: all of them)",
+        1.0,
+        "fraction of validation kernels scored each epoch (a fixed sample, stratified by "
+        "program and size; 1: all of them)",
     )
     score_configs: int = _flag(
-        0,
-        "at most this many configs of each sampled kernel, evenly spread in file order (0: all)",
+        128,
+        "each epoch, at most this many configs of each of those kernels, evenly spread in file "
+        "order, the same every epoch (0: all)",
     )
     score_candidates: int = _flag(
         3, "the epochs with the best sample scores, rescored on every config at the end"
