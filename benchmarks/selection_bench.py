@@ -57,7 +57,7 @@ def child(spec: dict) -> dict:
 
     def recording(*args, desc: str = "scoring", **kwargs):
         scored = score_split(*args, desc=desc, **kwargs)
-        if desc == "valid" and kwargs.get("kernels") is None:
+        if desc == "valid" and kwargs.get("kernels") is None and not kwargs.get("max_configs"):
             epochs.append(np.concatenate([s.scores for s in scored]).astype(np.float32))
         return scored
 
@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--models", default="EarlyJoinSAGE,ResidualSAGE")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--epochs", type=int, default=40)
+    p.add_argument("--runs", default="", help="MODEL_SEED,...: these instead of models x seeds")
     p.add_argument("--out", default=str(RESULTS / "selection"))
     p.add_argument("--child", default="", help=argparse.SUPPRESS)
     a = p.parse_args(argv)
@@ -183,44 +184,49 @@ def main(argv: list[str] | None = None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     valid = data.load_split(a.data, "valid", cache_dir=str(work / "cache"), progress=False)
     runs = []
-    for model in a.models.split(","):
-        for seed in (int(s) for s in a.seeds.split(",")):
-            name = f"{model}_{seed}"
-            result = work / f"{name}.json"
-            if not result.is_file():
-                train_argv = [
-                    f"--model={model}",
-                    f"--seed={seed}",
-                    f"--epochs={a.epochs}",
-                    "--early_stop=0",
-                    "--score_sample=1",
-                    f"--data_root={a.data}",
-                    f"--cache_dir={work / 'cache'}",
-                    f"--out_dir={work / name}",
-                    "--no_progress",
-                ]
-                spec_path = work / f"{name}.spec.json"
-                spec = dict(argv=train_argv, result=str(result), scores=str(work / f"{name}.npy"))
-                spec_path.write_text(json.dumps(spec))
-                print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
-                with open(work / f"{name}.log", "w") as log:
-                    subprocess.run(
-                        [sys.executable, __file__, "--child", str(spec_path)],
-                        check=True,
-                        stdout=log,
-                        stderr=subprocess.STDOUT,
-                    )
-            r = json.loads(result.read_text())
-            scores = np.load(work / f"{name}.npy")
-            runs.append(
-                dict(
-                    model=model,
-                    seed=seed,
-                    epochs=len(scores),
-                    seconds=r["seconds"],
-                    choices=choices(scores, valid),
+    pairs = [(m, int(s)) for m in a.models.split(",") for s in a.seeds.split(",")]
+    if a.runs:
+        pairs = [
+            (name.rsplit("_", 1)[0], int(name.rsplit("_", 1)[1])) for name in a.runs.split(",")
+        ]
+    for model, seed in pairs:
+        name = f"{model}_{seed}"
+        result = work / f"{name}.json"
+        if not result.is_file():
+            train_argv = [
+                f"--model={model}",
+                f"--seed={seed}",
+                f"--epochs={a.epochs}",
+                "--early_stop=0",
+                "--score_sample=1",
+                "--score_configs=0",
+                f"--data_root={a.data}",
+                f"--cache_dir={work / 'cache'}",
+                f"--out_dir={work / name}",
+                "--no_progress",
+            ]
+            spec_path = work / f"{name}.spec.json"
+            spec = dict(argv=train_argv, result=str(result), scores=str(work / f"{name}.npy"))
+            spec_path.write_text(json.dumps(spec))
+            print(f"[{time.strftime('%H:%M:%S')}] {name} ...", flush=True)
+            with open(work / f"{name}.log", "w") as log:
+                subprocess.run(
+                    [sys.executable, __file__, "--child", str(spec_path)],
+                    check=True,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
                 )
+        r = json.loads(result.read_text())
+        scores = np.load(work / f"{name}.npy")
+        runs.append(
+            dict(
+                model=model,
+                seed=seed,
+                epochs=len(scores),
+                seconds=r["seconds"],
+                choices=choices(scores, valid),
             )
+        )
     command = " ".join(["python benchmarks/selection_bench.py", *(argv or sys.argv[1:])])
     out = Path(a.out)
     out.with_suffix(".json").write_text(json.dumps(dict(command=command, runs=runs), indent=1))
