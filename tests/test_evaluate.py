@@ -103,7 +103,7 @@ def test_refit_statistics_when_the_run_file_has_none(trained, eval_root, result,
     r = trained[1]
     run = json.loads(gzip.decompress(r.run_file.read_bytes()))
     del run[export.EXTRAS_KEY]
-    model_dir = tmp_path / f"model_{export.run_hash(run)}"  # upstream's name: its args alone
+    model_dir = tmp_path / f"model_{export.run_info_hash(run)}"  # upstream's name: its args alone
     shutil.copytree(r.model_dir, model_dir)
     export.write_run(tmp_path, run)
     refit = evaluate.evaluate_dirs([model_dir], eval_root, progress=False)

@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -63,16 +64,30 @@ def valid_and_test(mlp_run, short_test_root) -> data.Dataset:
     return data.load_dataset(short_test_root, splits=("valid", "test"), stats=stats, progress=False)
 
 
-@pytest.fixture
-def finished(mlp_run, valid_and_test, tmp_path) -> export.TrainResult:
+@pytest.fixture(scope="module")
+def _finished_once(mlp_run, valid_and_test, tmp_path_factory) -> tuple[export.TrainResult, Path]:
     """A finished run of mlp_run's model in its own out_dir, with an explicit --results_csv
-    (so a rerun has the same hash): written by `finish`, without training again."""
-    out = tmp_path / "out"
+    (so a rerun has the same hash): written by `finish`, without training again; and a copy
+    of its out_dir to restore before each test."""
+    base = tmp_path_factory.mktemp("finished")
+    out = base / "out"
     args = mlp_run.args.replace(out_dir=str(out), results_csv=str(out / "res.csv"))
     with export.writing_into(args) as artifacts:
-        return export.finish(
+        result = export.finish(
             args, mlp_run.model, valid_and_test, curve=EMPTY_CURVE, extras={}, artifacts=artifacts
         )
+    shutil.copytree(out, base / "copy")
+    return result, base
+
+
+@pytest.fixture
+def finished(_finished_once) -> export.TrainResult:
+    """`_finished_once`'s run as it was written (its out_dir is part of its hash, so each test
+    gets it back at the same path)."""
+    result, base = _finished_once
+    shutil.rmtree(base / "out")
+    shutil.copytree(base / "copy", base / "out")
+    return result
 
 
 def _rerun(finished, model, ds, **changes) -> export.TrainResult:

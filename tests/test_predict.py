@@ -116,7 +116,7 @@ def _copy_model(result: export.TrainResult, out_dir: Path, **arg_changes) -> Pat
     run_info = _run_info(result)
     run_info["args"].update(arg_changes)
     out_dir.mkdir()
-    model_dir = out_dir / f"model_{export.run_hash(run_info)}"
+    model_dir = out_dir / f"model_{export.run_info_hash(run_info)}"
     shutil.copytree(result.model_dir, model_dir)
     export.write_run(out_dir, run_info)
     return model_dir

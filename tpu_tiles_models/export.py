@@ -48,7 +48,7 @@ if TYPE_CHECKING:
 
 EXTRAS_KEY = "tpu_tiles"
 # Under EXTRAS_KEY: our options that entered the hash (`TrainArgs.identity`), so that a run
-# file's name can be checked against its content (`run_hash`).
+# file's name can be checked against its content (`run_info_hash`).
 IDENTITY_KEY = "identity"
 UPSTREAM_TOP = 10  # upstream writes this many indices per kernel into results_*.csv
 
@@ -121,7 +121,7 @@ def remove_unfinished(args: TrainArgs) -> None:
 # -- the run file ----------------------------------------------------------------------------
 
 
-def run_hash(run_info: Mapping) -> str:
+def run_info_hash(run_info: Mapping) -> str:
     """The `h` a run file's content names: its args with the options it says entered the hash.
 
     Raises:
@@ -136,9 +136,9 @@ def _run_bytes(run_info: Mapping) -> bytes:
 
 
 def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
-    """Writes `run_<h>.jsonz` (gzip JSON) atomically, `h` from its content (`run_hash`);
+    """Writes `run_<h>.jsonz` (gzip JSON) atomically, `h` from its content (`run_info_hash`);
     returns its path (a string if remote)."""
-    path = run_file_path(out_dir, run_hash(run_info))
+    path = run_file_path(out_dir, run_info_hash(run_info))
     files.write_bytes(path, _run_bytes(run_info))
     return path if files.is_remote(path) else Path(path)
 
@@ -163,7 +163,7 @@ def read_run(model_dir: str | Path) -> dict:
         )
     try:
         run_info = _read_run_bytes(run_file)
-        expected = run_hash(run_info)
+        expected = run_info_hash(run_info)
     except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
         reason = " ".join(str(e).split()) or type(e).__name__
         raise ExportError(
@@ -329,7 +329,7 @@ class Artifacts:
         Raises:
           RunExistsError: a run of the same options finished meanwhile (without --overwrite).
         """
-        run_place = run_file_path(self.out_dir, run_hash(run_info))
+        run_place = run_file_path(self.out_dir, run_info_hash(run_info))
         _refuse_to_replace(self.args)
         remote = {local: place for local, place in self.staged.items() if files.is_remote(place)}
         if files.is_remote(run_place):
