@@ -302,6 +302,42 @@ def test_synth_stops_on_sigterm_and_the_next_run_cleans_a_killed_ones_folder(tmp
     assert _snapshot(out) == before  # the killed one's folder went too
 
 
+@pytest.mark.parametrize("fault", ["sigterm after the model copy", "run file copy fails"])
+def test_a_stopped_or_failed_bundle_takes_back_what_it_added(mlp_run, tmp_path, monkeypatch, fault):
+    """Defect 5: SIGTERM while `bundle` copies (exit 143) or a failed copy (exit 2): the new
+    folder holds nothing of this bundle (no models.py without its model, no model without its
+    run file), and a rerun into a finished bundle leaves that bundle byte for byte."""
+    from tpu_tiles_models import bundle
+
+    out = tmp_path / "hand_in"
+    finished = tmp_path / "finished"
+    assert cli.main(["bundle", "--dir", str(mlp_run.model_dir), "--out", str(finished)]) == 0
+    before = _snapshot(finished)
+    if fault == "sigterm after the model copy":
+        real_tree = bundle._copy_tree
+
+        def copy_then_sigterm(src, dst):
+            real_tree(src, dst)
+            signal.raise_signal(signal.SIGTERM)
+
+        monkeypatch.setattr(bundle, "_copy_tree", copy_then_sigterm)
+        status = 143
+    else:
+        real_copy = files.copy_file
+
+        def run_file_disk_full(src, dst, **kwargs):
+            if Path(dst).name.startswith("run_"):
+                raise files.WriteError(f"{dst}: no space left on device")
+            real_copy(src, dst, **kwargs)
+
+        monkeypatch.setattr(files, "copy_file", run_file_disk_full)
+        status = 2
+    assert cli.main(["bundle", "--dir", str(mlp_run.model_dir), "--out", str(out)]) == status
+    assert list(out.iterdir()) == []
+    assert cli.main(["bundle", "--dir", str(mlp_run.model_dir), "--out", str(finished)]) == status
+    assert _snapshot(finished) == before
+
+
 def _train_process(argv: list[str], *, before: str = "") -> subprocess.Popen:
     """`tpu-tiles <argv>` in its own process (`before`: Python run first, to inject faults)."""
     code = f"{before}\nfrom tpu_tiles_models import cli\nraise SystemExit(cli.main({argv!r}))"

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import export, files, formats, registry, scoring
+from tpu_tiles_models import export, files, formats, interrupts, registry, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -109,10 +109,18 @@ def make_bundle(
             f"{out} already holds {', '.join(sorted(others))}; a bundle has one model, pick "
             "an empty --out folder"
         )
-    files.copy_file(source, out / MODELS_FILE, flag="--out")
-    _copy_tree(model_dir, out / model_dir.name)
-    # The run file last: a run file never points at a model that is not there.
-    files.copy_file(run_file, out / run_file.name, flag="--out")
+    new = [p for p in (out / MODELS_FILE, out / model_dir.name) if not p.exists()]
+    try:
+        files.copy_file(source, out / MODELS_FILE, flag="--out")
+        interrupts.check()
+        _copy_tree(model_dir, out / model_dir.name)
+        interrupts.check()
+        # The run file last: a run file never points at a model that is not there.
+        files.copy_file(run_file, out / run_file.name, flag="--out")
+    except BaseException:  # a stop signal or a failed copy: what this call added goes
+        for path in new:
+            files.remove(path)
+        raise
     return out
 
 
