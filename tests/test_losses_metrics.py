@@ -34,6 +34,34 @@ def test_fast_first_list_mle_prefers_fast_configs_low():
     assert float(loss(runtimes, good)) < float(loss(runtimes, -good))
 
 
+@pytest.mark.parametrize("name", sorted(losses.LOSSES))
+def test_every_loss_prefers_the_right_order_and_ignores_padding(name):
+    runtimes = tf.constant([[1.0, 2.0, 4.0, 8.0]])
+    good = tf.constant([[0.0, 1.0, 2.0, 3.0]])  # lower score = faster: the right order
+    loss = losses.LOSSES[name]()
+    if name != "MSE":
+        assert float(loss(runtimes, good)) < float(loss(runtimes, -good))
+    # A padding entry (label -1) counts for nothing: its score changes nothing.
+    padded = tf.constant([[1.0, 2.0, 4.0, 8.0, -1.0]])
+    values = {float(loss(padded, tf.concat([good, [[p]]], axis=1))) for p in (-5.0, 0.0, 7.0)}
+    assert max(values) - min(values) < 1e-6
+    if name not in ("PairwiseHingeLoss", "LambdaNDCG"):  # these average over every position
+        assert values.pop() == pytest.approx(float(loss(runtimes, good)), rel=1e-5, abs=1e-6)
+
+
+def test_standardised_hinge_by_hand():
+    # z-scores of (1, 3): (-1, 1); the one pair needs a score gap of 2, has 0.5: loss 1.5.
+    loss = losses.StandardisedHinge()
+    assert float(loss(tf.constant([[1.0, 3.0]]), tf.constant([[0.0, 0.5]]))) == pytest.approx(1.5)
+    assert float(loss(tf.constant([[1.0, 3.0]]), tf.constant([[0.0, 2.5]]))) == 0.0
+    assert float(loss(tf.constant([[2.0, 2.0]]), tf.constant([[1.0, 0.0]]))) == 0.0  # a tie
+
+
+def test_speedup_relevance_by_hand():
+    got = losses.speedup_relevance(tf.constant([[2.0, 4.0, -1.0, 1.0]]), 8.0).numpy()
+    np.testing.assert_allclose(got, [[4.0, 2.0, -1.0, 8.0]])
+
+
 def test_top_k_error_by_hand():
     runtimes = np.array([4.0, 2.0, 8.0, 1.0])
     scores = np.array([0.0, 1.0, 2.0, 3.0])  # ranks config 0 first, config 3 last

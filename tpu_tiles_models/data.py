@@ -671,19 +671,33 @@ def _runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray
 
 
 def _pick_configs(
-    c0: int, c1: int, num_configs: int, rng: np.random.Generator, spread: int | None = None
+    c0: int,
+    c1: int,
+    num_configs: int,
+    rng: np.random.Generator,
+    spread: int | None = None,
+    fill: bool = False,
 ) -> np.ndarray:
     """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
     uniformly without replacement (all of them, shuffled, when the kernel has fewer).
 
     `spread` (with -1): at most that many, evenly spaced in file order from the first, the
-    same every time (a fixed subset; no draw).
+    same every time (a fixed subset; no draw). `fill`: a kernel with fewer than `num_configs`
+    configs gets all of them, shuffled, then repeats drawn from them up to `num_configs` (see
+    `_FILLER`).
     """
     if num_configs < 0:
         if spread is not None and c1 - c0 > spread:
             return c0 + np.unique(np.linspace(0, c1 - c0 - 1, spread).round().astype(np.int64))
         return np.arange(c0, c1)
-    return c0 + rng.choice(c1 - c0, size=min(num_configs, c1 - c0), replace=False)
+    picked = c0 + rng.choice(c1 - c0, size=min(num_configs, c1 - c0), replace=False)
+    if fill and len(picked) < num_configs:
+        picked = np.concatenate([picked, rng.choice(picked, size=num_configs - len(picked))])
+    return picked
+
+
+# The runtime label of a `fill` repeat: every loss leaves negative labels out (losses.py).
+_FILLER = -1.0
 
 
 def _components(
@@ -694,6 +708,7 @@ def _components(
     rng: np.random.Generator,
     spread: int | None = None,
     pad: bool = False,
+    fill: bool = False,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
@@ -701,10 +716,14 @@ def _components(
     merged `op` node set, as `GraphTensor.merge_batch_to_components` would do. Features are
     normalised here, on the rows taken (elementwise, so bit for bit what normalising the
     whole split would give): no normalised copy of a split is ever held. With `pad`, every
-    kernel's configs are padded to the most any of them has by repeating its first one.
+    kernel's configs are padded to the most any of them has by repeating its first one. With
+    `fill`, the repeats that fill up a short kernel (see `_pick_configs`) carry the runtime
+    `_FILLER`.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
-    picks = [_pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread) for i in kernels]
+    picks = [
+        _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill) for i in kernels
+    ]
     if pad:
         most = max(len(p) for p in picks)
         picks = [np.concatenate([p, np.repeat(p[:1], most - len(p))]) for p in picks]
@@ -715,12 +734,17 @@ def _components(
     edges = np.concatenate([split.edge_index[eo[i] : eo[i + 1]] for i in kernels])
     configs = np.concatenate(picks)
     normalizers = split.config_runtime_normalizers[configs]
+    runtimes = _runtime_ratios(split.config_runtime[configs], normalizers)
+    if fill:  # the repeats come after each kernel's own configs
+        real = [min(len(p), int(co[i + 1] - co[i])) for p, i in zip(picks, kernels)]
+        repeat = np.concatenate([np.arange(len(p)) >= r for p, r in zip(picks, real)])
+        runtimes = np.where(repeat, np.float32(_FILLER), runtimes)
     return {
         "op": stats.ops(split.node_opcode[nodes]),
         "node_feats": stats.node(split.node_feat[nodes]),
         "edges": edges + shift[:, None],
         "config_feats": stats.config(split.config_feat[configs]),
-        "runtimes": _runtime_ratios(split.config_runtime[configs], normalizers),
+        "runtimes": runtimes,
         "normalizers": normalizers.astype(np.float32),
         "tile_id": np.array([split.tile_ids[i] for i in kernels], dtype=object),
         "node_sizes": node_sizes,
@@ -825,13 +849,15 @@ def _batches_dataset(
     shard: tuple[int, int] = (0, 1),
     kernels: Sequence[int] | None = None,
     spread: int | None = None,
+    fill: bool = False,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
 
     Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
     plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
     usable kernel from the i-th on (one worker's share in multi-worker training). `kernels`,
-    if given, are the kernel indices to use instead of all with `min_configs` configs.
+    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`:
+    see `_components`.
     """
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
@@ -842,7 +868,7 @@ def _batches_dataset(
         order = rng.permutation(index) if shuffle else index
         for start in range(0, len(order) - batch_size + 1, batch_size):
             chosen = order[start : start + batch_size]
-            yield _components(split, stats, chosen, num_configs, rng, spread)
+            yield _components(split, stats, chosen, num_configs, rng, spread, fill=fill)
 
     signature = _signature(stats, batch_size)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
@@ -925,22 +951,25 @@ def training_batches(
     seed: int = 0,
     shuffle: bool = True,
     shard: tuple[int, int] = (0, 1),
+    fill: bool = False,
 ) -> tf.data.Dataset:
     """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
 
     Equivalent to upstream's `graph_dataset(...).batch(B, drop_remainder=True)
     .map(GraphTensor.merge_batch_to_components)` plus labels = the sampled configs' runtimes
-    (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out.
-    `shard=(i, n)`: only every n-th usable kernel from the i-th on.
+    (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out, or
+    with `fill` kept: all their configs, then repeats of them labelled `_FILLER` (-1), which
+    every loss leaves out. `shard=(i, n)`: only every n-th usable kernel from the i-th on.
     """
     if num_configs < 1 or batch_size < 1:
         raise ValueError(
             f"num_configs and batch_size must be >= 1 (got {num_configs}, {batch_size})"
         )
-    usable = int((split.config_counts() >= num_configs).sum())
+    min_configs = 2 if fill else num_configs
+    usable = int((split.config_counts() >= min_configs).sum())
     if usable < batch_size:
         raise DataError(
-            f"{split.name}: only {usable} kernel(s) have >= {num_configs} configs, fewer than "
+            f"{split.name}: only {usable} kernel(s) have >= {min_configs} configs, fewer than "
             f"--batch={batch_size}; lower --configs or --batch"
         )
     ds = _batches_dataset(
@@ -948,10 +977,11 @@ def training_batches(
         stats,
         batch_size=batch_size,
         num_configs=num_configs,
-        min_configs=num_configs,
+        min_configs=min_configs,
         shuffle=shuffle,
         seed=seed,
         shard=shard,
+        fill=fill,
     )
     ds = ds.map(_labels(batch_size, num_configs))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -3,7 +3,9 @@
 Labels are runtimes `[batch, num_configs]` and predictions are scores of the same shape;
 lower score = predicted faster. The listwise losses of TF-Ranking treat a larger label as
 "more relevant", so with runtimes as labels they push slow configs to high scores, which is
-exactly the order we want.
+exactly the order we want. A negative label marks a padding entry (`--pad_configs` repeats
+the configs of a kernel that has fewer than `--configs`): every loss here leaves it out, as
+TF-Ranking's do.
 """
 
 from __future__ import annotations
@@ -37,7 +39,8 @@ class FastFirstListMLE(tf.keras.losses.Loss):
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         y_true = tf.cast(y_true, y_pred.dtype)
-        return per_list(self._list_mle, 1.0 / tf.maximum(y_true, 1e-9), -y_pred)
+        inverse = tf.where(y_true >= 0, 1.0 / tf.maximum(y_true, 1e-9), -tf.ones_like(y_true))
+        return per_list(self._list_mle, inverse, -y_pred)
 
 
 def _fast_first_list_mle() -> tf.keras.losses.Loss:
@@ -50,9 +53,105 @@ def _pairwise_hinge() -> tf.keras.losses.Loss:
     return tfr.keras.losses.PairwiseHingeLoss(temperature=10)
 
 
+def _valid(y_true: tf.Tensor) -> tf.Tensor:
+    """1.0 for real configs, 0.0 for padding (negative labels): `[batch, num_configs]`."""
+    return tf.cast(y_true >= 0, y_true.dtype)
+
+
+class MaskedMSE(tf.keras.losses.Loss):
+    """Mean squared error between scores and runtimes over the real configs of each list.
+
+    With no padding it is Keras' `MeanSquaredError`: it anchors the score scale.
+    """
+
+    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+        y_true = tf.cast(y_true, y_pred.dtype)
+        valid = _valid(y_true)
+        squared = valid * tf.square(y_pred - y_true)
+        return tf.reduce_sum(squared, -1) / tf.maximum(tf.reduce_sum(valid, -1), 1.0)
+
+
+def _standardise(y_true: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """Per-list z-scores of the real entries of `y_true`, and their mask (both `[b, n]`).
+
+    Kernels differ in runtime spread by orders of magnitude (worst / best from 1.0 to over
+    100); z-scores give every kernel's pairs margins on one scale.
+    """
+    valid = _valid(y_true)
+    count = tf.maximum(tf.reduce_sum(valid, -1, keepdims=True), 1.0)
+    mean = tf.reduce_sum(valid * y_true, -1, keepdims=True) / count
+    variance = tf.reduce_sum(valid * tf.square(y_true - mean), -1, keepdims=True) / count
+    return valid * (y_true - mean) / tf.sqrt(variance + 1e-12), valid
+
+
+class StandardisedHinge(tf.keras.losses.Loss):
+    """Pairwise hinge whose margin is the gap between per-kernel standardised runtimes.
+
+    For every pair with `z_i > z_j` (config i slower), `max(0, (z_i - z_j) - (s_i - s_j))`,
+    where `z` are the list's runtimes as z-scores: a pair of configs far apart in runtime must
+    be far apart in score, a near tie barely counts. The mean over ordered pairs of real
+    configs is the list's loss. (Pairwise hinge with all configs of a kernel per step is the
+    1st-place Kaggle tile recipe; the standardised margin is ours.)
+    """
+
+    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+        y_true = tf.cast(y_true, y_pred.dtype)
+        z, valid = _standardise(y_true)
+        gap = z[:, :, None] - z[:, None, :]  # [b, n, n]: > 0 where i is slower than j
+        pairs = valid[:, :, None] * valid[:, None, :] * tf.cast(gap > 0, y_pred.dtype)
+        violation = tf.nn.relu(gap - (y_pred[:, :, None] - y_pred[:, None, :]))
+        return tf.reduce_sum(pairs * violation, [1, 2]) / tf.maximum(
+            tf.reduce_sum(pairs, [1, 2]), 1.0
+        )
+
+
+def speedup_relevance(y_true: tf.Tensor, sharpness: float) -> tf.Tensor:
+    """Runtimes `[b, n]` -> relevance `sharpness * best / runtime` per list; padding stays -1.
+
+    The fastest config of a list gets `sharpness`, one twice as slow half of it. NDCG's gain
+    `2^relevance - 1` then grows steeply towards the fastest configs, which is where the
+    metric (the best runtime among the top k) looks.
+    """
+    valid = y_true >= 0
+    big = tf.reduce_max(y_true) + 1.0
+    best = tf.reduce_min(tf.where(valid, y_true, big), -1, keepdims=True)
+    relevance = sharpness * best / tf.maximum(y_true, 1e-9)
+    return tf.where(valid, relevance, -tf.ones_like(y_true))
+
+
+class _FastestFirst(tf.keras.losses.Loss):
+    """A TF-Ranking loss on `speedup_relevance` labels and `-score` logits.
+
+    Args:
+      inner: the TF-Ranking loss (larger label = more relevant, larger logit = ranked first).
+      sharpness: see `speedup_relevance`.
+    """
+
+    def __init__(self, inner: tf.keras.losses.Loss, sharpness: float = 8.0, **kwargs):
+        super().__init__(**kwargs)
+        self._inner, self._sharpness = inner, sharpness
+
+    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
+        y_true = tf.cast(y_true, y_pred.dtype)
+        return per_list(self._inner, speedup_relevance(y_true, self._sharpness), -y_pred)
+
+
+def _approx_ndcg() -> tf.keras.losses.Loss:
+    """ApproxNDCG (Qin et al., 2010) on speedup gains: a smooth NDCG, top of the list first."""
+    return _FastestFirst(tfr.keras.losses.ApproxNDCGLoss(temperature=0.1))
+
+
+def _lambda_ndcg() -> tf.keras.losses.Loss:
+    """LambdaLoss (Wang et al., CIKM 2018): pairwise logistic, each pair weighted by the NDCG
+    it would gain if swapped, on speedup gains."""
+    return _FastestFirst(
+        tfr.keras.losses.PairwiseLogisticLoss(lambda_weight=tfr.keras.losses.NDCGLambdaWeight())
+    )
+
+
 def _mse() -> tf.keras.losses.Loss:
-    """Mean squared error between scores and runtimes; anchors the score scale."""
-    return tf.keras.losses.MeanSquaredError()
+    """Mean squared error between scores and runtimes (real configs only)."""
+    return MaskedMSE()
 
 
 # The one table of losses: upstream's `--losses` names map to factories.
@@ -60,6 +159,9 @@ LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
     "ListMLELoss": _list_mle,
     "FastFirstListMLE": _fast_first_list_mle,
     "PairwiseHingeLoss": _pairwise_hinge,
+    "StandardisedHinge": StandardisedHinge,
+    "ApproxNDCG": _approx_ndcg,
+    "LambdaNDCG": _lambda_ndcg,
     "MSE": _mse,
 }
 

@@ -268,7 +268,7 @@ def _train(
     tf.keras.utils.set_random_seed(args.seed)
     dataset = data.load_dataset(
         files.expand(args.data_root),
-        min_train_configs=args.configs,
+        min_train_configs=args.min_train_configs,
         cache_dir=files.expand(args.cache_dir) if args.cache_dir else None,
         toy_data=args.toy_data,
         skip_bad=args.skip_bad,
@@ -357,7 +357,7 @@ def _train(
 
 def _steps(split: data.Split, args: TrainArgs, workers: int, local_replicas: int) -> int:
     """Steps one pass takes when each worker reads its share of the usable kernels."""
-    usable = int((split.config_counts() >= args.configs).sum())
+    usable = int((split.config_counts() >= args.min_train_configs).sum())
     return (usable // workers) // (args.batch * local_replicas)
 
 
@@ -385,6 +385,7 @@ def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
             seed=seed,
             shuffle=shuffle,
             shard=shard,
+            fill=args.pad_configs,
         ).take(count * local)
 
     if replicas == 1:

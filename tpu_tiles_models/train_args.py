@@ -105,6 +105,11 @@ class TrainArgs:
     score_candidates: int = _flag(
         3, "the epochs with the best sample scores, rescored on every config at the end"
     )
+    pad_configs: bool = _flag(
+        False,
+        "train on kernels with fewer than --configs configs too, their lists padded with "
+        "repeats that the losses leave out (default: left out, as upstream)",
+    )
     seed: int = _flag(0, "seed of weights and sampling")
     strategy: str = _flag(
         "default",
@@ -171,6 +176,12 @@ class TrainArgs:
         return dataclasses.replace(self, **changes)
 
     # -- what gets recorded --------------------------------------------------------------
+
+    @property
+    def min_train_configs(self) -> int:
+        """Train kernels with fewer configs are left out: `--configs`, or 2 with
+        `--pad_configs` (a single config cannot be ranked)."""
+        return 2 if self.pad_configs else self.configs
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, by our names (JSON-ready)."""
