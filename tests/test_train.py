@@ -96,6 +96,37 @@ def test_sample_scores_choose_candidates_rescored_on_every_config(synth_root, tm
     assert result.val_errors == pytest.approx(errors, abs=1e-9)
 
 
+def test_select_by_top50_keeps_the_epoch_with_the_smoothest_top(synth_root, tmp_path, monkeypatch):
+    """`--select_by=top50` ranks epochs by the mean runtime of the model's top k (k = 2 here:
+    the tiny kernels have fewer than 50 configs) and reports that key per candidate."""
+    from conftest import TINY_MLP, tiny_args
+
+    from tpu_tiles_models import data, metrics, scoring
+
+    monkeypatch.setattr(train, "SMOOTH_TOP_K", 2)
+    args = tiny_args(
+        synth_root,
+        tmp_path,
+        model="MLP",
+        model_kwargs_json=TINY_MLP,
+        epochs=3,
+        validate_batches=1,
+        score_candidates=3,
+        lr=0.05,
+        select_by="top50",
+    )
+    result = train.train(args)
+    ours = _run_info(result)["tpu_tiles"]
+    full = {int(e): s for e, s in ours["candidate_scores"].items()}
+    assert sorted(full) == [0, 1, 2] and ours["best_epoch"] == max(full, key=full.get)
+    valid = data.load_split(synth_root, "valid", progress=False)
+    stats = data.FeatureStats.from_json(ours["feature_stats"])
+    scored = scoring.score_split(result.model, valid, stats, progress=False)
+    smooth = metrics.mean_top_k_error(((s.runtimes, s.scores) for s in scored), 2)
+    assert 1 - smooth == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
+    assert result.val_errors == pytest.approx(scoring.errors(scored), abs=1e-9)
+
+
 def test_results_csv_matches_test_predictions(run):
     info = _run_info(run)
     lines = run.results_csv.read_text().split("\n")

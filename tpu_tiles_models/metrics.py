@@ -57,6 +57,20 @@ def kernel_mean_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) ->
     return float(runtimes[chosen].mean() / np.sort(runtimes)[:k].mean() - 1.0)
 
 
+def mean_top_k_error(
+    kernels: Iterable[tuple[np.ndarray, np.ndarray]],
+    k: int,
+    *,
+    weights: Sequence[float] | None = None,
+) -> float:
+    """Mean `kernel_mean_top_k_error` over `(runtimes, scores)` pairs (`weights` as in
+    `top_k_errors`)."""
+    per_kernel = [kernel_mean_top_k_error(r, s, k) for r, s in kernels]
+    if not per_kernel:
+        raise ValueError("mean_top_k_error: no kernels to evaluate")
+    return float(np.average(per_kernel, weights=weights))
+
+
 def kaggle_score(top5_error: float) -> float:
     """The competition's tile score from the mean top-5 error: `1 - error` (higher is better)."""
     return 1.0 - top5_error

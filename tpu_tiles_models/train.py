@@ -30,7 +30,7 @@ import tensorflow as tf
 import tensorflow_ranking as tfr
 import tqdm
 
-from tpu_tiles_models import data, export, files, interrupts, registry, scoring
+from tpu_tiles_models import data, export, files, interrupts, metrics, registry, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.losses import CombinedLoss, parse_losses
 from tpu_tiles_models.train_args import TrainArgs
@@ -104,11 +104,19 @@ class _Loop:
         return float(self.mean_loss.result()), float(self.opa.result())
 
 
+# `--select_by=top50`: how many of a kernel's top configs the smoother measure averages.
+SMOOTH_TOP_K = 50
+
+
 def _val_score(
-    model, split, stats, sample: scoring.KernelSample, progress, scorer
-) -> tuple[float, dict[int, float]]:
-    """Kaggle-form score and top-k errors on all configs of `sample`'s valid kernels (their
-    weighted means: estimates of the whole split's)."""
+    model, split, stats, sample: scoring.KernelSample, progress, scorer, select_by: str
+) -> tuple[float, float, dict[int, float]]:
+    """On all configs of `sample`'s valid kernels (weighted means: estimates of the whole
+    split's): the Kaggle-form score, the selection key, and the top-k errors.
+
+    The key is the score, or with `select_by=top50` one minus the mean over kernels of
+    `metrics.kernel_mean_top_k_error` at k = `SMOOTH_TOP_K` (NaN with `opa`: not from here).
+    """
     scored = scoring.score_split(
         model,
         split,
@@ -120,7 +128,15 @@ def _val_score(
         desc="valid",
     )
     errors = scoring.errors(scored, sample.weights)
-    return 1.0 - errors[5], errors
+    score = 1.0 - errors[5]
+    if select_by == "top50":
+        pairs = ((s.runtimes, s.scores) for s in scored)
+        return (
+            score,
+            1.0 - metrics.mean_top_k_error(pairs, SMOOTH_TOP_K, weights=sample.weights),
+            errors,
+        )
+    return score, score if select_by == "score" else float("nan"), errors
 
 
 def _epoch_sample(args: TrainArgs, valid: data.Split) -> scoring.KernelSample:
@@ -149,20 +165,20 @@ class _Candidates:
 
 
 def _choose(
-    candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer
+    candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer, select_by: str
 ) -> tuple[int, list[np.ndarray], dict[int, float], dict[int, float]]:
     """Scores each candidate on every config of every valid kernel; returns the best one's
-    (epoch, weights, errors) and every candidate's score by epoch."""
+    (epoch, weights, errors) and every candidate's selection key by epoch."""
     scores: dict[int, float] = {}
     best = None
     for _, epoch, weights in candidates.kept:
         _assign(model, weights)
-        score, errors = _val_score(
-            model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer
+        _, key, errors = _val_score(
+            model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer, select_by
         )
-        scores[epoch] = score
-        if best is None or score > best[0]:
-            best = (score, epoch, weights, errors)
+        scores[epoch] = key
+        if best is None or key > best[0]:
+            best = (key, epoch, weights, errors)
     _, epoch, weights, errors = best
     return epoch, weights, errors, scores
 
@@ -288,7 +304,7 @@ def _train(
     sample = _epoch_sample(args, dataset.valid)
     # By sample score the best few epochs are rescored on every config at the end; by OPA
     # (upstream's choice) the best epoch is kept as upstream keeps it.
-    rescore = sample.is_subset and args.select_by == "score"
+    rescore = sample.is_subset and args.select_by != "opa"
     candidates = _Candidates(args.score_candidates if rescore else 1)
     scorer = scoring.kernel_scorer(model)
     writer = _tensorboard(args, artifacts)
@@ -307,7 +323,9 @@ def _train(
         val_loss, val_opa = loop.run(
             valid_batches, train=False, progress=progress, desc="valid", total=None
         )
-        score, errors = _val_score(model, dataset.valid, dataset.stats, sample, progress, scorer)
+        score, selection, errors = _val_score(
+            model, dataset.valid, dataset.stats, sample, progress, scorer, args.select_by
+        )
         seconds = time.perf_counter() - start
         row = (epoch, train_loss, train_opa, val_loss, val_opa)
         for key, value in zip(curve, row):
@@ -315,7 +333,7 @@ def _train(
         extras["val_score"].append(score)
         extras["epoch_seconds"].append(seconds)
         _log_scalars(writer, epoch, dict(zip(curve, row), val_score=score))
-        key = score if args.select_by == "score" else val_opa
+        key = val_opa if args.select_by == "opa" else selection
         candidates.offer(key, epoch, model)
         improved = key > best_key
         if improved:
@@ -332,7 +350,7 @@ def _train(
             break
     if rescore and candidates.kept:
         best_epoch, weights, best_errors, full = _choose(
-            candidates, model, dataset, progress, scorer
+            candidates, model, dataset, progress, scorer, args.select_by
         )
         extras["candidate_scores"] = {str(e): s for e, s in full.items()}
         print(
