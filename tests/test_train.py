@@ -53,6 +53,7 @@ def test_run_file_has_upstream_keys_and_our_extras(run):
     assert info["final_error"]["val"]["1"] >= info["final_error"]["val"]["5"] >= 0
     ours = info["tpu_tiles"]
     assert len(ours["epoch_seconds"]) == 2 and ours["feature_stats"]["num_ops"] > 1
+    assert len(ours["epoch_cpu_seconds"]) == 2 and min(ours["epoch_cpu_seconds"]) > 0
     # The kept weights are the best epoch's (by the sample's score, then on every config),
     # and so is the final validation error.
     best, scores = ours["best_epoch"], ours["val_score"]
