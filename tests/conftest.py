@@ -4,6 +4,7 @@ and how the tests are shared out between two workers."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -147,6 +148,36 @@ def as_dead(path: Path) -> Path:
     dead = path.with_name(path.name.replace(f"{host}-{pid}-", f"{host}-{dead_pid()}-"))
     path.rename(dead)
     return dead
+
+
+@pytest.fixture
+def read_only(monkeypatch):
+    """`read_only(folder)` makes `folder` act as if on a read-only disk for this process:
+    creating a file or a folder in it fails with EROFS. (The tests run as root, which
+    permission bits do not stop, so the calls are patched instead.)"""
+    frozen: list[Path] = []
+    real_open, real_mkdir = os.open, os.mkdir
+
+    def inside(path) -> bool:
+        path = Path(os.path.abspath(os.fsdecode(path)))
+        return any(path == f or f in path.parents for f in frozen)
+
+    def refuse(path):
+        return OSError(errno.EROFS, os.strerror(errno.EROFS), os.fsdecode(path))
+
+    def open_(path, flags, *args, **kwargs):
+        if flags & os.O_CREAT and inside(path):
+            raise refuse(path)
+        return real_open(path, flags, *args, **kwargs)
+
+    def mkdir(path, *args, **kwargs):
+        if inside(path):
+            raise refuse(path)
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", open_)
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    return lambda folder: frozen.append(Path(os.path.abspath(folder)))
 
 
 def file_mode(path: Path) -> int:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import gzip
 import json
 import shutil
 import subprocess
 import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,35 @@ def test_help_imports_no_tensorflow():
         check=True,
     )
     assert proc.stdout.strip() == "False" and proc.stderr == ""
+
+
+def _subcommands() -> dict[str, argparse.ArgumentParser]:
+    (sub,) = [a for a in cli.build_parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(sub.choices)
+
+
+@pytest.mark.parametrize("name", sorted(set(_subcommands()) - {"train", "models"}))
+def test_help_explains_every_flag_with_its_default(name):
+    """`tpu-tiles <cmd> --help`: each flag has a meaning, and its default unless required.
+    (`train` prints TrainArgs' own table, tested in test_train_args; `models` has none.)"""
+    parser = _subcommands()[name]
+    text = " ".join(parser.format_help().split())
+    for action in parser._actions:
+        if isinstance(action, argparse._HelpAction):
+            continue
+        assert action.help, f"{name} {action.option_strings or action.dest} has no help"
+        helped = " ".join(parser._get_formatter()._expand_help(action).split())
+        if action.option_strings and not action.required:
+            assert "default" in helped, f"{name} {action.option_strings[0]}: {helped!r}"
+        assert helped in text
+
+
+def test_warnings_print_one_line_without_python_source(monkeypatch, capsys):
+    def warn(a):
+        warnings.warn("the cache could not be written;\n  loaded without it", stacklevel=2)
+
+    monkeypatch.setattr(cli, "_models", warn)
+    assert cli.main(["models"]) == 0
+    assert capsys.readouterr().err == (
+        "tpu-tiles models: warning: the cache could not be written; loaded without it\n"
+    )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -238,3 +239,96 @@ def test_an_output_never_overwrites_a_finished_run(tmp_path):
         [out(model / "variables" / "p.csv", "--json")]
     )
     files.prepare_outputs([out(run_file, "--out_dir", artifact=True)])  # the run's own: export
+
+
+# -- checked up front: read-only disks, names too long, free space, folders made -----------
+
+
+def test_read_only_disk_is_named_not_told_to_free_space(tmp_path, read_only):
+    read_only(tmp_path)
+    expected = (
+        f"cannot write --out {tmp_path / 'p.csv'} (Read-only file system); "
+        "pass another --out on a disk you can write"
+    )
+    with pytest.raises(files.WriteError) as err:
+        _write(tmp_path / "p.csv", "x", flag="--out")
+    assert str(err.value) == expected
+    with pytest.raises(files.WriteError) as err:  # the same, before any work
+        files.check_output_path(tmp_path / "p.csv", flag="--out")
+    assert str(err.value) == expected
+    with pytest.raises(files.WriteError) as err:  # a folder still to be made there
+        files.check_folder(tmp_path / "new" / "run", flag="--out_dir")
+    assert str(err.value) == (
+        f"cannot write --out_dir {tmp_path / 'new' / 'run'} (Read-only file system); "
+        "pass another --out_dir on a disk you can write"
+    )
+    assert os.listdir(tmp_path) == []
+
+
+def test_check_folder_needs_the_space(tmp_path, monkeypatch):
+    usage = shutil.disk_usage(tmp_path)
+    monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=1500))
+    with pytest.raises(files.WriteError) as err:
+        files.check_folder(tmp_path / "out", flag="--out_dir", need_bytes=2_500_000)
+    assert str(err.value) == (
+        f"cannot write --out_dir {tmp_path / 'out'}: about 2.5 MB needed, 1.5 KB free on its "
+        "disk; free some space or pass another --out_dir"
+    )
+    files.check_folder(tmp_path / "out", flag="--out_dir", need_bytes=1500)
+    assert os.listdir(tmp_path) == []
+
+
+def test_a_name_too_long_for_the_file_system(tmp_path):
+    folder = tmp_path / ("a" * 300) / "run"
+    with pytest.raises(files.WriteError) as err:
+        files.check_folder(folder, flag="--out_dir")
+    assert str(err.value) == (
+        f"cannot write --out_dir {folder}: the name 'aaaaaaaaaaaaaaaaaaaa...' is 300 bytes "
+        "long, more than the 255 its file system allows; pass another --out_dir with shorter "
+        "names"
+    )
+    # A file is written under a longer temp name first (`hidden_path`): 250 bytes do not fit.
+    extra = len(files.hidden_path(tmp_path / "x").name) - 1
+    name = "b" * 246 + ".csv"
+    with pytest.raises(files.WriteError, match=rf"is 250 bytes long, more than the {255 - extra} "):
+        _write(tmp_path / name, "x", flag="--out")
+    _write(tmp_path / name[extra:], "x", flag="--out")
+    assert os.listdir(tmp_path) == [name[extra:]]
+
+
+def test_a_failed_write_removes_the_folders_it_made(tmp_path):
+    (tmp_path / "old").mkdir()
+    for target in (tmp_path / "new" / "deeper" / "x.csv", tmp_path / "old" / "more" / "x.csv"):
+        with pytest.raises(RuntimeError):
+            with files.atomic_path(target):
+                raise RuntimeError("the writer failed")
+    assert os.listdir(tmp_path) == ["old"] and os.listdir(tmp_path / "old") == []
+
+
+def test_make_dirs_returns_what_it_made_and_remove_made_dirs_keeps_the_rest(tmp_path):
+    assert files.make_dirs(tmp_path) is None
+    made = files.make_dirs(tmp_path / "a" / "b" / "c")
+    assert made == tmp_path / "a" and (tmp_path / "a" / "b" / "c").is_dir()
+    (tmp_path / "a" / "keep").write_text("someone else's")
+    files.remove_made_dirs(made, tmp_path / "a" / "b" / "c")
+    assert sorted(os.listdir(tmp_path / "a")) == ["keep"]
+    (tmp_path / "f").write_text("x")
+    with pytest.raises(files.WriteError, match=r"f is a file, not a folder; pass another --out"):
+        files.make_dirs(tmp_path / "f" / "g", flag="--out")
+
+
+def test_copy_tree_gives_the_permissions_the_umask_gives(tmp_path, umask):
+    src = tmp_path / "src"
+    (src / "sub").mkdir(parents=True)
+    for path, mode in ((src / "a", 0o666), (src / "sub" / "run", 0o777)):
+        path.write_text("x")
+        path.chmod(mode)
+    (src / "sub").chmod(0o777)
+    files.copy_tree(src, tmp_path / "dst")  # as `cp -r`: the source's bits less the umask
+    dst = tmp_path / "dst"
+    assert [file_mode(p) for p in (dst / "a", dst / "sub" / "run", dst / "sub")] == [
+        0o644,
+        0o755,
+        0o755,
+    ]
+    assert (dst / "sub" / "run").read_text() == "x"

@@ -202,3 +202,55 @@ def test_folder_in_the_way_is_one_line(checkout, source):
     folder.mkdir()
     with pytest.raises(InstallError, match="a folder where tpu-tiles puts a file"):
         inst.uninstall(checkout)
+
+
+def _failing_copy(monkeypatch, target: Path, error: BaseException) -> None:
+    """`files.copy_file` fails for `target` (a read-only file, a full disk, a kill)."""
+    copy = inst.files.copy_file
+
+    def copy_file(src, dst, **kwargs):
+        if Path(dst) == target:
+            raise error
+        return copy(src, dst, **kwargs)
+
+    monkeypatch.setattr(inst.files, "copy_file", copy_file)
+
+
+def test_a_failed_install_leaves_no_record(checkout, source, monkeypatch):
+    """The next install and --uninstall do not take upstream's own file for an edit."""
+    before = _tree(checkout)
+    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    full = inst.files.WriteError(f"cannot write {models} (No space left on device); free some")
+    _failing_copy(monkeypatch, models, full)
+    with pytest.raises(inst.files.WriteError):
+        inst.install(checkout, source_dir=source)
+    assert _tree(checkout) == before  # no record, no backup: as if never run
+    with pytest.raises(InstallError, match="nothing to uninstall"):
+        inst.uninstall(checkout)
+    monkeypatch.undo()
+    lines = inst.install(checkout, source_dir=source)  # no --force needed
+    assert any("models.py" in line and "original saved to" in line for line in lines)
+    inst.uninstall(checkout)
+    assert _tree(checkout) == before
+
+
+def test_an_install_killed_after_its_record_is_finished_not_called_an_edit(
+    checkout, source, monkeypatch
+):
+    """A kill between the record and the copy leaves upstream's file in place: the next
+    install finishes without --force, and never calls it "your edited copy"."""
+    before = _tree(checkout)
+    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    _failing_copy(monkeypatch, models, KeyboardInterrupt())
+    monkeypatch.setattr(inst, "_undo_record", lambda *args: None)  # killed: no undo
+    with pytest.raises(KeyboardInterrupt):
+        inst.install(checkout, source_dir=source)
+    assert (checkout / inst.BACKUP_DIR / inst.MANIFEST).exists()
+    monkeypatch.undo()
+    for force in (False, True):
+        lines = inst.install(checkout, force=force, source_dir=source)
+        assert not any("edited" in line for line in lines)
+        assert models.read_bytes() == (source / "models.py").read_bytes()
+        models.write_bytes(UPSTREAM_MODELS)  # as the killed install left it, again
+    inst.uninstall(checkout)
+    assert _tree(checkout) == before

@@ -598,3 +598,17 @@ def test_script_output_mode_follows_the_umask(
     umask(mask)
     assert _script_main(monkeypatch, mode) == 0, capsys.readouterr().err
     assert file_mode(small_root / "predictions_kaggle.csv") == expected
+
+
+@pytest.mark.parametrize("row", ["0;1;2;3", "0;0;0;0;0"])
+def test_count_errors_say_how_to_write_the_predictions_again(small_sample, tmp_path, row):
+    """Not the Python function `kaggle.pad_top_k`: the command that writes them right."""
+    rows = {**GOOD, A: row}
+    preds = _write_csv(tmp_path / "preds.csv", [f"{k},{v}" for k, v in rows.items()])
+    with pytest.raises(KaggleError) as err:
+        kaggle.merge_kaggle(small_sample, preds, tmp_path / "out.csv")
+    assert str(err.value).endswith(
+        "; write them again with tpu-tiles predict --top_k 5 (or our "
+        "tiles_gen_predictions_csv.py), which lists that many distinct configs per kernel"
+    )
+    assert "pad_top_k" not in str(err.value)

@@ -18,7 +18,7 @@ from typing import Callable
 import numpy as np
 
 from tpu_tiles_models import export, files, formats, interrupts, registry, scoring
-from tpu_tiles_models.errors import UserError
+from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.runs import TrainedRun
 
 MODELS_FILE = "models.py"
@@ -48,11 +48,12 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
-    """Copies a directory beside `dst`, then swaps it in (a rerun replaces its own copy)."""
+    """Copies a directory beside `dst`, then swaps it in (a rerun replaces its own copy).
+    Its files get the permissions the umask gives (`files.copy_tree`), as a `cp -r` would."""
     tag = files.new_tag()
     tmp, old = files.hidden_path(dst, tag=tag), files.hidden_path(dst, "old", tag=tag)
     try:
-        shutil.copytree(src, tmp)
+        files.copy_tree(src, tmp, flag="--out")
         if dst.exists():
             dst.rename(old)
         try:
@@ -86,6 +87,7 @@ def make_bundle(
         run.model_class()
     except (ValueError, ImportError, SyntaxError) as e:
         raise BundleError(f"{source} cannot rebuild this model: {e}") from None
+    export.check_variables(model_dir)  # a grader could not load a model without them
     if out == model_dir.parent:
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
     if out.exists() and not out.is_dir():
@@ -98,7 +100,6 @@ def make_bundle(
         ],
         [*export.run_inputs(model_dir), files.Input(source, "--models file")],
     )
-    out.mkdir(parents=True, exist_ok=True)
     others = [
         p.name
         for p in (*out.glob(formats.MODEL_DIR_GLOB), *out.glob(formats.RUN_FILE_GLOB))
@@ -109,6 +110,9 @@ def make_bundle(
             f"{out} already holds {', '.join(sorted(others))}; a bundle has one model, pick "
             "an empty --out folder"
         )
+    size = source.stat().st_size + _tree_size(model_dir) + run_file.stat().st_size
+    files.check_folder(out, flag="--out", need_bytes=size)
+    made = files.make_dirs(out, flag="--out")
     new = [p for p in (out / MODELS_FILE, out / model_dir.name) if not p.exists()]
     try:
         files.copy_file(source, out / MODELS_FILE, flag="--out")
@@ -120,8 +124,14 @@ def make_bundle(
     except BaseException:  # a stop signal or a failed copy: what this call added goes
         for path in new:
             files.remove(path)
+        files.remove_made_dirs(made, out)  # and the folders it made, now empty
         raise
     return out
+
+
+def _tree_size(folder: Path) -> int:
+    """Bytes of the files under `folder`."""
+    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,6 +196,8 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         problems.append(f"{len(models)} model_<hash>/ directories (need exactly 1)")
     elif not (models[0] / formats.SAVED_MODEL_FILE).is_file():
         problems.append(f"{models[0].name}/ has no {formats.SAVED_MODEL_FILE}")
+    elif not (models[0] / "variables" / "variables.index").is_file():
+        problems.append(f"{models[0].name}/ has no variables/variables.index (its weights)")
     if len(runs) != 1:
         problems.append(f"{len(runs)} run_*.jsonz files (need exactly 1)")
     if problems:
@@ -200,7 +212,7 @@ def _attempt(report: CheckReport, name: str, fn: Callable, ok: Callable[..., str
     try:
         result = fn()
     except Exception as e:  # a grader sees any failure here, so we report rather than raise
-        report.add(name, FAIL, " ".join(f"{type(e).__name__}: {e}".split()))
+        report.add(name, FAIL, one_line(e))
         return None
     report.add(name, PASS, ok(result))
     return result
@@ -268,7 +280,7 @@ def check_bundle(
     run: TrainedRun | None = _attempt(
         report,
         "hash matches",
-        lambda: TrainedRun.open(model_dir, models_path=bundle / MODELS_FILE),
+        lambda: TrainedRun.open(model_dir, models_path=bundle / MODELS_FILE, models_flag=None),
         lambda r: (
             f"args hash to {formats.run_hash(r.model_dir.name)} = model dir and run file names"
         ),

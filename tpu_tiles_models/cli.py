@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from typing import Callable
 
 # Before anything imports TensorFlow: its C++ start-up logging (CUDA plugin registration,
@@ -86,6 +87,9 @@ def _evaluate(a: argparse.Namespace) -> None:
     from tpu_tiles_models import evaluate, files
 
     writes = [(a.json, "--json"), (a.png, "--png")]
+    for path, flag in writes:
+        if path:  # a folder, a read-only disk: before minutes of evaluating
+            files.check_output_path(files.expand(path), flag=flag)
     result = evaluate.evaluate_dirs(
         a.dirs,
         a.data_root,
@@ -141,6 +145,7 @@ def _ensemble(a: argparse.Namespace) -> None:
         cache_dir=a.cache_dir or None,
         run_id=a.run_id,
         overwrite=a.overwrite,
+        results_csv=a.results_csv,
         progress=not a.no_progress,
     )
 
@@ -152,9 +157,37 @@ def _models(a: argparse.Namespace) -> None:
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--data_root", default="~/data/tpugraphs/npz/tile/xla")
-    p.add_argument("--cache_dir", default="", help="cache of loaded arrays (default none)")
-    p.add_argument("--no_progress", action="store_true", help="no progress bars")
+    p.add_argument(
+        "--data_root",
+        default="~/data/tpugraphs/npz/tile/xla",
+        help="folder holding the train/, valid/ and test/ npz files",
+    )
+    p.add_argument("--cache_dir", default="", help="cache of loaded arrays; '' for none")
+    p.add_argument("--no_progress", action="store_true", help="no progress bars (logs, CI)")
+
+
+def _add_models_flag(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument(
+        "--models",
+        default=None,
+        help=f"models.py file or upstream checkout {what} (default: ours)",
+    )
+
+
+class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Every flag's help ends with its default, unless it says it already or is required."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if (
+            "default" in text
+            or action.required
+            or action.default in (None, argparse.SUPPRESS)
+            or not action.option_strings
+        ):
+            return text
+        default = "off" if action.default is False else repr(action.default)
+        return f"{text} (default: {default})"
 
 
 # Commands whose flags are upstream's absl flags: argparse hands them everything after the
@@ -170,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, fn: Callable, help: str, **kw) -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=help, description=help, **kw)
+        p = sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter, **kw)
         p.set_defaults(fn=fn)
         return p
 
@@ -193,44 +226,66 @@ def build_parser() -> argparse.ArgumentParser:
     )
 
     p = command("predict", _predict, "rank the test split: predictions_model_output.csv")
-    p.add_argument("--dir", required=True, help="a model_<hash> directory")
+    p.add_argument("--dir", required=True, help="the model_<hash> directory training wrote")
     _add_data_flags(p)
-    p.add_argument("--out", default="predictions_model_output.csv")
-    p.add_argument("--top_k", type=int, default=5)
-    p.add_argument("--models", default=None, help="models.py or upstream root (default ours)")
+    p.add_argument("--out", default="predictions_model_output.csv", help="the CSV to write")
+    p.add_argument("--top_k", type=int, default=5, help="configs listed per kernel")
+    _add_models_flag(p, "holding the model's class")
 
     p = command("kaggle", _kaggle, "merge predictions into the Kaggle submission, by ID")
-    p.add_argument("--inputcsv", default="predictions_model_output.csv")
-    p.add_argument("--sample", default="sample_submission.csv")
-    p.add_argument("--out", default="predictions_kaggle.csv")
+    p.add_argument(
+        "--inputcsv",
+        default="predictions_model_output.csv",
+        help="the predictions CSV (tpu-tiles predict's --out)",
+    )
+    p.add_argument(
+        "--sample",
+        default="sample_submission.csv",
+        help="the competition's sample_submission.csv: every row, in its order",
+    )
+    p.add_argument("--out", default="predictions_kaggle.csv", help="the submission to write")
 
     p = command("install", _install, "copy our drop-in files into an upstream checkout")
-    p.add_argument("root")
-    p.add_argument("--force", action="store_true")
-    p.add_argument("--uninstall", action="store_true")
+    p.add_argument("root", help="the tpu_graphs checkout (git clone of upstream)")
+    p.add_argument(
+        "--force",
+        action="store_true",
+        help="replace files you edited since the last install (your copy is kept in "
+        ".tpu_tiles_backup/)",
+    )
+    p.add_argument(
+        "--uninstall",
+        action="store_true",
+        help="restore upstream's files and remove ours",
+    )
 
     p = command("evaluate", _evaluate, "top-k errors per benchmark on the valid split")
     p.add_argument("--dirs", required=True, help="model_<h> dirs or out_dirs, comma-separated")
     _add_data_flags(p)
-    p.add_argument("--models", default=None, help="models.py or upstream root (default ours)")
-    p.add_argument("--json", default=None, help="also write the table as JSON here")
-    p.add_argument("--png", default=None, help="also draw a bar chart here")
+    _add_models_flag(p, "holding the models' classes")
+    p.add_argument("--json", default=None, help="also write the table as JSON here (default: no)")
+    p.add_argument("--png", default=None, help="also draw a bar chart here (default: no)")
 
     p = command("bundle", _bundle, "make the course hand-in folder")
-    p.add_argument("--dir", required=True, help="a model_<hash> directory")
-    p.add_argument("--out", required=True)
-    p.add_argument("--models", default=None, help="models.py to hand in (default ours)")
+    p.add_argument("--dir", required=True, help="the model_<hash> directory to hand in")
+    p.add_argument("--out", required=True, help="the hand-in folder to write (new or empty)")
+    _add_models_flag(p, "to hand in")
 
     p = command("check", _check, "verify a hand-in folder as a grader would")
-    p.add_argument("dir")
+    p.add_argument("dir", help="the hand-in folder (tpu-tiles bundle's --out)")
     _add_data_flags(p)
 
     p = command("sweep", _sweep, "many trainings as one Apache Beam pipeline, resumable")
     sweep.add_flags(p)
 
     p = command("ensemble", _ensemble, "one drop-in model from several trained runs")
-    p.add_argument("--dirs", required=True, help="model_<h> dirs, comma-separated")
+    p.add_argument("--dirs", required=True, help="model_<h> dirs, comma-separated (two or more)")
     p.add_argument("--out_dir", default="~/out/tpugraphs_tiles", help="where its artifacts go")
+    p.add_argument(
+        "--results_csv",
+        default="",
+        help="test predictions CSV ('': <out_dir>/results_<ms>.csv, as train)",
+    )
     p.add_argument("--combine", default="zscore", help="zscore, rank or minmax")
     p.add_argument("--run_id", default="", help="a tag for the run; part of the hash")
     p.add_argument(
@@ -247,6 +302,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warnings(command: str) -> Callable:
+    """`warnings.showwarning` printing `tpu-tiles <cmd>: warning: <message>`, without the
+    Python file, line and source line that the default adds."""
+
+    def show(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())
+        print(f"tpu-tiles {command}: warning: {text}", file=file or sys.stderr)
+
+    return show
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
@@ -254,7 +320,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     try:
-        with interrupts.deferred():
+        with interrupts.deferred(), warnings.catch_warnings():
+            warnings.showwarning = _one_line_warnings(args.command)
             args.fn(args)
     except KeyboardInterrupt:
         how = "interrupted" if interrupts.name() == "SIGINT" else f"stopped by {interrupts.name()}"

@@ -44,7 +44,7 @@ import tensorflow as tf
 import tensorflow_gnn as tfgnn
 import tqdm
 
-from tpu_tiles_models import cache, files, interrupts
+from tpu_tiles_models import cache, files, interrupts, kaggle
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import (
     CONFIG_FEAT_DIM,
@@ -87,7 +87,16 @@ def split_files(root: str | os.PathLike, split: str, *, toy_data: bool = False) 
     found = tf.io.gfile.glob(files.join(directory, "*.npz"))
     if not found:
         raise DataError(f"{directory}: no *.npz files; download the tile:xla npz files into it")
-    return found[:TOY_FILES] if toy_data else found
+    found = found[:TOY_FILES] if toy_data else found
+    if split == "test":  # each test kernel becomes a predictions CSV row named by its file
+        for path in found:
+            problem = kaggle.tile_id_problem(tile_id_of(path))
+            if problem:
+                raise DataError(
+                    f"{path}: its tile id {problem}, so no predictions CSV can name it; "
+                    "rename the file (test files keep Kaggle's tile ids)"
+                )
+    return found
 
 
 def tile_id_of(path: str) -> str:
@@ -186,7 +195,12 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
         raise _fail(path, "has no nodes")
     ops = arrays["node_opcode"]
     if ops.min() < 0 or ops.max() > MAX_OPCODE:
-        raise _fail(path, f"node_opcode outside 0..{MAX_OPCODE} (min {ops.min()}, max {ops.max()})")
+        bad = ops.min() if ops.min() < 0 else ops.max()
+        raise _fail(
+            path,
+            f"node_opcode {bad} is outside 0..{MAX_OPCODE}, the HLO opcode ids models embed "
+            "(TpuGraphs' run 0..120)",
+        )
     if edges.size and (edges.min() < 0 or edges.max() >= n):
         raise _fail(
             path,
@@ -293,10 +307,15 @@ def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -
 
 
 def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
-    """Writes the split atomically (see `files.atomic_path`) in the `cache` format."""
+    """Writes the split atomically (see `files.atomic_path`) in the `cache` format. The cache
+    only saves time: when its disk is full or cannot be written, a one-line warning says so
+    and loading goes on."""
     arrays = {f: getattr(split, f) for f in _ARRAY_FIELDS}
-    with files.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
-        cache.write(out, arrays, {"files": split.files, "skipped": skipped})
+    try:
+        with files.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
+            cache.write(out, arrays, {"files": split.files, "skipped": skipped})
+    except files.WriteError as err:
+        warnings.warn(f"{err}; loaded without caching", stacklevel=3)
 
 
 def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
@@ -428,6 +447,12 @@ def load_split(
     # A single config cannot be ranked; upstream leaves such train kernels out too.
     fewest = max(min_configs, 2) if split == "train" else min_configs
     kept = [i for i in loaded if len(results[i]["config_runtime"]) >= fewest]
+    if loaded and not kept and min_configs > 2:  # what upstream's trainer would fail on later
+        most = max(len(results[i]["config_runtime"]) for i in loaded)
+        raise DataError(
+            f"{os.path.dirname(paths[0])}: no kernel has --configs={min_configs} configs (the "
+            f"most is {most}); lower --configs, the configs sampled per kernel in training"
+        )
     out = _concat(split, [paths[i] for i in kept], [results[i] for i in kept])
     _warn_skipped(split, skipped)
     _warn_single_config(split, [paths[i] for i in loaded if len(results[i]["config_runtime"]) < 2])

@@ -30,6 +30,11 @@ LAYOUT_ROWS = 3  # the synthetic sample keeps a few layout rows, as the real one
 EVALUATION_CSV, EVALUATION_PNG = "evaluation.csv", "evaluation.png"
 PREDICTIONS_CSV, KAGGLE_CSV = "predictions_model_output.csv", "predictions_kaggle.csv"
 SAMPLE_CSV = "sample_submission.csv"
+TEST_KERNELS = 20
+# What the demo writes per synthetic kernel, about (29 MB of data for the default 600 train,
+# 120 valid and 20 test kernels), and for its two models, evaluation and CSVs.
+_BYTES_PER_KERNEL = 40_000
+_BYTES_BESIDE_DATA = 40 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,18 +56,18 @@ class DemoArgs:
 
 
 def add_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--out", default="tpu_tiles_demo", help="everything goes here")
+    p.add_argument("--out", default="tpu_tiles_demo", help="the folder everything goes into")
     # 600 kernels and 6 epochs keep the whole demo within about 3 minutes on 2 CPU cores.
     p.add_argument("--train", type=int, default=600, help="synthetic train kernels")
-    p.add_argument("--epochs", type=int, default=6)
+    p.add_argument("--epochs", type=int, default=6, help="training epochs of each model")
     p.add_argument("--family", default=DEMO_FAMILY, help="synthetic generator family")
     p.add_argument(
         "--sample",
         default=None,
         help="the competition's sample_submission.csv: test ids are taken from it; "
-        "without it the demo writes a synthetic one",
+        "without it (the default) the demo writes a synthetic one",
     )
-    p.add_argument("--no_progress", action="store_true")
+    p.add_argument("--no_progress", action="store_true", help="no progress bars")
 
 
 def _write_sample(path: Path, test_dir: Path) -> None:
@@ -116,6 +121,40 @@ def _side_by_side(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
+    """Each model's training options, every flag checked before anything is written.
+
+    Raises:
+      UserError: a bad flag value, a family that does not exist, a missing --sample.
+    """
+    from tpu_tiles_models import export, synthetic
+    from tpu_tiles_models.errors import FlagError
+
+    if a.train < 1:
+        raise FlagError(f"--train must be at least 1, got {a.train}")
+    synthetic.get_family(a.family)
+    if a.sample and not Path(a.sample).is_file():
+        raise FlagError(
+            f"--sample {a.sample}: no such file; pass the competition's CSV or leave it out"
+        )
+    models_dir = out / "models"
+    return {
+        name: DEMO_ARGS.replace(
+            model=name,
+            data_root=str(out / "data"),
+            out_dir=str(models_dir),
+            epochs=a.epochs,
+            results_csv=export.results_csv_path(models_dir, name),
+            no_progress=a.no_progress,
+        )
+        for name in DEMO_MODELS
+    }
+
+
+def _valid_kernels(train: int) -> int:
+    return max(train // 5, 20)  # upstream's flags need 10 with >= 10 configs
+
+
 def run(a: DemoArgs) -> None:
     """`tpu-tiles demo`: synthetic data, two models trained and evaluated, the test split
     ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
@@ -123,9 +162,10 @@ def run(a: DemoArgs) -> None:
 
     from tpu_tiles_models import evaluate, export, files, kaggle, predict, synthetic, train
 
+    out = Path(a.out).expanduser().resolve()
+    train_args = _train_args(a, out)
     tf.config.experimental.enable_op_determinism()  # the same figures on every run
     start = time.perf_counter()
-    out = Path(a.out).resolve()
     data_root, models_dir = out / "data", out / "models"
     progress = not a.no_progress
     written = [EVALUATION_CSV, EVALUATION_PNG, PREDICTIONS_CSV, KAGGLE_CSV]
@@ -134,12 +174,16 @@ def run(a: DemoArgs) -> None:
         [files.Output(out / name, "--out") for name in written],
         [files.Input(a.sample, "--sample file")] if a.sample else [],
     )
-    if not (data_root / "train").is_dir():
+    have_data = (data_root / "train").is_dir()
+    kernels = a.train + _valid_kernels(a.train) + TEST_KERNELS
+    need = _BYTES_BESIDE_DATA + (0 if have_data else kernels * _BYTES_PER_KERNEL)
+    files.check_folder(out, flag="--out", need_bytes=need)
+    if not have_data:
         synthetic.generate(
             data_root,
             train=a.train,
-            valid=max(a.train // 5, 20),  # upstream's flags need 10 with >= 10 configs
-            test=20,
+            valid=_valid_kernels(a.train),
+            test=TEST_KERNELS,
             seed=0,
             max_configs=300,
             family=a.family,
@@ -147,16 +191,8 @@ def run(a: DemoArgs) -> None:
             progress=progress,
         )
     model_dirs = {}
-    for name in DEMO_MODELS:
+    for name, args in train_args.items():
         print(f"\n== training {name}")
-        args = DEMO_ARGS.replace(
-            model=name,
-            data_root=str(data_root),
-            out_dir=str(models_dir),
-            epochs=a.epochs,
-            results_csv=export.results_csv_path(models_dir, name),
-            no_progress=not progress,
-        )
         done = export.completed_run(models_dir, args.hash())
         if done is not None:  # an earlier demo into --out trained it: deterministic, reused
             model_dirs[name] = Path(export.model_dir_path(models_dir, args.hash()))

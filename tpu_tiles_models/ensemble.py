@@ -63,7 +63,12 @@ def members_of(runs: Sequence[TrainedRun]) -> list[dict]:
 
 
 def ensemble_args(
-    runs: Sequence[TrainedRun], out_dir: str, combine: str, run_id: str, overwrite: bool = False
+    runs: Sequence[TrainedRun],
+    out_dir: str,
+    combine: str,
+    run_id: str,
+    overwrite: bool = False,
+    results_csv: str = "",
 ) -> TrainArgs:
     """The ensemble's TrainArgs: the first member's options, `model=Ensemble` and its members."""
     kwargs = {"members": members_of(runs), "combine": combine}
@@ -73,7 +78,7 @@ def ensemble_args(
             model="Ensemble",
             model_kwargs_json=json.dumps(kwargs, sort_keys=True),
             out_dir=out_dir,
-            results_csv="",
+            results_csv=results_csv,
             run_id=run_id,
             overwrite=overwrite,
         )
@@ -81,10 +86,40 @@ def ensemble_args(
     )
 
 
+def _check_members(runs: Sequence[TrainedRun]) -> None:
+    """Two or more different runs, none of them an ensemble itself.
+
+    Raises:
+      EnsembleError: naming the run and the fix.
+    """
+    seen: dict[str, TrainedRun] = {}
+    for run in runs:
+        if run.args["model"] == "Ensemble":
+            members = ", ".join(run.extras.get("members") or []) or "the runs it was made of"
+            raise EnsembleError(
+                f"{run.model_dir} is itself an ensemble; pass its members instead ({members})"
+            )
+        if str(run.model_dir) in seen:
+            raise EnsembleError(
+                f"--dirs names {run.model_dir} twice; an ensemble needs different runs"
+            )
+        seen[str(run.model_dir)] = run
+    if len(seen) < 2:
+        raise EnsembleError(
+            f"--dirs names one run ({runs[0].model_dir}); an ensemble needs at least two, "
+            "e.g. --dirs model_<h1>,model_<h2>"
+        )
+
+
 def _assemble(runs: list[TrainedRun], args: TrainArgs, ds: data.Dataset) -> tf.keras.Model:
     """Builds the Ensemble, creates its variables, copies each member's saved weights in."""
     model = registry.build_model(
-        "Ensemble", args.configs, ds.num_ops, args.model_kwargs_json, runs[0].module
+        "Ensemble",
+        args.configs,
+        ds.num_ops,
+        args.model_kwargs_json,
+        runs[0].module,
+        source="the members' model_kwargs_json",
     )
     # Keras saves only a model that was called like a training batch: one kernel with
     # `configs` sampled configs (the largest valid kernel, so that it has enough).
@@ -107,6 +142,7 @@ def build_ensemble(
     cache_dir: str | None = None,
     run_id: str = "",
     overwrite: bool = False,
+    results_csv: str = "",
     progress: bool = True,
 ) -> export.TrainResult:
     """Writes the ensemble of `model_dirs` into `out_dir`; returns its artifacts and errors.
@@ -119,19 +155,22 @@ def build_ensemble(
       cache_dir: cache of loaded arrays, or None.
       run_id: tag for the run (part of upstream's hash).
       overwrite: replace a finished run of the same options once this one has finished.
+      results_csv: the test predictions CSV ('' for `<out_dir>/results_<ms>.csv`).
       progress: show progress bars.
 
     Raises:
-      EnsembleError, ExportError: fewer than one run, a bad combine, a missing run file,
-        or members trained on different data.
+      EnsembleError, ExportError: fewer than two different runs, an ensemble among them, a
+        bad combine, a missing run file, or members trained on different data.
+      WriteError: `out_dir` or `results_csv` cannot be written (before any work).
     """
     if not model_dirs:
         raise EnsembleError("no runs given; pass --dirs model_<h1>,model_<h2>[,...]")
     runs = [TrainedRun.open(d) for d in model_dirs]
+    _check_members(runs)
     methods = runs[0].module.COMBINE_METHODS
     if combine not in methods:
         raise EnsembleError(f"--combine must be one of {', '.join(methods)}, got {combine!r}")
-    args = ensemble_args(runs, os.fspath(out_dir), combine, run_id, overwrite)
+    args = ensemble_args(runs, os.fspath(out_dir), combine, run_id, overwrite, results_csv)
     args = args.replace(
         data_root=os.fspath(data_root),
         cache_dir=cache_dir or "",
@@ -141,9 +180,12 @@ def build_ensemble(
     inputs = files.split_inputs(data_root, ("valid", "test"))
     for run in runs:
         inputs += export.run_inputs(run.model_dir, "--dirs")
+    files.check_folder(files.expand(args.out_dir), flag="--out_dir")
+    files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
     with export.writing_into(args, inputs) as artifacts:
         ds = _same_data(runs, os.fspath(data_root), cache_dir)
         model = _assemble(runs, args, ds)
+        export.check_space(artifacts, model)
         member_errors = {str(r.model_dir): r.val_errors for r in runs}
         return export.finish(
             args,
@@ -162,15 +204,17 @@ def train_seeds(
     """`tpu-tiles train --seeds 0,1,2 [--ensemble]`: one run per seed, then their ensemble.
 
     Each seed is a complete run with its own artifacts; an explicit `--results_csv` gets a
-    `_seed<s>` suffix per run. Returns the runs' results, the ensemble's last.
+    `_seed<s>` suffix per run, and `_ensemble` for the ensemble. Returns the runs' results,
+    the ensemble's last.
     """
+
+    def csv_of(tag: str) -> str:
+        stem, ext = os.path.splitext(args.results_csv)
+        return f"{stem}_{tag}{ext}" if args.results_csv else ""
+
     results = []
     for seed in seeds:
-        csv = args.results_csv
-        if csv:
-            stem, ext = os.path.splitext(csv)
-            csv = f"{stem}_seed{seed}{ext}"
-        results.append(train.train(args.replace(seed=seed, results_csv=csv)))
+        results.append(train.train(args.replace(seed=seed, results_csv=csv_of(f"seed{seed}"))))
     if ensemble:
         results.append(
             build_ensemble(
@@ -180,6 +224,7 @@ def train_seeds(
                 cache_dir=os.path.expanduser(args.cache_dir) if args.cache_dir else None,
                 run_id=args.run_id,
                 overwrite=args.overwrite,
+                results_csv=csv_of("ensemble"),
                 progress=not args.no_progress,
             )
         )

@@ -38,7 +38,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 
 import tpu_tiles_models
 from tpu_tiles_models import files, formats, interrupts, kaggle
-from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.train_args import TrainArgs, args_hash
 
 if TYPE_CHECKING:
@@ -216,24 +216,103 @@ def whole_run(model_dir: str | os.PathLike) -> dict | None:
 # -- the SavedModel --------------------------------------------------------------------------
 
 
-def save_model(model: tf.keras.Model, path: str | Path) -> None:
-    """`model.save(path)` as a Keras-2 SavedModel into a local folder (`finish` stages it)."""
-    with warnings.catch_warnings():  # TF-GNN's specs save fine; TF warns about each one
-        warnings.filterwarnings("ignore", message="Encoding a StructuredValue")
-        model.save(str(path))
+def save_model(model: tf.keras.Model, path: str | Path, *, place: str | None = None) -> None:
+    """`model.save(path)` as a Keras-2 SavedModel into a local folder (`finish` stages it at
+    `path` for its `place`); a full or unwritable disk is one line naming `--out_dir`."""
+    import tensorflow as tf
+
+    path = Path(path)
+    place = Path(place or path)
+    try:
+        with warnings.catch_warnings():  # TF-GNN's specs save fine; TF warns about each one
+            warnings.filterwarnings("ignore", message="Encoding a StructuredValue")
+            model.save(str(path))
+    except (OSError, tf.errors.OpError) as err:
+        free = files.format_size(shutil.disk_usage(path.parent).free)
+        raise files.WriteError(
+            f"cannot write --out_dir {place.parent}: saving {place.name} (about "
+            f"{files.format_size(space_needed(model))}) failed with {free} free on its disk "
+            f"({one_line(err, 160)}); free some space or pass another --out_dir"
+        ) from None
+
+
+# What a SavedModel holds beside its variables: the traced functions and Keras's metadata
+# (about 0.2 MB for a tiny MLP, 3 MB for ResidualSAGE; this leaves room to spare).
+_SAVED_MODEL_GRAPHS = 16 * 2**20
+
+
+def space_needed(model: tf.keras.Model) -> int:
+    """Bytes the saved `model_<h>/` of `model` takes, about: its variables and traced graphs."""
+    return _SAVED_MODEL_GRAPHS + sum(v.shape.num_elements() * v.dtype.size for v in model.weights)
+
+
+def check_space(artifacts: Artifacts, model: tf.keras.Model) -> None:
+    """Fails, before any training, if the run's out_dir has too little space for its model.
+
+    Raises:
+      WriteError: naming --out_dir, the space needed and the space free.
+    """
+    if not files.is_remote(artifacts.out_dir):  # a bucket has no free space to ask
+        files.check_folder(artifacts.out_dir, flag="--out_dir", need_bytes=space_needed(model))
+
+
+def require_variables(model_dir: str | Path) -> str:
+    """The checkpoint prefix of `model_dir`'s variables, checking (cheaply) that its index
+    file is there.
+
+    Raises:
+      ExportError: no `variables/variables.index`: the weights are missing.
+    """
+    prefix = files.join(model_dir, *formats.VARIABLES_PREFIX)
+    if not files.isfile(prefix + ".index"):
+        raise ExportError(
+            f"{model_dir}: no {'/'.join(formats.VARIABLES_PREFIX)}.index in it, so its weights "
+            "are missing; copy the whole model_<hash> folder again from the training --out_dir"
+        )
+    return prefix
+
+
+def check_variables(model_dir: str | Path) -> None:
+    """Fails unless `model_dir`'s variables are all there and whole: every tensor is read.
+
+    Raises:
+      ExportError: no `variables/` index, or a missing or truncated data file.
+    """
+    import tensorflow as tf
+
+    prefix = require_variables(model_dir)
+    try:
+        reader = tf.train.load_checkpoint(prefix)
+        for name in reader.get_variable_to_shape_map():
+            reader.get_tensor(name)
+    except (OSError, IndexError, ValueError, tf.errors.OpError) as err:
+        raise ExportError(
+            f"{model_dir}: its variables are truncated or corrupt ({one_line(err, 160)}); copy "
+            "the whole model_<hash> folder again from the training --out_dir"
+        ) from None
 
 
 def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
     """`tf.keras.models.load_model` as the course script calls it (loss in a custom scope).
 
     Keras 2 reads a SavedModel through tf.io.gfile, so a remote directory loads in place.
+
+    Raises:
+      ExportError: its files are missing, truncated or corrupt; one line naming the folder.
     """
     import tensorflow as tf
 
     from tpu_tiles_models.losses import CombinedLoss
 
-    with tf.keras.saving.custom_object_scope({"CombinedLoss": CombinedLoss}):
-        return tf.keras.models.load_model(str(model_dir), compile=False)
+    try:
+        with tf.keras.saving.custom_object_scope({"CombinedLoss": CombinedLoss}):
+            return tf.keras.models.load_model(str(model_dir), compile=False)
+    except (OSError, IndexError, ValueError, KeyError, tf.errors.OpError) as err:
+        check_variables(model_dir)  # the likely cause, said precisely
+        raise ExportError(
+            f"{model_dir}: not a loadable SavedModel ({one_line(err, 160)}); copy the whole "
+            "model_<hash> folder again from the training --out_dir"
+        ) from None
 
 
 def copy_variables(target: tf.keras.Model, source: tf.keras.Model, *, origin: str) -> None:
@@ -286,7 +365,7 @@ class Artifacts:
     tag: str = field(default_factory=lambda: files.new_tag())
     staged: dict[Path, str] = field(default_factory=dict)  # hidden or local path -> its place
     paths: list[Path | str] = field(default_factory=list)  # copied to remote places
-    created_out_dir: bool = False
+    made: Path | None = None  # the topmost folder of --out_dir this run made (make_dirs)
     # Folders written in place while the run goes (TensorBoard's): what was in them before.
     logs: dict[str, set[str] | None] = field(default_factory=dict)
     _spare: Path | None = None  # local staging for remote places
@@ -374,9 +453,8 @@ class Artifacts:
             else:
                 for name in set(_entries(folder)) - before:
                     files.remove(files.join(folder, name))
-        out = Path(self.out_dir)
-        if self.created_out_dir and out.is_dir() and not any(out.iterdir()):
-            out.rmdir()
+        if not files.is_remote(self.out_dir):
+            files.remove_made_dirs(self.made, self.out_dir)
 
     def cleanup(self) -> None:
         """Removes the local staging folder of remote places."""
@@ -518,19 +596,19 @@ def writing_into(args: TrainArgs, inputs: Sequence[files.Input] = ()) -> Iterato
       inputs: what the run reads: data split folders, member runs, a models.py.
 
     Raises:
-      FlagError: `--out_dir` is a file; files.OutputError: an output clashes with an input.
+      WriteError: `--out_dir` is a file, or cannot be created or written (`files.check_folder`).
+      files.OutputError: an output clashes with an input.
       RunExistsError: a finished run would be replaced without `--overwrite`.
     """
     target = files.expand(args.out_dir)
-    if files.exists(target) and not files.isdir(target):
-        raise FlagError(f"--out_dir {target} is a file; pass a folder")
+    files.check_folder(target, flag="--out_dir")
     recover(target)
     files.prepare_outputs(outputs(args), inputs)
     _refuse_to_replace(args)
-    artifacts = Artifacts(args, created_out_dir=not files.exists(target))
+    artifacts = Artifacts(args)
     try:
         if not files.is_remote(target):
-            Path(target).mkdir(parents=True, exist_ok=True)
+            artifacts.made = files.make_dirs(target, flag="--out_dir")
         yield artifacts
     except BaseException:
         artifacts.remove()
@@ -629,7 +707,7 @@ def finish(
     )
     interrupts.check()
     model_dir = model_dir_path(artifacts.out_dir, h)
-    save_model(model, artifacts.stage(model_dir))
+    save_model(model, artifacts.stage(model_dir), place=model_dir)
     interrupts.check()  # a Ctrl-C during the save stops here, before anything is in place
     if curve["epoch"]:
         _plot_curve(curve, extras, artifacts.stage(curve_path(artifacts.out_dir, h)))

@@ -33,8 +33,12 @@ from typing import IO, Iterable, Iterator, Sequence
 from tpu_tiles_models import formats
 from tpu_tiles_models.errors import FlagError, UserError
 
-# Write failures the user fixes by freeing space or choosing another place.
-_STORAGE_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+# Write failures the user fixes by freeing space (or choosing another place).
+_FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
+# Write failures that are about the place, whatever the file: full, read-only, name too long.
+_STORAGE_ERRNOS = _FULL_ERRNOS | {errno.EROFS, errno.ENAMETOOLONG}
+# A file name's longest length when the file system does not say (Linux, macOS, Windows).
+_NAME_MAX = 255
 # Attempts at a free temp name before giving up (each name has 32 random bits).
 _TEMP_TRIES = 100
 # `gs://`, `ram://`, `s3://`, ...: a file system of tf.io.gfile, not a local path.
@@ -84,10 +88,14 @@ def atomic_path(
             yield tmp
         return
     path = Path(path)
-    shown = _shown(path)
-    where = f"{flag} {shown}" if flag else str(shown)
-    _check_target(path, where, flag)
-    tmp = _create_temp(path, where, flag, mode)
+    where = _where(_shown(path), flag)
+    _check_file_target(path, where, flag)
+    made = make_dirs(path.parent, flag=flag, where=where)
+    try:
+        tmp = _create_temp(path, where, flag, mode)
+    except BaseException:
+        remove_made_dirs(made, path.parent)
+        raise
     try:
         yield tmp
         if path.is_file():  # `open(path, "w")` keeps an existing file's permissions.
@@ -95,6 +103,7 @@ def atomic_path(
         os.replace(tmp, path)
     except BaseException as err:
         tmp.unlink(missing_ok=True)
+        remove_made_dirs(made, path.parent)
         if isinstance(err, OSError) and not isinstance(err, UserError) and _about(err, tmp):
             raise WriteError(_cannot_write(where, err, flag)) from err
         raise
@@ -103,7 +112,10 @@ def atomic_path(
 def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Path | str:
     """Fails early, creating nothing, if `atomic_path(path)` could not write there.
 
-    For commands that work a long time before writing (`predict`): call it first.
+    For commands that work a long time before writing (`predict`, `evaluate --json`): call it
+    first. Checks what `atomic_path` would fail on, without writing `path`: a folder at
+    `path`, a file among its parents, a name too long for its file system, and a folder that
+    cannot be created or written (read-only, permissions, full: see `check_folder`).
 
     Args:
       path: the file that will be written.
@@ -113,25 +125,126 @@ def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Pa
       `path` as a `Path`, or as a string when remote.
 
     Raises:
-      WriteError: `path` is a folder, or one of its parents is a file.
+      WriteError: one line naming `path` (and `flag`) and the fix.
     """
     if is_remote(path):
         url = os.fspath(path)
         if isdir(url):
-            where = f"{flag} {url}" if flag else url
-            raise WriteError(f"{where} is a folder; pass the path of a file to write")
+            raise WriteError(f"{_where(url, flag)} is a folder; pass the path of a file to write")
         return url
     path = Path(path)
-    where = f"{flag} {_shown(path)}" if flag else str(_shown(path))
-    if path.is_dir():
-        raise WriteError(f"{where} is a folder; pass the path of a file to write")
-    for parent in path.parents:
-        if parent.exists():
-            if not parent.is_dir():
-                other = f"another {flag}" if flag else "another path"
-                raise WriteError(f"{where}: {parent} is a file, not a folder; pass {other}")
-            break
+    where = _where(_shown(path), flag)
+    _check_file_target(path, where, flag)
+    check_folder(path.parent, flag=flag, where=where)
     return path
+
+
+def check_folder(
+    path: str | os.PathLike,
+    *,
+    flag: str | None = None,
+    need_bytes: int = 0,
+    where: str | None = None,
+) -> None:
+    """Fails early, creating nothing, unless `path` is a folder (or can be made one) that this
+    process can write, with `need_bytes` free on its disk.
+
+    It creates and removes a hidden probe file in `path`, or in its nearest existing parent
+    when `path` is still to be made: permission bits alone do not tell (root ignores them, a
+    read-only mount or a full quota shows only on writing). A remote `path` is checked only
+    for being a file.
+
+    Args:
+      path: the folder that will be written into (or created).
+      flag: the command-line flag that chose it, named in the message.
+      need_bytes: bytes that will be written there, checked against the free space.
+      where: how to name it in a message (default `<flag> <path>`).
+
+    Raises:
+      WriteError: it is a file, a parent is a file, a name is too long, it cannot be
+        created or written, or its disk has less than `need_bytes` free.
+    """
+    where = where or _where(path, flag)
+    if is_remote(path):
+        if isfile(path):
+            raise WriteError(f"{where} is a file; pass a folder")
+        return
+    path = Path(path)
+    base = _nearest_folder(path, where, flag, target=True)
+    _check_names(path, base, where, flag)
+    _probe(base, where, flag)
+    free = shutil.disk_usage(base).free
+    if free < need_bytes:
+        raise WriteError(
+            f"cannot write {where}: about {format_size(need_bytes)} needed, {format_size(free)} "
+            f"free on its disk; free some space or pass {_other(flag)}"
+        )
+
+
+def make_dirs(
+    path: str | os.PathLike, *, flag: str | None = None, where: str | None = None
+) -> Path | None:
+    """Creates folder `path` and its missing parents, like `mkdir -p`.
+
+    Returns:
+      The topmost folder it created (None if `path` existed): `remove_made_dirs` takes it,
+      so that a failed command leaves no empty folders behind.
+
+    Raises:
+      WriteError: a parent is a file, or a folder cannot be created.
+    """
+    path = Path(path)
+    missing = []
+    base = _nearest_folder(path, where or _where(path, flag), flag)
+    for folder in (path, *path.parents):
+        if folder == base:
+            break
+        missing.append(folder)
+    made = None
+    for folder in reversed(missing):
+        try:
+            folder.mkdir()
+        except FileExistsError:
+            if not folder.is_dir():
+                where = where or _where(path, flag)
+                raise WriteError(
+                    f"{where}: {folder} is a file, not a folder; pass {_other(flag)}"
+                ) from None
+            continue
+        except OSError as err:
+            remove_made_dirs(made, folder.parent)
+            raise WriteError(
+                f"cannot create the folder {folder} for {where or _where(path, flag)} "
+                f"({err.strerror}); {_fix(err, flag)}"
+            ) from err
+        made = made or folder
+    return made
+
+
+def remove_made_dirs(made: Path | None, leaf: str | os.PathLike) -> None:
+    """Removes `leaf` and its parents up to `made` (from `make_dirs`) while they are empty."""
+    if made is None:
+        return
+    for folder in (Path(leaf), *Path(leaf).parents):
+        try:
+            folder.rmdir()
+        except OSError:  # not empty (or gone): what is left there is not ours to remove
+            return
+        if folder == made:
+            return
+
+
+def format_size(n: float) -> str:
+    """Bytes for a message: `950 B`, `12.3 MB`, `1.4 GB`."""
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if n < 1000 or unit == "TB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1000
+    return f"{n:.1f} TB"
+
+
+def _where(path: str | os.PathLike, flag: str | None) -> str:
+    return f"{flag} {os.fspath(path)}" if flag else os.fspath(path)
 
 
 def _shown(path: Path) -> Path:
@@ -140,17 +253,67 @@ def _shown(path: Path) -> Path:
     return path.with_name(m["name"]) if m else path
 
 
-def _check_target(path: Path, where: str, flag: str | None) -> None:
-    """`check_output_path`, then creates the missing parent folders."""
-    check_output_path(path, flag=flag)
+def _other(flag: str | None) -> str:
+    return f"another {flag}" if flag else "another path"
+
+
+def _check_file_target(path: Path, where: str, flag: str | None) -> None:
+    """A folder at `path`, a file among its parents, or a name too long: one line each."""
+    base = _nearest_folder(path.parent, where, flag)
+    _check_names(path, base, where, flag, temp_extra=len(hidden_path(path).name) - len(path.name))
+    if path.is_dir():
+        raise WriteError(f"{where} is a folder; pass the path of a file to write")
+
+
+def _nearest_folder(path: Path, where: str, flag: str | None, *, target: bool = False) -> Path:
+    """`path` or its nearest existing parent; a file there is an error (`target`: `path` is
+    the folder the user named, not the parent of a file)."""
+    for folder in (path, *path.parents):
+        try:
+            mode = folder.stat().st_mode
+        except OSError:  # missing, under a file, or a name too long: look further up
+            continue
+        if stat.S_ISDIR(mode):
+            return folder
+        if target and folder == path:
+            raise WriteError(f"{where} is a file; pass a folder")
+        raise WriteError(f"{where}: {folder} is a file, not a folder; pass {_other(flag)}")
+    return Path.cwd()
+
+
+def _check_names(
+    path: Path, base: Path, where: str, flag: str | None, *, temp_extra: int = 0
+) -> None:
+    """Every name in `path` fits the file system of `base` (the last one with a temp name's
+    extra characters, for a file written under a temp name first)."""
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
+        limit = os.pathconf(base, "PC_NAME_MAX")
+    except (OSError, ValueError, AttributeError):  # not every system says
+        limit = _NAME_MAX
+    names = path.parts
+    for i, name in enumerate(names):
+        extra = temp_extra if i == len(names) - 1 else 0
+        size = len(os.fsencode(name))
+        if size + extra > limit:
+            short = name if len(name) <= 24 else name[:20] + "..."
+            allowed = limit - extra
+            raise WriteError(
+                f"cannot write {where}: the name {short!r} is {size} bytes long, more than the "
+                f"{allowed} its file system allows; pass {_other(flag)} with shorter names"
+            )
+
+
+def _probe(folder: Path, where: str, flag: str | None) -> None:
+    """Creates and removes a hidden file in `folder`; one line if it cannot be written."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    probe = hidden_path(folder / "tpu-tiles-probe")  # if killed here: a leftover, removable
+    try:
+        os.close(os.open(probe, flags, 0o600))
+    except FileExistsError:  # 32 random bits taken: someone else's probe; they can write
+        return
     except OSError as err:
-        other = f"another {flag}" if flag else "another path"
-        raise WriteError(
-            f"cannot create the folder {path.parent} for {where} ({err.strerror}); "
-            f"pass {other} in a folder you can write"
-        ) from err
+        raise WriteError(_cannot_write(where, err, flag)) from err
+    os.unlink(probe)
 
 
 def _create_temp(path: Path, where: str, flag: str | None, mode: int) -> Path:
@@ -176,12 +339,20 @@ def _about(err: OSError, tmp: Path) -> bool:
 
 
 def _cannot_write(where: str, err: OSError, flag: str | None = None) -> str:
-    """'cannot write --out x.csv (No space left on device); free space or pass another --out'."""
-    reason = err.strerror or type(err).__name__
-    other = f"another {flag}" if flag else "another path"
-    if err.errno in _STORAGE_ERRNOS:
-        return f"cannot write {where} ({reason}); free some space or pass {other}"
-    return f"cannot write {where} ({reason}); pass {other} in a folder you can write"
+    """'cannot write --out x.csv (No space left on device); free some space or pass another
+    --out'."""
+    return f"cannot write {where} ({err.strerror or type(err).__name__}); {_fix(err, flag)}"
+
+
+def _fix(err: OSError, flag: str | None) -> str:
+    """What the user does about a failed write: it depends on why it failed."""
+    if err.errno in _FULL_ERRNOS:
+        return f"free some space or pass {_other(flag)}"
+    if err.errno == errno.EROFS:
+        return f"pass {_other(flag)} on a disk you can write"
+    if err.errno == errno.ENAMETOOLONG:
+        return f"pass {_other(flag)} with shorter names"
+    return f"pass {_other(flag)} in a folder you can write"
 
 
 def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | None = None) -> None:
@@ -566,7 +737,7 @@ def copy_tree(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | Non
       WriteError: `dst` cannot be written; OSError: `src` cannot be read.
     """
     if not is_remote(src) and not is_remote(dst):
-        shutil.copytree(src, dst, dirs_exist_ok=True)
+        _copy_local_tree(Path(src), Path(dst))
         return
     gfile, src, dst = _gfile(), os.fspath(src).rstrip("/"), os.fspath(dst).rstrip("/")
     with _os_errors(src):
@@ -581,6 +752,20 @@ def copy_tree(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | Non
                     gfile.copy(join(top, name), join(target, name), overwrite=True)
     except OSError as err:
         raise WriteError(_cannot_write(f"{flag} {dst}" if flag else dst, err, flag)) from err
+
+
+def _copy_local_tree(src: Path, dst: Path) -> None:
+    """`cp -r src dst` (no `-p`): new files and folders get src's permission bits less the
+    umask, as the kernel applies it to any new file; existing ones keep theirs."""
+    for top, _, names in os.walk(src):
+        here = Path(top)
+        target = dst / here.relative_to(src)
+        target.mkdir(mode=stat.S_IMODE(here.stat().st_mode) | 0o700, exist_ok=True)
+        for name in names:
+            mode = stat.S_IMODE((here / name).stat().st_mode) & 0o777
+            fd = os.open(target / name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+            with open(here / name, "rb") as source, os.fdopen(fd, "wb") as copy:
+                shutil.copyfileobj(source, copy)
 
 
 def _parent(url: str) -> str:

@@ -5,7 +5,8 @@ and `test/`, each `<tile_id>.npz` one kernel, with the arrays of `REQUIRED_KEYS`
 
 - `node_feat` [n, 140] float32: per-node features (`NODE_FEAT_DIM`; the index map is in
   upstream's README);
-- `node_opcode` [n] integer (uint8 in the real files): HLO opcode ids (`MAX_OPCODE`);
+- `node_opcode` [n] integer (uint8 in the real files): HLO opcode ids, 0..120 in the real
+  files; up to `MAX_OPCODE` accepted (the 128 rows of models.py's opcode embedding);
 - `edge_index` [e, 2] integer: `[u, v]` rows, node u consumes the output of node v;
 - `config_feat` [c, 24] float32: kernel, output and input tile bounds, each as 6 dims + sum +
   product (`CONFIG_FEAT_DIM`);
@@ -31,7 +32,7 @@ from __future__ import annotations
 SPLITS = ("train", "valid", "test")
 NODE_FEAT_DIM = 140
 CONFIG_FEAT_DIM = 24
-MAX_OPCODE = 255  # the real files store opcodes as uint8
+MAX_OPCODE = 127  # real ids run 0..120; models.py embeds 128 (its OPCODE_VOCAB)
 REQUIRED_KEYS = (
     "node_feat",
     "node_opcode",
@@ -49,6 +50,7 @@ _RUN_FILE = ("run_", ".jsonz")
 MODEL_DIR_GLOB = _MODEL_DIR + "*"
 RUN_FILE_GLOB = "*".join(_RUN_FILE)
 SAVED_MODEL_FILE = "saved_model.pb"  # what makes a folder a SavedModel (Keras's name)
+VARIABLES_PREFIX = ("variables", "variables")  # its weights: <prefix>.index and .data-*
 
 
 def model_dir_name(h: str) -> str:

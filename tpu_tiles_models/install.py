@@ -10,6 +10,7 @@ deletes the files that did not exist before.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
@@ -113,12 +114,23 @@ def _refuse_folders(root: Path, relpaths: list[str]) -> None:
         )
 
 
+def _is_original(root: Path, rel: str, entry: dict) -> bool:
+    """Whether ``rel`` still holds the upstream original we backed up: an install that
+    stopped between recording and copying left it so; it is not the user's edit."""
+    backup = root / BACKUP_DIR / rel
+    return (
+        bool(entry["had_original"]) and backup.is_file() and _sha256(backup) == _sha256(root / rel)
+    )
+
+
 def _user_modified(root: Path, manifest: dict) -> list[str]:
-    """Installed paths whose current content is not what we installed."""
+    """Installed paths whose current content is neither what we installed nor the original."""
     return [
         rel
         for rel, entry in manifest.items()
-        if (root / rel).exists() and _sha256(root / rel) != entry["installed_sha256"]
+        if (root / rel).exists()
+        and _sha256(root / rel) != entry["installed_sha256"]
+        and not _is_original(root, rel, entry)
     ]
 
 
@@ -139,6 +151,8 @@ def install(
     root = check_checkout(root)
     sources = _sources(source_dir)
     _refuse_folders(root, list(sources))
+    for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
+        files.check_output_path(root / rel)
     manifest = _load_manifest(root)
     edited = [
         rel
@@ -153,7 +167,12 @@ def install(
         )
     lines = []
     for rel, src in sources.items():
-        line = _install_one(root, rel, src, manifest, force=force)
+        before = json.loads(json.dumps(manifest))
+        try:
+            line = _install_one(root, rel, src, manifest, force=force)
+        except BaseException:
+            _undo_record(root, rel, before)
+            raise
         if line:
             lines.append(line)
     if not lines:
@@ -183,6 +202,8 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
             files.copy_file(dst, backup)
         action = f"original saved to {backup}" if had_original else "new file"
         entry = manifest[rel] = {"had_original": had_original, "installed_sha256": new_sha}
+    elif _is_original(root, rel, entry):
+        action = f"original saved to {backup}"  # a stopped install's record: finish it
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
         kept = backup.with_name(backup.name + MODIFIED_SUFFIX)
         files.copy_file(dst, kept)
@@ -196,6 +217,17 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
     _save_manifest(root, manifest)
     files.copy_file(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
+
+
+def _undo_record(root: Path, rel: str, before: dict) -> None:
+    """After a failed install of ``rel``: the manifest as it was, and no backup of a file
+    this install did not replace (the next install or ``--uninstall`` then sees no edit)."""
+    with contextlib.suppress(OSError):  # if this fails too, `_is_original` still tells
+        if rel not in before:
+            (root / BACKUP_DIR / rel).unlink(missing_ok=True)
+        _save_manifest(root, before)
+        if (root / BACKUP_DIR).is_dir():
+            _prune_backup_dir(root / BACKUP_DIR)
 
 
 def uninstall(root: PathLike, *, force: bool = False) -> list[str]:

@@ -54,6 +54,16 @@ def _describe(ids: Sequence[str]) -> str:
     return f"{len(ids)} {noun} ({shown}{more})"
 
 
+def tile_id_problem(tile_id: str) -> str:
+    """Why ``tile_id`` (an npz file stem) cannot be a predictions CSV row's id; '' if it can."""
+    if not tile_id:
+        return "is empty"
+    if tile_id.startswith(TILE_PREFIX):
+        return f"starts with {TILE_PREFIX!r}"
+    bad = sorted({c for c in tile_id if c in ",;\n\r"})
+    return f"holds {', '.join(map(repr, bad))}, which split a CSV row" if bad else ""
+
+
 def format_predictions_csv(rows: Iterable[tuple[str, Sequence[int]]]) -> str:
     """Returns the text upstream ``write_least_runtimes_csv`` writes for ``rows``.
 
@@ -66,10 +76,11 @@ def format_predictions_csv(rows: Iterable[tuple[str, Sequence[int]]]) -> str:
     """
     lines = []
     for tile_id, indices in rows:
-        if not tile_id or tile_id.startswith(TILE_PREFIX) or any(c in tile_id for c in ",;\n"):
+        problem = tile_id_problem(tile_id)
+        if problem:
             raise KaggleError(
-                f"bad tile id {tile_id!r}: pass the npz file stem, without {TILE_PREFIX!r}, "
-                "commas, semicolons or newlines"
+                f"bad tile id {tile_id!r}: it {problem}; pass the npz file stem, without "
+                f"{TILE_PREFIX!r}, commas, semicolons or newlines"
             )
         # operator.index accepts numpy integers but refuses floats, which would print as '1.0'.
         values = ";".join(str(operator.index(i)) for i in indices)
@@ -259,15 +270,18 @@ def validate_predictions(
             f"{source}: {_describe(unknown)} are not tile:xla ids of the sample submission; "
             "predict the test split only"
         )
+    # The fix for each: predictions written again by our prediction step, which lists k
+    # distinct configs per kernel (padding a kernel with fewer configs, unlike upstream).
+    again = (
+        f"write them again with tpu-tiles predict --top_k {k} (or our "
+        "tiles_gen_predictions_csv.py), which lists that many distinct configs per kernel"
+    )
     checks = (
-        (
-            lambda v: len(v) != k,
-            f"do not list exactly {k} configs; cut or pad them with kaggle.pad_top_k",
-        ),
+        (lambda v: len(v) != k, f"do not list exactly {k} configs; {again}"),
         (lambda v: any(i < 0 for i in v), "list negative config indices"),
         (
             lambda v: len(set(v)) != len(v),
-            "repeat a config index (upstream zero padding? re-pad with kaggle.pad_top_k)",
+            f"repeat a config index (upstream's zero padding?); {again}",
         ),
     )
     for failed, problem in checks:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -85,10 +86,46 @@ def _interrupt(pids: list[int]) -> None:
             os.kill(pid, signal.SIGINT)
 
 
+# What Beam's local worker processes log as they start, before they read the pipeline's log
+# level (`default_sdk_harness_log_level`): Python logging's default format, INFO lines and the
+# import-time warning about GCP's BigQuery client. Noise to a user; every other line passes.
+_WORKER_NOISE = re.compile(rb"^(INFO:|WARNING:root:apitools not found)")
+
+
+@contextlib.contextmanager
+def quiet_workers() -> Iterator[None]:
+    """Worker processes started within the block inherit a stderr that drops their start-up
+    lines (`_WORKER_NOISE`) and passes every other line to this process's stderr."""
+    try:
+        sys.stderr.flush()
+        stderr = os.dup(2)
+    except (OSError, ValueError):  # no stderr to filter
+        yield
+        return
+    read_end, write_end = os.pipe()
+
+    def pump() -> None:
+        with os.fdopen(read_end, "rb") as lines:
+            for line in lines:
+                if not _WORKER_NOISE.match(line):
+                    os.write(stderr, line)
+        os.close(stderr)  # every writer has gone: the workers have exited
+
+    threading.Thread(target=pump, name="beam-worker-stderr", daemon=True).start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(stderr, 2)  # ours again; the pipe closes when the last worker exits
+
+
 def run_shielded(
     run: Callable[[], T], on_ctrl_c: Callable[[Handler], None]
 ) -> tuple[T | None, bool]:
-    """Runs `run` (a Beam pipeline) in a thread, with SIGINT ignored in this process.
+    """Runs `run` (a Beam pipeline) in a thread, with SIGINT ignored in this process, and its
+    local workers' start-up lines left out of stderr (`quiet_workers`).
 
     Beam starts its local workers through `/bin/sh`, which keeps only *ignored* signals, so
     a terminal's Ctrl-C must not reach them as a kill: Beam would wait for or retry their
@@ -110,6 +147,13 @@ def run_shielded(
     Raises:
       Whatever `run` raised, unless Ctrl-C was pressed.
     """
+    with quiet_workers():
+        return _run_shielded(run, on_ctrl_c)
+
+
+def _run_shielded(
+    run: Callable[[], T], on_ctrl_c: Callable[[Handler], None]
+) -> tuple[T | None, bool]:
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread

@@ -8,6 +8,7 @@ second copy of model code) or from an upstream checkout's swapped-in
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -15,9 +16,10 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
+from typing import Iterator
 
 from tpu_tiles_models import files
-from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.errors import FlagError, UserError, one_line
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 UPSTREAM_MODELS = Path("tpu_graphs/baselines/tiles/models.py")
@@ -75,21 +77,33 @@ def models_inputs(path: str | os.PathLike | None) -> list[files.Input]:
     return [files.Input(file, "--models file")] if file.is_file() else []
 
 
-def load_models_module(path: str | Path | None = None) -> ModuleType:
+def load_models_module(
+    path: str | Path | None = None, *, flag: str | None = "--models"
+) -> ModuleType:
     """Imports a `models.py` by path: ours by default, or an upstream checkout's.
 
     `path` may be a models.py file or an upstream root (then its swapped-in tiles models.py is
     used, with the root on sys.path so that its own imports of `tpu_graphs` resolve).
+
+    Args:
+      path: the models.py or upstream root; None for ours.
+      flag: the flag that chose `path`, named in messages (None: a file the user did not name
+        on the command line, such as a hand-in folder's own models.py).
+
+    Raises:
+      FlagError: no such file, or it cannot be imported (a syntax error, a failing import),
+        in one line naming the file (and the line).
     """
+    fix = f"pass {flag} <models.py or upstream root>" if flag else "restore the file"
     path = Path(path) if path is not None else dropin_file("models.py")
     if path.is_dir():
         root, path = path, path / UPSTREAM_MODELS
         if not path.is_file():
-            raise FlagError(f"{path} not found: is {root} a tpu_graphs checkout? (--models)")
+            raise FlagError(f"{path} not found: is {root} a tpu_graphs checkout? ({fix})")
         if str(root) not in sys.path:
             sys.path.insert(0, str(root))
     if not path.is_file():
-        raise FlagError(f"{path}: no such models.py; pass --models <models.py or upstream root>")
+        raise FlagError(f"{path}: no such models.py; {fix}")
     path = path.resolve()
     module_name = "tpu_tiles_models_dropin_" + str(abs(hash(str(path))))
     if module_name in sys.modules:
@@ -97,18 +111,40 @@ def load_models_module(path: str | Path | None = None) -> ModuleType:
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    spec.loader.exec_module(module)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as err:  # whatever the file raises, it is the file's fault: say where
+        del sys.modules[module_name]
+        if isinstance(err, SyntaxError):  # its own text repeats the file and line
+            where, reason = f"{path}, line {err.lineno}", f"{type(err).__name__}: {err.msg}"
+        else:
+            where, reason = str(path), one_line(err, 200)
+        other = f" or pass another {flag}" if flag else ""
+        raise FlagError(f"{where}: cannot import it ({reason}); fix the file{other}") from None
     return module
+
+
+_MISSING = object()
+
+
+def _is_model(value: object) -> bool:
+    """A model class: a class with upstream's `forward(graph, num_configs)`."""
+    return isinstance(value, type) and callable(getattr(value, "forward", None))
 
 
 def model_class(name: str, module: ModuleType | None = None) -> type:
     """The class `name` of `module` (default: our models.py); one-line error if unknown."""
     module = module or load_models_module()
-    cls = getattr(module, name, None)
-    if not (isinstance(cls, type) and hasattr(cls, "forward")) or name.startswith("_"):
-        known = sorted(n for n in MODELS if hasattr(module, n))
-        raise FlagError(f"unknown model {name!r} in {module.__file__}; known: {', '.join(known)}")
-    return cls
+    cls = getattr(module, name, _MISSING)
+    if _is_model(cls) and not name.startswith("_"):
+        return cls
+    known = ", ".join(sorted(n for n in MODELS if _is_model(getattr(module, n, None))))
+    if cls is _MISSING or name.startswith("_"):
+        raise FlagError(f"unknown model {name!r} in {module.__file__}; known: {known}")
+    raise FlagError(
+        f"{name!r} in {module.__file__} is not a model class (a class with a forward method); "
+        f"known: {known}"
+    )
 
 
 def parse_model_kwargs(text: str) -> dict:
@@ -131,14 +167,76 @@ def build_model(
     num_ops: int,
     kwargs_json: str = "{}",
     module: ModuleType | None = None,
+    *,
+    source: str = "--model_kwargs_json",
 ):
-    """Instantiates a model as upstream does: `cls(num_configs, num_ops, **kwargs)`."""
+    """Instantiates a model as upstream does: `cls(num_configs, num_ops, **kwargs)`.
+
+    `source` says where `kwargs_json` came from, for the message when they do not fit: the
+    flag, or a run file's `model_kwargs_json`.
+    """
     cls = model_class(name, module)
     kwargs = parse_model_kwargs(kwargs_json)
     try:
         return cls(num_configs, num_ops, **kwargs)
     except (TypeError, ValueError) as e:
-        raise FlagError(f"--model_kwargs_json does not fit {name}: {e}") from None
+        raise FlagError(f"{source} does not fit {name}: {e}") from None
+
+
+# Copies of every parameter that training holds: weights, gradients and Adam's two moments.
+TRAINING_COPIES = 4
+
+
+def available_memory() -> int:
+    """Bytes of memory this machine can still give a process (Linux's MemAvailable)."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    with contextlib.suppress(OSError, ValueError, AttributeError):
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    return 1 << 62  # unknown: no limit
+
+
+@contextlib.contextmanager
+def parameter_limit(
+    name: str, kwargs_json: str, *, limit_bytes: int | None = None
+) -> Iterator[None]:
+    """Within it, a model whose parameters would not fit in memory for training fails as
+    each variable is created, before TensorFlow allocates it.
+
+    Keras layers declare each variable's shape before its initial value is made, so a
+    variable creator sees it first; in a `tf.Graph` nothing is allocated at all, which makes
+    a graph-mode build a free estimate.
+
+    Raises:
+      FlagError: naming `--model_kwargs_json`, the parameters so far, the memory they need
+        for training (`TRAINING_COPIES` copies) and the memory available.
+    """
+    import tensorflow as tf
+
+    limit = available_memory() if limit_bytes is None else limit_bytes
+    params = nbytes = 0
+
+    def creator(next_creator, **kwargs):
+        nonlocal params, nbytes
+        shape = tf.TensorShape(kwargs.get("shape"))
+        if shape.is_fully_defined():
+            params += shape.num_elements()
+            nbytes += shape.num_elements() * tf.as_dtype(kwargs.get("dtype") or tf.float32).size
+            if nbytes * TRAINING_COPIES > limit:
+                need, have = (files.format_size(n) for n in (nbytes * TRAINING_COPIES, limit))
+                raise FlagError(
+                    f"--model_kwargs_json {kwargs_json} makes {name} too big to train here: "
+                    f"{params:.3g} parameters or more, about {need} of memory for training "
+                    f"(weights, gradients, Adam's moments), {have} available; choose smaller "
+                    "sizes"
+                )
+        return next_creator(**kwargs)
+
+    with tf.variable_creator_scope(creator):
+        yield
 
 
 def describe() -> str:

@@ -36,16 +36,23 @@ class TrainedRun:
     run_file: Path | str
     info: dict[str, Any]
     models_path: Path | None = None
+    models_flag: str | None = "--models"  # what chose models_path, for messages
 
     @classmethod
     def open(
-        cls, model_dir: str | os.PathLike, *, models_path: str | os.PathLike | None = None
+        cls,
+        model_dir: str | os.PathLike,
+        *,
+        models_path: str | os.PathLike | None = None,
+        models_flag: str | None = "--models",
     ) -> TrainedRun:
         """Opens `model_dir` and its run file; nothing heavy is loaded yet.
 
         Args:
           model_dir: a `model_<hash>` directory.
           models_path: the models.py (or upstream checkout) holding its class; default ours.
+          models_flag: the flag that chose `models_path`, named in messages (None: a file
+            the user did not name, such as a hand-in's own models.py).
 
         Raises:
           ExportError: no such directory, no SavedModel in it, or a missing, corrupt or
@@ -60,9 +67,10 @@ class TrainedRun:
             raise export.ExportError(
                 f"{path}: no saved_model.pb in it; give the model_<hash> folder training wrote"
             )
+        export.require_variables(path)
         info = export.read_run(path)
         where = Path(os.path.expanduser(os.fspath(models_path))) if models_path else None
-        return cls(path, export.run_file_for(path), info, where)
+        return cls(path, export.run_file_for(path), info, where, models_flag)
 
     # -- what the run file says ----------------------------------------------------------
 
@@ -96,7 +104,7 @@ class TrainedRun:
     @functools.cached_property
     def module(self) -> ModuleType:
         """The models.py module its class comes from."""
-        return registry.load_models_module(self.models_path)
+        return registry.load_models_module(self.models_path, flag=self.models_flag)
 
     def model_class(self) -> type:
         """The class named in the run file (one-line error if `module` lacks it)."""
@@ -146,7 +154,12 @@ class TrainedRun:
         """
         args = self.args
         model = registry.build_model(
-            args["model"], args["configs"], stats.num_ops, args["model_kwargs_json"], self.module
+            args["model"],
+            args["configs"],
+            stats.num_ops,
+            args["model_kwargs_json"],
+            self.module,
+            source=f"the model_kwargs_json of {self.run_file}",
         )
         graph = data.kernel_graph(sample, 0, stats)
         model.forward(graph, sample.num_configs(0))
@@ -166,7 +179,8 @@ class TrainedRun:
         When refitted statistics give other widths than the saved model, the `--toy_data`
         subset's statistics are tried, since training on it is the usual cause.
         """
-        self.model_class()  # an unknown class fails before any data is read
+        self.model_class()  # an unknown class fails before any data is read,
+        _ = self.saved_model  # and so do missing or truncated variables
         errors = []
         for toy in (False, True):
             dataset = self.dataset(

@@ -20,6 +20,7 @@ copied there at the end, the run file last.
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 import time
@@ -30,8 +31,8 @@ import tensorflow as tf
 import tensorflow_ranking as tfr
 import tqdm
 
-from tpu_tiles_models import data, export, files, interrupts, metrics, registry, scoring
-from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models import data, export, files, formats, interrupts, metrics, registry, scoring
+from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.losses import CombinedLoss, parse_losses
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -192,12 +193,8 @@ def _strategy(name: str) -> tf.distribute.Strategy:
     """The `--strategy`; multi-worker reads the cluster and this task from `TF_CONFIG`."""
     if name == "default":
         return tf.distribute.get_strategy()
-    if name == "multiworker" and not os.environ.get("TF_CONFIG"):
-        raise FlagError(
-            "--strategy=multiworker needs TF_CONFIG (the cluster's workers and this "
-            "task's index) in the environment of every worker; see README"
-        )
     if name == "multiworker":
+        _check_tf_config(os.environ.get("TF_CONFIG", ""))
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     else:
         strategy = tf.distribute.MirroredStrategy()
@@ -206,6 +203,39 @@ def _strategy(name: str) -> tf.distribute.Strategy:
     # GraphTensor cannot have.
     strategy.extended.experimental_enable_get_next_as_optional = False
     return strategy
+
+
+_TF_CONFIG_EXAMPLE = (
+    '{"cluster": {"worker": ["host1:12345", "host2:12345"]}, "task": {"type": "worker", '
+    '"index": 0}}'
+)
+
+
+def _check_tf_config(text: str) -> None:
+    """`TF_CONFIG` as `--strategy=multiworker` needs it, or one line saying what is wrong."""
+    fix = f"set it on every worker, e.g. TF_CONFIG='{_TF_CONFIG_EXAMPLE}' (see README)"
+    if not text.strip():
+        raise FlagError(
+            "--strategy=multiworker needs TF_CONFIG (the cluster's workers and this task's "
+            f"index) in the environment of every worker; {fix}"
+        )
+    try:
+        config = json.loads(text)
+    except ValueError as e:
+        raise FlagError(f"TF_CONFIG is not valid JSON ({e}); {fix}") from None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    task = config.get("task") if isinstance(config, dict) else None
+    if not (isinstance(cluster, dict) and cluster and isinstance(task, dict)):
+        raise FlagError(f"TF_CONFIG needs a 'cluster' and this worker's 'task'; {fix}")
+    kind, index = task.get("type"), task.get("index")
+    hosts = cluster.get(kind) if isinstance(kind, str) else None
+    if not (isinstance(hosts, list) and isinstance(index, int) and 0 <= index < len(hosts)):
+        jobs = ", ".join(
+            f"{k} ({len(v) if isinstance(v, list) else v!r})" for k, v in cluster.items()
+        )
+        raise FlagError(
+            f"TF_CONFIG's task {json.dumps(task)} is not one of its cluster's {jobs}; {fix}"
+        )
 
 
 def _num_workers(strategy: tf.distribute.Strategy) -> int:
@@ -229,12 +259,53 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
 
 
 def _check_before_data(args: TrainArgs) -> None:
-    """Fails on a bad model name, kwargs or loss before any data is read."""
+    """Fails on a bad model name, kwargs, size or loss, and on an output that cannot be
+    written, before any data is read."""
     files.require_local(args.models, flag="--models")  # Python imports local files only
     module = registry.load_models_module(args.models or None)
     registry.model_class(args.model, module)
-    registry.parse_model_kwargs(args.model_kwargs_json)
     parse_losses(args.losses)
+    files.check_folder(files.expand(args.out_dir), flag="--out_dir")
+    if args.test_mode == "predictions":
+        files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
+    if args.tensorboard:
+        files.check_folder(files.expand(args.tensorboard), flag="--tensorboard")
+
+
+def _check_model_size(args: TrainArgs) -> None:
+    """Builds the model in a `tf.Graph` (which allocates nothing) on a made-up kernel with
+    the files' full feature widths, so sizes too big to train fail before any data is read.
+    Only for `--model_kwargs_json` sizes: every model's defaults are small."""
+    if not registry.parse_model_kwargs(args.model_kwargs_json):
+        return
+    module = registry.load_models_module(args.models or None)
+    rng = np.random.default_rng(0)
+    nodes, configs = 3, args.configs
+    kernel = data.Split(
+        name="train",
+        tile_ids=["size_check"],
+        files=["size_check.npz"],
+        node_feat=rng.random((nodes, formats.NODE_FEAT_DIM), dtype=np.float32),
+        node_opcode=np.arange(nodes, dtype=np.int32),
+        edge_index=np.array([[1, 0], [2, 1]], dtype=np.int32),
+        config_feat=rng.random((configs, formats.CONFIG_FEAT_DIM), dtype=np.float32),
+        config_runtime=np.ones(configs),
+        config_runtime_normalizers=np.ones(configs),
+        node_offsets=np.array([0, nodes]),
+        edge_offsets=np.array([0, 2]),
+        config_offsets=np.array([0, configs]),
+    )
+    stats = data.FeatureStats.fit(kernel)
+    try:
+        with tf.Graph().as_default(), registry.parameter_limit(args.model, args.model_kwargs_json):
+            model = registry.build_model(
+                args.model, args.configs, formats.MAX_OPCODE + 1, args.model_kwargs_json, module
+            )
+            model.forward(data.kernel_graph(kernel, 0, stats), configs)
+    except UserError:
+        raise
+    except Exception:  # a models.py that builds only eagerly: the real build will tell
+        return
 
 
 def train(args: TrainArgs) -> export.TrainResult:
@@ -253,10 +324,9 @@ def train(args: TrainArgs) -> export.TrainResult:
     _check_before_data(args)
     # First TensorFlow work: a multi-worker strategy must exist before any other op.
     strategy = _strategy(args.strategy)
+    _check_model_size(args)
     if not _is_chief(strategy):
         return _train_as_worker(args, strategy)
-    if args.test_mode == "predictions":
-        files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
     with export.writing_into(args, _inputs(args)) as artifacts:
         return _train(args, strategy, artifacts)
 
@@ -292,7 +362,7 @@ def _train(
     )
     interrupts.check()
     module = registry.load_models_module(args.models or None)
-    with strategy.scope():
+    with strategy.scope(), registry.parameter_limit(args.model, args.model_kwargs_json):
         model = registry.build_model(
             args.model, args.configs, dataset.num_ops, args.model_kwargs_json, module
         )
@@ -300,6 +370,7 @@ def _train(
         model.forward(
             data.kernel_graph(dataset.train, 0, dataset.stats), dataset.train.num_configs(0)
         )
+    export.check_space(artifacts, model)  # before the training it would waste
     loop, train_batches, valid_batches, steps = _datasets_and_loop(args, dataset, model, strategy)
     sample = _epoch_sample(args, dataset.valid)
     # By sample score the best few epochs are rescored on every config at the end; by OPA

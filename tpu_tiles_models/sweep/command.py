@@ -58,6 +58,7 @@ def run(args: SweepArgs) -> SweepSummary:
     """
     base, out_dir = args.base, args.out_dir
     grids = parse_grid(args.grid)
+    files.check_folder(out_dir, flag="--out_dir")  # before any point trains
     points = expand(grids, base, random_points=args.random, random_seed=args.random_seed)
     sweep_dir = store.sweep_dir(out_dir)
     _check_outputs(points, out_dir, base)
@@ -130,10 +131,11 @@ def _write_outputs(rows, points, out_dir, base, todo: set[str], ensemble) -> Swe
     """Writes the leaderboard (csv, md, png) and the HParams summary; prints the summary."""
     axes = leaderboard.axis_names(points)
     paths = store.leaderboard_paths(out_dir)
-    files.write_bytes(paths["csv"], leaderboard.leaderboard_csv(rows, axes).encode())
+    flag = "--out_dir"
+    files.write_bytes(paths["csv"], leaderboard.leaderboard_csv(rows, axes).encode(), flag=flag)
     markdown = leaderboard.leaderboard_markdown(rows, axes, out_dir, ensemble)
-    files.write_bytes(paths["md"], markdown.encode())
-    files.write_bytes(paths["png"], leaderboard.leaderboard_png(rows, axes))
+    files.write_bytes(paths["md"], markdown.encode(), flag=flag)
+    files.write_bytes(paths["png"], leaderboard.leaderboard_png(rows, axes), flag=flag)
     hparams.write_hparams(base.tensorboard, rows, axes)
     paths["tensorboard"] = files.expand(base.tensorboard)
     trained = sum(1 for r in rows if r.status in ("ok", "nan") and r.point.key in todo)

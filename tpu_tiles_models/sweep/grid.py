@@ -13,12 +13,14 @@ import dataclasses
 import json
 import math
 import random
+import re
 from typing import Any
 
 from tpu_tiles_models import files
 from tpu_tiles_models.errors import FlagError, one_line
 from tpu_tiles_models.sweep.values import (
     KWARGS_PREFIX,
+    RANGE_KINDS,
     format_value,
     is_numeric,
     range_match,
@@ -81,6 +83,11 @@ def parse_grid(text: str) -> list[Grid]:
     Raises:
       FlagError: a missing or unreadable file, or a bad axis, naming `--grid` and the fix.
     """
+    if not text.strip():
+        raise FlagError(
+            "--grid is empty; pass a .yaml/.json grid file or an inline spec, e.g. --grid "
+            "'lr=1e-3,2e-3 seed=0,1'"
+        )
     if "=" not in text or files.exists(text.strip()):  # every inline axis has a "="
         return load_grid_file(text.strip())
     return [parse_inline(text)]
@@ -148,6 +155,8 @@ def _file_axis(name: str, value: Any, path: str) -> Axis:
     name = _axis_name(name, f"--grid {path}")
     if isinstance(value, str) and is_numeric(name) and range_match(value):
         return _parse_axis(name, value)
+    if isinstance(value, str):
+        _refuse_bad_range(name, value, f"--grid {path}")
     values = value if isinstance(value, list) else [value]
     if not values:
         raise FlagError(f"--grid {path}: {name} has no values")
@@ -159,10 +168,22 @@ def _parse_axis(raw_name: str, rest: str) -> Axis:
     match = range_match(rest) if is_numeric(name) else None
     if match:
         return Axis(name, range=_parse_range(name, *match))
+    _refuse_bad_range(name, rest)
     pieces = split_top(rest, ",", "--grid", keep_empty=True)
     if not all(p.strip() for p in pieces):
         raise FlagError(f"--grid: {name}={rest}: an empty value; remove the extra comma")
     return Axis(name, tuple(typed(name, unquote(name, p.strip())) for p in pieces))
+
+
+def _refuse_bad_range(name: str, text: str, where: str = "--grid") -> None:
+    """A value that starts like a range (`loguniform(...`) but is not one: say so, rather
+    than that the flag takes another type."""
+    kind = re.match(rf"\s*({'|'.join(RANGE_KINDS)})\s*\(", text)
+    if kind and is_numeric(name):
+        raise FlagError(
+            f"{where}: {name}={text}: a range takes two bounds, low and high, e.g. "
+            f"{kind.group(1)}({'1,8' if kind.group(1).endswith('int') else '1e-4,1e-2'})"
+        )
 
 
 def _parse_range(name: str, kind: str, low: str, high: str) -> Range:

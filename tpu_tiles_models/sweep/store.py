@@ -78,7 +78,7 @@ def read_json(path: str) -> dict | None:
 
 
 def write_json(path: str, value: Any) -> None:
-    files.write_bytes(path, json.dumps(value, indent=1).encode())
+    files.write_bytes(path, json.dumps(value, indent=1).encode(), flag="--out_dir")
 
 
 def read_run_info(point: Point) -> dict | None:

@@ -140,7 +140,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--test_ids_from",
         default=None,
-        help="sample_submission.csv: the test split takes its tile:xla ids",
+        help="sample_submission.csv: the test split takes its tile:xla ids (default: none, "
+        "--test made-up ids)",
     )
     parser.add_argument(
         "--overwrite",

@@ -317,8 +317,8 @@ def generate(
     old = _prepare_out(out, overwrite)
     inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
     files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
-    created = not out.exists()
-    out.mkdir(parents=True, exist_ok=True)
+    files.check_folder(out)  # read-only, unwritable, names too long: before any kernel
+    made = files.make_dirs(out)
     files.remove_leftovers(out)  # staging folders of killed runs
     staging = files.hidden_path(out / "synth")
     staging.mkdir()
@@ -326,10 +326,14 @@ def generate(
         job = _Job(str(staging), seed, family, max_configs, min_configs)
         total_configs = _write_kernels(job, _split_plan(counts, seed, test_ids), progress, workers)
         _install(staging, out, old)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
-        if created:
-            shutil.rmtree(out, ignore_errors=True)
+        files.remove_made_dirs(made, out)
+        if isinstance(err, files.WriteError):  # name the folder given, not the staging one
+            reason = err.__cause__.strerror if isinstance(err.__cause__, OSError) else None
+            raise files.WriteError(
+                f"cannot write {out} ({reason or err}); free some space or pass another folder"
+            ) from None
         raise
     staging.rmdir()
     usable = usable_valid_kernels(out)
