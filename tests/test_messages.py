@@ -166,7 +166,7 @@ def test_disk_full_during_the_save(mlp_run, tmp_path, monkeypatch):
 
     monkeypatch.setattr(type(mlp_run.model), "save", full)
     with pytest.raises(export.files.WriteError) as err:
-        export.save_model_dir(mlp_run.model, tmp_path / "model_x")
+        export.save_model(mlp_run.model, tmp_path / "model_x")
     assert str(err.value).startswith(
         f"cannot write --out_dir {tmp_path}: saving model_x (about 16.8 MB) failed with "
     )
