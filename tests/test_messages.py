@@ -290,8 +290,8 @@ def test_synth_on_a_read_only_disk(tmp_path, read_only, capsys):
     out = tmp_path / "data"
     err = _one_line(["synth", str(out), "--train", "3", "--no_progress"], capsys)
     assert err == (
-        f"tpu-tiles synth: error: cannot write {out} {ROFS}; pass another path on a disk you "
-        "can write"
+        f"tpu-tiles synth: error: cannot write OUT {out} {ROFS}; pass another OUT on a disk "
+        "you can write"
     )
     assert not any(tmp_path.iterdir())
 
@@ -322,6 +322,20 @@ def test_bundle_copies_with_the_permissions_the_umask_gives(mlp_run, tmp_path, u
         "assets": 0o755,
     }
     assert {file_mode(p) for p in copied if p.is_file()} == {0o644}
+
+
+def test_every_commands_outputs_are_tried_before_any_work(tmp_path, read_only, capsys):
+    """`files.prepare_outputs`, which every command calls first, tries each output's folder:
+    `kaggle` reads nothing before it says its --out cannot be written."""
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    read_only(ro)
+    missing = str(tmp_path / "none.csv")  # never read: the output is checked first
+    argv = ["kaggle", "--sample", missing, "--inputcsv", missing, "--out", str(ro / "k.csv")]
+    assert _one_line(argv, capsys) == (
+        f"tpu-tiles kaggle: error: cannot write --out {ro / 'k.csv'} {ROFS}; pass another "
+        "--out on a disk you can write"
+    )
 
 
 def test_sweep_read_only_out_dir_names_the_flag(synth_root, tmp_path, read_only, capsys):

@@ -92,14 +92,6 @@ def make_bundle(
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
     if out.exists() and not out.is_dir():
         raise BundleError(f"--out {out} is a file; pass a new folder")
-    files.prepare_outputs(
-        [
-            files.Output(out / MODELS_FILE, "--out"),
-            files.Output(out / model_dir.name, "--out", artifact=True),
-            files.Output(out / run_file.name, "--out", artifact=True),
-        ],
-        [*export.run_inputs(model_dir), files.Input(source, "--models file")],
-    )
     others = [
         p.name
         for p in (*out.glob(formats.MODEL_DIR_GLOB), *out.glob(formats.RUN_FILE_GLOB))
@@ -112,6 +104,14 @@ def make_bundle(
         )
     size = source.stat().st_size + _tree_size(model_dir) + run_file.stat().st_size
     files.check_folder(out, flag="--out", need_bytes=size)
+    files.prepare_outputs(
+        [
+            files.Output(out / MODELS_FILE, "--out"),
+            files.Output(out / model_dir.name, "--out", artifact=True),
+            files.Output(out / run_file.name, "--out", artifact=True),
+        ],
+        [*export.run_inputs(model_dir), files.Input(source, "--models file")],
+    )
     made = files.make_dirs(out, flag="--out")
     new = [p for p in (out / MODELS_FILE, out / model_dir.name) if not p.exists()]
     try:

@@ -168,16 +168,16 @@ def run(a: DemoArgs) -> None:
     start = time.perf_counter()
     data_root, models_dir = out / "data", out / "models"
     progress = not a.no_progress
+    have_data = (data_root / "train").is_dir()
+    kernels = a.train + _valid_kernels(a.train) + TEST_KERNELS
+    need = _BYTES_BESIDE_DATA + (0 if have_data else kernels * _BYTES_PER_KERNEL)
+    files.check_folder(out, flag="--out", need_bytes=need)
     written = [EVALUATION_CSV, EVALUATION_PNG, PREDICTIONS_CSV, KAGGLE_CSV]
     written += [] if a.sample else [SAMPLE_CSV]
     files.prepare_outputs(
         [files.Output(out / name, "--out") for name in written],
         [files.Input(a.sample, "--sample file")] if a.sample else [],
     )
-    have_data = (data_root / "train").is_dir()
-    kernels = a.train + _valid_kernels(a.train) + TEST_KERNELS
-    need = _BYTES_BESIDE_DATA + (0 if have_data else kernels * _BYTES_PER_KERNEL)
-    files.check_folder(out, flag="--out", need_bytes=need)
     if not have_data:
         synthetic.generate(
             data_root,

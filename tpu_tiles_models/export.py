@@ -216,13 +216,13 @@ def whole_run(model_dir: str | os.PathLike) -> dict | None:
 # -- the SavedModel --------------------------------------------------------------------------
 
 
-def save_model(model: tf.keras.Model, path: str | Path, *, place: str | None = None) -> None:
-    """`model.save(path)` as a Keras-2 SavedModel into a local folder (`finish` stages it at
-    `path` for its `place`); a full or unwritable disk is one line naming `--out_dir`."""
+def save_model(model: tf.keras.Model, path: str | Path) -> None:
+    """`model.save(path)` as a Keras-2 SavedModel into a local folder (`finish` stages it); a
+    full or unwritable disk is one line naming `--out_dir` and the model's place."""
     import tensorflow as tf
 
     path = Path(path)
-    place = Path(place or path)
+    place = files.place_of(path)
     try:
         with warnings.catch_warnings():  # TF-GNN's specs save fine; TF warns about each one
             warnings.filterwarnings("ignore", message="Encoding a StructuredValue")
@@ -707,7 +707,7 @@ def finish(
     )
     interrupts.check()
     model_dir = model_dir_path(artifacts.out_dir, h)
-    save_model(model, artifacts.stage(model_dir), place=model_dir)
+    save_model(model, artifacts.stage(model_dir))
     interrupts.check()  # a Ctrl-C during the save stops here, before anything is in place
     if curve["epoch"]:
         _plot_curve(curve, extras, artifacts.stage(curve_path(artifacts.out_dir, h)))

@@ -88,7 +88,7 @@ def atomic_path(
             yield tmp
         return
     path = Path(path)
-    where = _where(_shown(path), flag)
+    where = _where(place_of(path), flag)
     _check_file_target(path, where, flag)
     made = make_dirs(path.parent, flag=flag, where=where)
     try:
@@ -133,7 +133,7 @@ def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Pa
             raise WriteError(f"{_where(url, flag)} is a folder; pass the path of a file to write")
         return url
     path = Path(path)
-    where = _where(_shown(path), flag)
+    where = _where(place_of(path), flag)
     _check_file_target(path, where, flag)
     check_folder(path.parent, flag=flag, where=where)
     return path
@@ -247,8 +247,9 @@ def _where(path: str | os.PathLike, flag: str | None) -> str:
     return f"{flag} {os.fspath(path)}" if flag else os.fspath(path)
 
 
-def _shown(path: Path) -> Path:
-    """The path a message names: a staged artifact (`hidden_path`) by the place it is for."""
+def place_of(path: Path) -> Path:
+    """The path a message names: a hidden temporary (`hidden_path`, a staged artifact) by the
+    place it is for; any other path as it is."""
     m = _HIDDEN.match(path.name)
     return path.with_name(m["name"]) if m else path
 
@@ -259,10 +260,17 @@ def _other(flag: str | None) -> str:
 
 def _check_file_target(path: Path, where: str, flag: str | None) -> None:
     """A folder at `path`, a file among its parents, or a name too long: one line each."""
-    base = _nearest_folder(path.parent, where, flag)
-    _check_names(path, base, where, flag, temp_extra=len(hidden_path(path).name) - len(path.name))
+    _check_place(path, where, flag)
     if path.is_dir():
         raise WriteError(f"{where} is a folder; pass the path of a file to write")
+
+
+def _check_place(path: Path, where: str, flag: str | None) -> Path:
+    """A file among `path`'s parents, or a name too long for its file system once written
+    under a hidden temporary name first (`hidden_path`); returns its nearest existing folder."""
+    base = _nearest_folder(path.parent, where, flag)
+    _check_names(path, base, where, flag, temp_extra=len(hidden_path(path).name) - len(path.name))
+    return base
 
 
 def _nearest_folder(path: Path, where: str, flag: str | None, *, target: bool = False) -> Path:
@@ -514,8 +522,10 @@ def _finished_run_part(path: str) -> str | None:
 def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
     """What every command calls before any work: refuses an output that is one of the inputs
     or lies in an input folder, one whose folder holds an input, two outputs at one path, and
-    an output over a finished run's run file or into its model directory; then removes what
-    killed processes left while writing these outputs (`remove_leftovers`).
+    an output over a finished run's run file or into its model directory, and a place that
+    cannot be written (a file among its parents, a name too long, a read-only or unwritable
+    folder: tried with a probe file); then removes what killed processes left while writing
+    these outputs (`remove_leftovers`).
 
     Args:
       outputs: every path the command will write (files, or folders it fills).
@@ -523,12 +533,21 @@ def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> 
 
     Raises:
       OutputError: the first clash, in one line naming both paths and the flag to change.
+      WriteError: a place that cannot be written, naming it, its flag and the fix.
     """
     _check_outputs(outputs, inputs)
     for out in outputs:
         place = expand(out.path)
         if not is_remote(place):
+            _check_writable(Path(place), out.flag)
             remove_leftovers(os.path.dirname(os.path.abspath(place)), [basename(place)])
+
+
+def _check_writable(path: Path, flag: str) -> None:
+    """What writing `path` (a file, or a folder filled) would fail on, found now; creates
+    nothing."""
+    where = _where(place_of(path), flag)
+    _probe(_check_place(path, where, flag), where, flag)
 
 
 def _check_outputs(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:

@@ -315,10 +315,10 @@ def generate(
     workers = num_workers or default_workers(sum(counts.values()))
     out = Path(out_dir)
     old = _prepare_out(out, overwrite)
+    files.check_folder(out, flag="OUT")  # read-only, names too long: before any kernel
     inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
     files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
-    files.check_folder(out)  # read-only, unwritable, names too long: before any kernel
-    made = files.make_dirs(out)
+    made = files.make_dirs(out, flag="OUT")
     files.remove_leftovers(out)  # staging folders of killed runs
     staging = files.hidden_path(out / "synth")
     staging.mkdir()
@@ -332,7 +332,7 @@ def generate(
         if isinstance(err, files.WriteError):  # name the folder given, not the staging one
             reason = err.__cause__.strerror if isinstance(err.__cause__, OSError) else None
             raise files.WriteError(
-                f"cannot write {out} ({reason or err}); free some space or pass another folder"
+                f"cannot write OUT {out} ({reason or err}); free some space or pass another OUT"
             ) from None
         raise
     staging.rmdir()
