@@ -339,9 +339,17 @@ def test_a_stopped_or_failed_bundle_takes_back_what_it_added(mlp_run, tmp_path, 
     assert _snapshot(finished) == before
 
 
+# What `_train_process` writes to stderr once the command has returned, with its status.
+RETURNED = "cli.main returned"
+
+
 def _train_process(argv: list[str], *, before: str = "") -> subprocess.Popen:
-    """`tpu-tiles <argv>` in its own process (`before`: Python run first, to inject faults)."""
-    code = f"{before}\nfrom tpu_tiles_models import cli\nraise SystemExit(cli.main({argv!r}))"
+    """`tpu-tiles <argv>` in its own process (`before`: Python run first, to inject faults);
+    once the command returns it writes `RETURNED <status>` to stderr, then exits with it."""
+    code = (
+        f"{before}\nimport sys\nfrom tpu_tiles_models import cli\nstatus = cli.main({argv!r})\n"
+        f"print('{RETURNED}', status, file=sys.stderr, flush=True)\nraise SystemExit(status)"
+    )
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     return subprocess.Popen(
         [sys.executable, "-c", code],
@@ -370,7 +378,10 @@ def test_sigterm_at_random_points_of_a_rerun_never_loses_the_finished_run(cli_ru
     """Defects 5 and 1: reruns of the same options (--overwrite) sent SIGTERM at random
     times (while Python starts, data loads, it trains or saves) end with 143 and the finished
     run as it was, or 0 and the new run in its place; either way the run in place is whole and
-    ranks the test split as its run file says, and no hidden file is left."""
+    ranks the test split as its run file says, and no hidden file is left. Killed outright
+    (-SIGTERM: the signal came before the command set its handlers, or after it returned and
+    put them back, while Python shuts down) it is the run as it was, or the new one if the
+    command had returned 0."""
     argv, out, h = cli_run
     rng = random.Random(25)
     for _ in range(2):
@@ -380,9 +391,15 @@ def test_sigterm_at_random_points_of_a_rerun_never_loses_the_finished_run(cli_ru
         proc.send_signal(signal.SIGTERM)
         _, stderr = proc.communicate(timeout=120)
         assert proc.returncode in (0, 143, -signal.SIGTERM), stderr[-2000:]
+        returned = [line.split()[-1] for line in stderr.splitlines() if line.startswith(RETURNED)]
+        if proc.returncode == -signal.SIGTERM:  # before the handlers were set or after them
+            assert returned in ([], ["0"]), stderr[-2000:]
+        else:
+            assert returned == [str(proc.returncode)], stderr[-2000:]
         if proc.returncode == 143:
-            assert stderr.strip().endswith("stopped by SIGTERM; removed what this run had started")
-        if proc.returncode != 0:
+            last = stderr.strip().splitlines()[-2]  # the command's own last line
+            assert last.endswith("stopped by SIGTERM; removed what this run had started")
+        if returned != ["0"]:
             assert _snapshot(out) == before
         assert _hidden(out) == []
         _assert_whole_and_consistent(out, h, short_test_root)
