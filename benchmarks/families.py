@@ -1,69 +1,81 @@
-"""Data-side calibration of every synthetic generator family (run by hand, not a test).
+"""Every synthetic family against the real tile:xla collection (run by hand, not a test).
 
-For each family, generates a set (default 300 train / 60 valid kernels, seed 0) and records:
+For each family, one data set at the suite's budget (default 1,000 train / 200 valid / 20 test
+kernels, data seed 0, no config cap: the families' own counts, up to 10,000 a kernel), then:
 
-- nodes, edges and configs per kernel (train + valid): quantiles;
-- random ranking's top-1/5/10 error on valid (mean of `--random_seeds` seeds), the floor a
-  model must beat; upstream's EarlyJoinSAGE on the *real* validation split reaches top-5
-  0.02-0.10 and top-1 0.05-0.45, so random ranking should be clearly worse than that;
-- the compiler-default tile's error on valid: `max(0, 1 / best - 1)` per kernel where `best`
-  is the least `runtime / normalizer` (the normaliser is the default tile's runtime);
-- a graph-blind ranker's top-k errors on valid: a ridge regression of
-  `log(runtime / normalizer)` (centred per kernel) on the config features alone, fitted on
-  train; it shows how much of the ranking needs the graph;
-- duplicated config rows: their share and the median relative runtime gap between copies
-  (real data: about 0.4%);
-- how close per-column means and stds of node and config features are to the real train
-  split's (`tile_feature_stats.json`): over the columns that are not constant on real train,
-  the median and 75th percentile of |log10(std ratio)| (a column constant here counts as
-  infinitely far), the median |mean difference| in real stds, and how many of those columns
-  are constant here.
+- data figures from `tpu-tiles inspect`'s report (`inspection.inspect_root`, the one reader of
+  a data root's statistics): configs, nodes and edges per kernel, runtime / normaliser over
+  all configs, worst / best per kernel, config 0 as the default and as the fastest, duplicate
+  rows, programs per split and their overlap;
+- rankers on the validation split: `random` (mean of 20 draws), `default` (config 0 first,
+  then random order; mean of 20 draws), a config-only ridge (fitted on train: log runtime /
+  normaliser, centred per kernel, on log1p of every config column and its square), and the
+  models of `--models` (default upstream's `MLP` and `EarlyJoinSAGE`) trained by `tpu-tiles
+  sweep` at the suite's budget: upstream's flags except `--epochs` (10) and `--early_stop=0`,
+  seeds `--seeds` (0,1,2), mean +- std over seeds; errors on every config of every
+  validation kernel (the trainer's final validation);
+- every target of issue 21 beside the real figure (`REAL`, from REAL_DATA_FACTS.md) with its
+  value per family, met or not.
 
-Writes `benchmarks/results/families.json` and prints a table.
+Writes `benchmarks/results/families.json` and `families.md` (README's block, through
+`update_readme.py`).
 
-    python benchmarks/families.py   # --stats PATH if shared/data is not beside the checkout
+    python benchmarks/families.py --work /tmp/families            # data, then the models
+    python benchmarks/families.py --work /tmp/families --models ""  # data figures only
+    python benchmarks/families.py --markdown_only                  # rewrite the .md
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
+import subprocess
 import sys
-import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from tpu_tiles_models import files, metrics, synthetic
+from tpu_tiles_models import data, files, inspection, metrics, synthetic
+from tpu_tiles_models.runs import TrainedRun
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_STATS = REPO.parent / "shared" / "data" / "tile_feature_stats.json"
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "families.json"
-QUANTILES = {"min": 0.0, "p10": 0.1, "p50": 0.5, "p90": 0.9, "p99": 0.99, "max": 1.0}
-# What is known of the real tile:xla collection (the TpuGraphs README and paper, upstream's
-# published tiles_evaluate.py output for EarlyJoinSAGE on the real validation split, issue 11).
+DRAWS = 20  # random orders for the random and default rankers
+# The real collection (shared/REAL_DATA_FACTS.md): what each target is measured against.
 REAL = {
-    "kernels": {"train": 5709, "valid": 676, "test": 844},
-    "nodes": {"min": 2, "mode": "20-40", "max": 394},
-    "edges": {"min": 1, "max": 711},
-    "configs_per_kernel": {"min": 2, "max": "over 6000"},
-    "duplicate_runtime_gap": "about 0.4%",
-    "early_join_sage_valid": {"top1": "0.05-0.45", "top5": "0.02-0.10"},
+    "train_configs_mean": 1946,
+    "valid_configs_le_1000": 415 / 676,
+    "valid_configs_gt_9000": 14 / 676,
+    "train_configs_lt_10": 84 / 5709,
+    "nodes_mean": "40.1 / 46.9 / 36.4",
+    "edges_minus_nodes": "2.0 / 2.7 / 1.2",
+    "nodes_max": 394,
+    "ratio_mean": 4.98,
+    "ratio_std": 8.20,
+    "worst_over_best_median": 5.5,
+    "config0_fastest": 11 / 15,
+    "ejs_top5": 0.041,
+    "ejs_top1": 0.117,
+    "mlp_top5": 0.708,
 }
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--families", default=",".join(synthetic.FAMILIES))
-    p.add_argument("--train", type=int, default=300)
-    p.add_argument("--valid", type=int, default=60)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--max_configs", type=int, default=None)
-    p.add_argument("--random_seeds", type=int, default=20)
-    p.add_argument("--stats", default=str(DEFAULT_STATS), help="real tile_feature_stats.json")
-    p.add_argument("--work", default="", help="keep the generated sets here (default: temp)")
+    p.add_argument("--train", type=int, default=1000)
+    p.add_argument("--valid", type=int, default=200)
+    p.add_argument("--test", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0, help="data seed")
+    p.add_argument("--models", default="EarlyJoinSAGE,MLP", help="'' for data figures only")
+    p.add_argument("--seeds", default="0,1,2", help="training seeds")
+    p.add_argument("--epochs", type=int, default=10)
+    p.add_argument("--num_workers", type=int, default=2, help="the sweep's worker processes")
+    p.add_argument("--work", default="", help="data sets, runs and cache (kept; reused)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file (and .md beside)")
     p.add_argument(
         "--markdown_only", action="store_true", help="only rewrite the .md from the JSON file"
@@ -72,264 +84,379 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [f for f in args.families.split(",") if f not in synthetic.FAMILIES]
     if unknown:
         p.error(f"--families: unknown {unknown}; known: {', '.join(synthetic.FAMILIES)}")
+    if not args.markdown_only and not args.work:
+        p.error("--work is required (the data sets and runs are kept there)")
     return args
 
 
-def load_split(root: Path, split: str) -> list[dict[str, np.ndarray]]:
-    """Every kernel of a split, in name order."""
-    kernels = []
-    for path in sorted((root / split).glob("*.npz")):
-        with np.load(path) as d:
-            kernels.append({k: d[k] for k in d.files})
-    return kernels
+# --------------------------------------------------------------------------------------
+# Rankers without training.
+# --------------------------------------------------------------------------------------
+def _ratios(split: data.Split) -> list[np.ndarray]:
+    """`[c]` runtime / normaliser of every kernel of a split."""
+    ratio = split.config_runtime / split.config_runtime_normalizers
+    offsets = split.config_offsets
+    return [ratio[offsets[i] : offsets[i + 1]] for i in range(len(split))]
 
 
-def quantiles(values: list[float]) -> dict[str, float]:
-    """The `QUANTILES` of a list."""
-    q = np.quantile(np.asarray(values, np.float64), list(QUANTILES.values()))
-    return {name: round(float(v), 3) for name, v in zip(QUANTILES, q)}
+def _errors(values: dict[int, float]) -> dict[str, float]:
+    return {f"top{k}": round(v, 4) for k, v in values.items()}
 
 
-def targets(kernel: dict[str, np.ndarray]) -> np.ndarray:
-    """`[c]` runtime / normaliser, the quantity the competition ranks."""
-    return kernel["config_runtime"] / kernel["config_runtime_normalizers"]
-
-
-def random_errors(valid: list[dict[str, np.ndarray]], seeds: int) -> dict[str, float]:
-    """Mean over `seeds` random rankings of the top-k errors on valid."""
-    errors = metrics.random_top_k_errors([targets(k) for k in valid], draws=seeds)
-    return {f"top{k}": round(v, 4) for k, v in errors.items()}
-
-
-def default_tile_error(valid: list[dict[str, np.ndarray]]) -> float:
-    """Mean over kernels of how much slower the default tile is than the best listed one."""
-    return round(float(np.mean([max(0.0, 1.0 / targets(k).min() - 1.0) for k in valid])), 4)
+def default_errors(valid: list[np.ndarray], draws: int = DRAWS) -> dict[str, float]:
+    """Top-k errors of ranking config 0 (the default) first and the rest at random."""
+    per_draw = []
+    for d in range(draws):
+        rng = np.random.default_rng(d)
+        scores = [np.r_[-1.0, rng.random(len(r) - 1)] for r in valid]
+        per_draw.append(metrics.top_k_errors(zip(valid, scores)))
+    return _errors({k: float(np.mean([e[k] for e in per_draw])) for k in metrics.TOP_KS})
 
 
 def _config_design(config_feat: np.ndarray) -> np.ndarray:
-    """`[c, 48]` graph-blind features: log1p of each config column and its square."""
+    """`[c, 48]` config-only features: log1p of each config column and its square."""
     x = np.log1p(np.maximum(config_feat.astype(np.float64), 0.0))
     return np.concatenate([x, x**2], axis=1)
 
 
-def graph_blind_errors(
-    train: list[dict[str, np.ndarray]], valid: list[dict[str, np.ndarray]]
-) -> dict[str, float]:
+def _configs(split: data.Split) -> list[np.ndarray]:
+    offsets = split.config_offsets
+    return [split.config_feat[offsets[i] : offsets[i + 1]] for i in range(len(split))]
+
+
+def ridge_errors(train: data.Split, valid: data.Split) -> dict[str, float]:
     """Top-k errors on valid of a ridge ranker that sees only config features."""
     xs, ys = [], []
-    for k in train:
-        x = _config_design(k["config_feat"])
-        y = np.log(targets(k))
+    for cfg, ratio in zip(_configs(train), _ratios(train)):
+        x, y = _config_design(cfg), np.log(ratio)
         xs.append(x - x.mean(axis=0))  # per-kernel centring: only the ranking inside counts
         ys.append(y - y.mean())
     x, y = np.concatenate(xs), np.concatenate(ys)
-    w = np.linalg.solve(x.T @ x + 1.0 * np.eye(x.shape[1]), x.T @ y)
-    errors = metrics.top_k_errors((targets(k), _config_design(k["config_feat"]) @ w) for k in valid)
-    return {f"top{k}": round(v, 4) for k, v in errors.items()}
+    w = np.linalg.solve(x.T @ x + np.eye(x.shape[1]), x.T @ y)
+    scores = [_config_design(cfg) @ w for cfg in _configs(valid)]
+    return _errors(metrics.top_k_errors(zip(_ratios(valid), scores)))
 
 
-def duplicates(kernels: list[dict[str, np.ndarray]]) -> dict[str, float]:
-    """Share of config rows that repeat an earlier row, and the median relative runtime gap
-    between a repeated row and its first copy."""
-    repeated, rows, gaps = 0, 0, []
-    for k in kernels:
-        cfg, rt = k["config_feat"], k["config_runtime"].astype(np.float64)
-        _, first, inverse = np.unique(cfg, axis=0, return_index=True, return_inverse=True)
-        inverse = inverse.reshape(-1)
-        dup = np.flatnonzero(first[inverse] != np.arange(len(cfg)))
-        repeated, rows = repeated + len(dup), rows + len(cfg)
-        base = rt[first[inverse[dup]]]
-        gaps.extend(np.abs(rt[dup] - base) / base)
+def rankers(root: Path) -> dict[str, dict[str, float]]:
+    """random, default and config-only ridge top-k errors on the validation split."""
+    train = data.load_split(root, "train", progress=False)
+    valid = data.load_split(root, "valid", progress=False)
+    ratios = _ratios(valid)
     return {
-        "share": round(repeated / max(rows, 1), 4),
-        "median_gap": round(float(np.median(gaps)), 5) if gaps else None,
+        "random": _errors(metrics.random_top_k_errors(ratios, draws=DRAWS)),
+        "default": default_errors(ratios),
+        "config-only ridge": ridge_errors(train, valid),
     }
 
 
-def _rank_quantile(values: np.ndarray, q: float) -> float | None:
-    """The `q` quantile as one of the values (no interpolation, so it stays finite while
-    fewer than `1 - q` of the values are infinite); None (JSON null) when it is infinite."""
-    value = float(np.quantile(values, q, method="inverted_cdf"))
-    return round(value, 3) if np.isfinite(value) else None
+# --------------------------------------------------------------------------------------
+# Trained models.
+# --------------------------------------------------------------------------------------
+def train_models(a: argparse.Namespace, roots: dict[str, Path], work: Path) -> None:
+    """`tpu-tiles sweep` over models x seeds x families (resumable: finished points stay)."""
+    grid = f"model={a.models} seed={a.seeds} data_root={','.join(str(r) for r in roots.values())}"
+    cmd = [sys.executable, "-m", "tpu_tiles_models.cli", "sweep", "--grid", grid]
+    cmd += ["--out_dir", str(work / "runs"), "--num_workers", str(a.num_workers)]
+    cmd += [f"--epochs={a.epochs}", "--early_stop=0", f"--cache_dir={work / 'cache'}"]
+    cmd += ["--no_progress"]
+    print(" ".join(cmd), flush=True)
+    if subprocess.call(cmd):
+        print("the sweep reported failed points; tabulating the runs that finished", flush=True)
 
 
-def feature_closeness(x: np.ndarray, mean: np.ndarray, std: np.ndarray) -> dict[str, Any]:
-    """How near the per-column mean/std of `x` `[rows, d]` are to the real ones (`[d]` each),
-    over the columns not constant on real train (there the std is exactly 1 and the mean 0
-    or 1). A column constant here counts as infinitely far in the std ratio."""
-    varying = ~((std == 1.0) & np.isin(mean, (0.0, 1.0)))
-    m, s = x[:, varying].mean(axis=0), x[:, varying].std(axis=0)
-    with np.errstate(divide="ignore"):
-        log_ratio = np.abs(np.log10(s / std[varying]))
-    mean_gap = np.abs(m - mean[varying]) / std[varying]
-    return {
-        "real_columns": int(varying.sum()),
-        "constant_here": int((s == 0).sum()),
-        "median_abs_log10_std_ratio": _rank_quantile(log_ratio, 0.5),
-        "p75_abs_log10_std_ratio": _rank_quantile(log_ratio, 0.75),
-        "median_mean_gap_in_real_stds": round(float(np.median(mean_gap)), 3),
-    }
-
-
-def family_figures(root: Path, stats: dict[str, Any] | None, seeds: int) -> dict[str, Any]:
-    """Every figure of one generated set."""
-    train, valid = load_split(root, "train"), load_split(root, "valid")
-    both = train + valid
-    out: dict[str, Any] = {
-        "kernels": {"train": len(train), "valid": len(valid)},
-        "nodes": quantiles([len(k["node_opcode"]) for k in both]),
-        "edges": quantiles([len(k["edge_index"]) for k in both]),
-        "configs_per_kernel": quantiles([len(k["config_feat"]) for k in both]),
-        "best_over_default": quantiles([targets(k).min() for k in both]),
-        "worst_over_best": quantiles([targets(k).max() / targets(k).min() for k in both]),
-        "random_valid": random_errors(valid, seeds),
-        "default_tile_valid": default_tile_error(valid),
-        "graph_blind_valid": graph_blind_errors(train, valid),
-        "duplicates": duplicates(both),
-    }
-    if stats is not None:
-        nodes = np.concatenate([k["node_feat"] for k in train]).astype(np.float64)
-        configs = np.concatenate([k["config_feat"] for k in train]).astype(np.float64)
-        out["node_features"] = feature_closeness(
-            nodes, np.array(stats["node_mean"]), np.array(stats["node_std"])
-        )
-        out["config_features"] = feature_closeness(
-            configs, np.array(stats["config_mean"]), np.array(stats["config_std"])
-        )
+def model_rows(work: Path, roots: dict[str, Path]) -> dict[str, dict[str, dict[str, Any]]]:
+    """`{family: {model: {"top1": [mean, std], "top5": ..., "seeds", "seconds"}}}` from the
+    sweep's run files."""
+    family_of = {str(r): f for f, r in roots.items()}
+    runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    for model_dir in sorted((work / "runs").glob("model_*")):
+        try:
+            run = TrainedRun.open(model_dir)
+        except Exception as e:  # an unfinished point: no run file yet
+            print(f"skipping {model_dir.name}: {e}")
+            continue
+        args = run.train_args
+        if args.data_root in family_of:
+            errors = run.val_errors
+            seconds = sum(run.extras.get("epoch_seconds", []))
+            runs.setdefault((family_of[args.data_root], args.model), []).append(
+                {"top1": errors["1"], "top5": errors["5"], "seconds": seconds}
+            )
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for (family, model), rows in sorted(runs.items()):
+        cell: dict[str, Any] = {"seeds": len(rows)}
+        for k in ("top1", "top5"):
+            values = [r[k] for r in rows]
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            cell[k] = [round(statistics.fmean(values), 4), round(std, 4)]
+        cell["seconds"] = round(statistics.fmean(r["seconds"] for r in rows))
+        out.setdefault(family, {})[model] = cell
     return out
 
 
-def _fmt(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
+# --------------------------------------------------------------------------------------
+# Data figures and targets.
+# --------------------------------------------------------------------------------------
+def data_figures(root: Path) -> dict[str, Any]:
+    """The figures the targets read, from `tpu-tiles inspect`'s report of `root`."""
+    report = inspection.inspect_root(root, progress=False)["splits"]
+    train, valid, test = report["train"], report["valid"], report["test"]
+    both = [train, valid]
+    valid_bins = valid["configs"]["histogram"]
+    kernels = lambda s: max(s["kernels"], 1)  # noqa: E731
+
+    def mean_over(key: str) -> float:
+        return sum(s[key]["mean"] * s["kernels"] for s in both) / sum(kernels(s) for s in both)
+
+    runtimes = [s["runtimes"] for s in both]
+    weights = [s["configs"]["total"] for s in both]
+    ratio_mean = np.average([r["ratio"]["mean"] for r in runtimes], weights=weights)
+    ratio_var = np.average(
+        [r["ratio"]["std"] ** 2 + (r["ratio"]["mean"] - ratio_mean) ** 2 for r in runtimes],
+        weights=weights,
+    )
+    config0 = [s["runtimes"]["config0"] for s in both]
+    programs = {name: report[name]["programs"] for name in ("train", "valid")}
+    return {
+        "train_configs_mean": round(train["configs"]["mean"], 1),
+        "train_configs_median": train["configs"]["p50"],
+        "valid_configs_mean": round(valid["configs"]["mean"], 1),
+        "valid_configs_median": valid["configs"]["p50"],
+        "valid_configs_le_1000": round(valid_bins[0]["kernels"] / kernels(valid), 4),
+        "valid_configs_gt_9000": round(
+            sum(b["kernels"] for b in valid_bins if b["lo"] > 9000) / kernels(valid), 4
+        ),
+        "configs_min": min(s["configs"]["min"] for s in (train, valid, test)),
+        "configs_max": max(s["configs"]["max"] for s in (train, valid, test)),
+        "train_configs_lt_10": round(train["configs"]["fewer_than_10"]["share"], 4),
+        "nodes_mean": round(mean_over("nodes"), 1),
+        "nodes_max": max(s["nodes"]["max"] for s in both),
+        "edges_minus_nodes": round(mean_over("edges") - mean_over("nodes"), 2),
+        "ratio_mean": round(float(ratio_mean), 3),
+        "ratio_std": round(float(np.sqrt(ratio_var)), 3),
+        "worst_over_best_median": round(train["runtimes"]["worst_over_best"]["p50"], 2),
+        "config0_default": round(
+            sum(c["is_default"]["kernels"] for c in config0) / sum(kernels(s) for s in both), 4
+        ),
+        "config0_fastest": round(
+            sum(c["fastest"]["kernels"] for c in config0) / sum(kernels(s) for s in both), 4
+        ),
+        "normaliser_spread_median": round(train["runtimes"]["normaliser_spread"]["p50"], 4),
+        "duplicate_share": round(sum(s["duplicates"]["rows"] for s in both) / sum(weights), 4),
+        "duplicate_gap_median": valid["duplicates"]["gap"]["p50"]
+        if valid["duplicates"]["gap"]
+        else None,
+        "train_programs": programs["train"]["count"],
+        "train_program_sizes": [
+            programs["train"]["kernels_per_program"]["min"],
+            programs["train"]["kernels_per_program"]["p50"],
+            programs["train"]["kernels_per_program"]["max"],
+        ],
+        "valid_programs": programs["valid"]["count"],
+        "valid_programs_in_train": len(
+            set(programs["train"]["kernels"]) & set(programs["valid"]["kernels"])
+        ),
+        "test_anonymised": test["programs"]["anonymised_kernels"] == test["kernels"],
+    }
 
 
-def print_table(results: dict[str, dict[str, Any]]) -> None:
-    """One row per family."""
-    head = (
-        f"{'family':<10}{'nodes p50/max':>14}{'configs p10/p50/max':>21}"
-        f"{'random t1/t5/t10':>20}{'default':>9}{'blind t1/t5':>13}{'dup %':>7}{'gap %':>7}"
-        f"{'node std':>10}{'cfg std':>9}"
-    )
-    print(head)
-    for name, r in results.items():
-        n, c, rnd, b = (
-            r["nodes"],
-            r["configs_per_kernel"],
-            r["random_valid"],
-            r["graph_blind_valid"],
-        )
-        gap = r["duplicates"]["median_gap"]
-        print(
-            f"{name:<10}{n['p50']:>7.0f}/{n['max']:<6.0f}"
-            f"{c['p10']:>9.0f}/{c['p50']:.0f}/{c['max']:<6.0f}"
-            f"{rnd['top1']:>8.3f}/{rnd['top5']:.3f}/{rnd['top10']:.3f}"
-            f"{r['default_tile_valid']:>9.3f}{b['top1']:>7.3f}/{b['top5']:.3f}"
-            f"{100 * r['duplicates']['share']:>7.2f}"
-            f"{100 * gap if gap is not None else float('nan'):>7.2f}"
-            f"{_fmt(r.get('node_features', {}).get('median_abs_log10_std_ratio')):>10}"
-            f"{_fmt(r.get('config_features', {}).get('median_abs_log10_std_ratio')):>9}"
-        )
-    print(
-        "node/cfg std: median |log10(std / real std)| over the columns real train varies on "
-        "(a column constant here counts as infinitely far)"
-    )
+Target = tuple[str, str, Callable[[dict[str, Any]], Any], Callable[[Any], bool]]
+
+
+def _model(r: dict[str, Any], model: str, k: str) -> float | None:
+    cell = r.get("models", {}).get(model) or r["rankers"].get(model)
+    if cell is None:
+        return None
+    value = cell[k]
+    return value[0] if isinstance(value, list) else value
+
+
+def _ratio_to_ejs(r: dict[str, Any], model: str) -> float | None:
+    ejs, other = _model(r, "EarlyJoinSAGE", "top5"), _model(r, model, "top5")
+    return None if ejs is None or other is None else round(other / ejs, 2)
+
+
+# (target, the real figure, value of a family's results, whether the value meets it)
+TARGETS: list[Target] = [
+    ("configs per kernel, train mean 1,500-2,400", "1,946",
+     lambda r: r["data"]["train_configs_mean"], lambda v: 1500 <= v <= 2400),
+    ("valid kernels with <= 1,000 configs, about 60%", "61% (415 of 676)",
+     lambda r: r["data"]["valid_configs_le_1000"], lambda v: 0.5 <= v <= 0.7),
+    ("valid kernels with > 9,000 configs, about 2%", "2.1% (14 of 676)",
+     lambda r: r["data"]["valid_configs_gt_9000"], lambda v: 0.005 <= v <= 0.04),
+    ("configs per kernel 2 to 10,000", "2 to 10,000",
+     lambda r: (r["data"]["configs_min"], r["data"]["configs_max"]),
+     lambda v: v[0] >= 2 and v[1] <= 10000),
+    ("train kernels with < 10 configs, about 1.5%", "1.5% (84 of 5,709)",
+     lambda r: r["data"]["train_configs_lt_10"], lambda v: 0.005 <= v <= 0.03),
+    ("nodes per kernel, mean 36-47", "40.1 / 46.9 / 36.4",
+     lambda r: r["data"]["nodes_mean"], lambda v: 36 <= v <= 47),
+    ("edges - nodes per kernel, about 2", "2.0 / 2.7 / 1.2",
+     lambda r: r["data"]["edges_minus_nodes"], lambda v: 1 <= v <= 3),
+    ("nodes per kernel, at most about 400", "394",
+     lambda r: r["data"]["nodes_max"], lambda v: 200 <= v <= 400),
+    ("config 0 is the default (runtime = normaliser within 5%)", "every kernel (inferred)",
+     lambda r: r["data"]["config0_default"], lambda v: v >= 0.99),
+    ("normaliser re-measured: median spread per kernel", "0.03-3.8% between two runs",
+     lambda r: r["data"]["normaliser_spread_median"], lambda v: 0.0003 <= v <= 0.1),
+    ("runtime / normaliser over all configs, mean 4-6.5", "4.98 train, 5.29 valid",
+     lambda r: r["data"]["ratio_mean"], lambda v: 4 <= v <= 6.5),
+    ("runtime / normaliser over all configs, std 6-10", "8.20 train, 8.12 valid",
+     lambda r: r["data"]["ratio_std"], lambda v: 6 <= v <= 10),
+    ("worst / best per kernel, median 4-8", "5.5 (15 fixture kernels)",
+     lambda r: r["data"]["worst_over_best_median"], lambda v: v is not None and 4 <= v <= 8),
+    ("config 0 the fastest, 1/3 to 2/3 of kernels", "11 of 15 fixture kernels",
+     lambda r: r["data"]["config0_fastest"], lambda v: 1 / 3 <= v <= 2 / 3),
+    ("duplicate rows with slightly different runtimes", "yes",
+     lambda r: (r["data"]["duplicate_share"], r["data"]["duplicate_gap_median"]),
+     lambda v: v[0] > 0 and v[1] is not None and 0 < v[1] < 0.05),
+    ("train programs: several dozen, uneven", "61 programs, 1-266 kernels",
+     lambda r: (r["data"]["train_programs"], *r["data"]["train_program_sizes"]),
+     lambda v: v[0] >= 24 and v[3] >= 5 * max(v[2], 1)),
+    ("valid programs not in train", "7, none in train",
+     lambda r: (r["data"]["valid_programs"], r["data"]["valid_programs_in_train"]),
+     lambda v: v[1] == 0),
+    ("test ids anonymised (32 hex)", "yes",
+     lambda r: r["data"]["test_anonymised"], lambda v: v is True),
+    ("EarlyJoinSAGE top-5 error 0.025-0.10", "0.041",
+     lambda r: _model(r, "EarlyJoinSAGE", "top5"), lambda v: v is not None and 0.025 <= v <= 0.1),
+    ("EarlyJoinSAGE top-1 error 0.08-0.30", "0.117",
+     lambda r: _model(r, "EarlyJoinSAGE", "top1"), lambda v: v is not None and 0.08 <= v <= 0.3),
+    ("config-only ridge top-5 error >= 2x EarlyJoinSAGE's", "(not published)",
+     lambda r: _ratio_to_ejs(r, "config-only ridge"), lambda v: v is not None and v >= 2),
+    ("MLP top-5 error >= 2x EarlyJoinSAGE's", "17x (0.708 vs 0.041)",
+     lambda r: _ratio_to_ejs(r, "MLP"), lambda v: v is not None and v >= 2),
+]  # fmt: skip
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, tuple):
+        return " / ".join(_show(v) for v in value)
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        if 0 < abs(value) < 1 and value != round(value, 2):
+            return f"{value:.3f}"
+        return f"{value:,.2f}".rstrip("0").rstrip(".")
+    return f"{value:,}" if isinstance(value, int) else str(value)
+
+
+def target_rows(results: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+    """Every target with its real figure and each family's value and verdict."""
+    rows = []
+    for name, real, value, met in TARGETS:
+        row: dict[str, Any] = {"target": name, "real": real, "families": {}}
+        for family, r in results.items():
+            v = value(r)
+            row["families"][family] = {"value": _show(v), "met": bool(met(v))}
+        rows.append(row)
+    return rows
+
+
+# --------------------------------------------------------------------------------------
+# Output.
+# --------------------------------------------------------------------------------------
+def _pm(cell: Any) -> str:
+    if cell is None:
+        return "-"
+    if isinstance(cell, list):
+        return f"{cell[0]:.3f} +- {cell[1]:.3f}"
+    return f"{cell:.3f}"
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """families.md: the calibration table README shows, from the JSON results."""
-    s = doc["settings"]
+    """families.md: the targets table and the rankers table README shows."""
+    s, fams = doc["settings"], list(doc["families"])
     lines = [
-        f"`{s['command']}` ({s['train']} train / {s['valid']} valid kernels, seed {s['seed']}; "
-        f"random ranking: mean of {s['random_seeds']} draws)",
+        f"`{s['command']}`: {s['train']:,} train / {s['valid']:,} valid / {s['test']} test "
+        f"kernels per family (data seed {s['seed']}, no config cap); models trained by "
+        f"`tpu-tiles sweep` with upstream's flags but `--epochs={s['epochs']} "
+        f"--early_stop=0`, seeds {s['seeds']} (mean +- std), errors on every config of every "
+        f"validation kernel; random and default: mean of {DRAWS} random orders.",
         "",
-        "| family | nodes p50 / max | configs per kernel p10 / p50 / max | random top-1 / 5 / 10 "
-        "err | config-only ranker top-1 / 5 err | duplicate rows, runtime gap | node / config "
-        "std distance to real* |",
-        "|---|---|---|---|---|---|---|",
+        "| target | real | " + " | ".join(fams) + " |",
+        "|---|---|" + "---|" * len(fams),
     ]
-    for name, r in doc["families"].items():
-        n, c, rnd, b, d = (
-            r["nodes"],
-            r["configs_per_kernel"],
-            r["random_valid"],
-            r["graph_blind_valid"],
-            r["duplicates"],
-        )
-        gap = "-" if d["median_gap"] is None else f"{100 * d['median_gap']:.2f}%"
-        node = _fmt(r.get("node_features", {}).get("median_abs_log10_std_ratio"))
-        config = _fmt(r.get("config_features", {}).get("median_abs_log10_std_ratio"))
-        lines.append(
-            f"| {name} | {n['p50']:.0f} / {n['max']:.0f} | {c['p10']:.0f} / {c['p50']:.0f} / "
-            f"{c['max']:.0f} | {rnd['top1']:.3f} / {rnd['top5']:.3f} / {rnd['top10']:.3f} | "
-            f"{b['top1']:.3f} / {b['top5']:.3f} | {100 * d['share']:.1f}%, {gap} | {node} / "
-            f"{config} |"
-        )
+    for row in doc["targets"]:
+        cells = []
+        for f in fams:
+            c = row["families"][f]
+            cells.append(f"{c['value']} {'(met)' if c['met'] else '(**not met**)'}")
+        lines.append(f"| {row['target']} | {row['real']} | " + " | ".join(cells) + " |")
+    met = {f: sum(r["families"][f]["met"] for r in doc["targets"]) for f in fams}
     lines += [
         "",
-        "Real collection: nodes 2-394 (mode 20-40), configs 2 to over 6,000 per kernel, "
-        "duplicate configs about 0.4% apart; upstream's EarlyJoinSAGE on the real validation "
-        "split: top-1 error 0.05-0.45, top-5 0.02-0.10 per benchmark.",
-        "*median |log10(synthetic std / real std)| over the feature columns that vary on the "
-        "real train split (`shared/data/tile_feature_stats.json`); 0 is a perfect match.",
+        "Met: " + ", ".join(f"{f} {met[f]}/{len(doc['targets'])}" for f in fams) + ".",
+        "",
+        "| family | ranker | top-1 error | top-5 error |",
+        "|---|---|---|---|",
+    ]
+    for f, r in doc["families"].items():
+        for name, cell in {**r["rankers"], **r.get("models", {})}.items():
+            lines.append(f"| {f} | {name} | {_pm(cell['top1'])} | {_pm(cell['top5'])} |")
+    lines += [
+        "",
+        "Real (upstream's baselines on the real validation split, 100 epochs): EarlyJoinSAGE "
+        "0.117 / 0.041, MLP 1.496 / 0.708 (top-1 / top-5).",
     ]
     return "\n".join(lines) + "\n"
 
 
-def _one_family(
-    name: str, work: Path, args: argparse.Namespace, stats: dict[str, Any] | None
-) -> dict[str, Any]:
-    """Generates (or reuses) one family's set under `work` and measures it."""
-    root = work / f"{name}_{args.train}_{args.valid}_{args.seed}_{args.max_configs}"
-    start = time.perf_counter()
-    if not root.is_dir():
-        synthetic.generate(
-            root,
-            train=args.train,
-            valid=args.valid,
-            test=0,
-            seed=args.seed,
-            max_configs=args.max_configs,
-            family=name,
-            progress=False,
-        )
-    out = {
-        "summary": synthetic.FAMILIES[name].summary,
-        "seconds_to_generate": round(time.perf_counter() - start, 1),
-    }
-    out.update(family_figures(root, stats, args.random_seeds))
-    return out
+def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
+    """One data set per family under `work` (reused when complete)."""
+    roots = {}
+    for family in a.families.split(","):
+        root = work / "data" / f"{family}_{a.train}_{a.valid}_{a.test}_{a.seed}"
+        if not (root / "test").is_dir():
+            start = time.perf_counter()
+            synthetic.generate(
+                root,
+                train=a.train,
+                valid=a.valid,
+                test=a.test,
+                seed=a.seed,
+                family=family,
+                progress=False,
+            )
+            print(f"{family}: generated in {time.perf_counter() - start:.0f} s", flush=True)
+        roots[family] = root
+    return roots
 
 
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    args = parse_args(argv)
-    out = Path(args.out)
-    if args.markdown_only:
+    a = parse_args(argv)
+    out = Path(a.out)
+    if a.markdown_only:
         out.with_suffix(".md").write_text(markdown(json.loads(out.read_text())))
         print(f"wrote {out.with_suffix('.md')}")
         return
-    stats_path = Path(args.stats)
-    stats = json.loads(stats_path.read_text()) if stats_path.exists() else None
-    if stats is None:
-        print(f"{stats_path} not found: feature closeness left out")
-    with tempfile.TemporaryDirectory(prefix="families_") as tmp:
-        work = Path(args.work or tmp)
-        results = {name: _one_family(name, work, args, stats) for name in args.families.split(",")}
-    print_table(results)
-    command = " ".join(["python benchmarks/families.py", *argv])
-    meta = {
-        "command": command,
-        "train": args.train,
-        "valid": args.valid,
-        "seed": args.seed,
-        "max_configs": args.max_configs,
-        "random_seeds": args.random_seeds,
-        "stats": stats_path.name if stats else None,
+    work = Path(a.work)
+    roots = make_data(a, work)
+    if a.models:
+        train_models(a, roots, work)
+    models = model_rows(work, roots) if a.models else {}
+    results = {}
+    for family, root in roots.items():
+        results[family] = {
+            "summary": synthetic.FAMILIES[family].summary,
+            "data": data_figures(root),
+            "rankers": rankers(root),
+            "models": models.get(family, {}),
+        }
+    settings = {
+        "command": " ".join(["python benchmarks/families.py", *argv]),
+        **{k: getattr(a, k) for k in ("train", "valid", "test", "seed", "seeds", "epochs")},
+        "models": a.models,
     }
+    doc = {"settings": settings, "real": REAL, "families": results}
+    doc["targets"] = target_rows(results)
     with files.atomic_path(out) as tmp:
-        doc = {"settings": meta, "real": REAL, "families": results}
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(doc))
+    print(out.with_suffix(".md").read_text())
     print(f"wrote {out} and {out.with_suffix('.md')}")
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import re
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from tpu_tiles_models import synthetic
 from tpu_tiles_models.errors import FlagError, UserError
-from tpu_tiles_models.synthetic import writer
+from tpu_tiles_models.synthetic import autotuner, writer
 
 KEYS = {
     "node_feat": (np.float32, 2),
@@ -153,8 +154,11 @@ def test_config_blocks_have_sum_and_product(synth_root: Path) -> None:
             )
             assert np.all(prod[~nonempty] == 0)  # empty bounds give product 0
         assert np.all(cf[:, 15] >= 1)  # output bounds always present
-        conv = (d["node_opcode"] == synthetic.OPCODES["convolution"]).any()
-        assert conv == bool(np.all(cf[:, 7] > 0))  # kernel bounds exactly for convolutions
+        ops = d["node_opcode"]
+        tiled_op = np.isin(ops, [synthetic.OPCODES["convolution"], synthetic.OPCODES["dot"]])
+        # kernel bounds exactly for convolutions (window, input features) and matmuls
+        # (contraction chunk)
+        assert tiled_op.any() == bool(np.all(cf[:, 7] > 0))
 
 
 def test_runtimes_and_normalizers(synth_root: Path) -> None:
@@ -162,11 +166,26 @@ def test_runtimes_and_normalizers(synth_root: Path) -> None:
         for _, d in _kernels(synth_root, split):
             assert d["config_runtime"].min() > 0
             norm = d["config_runtime_normalizers"]
-            assert norm.min() > 0 and norm.max() / norm.min() < 1.15  # one default, jittered
+            assert norm.min() > 0 and norm.max() / norm.min() < 1.2  # one default, re-measured
             assert len(np.unique(norm)) > 1 or len(norm) < 4
+            # row 0 is the default tile: its runtime is its normaliser, measured again
+            assert abs(d["config_runtime"][0] / norm[0] - 1) < 0.1
     for _, d in _kernels(synth_root, "test"):
         assert not d["config_runtime"].any()
         assert d["config_runtime_normalizers"].min() > 0
+
+
+def test_programs_are_uneven_and_split(tmp_path: Path) -> None:
+    plan = writer._split_plan({"train": 2000, "valid": 300, "test": 50}, 0, None)
+    programs = {
+        split: Counter(tid.rsplit("_", 1)[0] for s, _, tid, _ in plan if s == split)
+        for split in ("train", "valid")
+    }
+    assert len(programs["train"]) >= 40 and len(programs["valid"]) <= 7
+    assert not set(programs["train"]) & set(programs["valid"])  # unseen programs in valid
+    sizes = sorted(programs["train"].values())
+    assert sizes[-1] >= 5 * sizes[len(sizes) // 2]  # a few big programs, many small ones
+    assert all(re.fullmatch(r"[0-9a-f]{32}", tid) for s, _, tid, _ in plan if s == "test")
 
 
 def test_ids(synth_root: Path) -> None:
@@ -246,17 +265,22 @@ def test_min_and_max_configs(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("family", synthetic.FAMILIES)
-def test_ratio_distributions_are_realistic(ranked_roots: dict[str, Path], family: str) -> None:
-    best, spread = [], []
+def test_config_zero_is_the_default(ranked_roots: dict[str, Path], family: str) -> None:
+    best, spread, fastest = [], [], []
     for _, d in _kernels(ranked_roots[family], "train"):
-        rt = d["config_runtime"].astype(np.float64)
-        best.append(np.min(rt / d["config_runtime_normalizers"]))
+        rt, norm = d["config_runtime"].astype(np.float64), d["config_runtime_normalizers"]
+        assert abs(rt[0] / norm[0] - 1) < 0.1  # the default, measured twice
+        best.append(np.min(rt / norm))
+        fastest.append(rt[0] <= rt.min())
         if len(rt) >= 10:
             spread.append(rt.max() / rt.min())
     best, spread = np.array(best), np.array(spread)
-    assert np.mean((best >= 0.3) & (best <= 1.05)) >= 0.75
-    assert np.median(best) < 1.0
-    assert np.mean((spread >= 2) & (spread <= 100)) >= 0.8 and len(spread) >= 50
+    # The default is a good tile: the fastest of some kernels, not of all ...
+    assert 0.2 <= np.mean(fastest) <= 0.8
+    # ... and nothing is much slower than it at its best (noise aside), while the explored
+    # tiles span a realistic range.
+    assert np.mean((best >= 0.3) & (best <= 1.05)) >= 0.95
+    assert np.mean((spread >= 2) & (spread <= 200)) >= 0.8 and len(spread) >= 50
     assert np.median(spread) >= 3
 
 
@@ -285,7 +309,7 @@ def test_rank_is_predictable_from_features(ranked_roots: dict[str, Path], family
     assert np.mean(s["oracle"] <= 1.03) >= 0.9 and s["oracle"].mean() < 1.05
     # ... while a graph-blind rule on tile size alone does not: the best tile depends on the graph.
     for heuristic in ("largest_tile", "smallest_tile"):
-        assert np.mean(s[heuristic] <= 1.03) <= 0.4
+        assert np.mean(s[heuristic] <= 1.03) <= 0.5
         assert s[heuristic].mean() >= 1.2
 
 
@@ -302,12 +326,13 @@ def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
     assert np.median(corr) > 0.3
 
 
-# sha256 of every array of a tiny set, computed when the families were calibrated (only
-# compilable tiles in the data, issue 11): a family's output changes only deliberately.
+# sha256 of every array of a tiny set, computed when the families were shaped like the real
+# collection (issue 21: config 0 the default, counts from the search space, programs): a
+# family's output changes only deliberately.
 FROZEN_DIGESTS = {
-    "roofline": "2e630d5b2aea095e99ebae5d7f470ca85d90276d84d874468b4b44332c284d9e",
-    "alt": "bfb08d029a7b8cdcbdcee5e9c77125d836ee5c6991d8d1c1a68eddd64219b406",
-    "fusion": "f53010a301a6a8cf11197955b34b391bf4f924cc78ed2c600c1eb8a8c5ab567a",
+    "roofline": "adf8090464f485997a7df1358506baf26cfd76ba2f329fbca310e092d0a31718",
+    "alt": "f3be762d19a64e9c4e486741b0ee7075d8f91c0ec61b89e320618aef9794885e",
+    "fusion": "5468f84e0828c4901c940b2540b62773c3b56ebd915eaeed8e09bcb885502c59",
 }
 
 
@@ -594,8 +619,8 @@ def test_fusion_duplicates_differ_by_measurement_noise(
         base = rt[first[inverse.reshape(-1)[dup]]]
         gaps.extend(np.abs(rt[dup] - base) / base)
         rows += len(cfg)
-    assert 0.01 <= len(gaps) / rows <= 0.05  # a few re-measured configs
-    assert 0.002 <= np.median(gaps) <= 0.008  # about 0.4% apart, like the real data
+    assert 0.01 <= len(gaps) / rows <= 0.06  # a few re-measured configs
+    assert 0.001 <= np.median(gaps) <= 0.01  # about 0.3% apart (0.03% to 4% in the real data)
 
 
 def test_fusion_graphs_span_the_real_node_range() -> None:
@@ -613,3 +638,49 @@ def test_fusion_graphs_span_the_real_node_range() -> None:
     assert 20 <= np.median(nodes) <= 40 and max(edges) <= 2 * max(nodes)
     names = ("reduce-window", "dynamic-slice", "iota", "shift-right-logical", "tuple", "dot")
     assert {synthetic.OPCODES[n] for n in names} <= ops  # op groups roofline never emits
+
+
+def _toy_space(vmem: float = 4e6) -> autotuner.Space:
+    """Two output bounds 1..8; runtime 1e5 / (a * b) + 100 * (a + b); working set a * b * 1e5."""
+
+    def rows(points: np.ndarray) -> np.ndarray:
+        cfg = np.zeros((len(points), 24))
+        cfg[:, 8:10] = points
+        cfg[:, 14], cfg[:, 15] = points.sum(axis=1), points.prod(axis=1)
+        return cfg
+
+    def cost(cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        a, b = cfg[:, 8], cfg[:, 9]
+        return 1e5 / (a * b) + 100.0 * (a + b), a * b * 1e5
+
+    options = [np.arange(1.0, 9.0), np.arange(1.0, 9.0)]
+    return autotuner.Space(options, rows, cost, vmem, np.array([1.0, 1.0]))
+
+
+def test_autotuner_log_of_a_toy_space() -> None:
+    space = _toy_space()
+    log = autotuner.tune(
+        space, np.random.default_rng(0), max_configs=None, min_configs=2, labelled=True
+    )
+    cfg, rt, norm = log["config_feat"], log["config_runtime"], log["config_runtime_normalizers"]
+    a, b = cfg[:, 8], cfg[:, 9]
+    assert np.all(a * b * 1e5 <= 4e6)  # only tiles that compile
+    # the small grid is timed whole: every compilable tile, the default first
+    distinct = {(x, y) for x, y in zip(a.tolist(), b.tolist())}
+    assert len(distinct) == sum(x * y <= 40 for x in range(1, 9) for y in range(1, 9))
+    default = autotuner.compiler_default(space)
+    assert (a[0], b[0]) == tuple(default)
+    # the compiler's greedy search on the true cost, within 90% of the scratchpad
+    assert default[0] * default[1] * 1e5 <= autotuner.COMPILER_VMEM_SHARE * 4e6
+    assert np.allclose(rt[0], norm, rtol=0.1) and len(np.unique(norm)) > 1
+    # measured runtimes are the noise-free ones within the kernel's noise
+    truth = space.cost(cfg.astype(np.float64))[0]
+    assert np.allclose(rt, truth, rtol=0.1, atol=1)
+
+
+def test_autotuner_counts_follow_the_search_space() -> None:
+    rng = np.random.default_rng(0)
+    counts = {g: [autotuner.explored_count(g, rng) for _ in range(200)] for g in (5, 10**3, 10**6)}
+    assert max(counts[5]) <= 5 and min(counts[5]) >= 2
+    assert np.median(counts[10**3]) < np.median(counts[10**6]) <= autotuner.MAX_CONFIGS
+    assert max(counts[10**6]) <= autotuner.MAX_CONFIGS

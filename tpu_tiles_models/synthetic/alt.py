@@ -1,7 +1,8 @@
 """The `alt` family: the same HLO fusions as `roofline`, timed on a wider, faster core (256
-MXU, 8 MiB scratchpad) with partial compute/memory overlap, an operand cache that speeds up
-re-reads of operands that fit it, and a smooth capacity penalty instead of a hard spill (for
-configs priced by hand: like every family, the data hold only tiles that fit)."""
+MXU, 8 MiB scratchpad) with partial compute/memory overlap, an
+operand cache that speeds up re-reads of operands that fit it, and a smooth capacity penalty
+instead of a hard spill (for configs priced by hand: like every family, the data hold only
+tiles that fit)."""
 
 from __future__ import annotations
 

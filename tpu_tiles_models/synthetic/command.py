@@ -9,6 +9,7 @@ import warnings
 from typing import Any, Sequence
 
 from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models.synthetic.autotuner import MAX_CONFIGS
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, FAMILIES
 from tpu_tiles_models.synthetic.features import MAX_NODES
 from tpu_tiles_models.synthetic.writer import (
@@ -102,8 +103,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         default="custom",
         help="custom (default): the --train/--valid/--test/--max_configs below; full: the "
         f"real collection's {sizes} train/valid/test kernels (the test count is "
-        "--test_ids_from's when given), the family's own config cap (heavy-tailed counts "
-        f"from 2 up to it) and graphs of up to {MAX_NODES} nodes; --scale full refuses "
+        "--test_ids_from's when given), config counts from 2 up to the real collection's "
+        f"{MAX_CONFIGS:,} (as the kernel's tile search space sets them) and graphs of up to "
+        f"{MAX_NODES} nodes; --scale full refuses "
         "--train, --valid, --test and --max_configs rather than mixing them in",
     )
     parser.add_argument(
@@ -126,7 +128,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         type=int,
         default=None,
         action=_Given,
-        help="cap on configs per kernel (default: the family's, 6000 or 8000)",
+        help=f"cap on configs per kernel (default {MAX_CONFIGS:,}, the real collection's most)",
     )
     parser.add_argument(
         "--num_workers",

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.synthetic import alt, analytic, fusion, roofline
-from tpu_tiles_models.synthetic.geometry import KernelGeometry
-from tpu_tiles_models.synthetic.tiling import Hardware
+from tpu_tiles_models.synthetic import alt, fusion, fusion_space, roofline
 
 
 class KernelMaker(Protocol):
@@ -73,16 +71,11 @@ FAMILIES: dict[str, Family] = {
     "fusion": Family(
         "fusion",
         "chains of fused op groups; every node tiled and padded, compute/memory phases",
-        fusion.make_kernel,
+        fusion_space.make_kernel,
         fusion.runtime,
     ),
 }
 DEFAULT_FAMILY = "roofline"
-
-# The analytic cost models behind `roofline` and `alt`, for the geometry-level helpers.
-COST_MODELS = ("roofline", "alt")
-_COSTS: dict[str, analytic.CostModel] = {"roofline": roofline.COST, "alt": alt.COST}
-HARDWARE: dict[str, Hardware] = {name: cost.hw for name, cost in _COSTS.items()}
 
 
 class UnknownFamilyError(FlagError):
@@ -101,27 +94,6 @@ def get_family(name: str) -> Family:
             f"--family {name!r} is not a generator family; use one of: {known}"
         )
     return FAMILIES[name]
-
-
-def _cost(cost_model: str) -> analytic.CostModel:
-    """The named analytic cost model (`roofline` or `alt`)."""
-    if cost_model not in _COSTS:
-        raise ValueError(f"cost_model must be one of {COST_MODELS}, got {cost_model!r}")
-    return _COSTS[cost_model]
-
-
-def geometry_runtime(geom: KernelGeometry, config_feat: np.ndarray, cost_model: str) -> np.ndarray:
-    """Noise-free runtime in ns of each config row `[c, 24]` for an extracted geometry, under
-    the `roofline` or `alt` cost model."""
-    return _cost(cost_model).runtime(geom, config_feat)
-
-
-def default_config(
-    geom: KernelGeometry, meta: dict[str, Any] | None = None, cost_model: str = "roofline"
-) -> np.ndarray:
-    """The compiler-style default tile of a kernel under the `roofline` or `alt` cost model:
-    `[24]` config features."""
-    return analytic.default_config(geom, meta, _cost(cost_model))
 
 
 def noise_free_runtime(

@@ -16,16 +16,14 @@ side inputs):
 - **Scratchpad**: live intermediates, double-buffered inputs and accumulators must fit
   16 MiB. A tile that does not fit does not compile, so the autotuner never times it and the
   data hold none (the cost model would price one as a split fusion that spills).
-- Configs: output bounds in granules of the output's layout; convolutions also tile their
-  input features (kernel bounds); reductions that end the kernel may split the reduced dim
-  (input bounds). Counts per kernel are heavy-tailed (2 to over 6,000); about 2.5% of rows
-  are re-measured duplicates; measurement noise is 0.4%.
+- Configs (`fusion_space`): output bounds in granules of the output's layout; convolutions
+  also tile their window and input features, matmuls their contraction (kernel bounds);
+  reductions that end the kernel may split the reduced dim (input bounds). Which of them a
+  kernel's log holds, and its default, normalisers and noise: `autotuner`.
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +39,6 @@ from tpu_tiles_models.synthetic.features import (
     COL_WINDOW_STRIDE,
     OPCODES,
 )
-from tpu_tiles_models.synthetic.fusion_graphs import build
 from tpu_tiles_models.synthetic.geometry import (
     dims_of,
     element_bytes,
@@ -49,11 +46,8 @@ from tpu_tiles_models.synthetic.geometry import (
     operand_lists,
     root_outputs,
 )
-from tpu_tiles_models.synthetic.tiling import autotuner_keep, bounds_block, compilable
 
 _OP = OPCODES
-MAX_CONFIGS_DEFAULT = 8000
-NOISE = 0.004  # measurement noise (lognormal sigma): re-measured duplicates differ ~0.4%
 
 # The simulated core.
 MXU_BF16 = 70e3  # flop/ns
@@ -61,12 +55,15 @@ MXU_F32 = 23e3
 VPU = 3.0e3  # element-ops/ns
 HBM = 600.0  # bytes/ns
 VMEM = 16 * 2**20  # bytes
-TILE_NS = 280.0  # per tile (grid step)
+TILE_NS = 80.0  # per tile (grid step)
 PASS_NS = 90.0  # per extra contraction or reduction pass
 SPLIT_NS = 1500.0  # per extra sub-kernel when the fusion does not fit VMEM
 LAUNCH_NS = 2000.0
 OVERLAP_LOSS = 0.2  # share of the shorter of compute/memory not hidden within a phase
 DMA_RUN = 2048.0  # contiguous bytes for full bandwidth
+DMA_EXP = 0.4  # bandwidth share grows as (run / DMA_RUN) ** DMA_EXP ...
+DMA_FLOOR = 0.25  # ... from this share for the shortest runs
+SUBLANES = 8  # matmul rows stream through the MXU in groups of 8; columns and depth pad to 128
 
 _FREE = {_OP[o] for o in ("parameter", "constant", "reshape", "bitcast", "tuple")}
 _ANCHORS = {
@@ -290,25 +287,37 @@ def _dma_eff(t: np.ndarray, shape: np.ndarray, granule: np.ndarray, nbytes: floa
     if len(shape) >= 2:
         second = int(np.argsort(granule)[-2])
         run = np.where(t[:, minor] >= shape[minor], run * t[:, second], run)
-    return np.clip((run / DMA_RUN) ** 0.4, 0.12, 1.0)
+    return np.clip((run / DMA_RUN) ** DMA_EXP, DMA_FLOOR, 1.0)
 
 
 @dataclass
-class _Knobs:
-    """The non-output parts of a config: input-feature chunk (convolution, elements) and
-    reduced-dim split count (a reduction that ends the kernel), each `[c]`."""
+class Knobs:
+    """The non-output parts of a config, each `[c]`: a convolution's input-feature chunk
+    (elements) and window tile (`win_h`, `win_w` taps), a matmul's contraction chunk
+    (elements), and the split count of a reduction that ends the kernel."""
 
     ci_chunk: np.ndarray
+    win_h: np.ndarray
+    win_w: np.ndarray
+    k_chunk: np.ndarray
     split: np.ndarray
 
 
-def _conv_node(v: FusionView) -> int:
-    """The convolution whose input features the config chunks (not depthwise), or -1."""
+def conv_node(v: FusionView) -> int:
+    """The convolution whose input features and window the config tiles (not depthwise), or
+    -1."""
     cand = np.flatnonzero(v.opc == _OP["convolution"])
     return int(cand[0]) if len(cand) and v.windows[int(cand[0])][2] == 1 else -1
 
 
-def _reduce_split_dim(v: FusionView) -> tuple[int, int, int]:
+def dot_node(v: FusionView) -> int:
+    """The matmul whose contraction the config chunks (when there is no such convolution),
+    or -1."""
+    cand = np.flatnonzero(v.opc == _OP["dot"])
+    return int(cand[0]) if len(cand) and conv_node(v) < 0 else -1
+
+
+def reduce_split_dim(v: FusionView) -> tuple[int, int, int]:
     """(reduction node, its input node, the outermost reduced dim) of a reduction the tiled
     output comes straight from, or (-1, -1, -1)."""
     red = _reduce_root(v)
@@ -332,13 +341,15 @@ class _Totals:
     Attributes:
         comp: `[p, c]` compute ns per phase.
         mem: `[p, c]` memory ns per phase.
-        resident: `[c]` bytes that stay in VMEM for the tile (buffered inputs, outputs,
-            accumulators).
+        stream: `[c]` bytes of one buffer of the streamed inputs and outputs (a second one
+            lets the next tile's transfers overlap this tile's compute).
+        resident: `[c]` bytes that stay in VMEM for the tile (accumulators).
         inter: `[c]` bytes of live intermediates.
     """
 
     comp: np.ndarray
     mem: np.ndarray
+    stream: np.ndarray
     resident: np.ndarray
     inter: np.ndarray
 
@@ -355,17 +366,17 @@ def _read(tot: _Totals, v: FusionView, i: int, t: np.ndarray, frac: np.ndarray) 
     b = float(v.ebytes[i])
     eff = _dma_eff(t, v.shapes[i], v.granule[i], b)
     tot.mem[v.phase[i]] += _elements(t) * b / (HBM * eff)
-    tot.resident += 2.0 * _elements(t, v.granule[i]) * b * frac
+    tot.stream += _elements(t, v.granule[i]) * b * frac
 
 
-def _op(tot: _Totals, v: FusionView, i: int, tiles: list[np.ndarray], knobs: _Knobs) -> None:
+def _op(tot: _Totals, v: FusionView, i: int, tiles: list[np.ndarray], knobs: Knobs) -> None:
     """Adds computing node `i`: its work in its phase and its live tile."""
     t = tiles[i]
     tot.comp[v.phase[i]] += _compute(v, i, t, tiles, knobs)
     tot.inter += _elements(t, v.granule[i]) * float(v.ebytes[i]) * v.live[i]
     if int(v.opc[i]) in (_OP["dot"], _OP["convolution"]):
         rows = np.prod(t[:, :-1], axis=1)
-        tot.resident += _pad(rows, 128) * _pad(t[:, -1], 128) * 4.0  # f32 accumulator
+        tot.resident += _pad(rows, SUBLANES) * _pad(t[:, -1], 128) * 4.0  # f32 accumulator
 
 
 def _write(tot: _Totals, v: FusionView, o: int, t: np.ndarray) -> None:
@@ -373,10 +384,10 @@ def _write(tot: _Totals, v: FusionView, o: int, t: np.ndarray) -> None:
     b = float(v.ebytes[o])
     eff = _dma_eff(t, v.shapes[o], v.granule[o], b)
     tot.mem[-1] += _elements(t) * b / (HBM * eff)
-    tot.resident += 2.0 * _elements(t) * b
+    tot.stream += _elements(t, v.granule[o]) * b
 
 
-def tile_costs(v: FusionView, ext: np.ndarray, knobs: _Knobs) -> dict[str, np.ndarray]:
+def tile_costs(v: FusionView, ext: np.ndarray, knobs: Knobs) -> dict[str, np.ndarray]:
     """Per-config runtime (ns) and working set (bytes) of a kernel.
 
     Args:
@@ -389,35 +400,65 @@ def tile_costs(v: FusionView, ext: np.ndarray, knobs: _Knobs) -> dict[str, np.nd
     """
     c, n_phases = len(ext), int(v.phase.max()) + 1
     tiles = _tiles(v, ext)
-    tot = _Totals(np.zeros((n_phases, c)), np.zeros((n_phases, c)), np.zeros(c), np.zeros(c))
-    conv, red = _conv_node(v), _reduce_split_dim(v)[0]
-    conv_inputs = _inputs_of(v, conv) if conv >= 0 else set()
-    red_inputs = _inputs_of(v, red) if red >= 0 else set()
+    zeros = [np.zeros(c) for _ in range(3)]
+    tot = _Totals(np.zeros((n_phases, c)), np.zeros((n_phases, c)), *zeros)
+    chunked = _chunked_inputs(v, knobs)
     for i, t in enumerate(tiles):
         op = int(v.opc[i])
         if op == _OP["parameter"]:
-            frac = np.ones(c)  # of the input resident at once: a chunk of what is read
-            if i in conv_inputs:
-                frac = np.minimum(knobs.ci_chunk / max(v.shapes[i][-1], 1), 1.0)
-            if i in red_inputs:
-                frac = 1.0 / knobs.split
-            _read(tot, v, i, t, frac)
+            _read(tot, v, i, t, chunked.get(i, np.ones(c)))
         elif op not in _FREE:
             _op(tot, v, i, tiles, knobs)
     for o in v.outputs:
         _write(tot, v, o, tiles[o])
-    passes = np.ones(c)
+    return _runtime(tot, v, ext, passes(v, knobs))
+
+
+def passes(v: FusionView, knobs: Knobs) -> np.ndarray:
+    """`[c]` passes per tile: over input-feature chunks and window tiles of the convolution,
+    contraction chunks of the matmul, or chunks of a split reduction."""
+    conv, dot, red = conv_node(v), dot_node(v), reduce_split_dim(v)[0]
     if conv >= 0:
-        passes = np.ceil(v.shapes[v.operands[conv][0]][-1] / knobs.ci_chunk)
+        cin = v.shapes[v.operands[conv][0]][-1]
+        win = v.windows[conv][0]
+        return (
+            np.ceil(cin / knobs.ci_chunk)
+            * np.ceil(win[0] / knobs.win_h)
+            * np.ceil(win[1] / knobs.win_w)
+        )
+    if dot >= 0:
+        return np.ceil(v.shapes[v.operands[dot][0]][-1] / knobs.k_chunk)
     if red >= 0:
-        passes = knobs.split
-    return _runtime(tot, v, ext, passes)
+        return knobs.split
+    return np.ones(len(knobs.split))
+
+
+def _chunked_inputs(v: FusionView, knobs: Knobs) -> dict[int, np.ndarray]:
+    """Parameters of which only a chunk is resident at once, with that share `[c]`."""
+    out: dict[int, np.ndarray] = {}
+    conv, dot, red = conv_node(v), dot_node(v), reduce_split_dim(v)[0]
+    if conv >= 0:
+        cin = max(int(v.shapes[v.operands[conv][0]][-1]), 1)
+        win = v.windows[conv][0]
+        share = np.minimum(knobs.ci_chunk / cin, 1.0)
+        taps = np.minimum(knobs.win_h / win[0], 1.0) * np.minimum(knobs.win_w / win[1], 1.0)
+        out.update({i: share for i in _inputs_of(v, conv, 0)})
+        out.update({i: share * taps for i in _inputs_of(v, conv, 1)})
+    if dot >= 0:
+        k = max(int(v.shapes[v.operands[dot][0]][-1]), 1)
+        share = np.minimum(knobs.k_chunk / k, 1.0)
+        out.update({i: share for i in _inputs_of(v, dot, 0) | _inputs_of(v, dot, 1)})
+    if red >= 0:
+        out.update({i: 1.0 / knobs.split for i in _inputs_of(v, red, 0)})
+    return out
 
 
 def _runtime(tot: _Totals, v: FusionView, ext: np.ndarray, passes: np.ndarray) -> dict:
-    """Phases add up; each overlaps compute with memory imperfectly; a working set beyond
-    VMEM splits the fusion (a fixed cost per split, and spilled intermediates)."""
-    ws = tot.resident + tot.inter
+    """Phases add up; each overlaps compute with memory imperfectly; a working set (two
+    buffers of everything streamed, so one tile's transfers overlap the previous tile's
+    compute) beyond VMEM splits the fusion (a fixed cost per split, and spilled
+    intermediates): such a tile does not compile."""
+    ws = 2.0 * tot.stream + tot.resident + tot.inter
     splits = np.maximum(np.ceil(ws / VMEM), 1.0)
     mem = tot.mem.copy()
     mem[-1] += 2.0 * tot.inter * (1.0 - 1.0 / splits) / HBM
@@ -430,9 +471,10 @@ def _runtime(tot: _Totals, v: FusionView, ext: np.ndarray, passes: np.ndarray) -
     return {"runtime": n_tiles * per_tile + fill + LAUNCH_NS, "ws": ws}
 
 
-def _inputs_of(v: FusionView, node: int) -> set[int]:
-    """Parameters that reach `node`'s first operand through free or element-wise ops."""
-    seen, stack = set(), [v.operands[node][0]] if v.operands[node] else []
+def _inputs_of(v: FusionView, node: int, pos: int) -> set[int]:
+    """Parameters that reach operand `pos` of `node` through free or element-wise ops."""
+    ops = v.operands[node]
+    seen, stack = set(), [ops[pos]] if len(ops) > pos else []
     while stack:
         w = stack.pop()
         if w in seen:
@@ -444,7 +486,7 @@ def _inputs_of(v: FusionView, node: int) -> set[int]:
 
 
 def _compute(
-    v: FusionView, i: int, t: np.ndarray, tiles: list[np.ndarray], knobs: _Knobs
+    v: FusionView, i: int, t: np.ndarray, tiles: list[np.ndarray], knobs: Knobs
 ) -> np.ndarray:
     """ns of compute per tile for node `i` with tile `t` `[c, rank]`."""
     op = int(v.opc[i])
@@ -453,18 +495,26 @@ def _compute(
     if op == _OP["dot"]:
         k = float(v.shapes[v.operands[i][0]][-1])
         rows = np.prod(t[:, :-1], axis=1)
-        return 2.0 * _pad(rows, 128) * _pad(t[:, -1], 128) * _pad(k, 128) / mxu
+        depth = _pad(np.full(len(t), k), 128)
+        if i == dot_node(v):  # contraction chunks, each padded to the MXU
+            chunk = np.minimum(knobs.k_chunk, k)
+            depth = _pad(chunk, 128) * np.ceil(k / chunk)
+        return 2.0 * _pad(rows, SUBLANES) * _pad(t[:, -1], 128) * depth / mxu
     if op == _OP["convolution"]:
         win, _, groups = v.windows[i]
-        taps = float(np.prod(win[: len(v.shapes[i]) - 2]))
+        taps = np.full(len(t), float(np.prod(win[: len(v.shapes[i]) - 2])))
         if groups > 1:
             return 2.0 * padded * taps / VPU
         cin = float(v.shapes[v.operands[i][0]][-1])
-        chunk = np.minimum(knobs.ci_chunk, cin)
-        n_pass = np.ceil(cin / chunk)
+        chunk, n_pass = np.full(len(t), cin), np.ones(len(t))
+        if i == conv_node(v):  # window tiles and input-feature chunks, each a pass
+            chunk = np.minimum(knobs.ci_chunk, cin)
+            rest = taps / (win[0] * win[1])  # a 3-D window's third dim stays whole
+            n_pass = passes(v, knobs)
+            taps = knobs.win_h * knobs.win_w * rest
         rows = np.prod(t[:, :-1], axis=1)
         depth = _pad(taps * chunk, 128) * n_pass
-        return 2.0 * _pad(rows, 128) * _pad(t[:, -1], 128) * depth / mxu
+        return 2.0 * _pad(rows, SUBLANES) * _pad(t[:, -1], 128) * depth / mxu
     if op == _OP["reduce"]:
         src = v.operands[i][0]
         return _elements(tiles[src], v.granule[src]) / VPU
@@ -474,96 +524,36 @@ def _compute(
     return _VPU_WEIGHT.get(op, 1.0) * padded / VPU
 
 
-# --------------------------------------------------------------------------------------
-# Configs.
-# --------------------------------------------------------------------------------------
-MAX_BOUND = 256  # granules per dim of an output tile
-MAX_TILE = 2048  # granules per output tile (product of the bounds)
-
-
-def bound_options(units: int) -> np.ndarray:
-    """Bounds tried on a dim of `units` granules: powers of two, even splits ceil(units / k)
-    for k <= 8, and a few odd sizes (each may leave a partial edge tile), at most
-    `MAX_BOUND`."""
-    units = max(int(units), 1)
-    opts = [2 ** np.arange(int(np.log2(units)) + 1), -(-units // np.arange(1, 9))]
-    opts.append(np.array([3, 5, 6, 7, 12, 24, 48]))
-    values = np.unique(np.concatenate(opts))
-    return values[(values <= units) & (values <= MAX_BOUND)]
-
-
-def _choices(v: FusionView) -> list[np.ndarray]:
-    """Option lists: one per output dim, then the conv input-feature chunk (units of 8) or the
-    reduction split count when the kernel has one."""
+def read_knobs(v: FusionView, cfg: np.ndarray) -> tuple[np.ndarray, Knobs]:
+    """Output extents `[c, R]` (elements) and the other knobs, read back from `[c, 24]`
+    config features."""
+    rank, c = len(v.out_shape), len(cfg)
     units = -(-v.out_shape // v.out_granule)
-    choices = [bound_options(int(u)) for u in units]
-    conv = _conv_node(v)
-    red, src, j = _reduce_split_dim(v)
-    if conv >= 0:
-        choices.append(bound_options(-(-int(v.shapes[v.operands[conv][0]][-1]) // 8)))
-    elif red >= 0:
-        n_units = -(-int(v.shapes[src][j]) // int(v.granule[src][j]))
-        choices.append(2 ** np.arange(int(np.log2(n_units)) + 1))
-    return choices
-
-
-def config_rows(v: FusionView, space: np.ndarray) -> np.ndarray:
-    """Option columns `[c, R (+1)]` -> `[c, 24]` config features."""
-    rank = len(v.out_shape)
-    out_b = space[:, :rank].astype(np.float64)
-    cfg = np.zeros((len(space), CONFIG_FEAT_DIM))
-    cfg[:, CFG_OUTPUT : CFG_OUTPUT + 8] = bounds_block(out_b)
-    conv = _conv_node(v)
-    if conv >= 0:
-        win = v.windows[conv][0]
-        ci = space[:, rank] if space.shape[1] > rank else np.ones(len(space))
-        same = len(v.out_shape) == len(v.shapes[conv]) and v.out_shape[-1] == v.shapes[conv][-1]
-        feat = out_b[:, -1] if same else np.ones(len(space))
-        kb = np.stack([np.full(len(space), win[0]), np.full(len(space), win[1]), ci, feat], 1)
-        cfg[:, CFG_KERNEL : CFG_KERNEL + 8] = bounds_block(kb.astype(np.float64))
-    elif space.shape[1] > rank:  # input bounds only when the reduction is split
-        split = space[:, rank].astype(np.float64)
-        in_b = _reduce_input_bounds(v, out_b, split)
-        cfg[:, CFG_INPUT : CFG_INPUT + 8] = bounds_block(in_b) * (split > 1)[:, None]
-    return cfg
-
-
-def _reduce_input_bounds(v: FusionView, out_b: np.ndarray, split: np.ndarray) -> np.ndarray:
-    """`[c, in_rank]` input tile of a split reduction, in its granules: kept dims follow the
-    output bounds (when the output is the reduction's own shape), the outermost reduced dim
-    is cut into `split` chunks, other reduced dims are whole."""
-    red, src, j = _reduce_split_dim(v)
-    units = -(-v.shapes[src] // v.granule[src])
-    in_b = np.tile(units, (len(split), 1)).astype(np.float64)
-    kept = [d for d in range(len(units)) if d not in v.attr[red]]
-    if len(kept) == out_b.shape[1] and np.array_equal(v.shapes[red], v.out_shape):
-        in_b[:, kept] = np.minimum(out_b * v.out_granule / v.granule[src][kept], units[kept])
-        in_b[:, kept] = np.maximum(np.ceil(in_b[:, kept]), 1)
-    in_b[:, j] = np.ceil(units[j] / split)
-    return in_b
-
-
-def _knobs(v: FusionView, cfg: np.ndarray) -> tuple[np.ndarray, _Knobs]:
-    """Output extents `[c, R]` and the other knobs, read back from config features."""
-    rank = len(v.out_shape)
-    units = -(-v.out_shape // v.out_granule)
-    b = np.clip(cfg[:, CFG_OUTPUT : CFG_OUTPUT + rank], 1, units)
-    ext = b * v.out_granule
-    ci = np.maximum(cfg[:, CFG_KERNEL + 2], 1.0) * 8.0
-    split = np.ones(len(cfg))
-    red, src, j = _reduce_split_dim(v)
+    ext = np.clip(cfg[:, CFG_OUTPUT : CFG_OUTPUT + rank], 1, units) * v.out_granule
+    kernel = np.maximum(cfg[:, CFG_KERNEL : CFG_KERNEL + 3], 1.0)
+    ones = np.ones(c)
+    knobs = Knobs(ci_chunk=ones * 1e9, win_h=ones, win_w=ones, k_chunk=ones * 1e9, split=ones)
+    if conv_node(v) >= 0:  # kernel bounds: window tile h, w, input features in 8s, outputs
+        knobs.win_h, knobs.win_w, knobs.ci_chunk = kernel[:, 0], kernel[:, 1], kernel[:, 2] * 8
+    elif dot_node(v) >= 0:  # kernel bounds: contraction chunk in 128s, outputs
+        knobs.k_chunk = kernel[:, 0] * 128.0
+    red, src, j = reduce_split_dim(v)
     if red >= 0:
         full = -(-int(v.shapes[src][j]) // int(v.granule[src][j]))
         chunk = np.maximum(cfg[:, CFG_INPUT + j], 1.0)
-        split = np.where(cfg[:, CFG_INPUT + 7] > 0, np.ceil(full / chunk), 1.0)
-    return ext, _Knobs(ci, split)
+        knobs.split = np.where(cfg[:, CFG_INPUT + 7] > 0, np.ceil(full / chunk), 1.0)
+    return ext, knobs
 
 
 def view_runtime(v: FusionView, config_feat: np.ndarray) -> np.ndarray:
     """Noise-free `[c]` runtimes (ns) of config rows `[c, 24]`."""
+    return view_costs(v, config_feat)["runtime"]
+
+
+def view_costs(v: FusionView, config_feat: np.ndarray) -> dict[str, np.ndarray]:
+    """`{"runtime": [c], "ws": [c]}` of config rows `[c, 24]` (see `tile_costs`)."""
     cfg = np.asarray(config_feat, np.float64).reshape(-1, CONFIG_FEAT_DIM)
-    ext, knobs = _knobs(v, cfg)
-    return tile_costs(v, ext, knobs)["runtime"]
+    return tile_costs(v, *read_knobs(v, cfg))
 
 
 def runtime(
@@ -571,122 +561,3 @@ def runtime(
 ) -> np.ndarray:
     """Noise-free `[c]` runtimes (ns) of a kernel's configs, from its npz arrays only."""
     return view_runtime(read_view(node_feat, node_opcode, edge_index), config_feat)
-
-
-def _pool(v: FusionView, size: int, rng: np.random.Generator) -> np.ndarray:
-    """Up to `size` distinct random configs of the option grid whose output tile has at most
-    `MAX_TILE` granules: `[c, 24]`."""
-    choices = _choices(v)
-    sizes = tuple(len(ch) for ch in choices)
-    total = math.prod(sizes)
-    if total <= 4 * size:
-        flat = rng.permutation(total)
-    else:
-        flat = rng.choice(total, size=4 * size, replace=False)
-    space = np.stack([ch[i] for ch, i in zip(choices, np.unravel_index(flat, sizes))], axis=1)
-    rank = len(v.out_shape)
-    space = space[np.prod(space[:, :rank], axis=1) <= MAX_TILE][:size]
-    return config_rows(v, space)
-
-
-def _halving_chain(v: FusionView, budget: float) -> list[list[float]]:
-    """Option columns of one default candidate and its halvings: about `budget` output
-    elements filled minor dims first (the input-feature chunk up to 128 channels, no
-    reduction split), then halved on the largest bound, step by step, down to all ones."""
-    choices = _choices(v)
-    rank = len(v.out_shape)
-    b = np.ones(rank)
-    for d in sorted(range(rank), key=lambda d: (-v.out_granule[d], -d)):  # minor dims first
-        opts = choices[d]
-        fit = opts[(opts * v.out_granule[d] <= budget) & (opts * b.prod() <= MAX_TILE)]
-        b[d] = fit.max() if len(fit) else 1
-        budget = max(budget / (b[d] * v.out_granule[d]), 1.0)
-    extra = []
-    if len(choices) > rank:
-        opts = choices[rank]
-        extra = [float(opts[opts <= 16].max())] if _conv_node(v) >= 0 else [1.0]
-    chain = [list(b) + extra]
-    while b.max() > 1:
-        d = int(np.argmax(b))
-        b[d] = -(-b[d] // 2)
-        chain.append(list(b) + extra)
-    return chain
-
-
-def default_config(v: FusionView) -> np.ndarray:
-    """The compiler's default tile: the fastest of a few size-driven candidates (8K to 2M
-    output elements, each as is and halved until its working set fits half the scratchpad),
-    so it is sound but blind to padding cliffs and phase balance. `[24]` features."""
-    chains = [_halving_chain(v, 2.0**e) for e in (13, 15, 17, 19, 21)]
-    rows = config_rows(v, np.array([r for chain in chains for r in chain]))
-    ext, knobs = _knobs(v, rows)
-    costs = tile_costs(v, ext, knobs)
-    picks, start = [], 0
-    for chain in chains:
-        fits = np.flatnonzero(costs["ws"][start : start + len(chain)] <= VMEM / 2)
-        picks += [start, start + (int(fits[0]) if len(fits) else len(chain) - 1)]
-        start += len(chain)
-    return rows[min(picks, key=lambda i: costs["runtime"][i])]
-
-
-# --------------------------------------------------------------------------------------
-# One kernel.
-# --------------------------------------------------------------------------------------
-# Median configs wanted per anchor kind (lognormal around it; small option grids give fewer).
-_MEDIAN_CONFIGS = {
-    "conv": 900.0,
-    "dot": 250.0,
-    "reduce": 60.0,
-    "pool": 120.0,
-    "cumsum": 30.0,
-    "gather": 40.0,
-    "loop": 45.0,
-    "optimizer": 20.0,
-}
-
-
-def make_kernel(
-    rng: np.random.Generator,
-    *,
-    kind_weights: Sequence[float] = (0.3, 0.2, 0.15, 0.35),
-    max_configs: int | None = None,
-    min_configs: int = 2,
-    labelled: bool = True,
-) -> dict[str, np.ndarray]:
-    """Builds one `fusion` kernel's npz arrays.
-
-    Args:
-      rng: the kernel's own generator.
-      kind_weights: relative odds of conv, dot, reduce and element-wise anchors.
-      max_configs: cap on configs (default `MAX_CONFIGS_DEFAULT`).
-      min_configs: floor on configs (re-measured duplicates fill up small option grids).
-      labelled: False writes zero runtimes (the test split).
-
-    Returns:
-      The six npz arrays.
-    """
-    g, kind = build(rng, kind_weights)
-    node_feat, node_opcode, edge_index = g.arrays()
-    view = read_view(node_feat, node_opcode, edge_index)
-    want = _MEDIAN_CONFIGS[kind] * np.exp(1.2 * rng.standard_normal())
-    want = int(np.clip(np.round(want), 2, 20000))
-    want = max(min(want, max_configs or MAX_CONFIGS_DEFAULT), min_configs)
-    pool = _pool(view, max(3 * want, min(4096, 24 * want)), rng)
-    costs = tile_costs(view, *_knobs(view, pool))
-    fits = compilable(costs["ws"], VMEM)
-    pool, cost = pool[fits], costs["runtime"][fits]
-    spread = float(np.clip(10.0 * np.exp(0.9 * rng.standard_normal()), 2.0, 300.0))
-    keep = autotuner_keep(cost, want, min_configs, spread, 0.025, rng)
-    cfg, cost = pool[keep], cost[keep]
-    default = view_runtime(view, default_config(view)[None, :])[0]
-    c = len(cfg)
-    measured = cost * np.exp(NOISE * rng.standard_normal(c))
-    normalizer = default * np.exp(NOISE * rng.standard_normal(c))
-    return {
-        "node_feat": node_feat,
-        "node_opcode": node_opcode,
-        "edge_index": edge_index,
-        "config_feat": cfg.astype(np.float32),
-        "config_runtime": np.maximum(np.round(measured), 1).astype(np.int64) * int(labelled),
-        "config_runtime_normalizers": np.maximum(np.round(normalizer), 1).astype(np.int64),
-    }

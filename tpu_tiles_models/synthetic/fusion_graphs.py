@@ -49,6 +49,8 @@ _CHANNELS = (16, 24, 32, 48, 64, 96, 128, 144, 192, 256, 320, 384, 512, 640, 102
 _SPATIAL = (4, 7, 8, 14, 16, 19, 28, 32, 38, 56, 64, 75, 112, 128, 150, 224, 256)
 _BATCH = (1, 2, 4, 8, 16, 32, 64, 128)
 _MAX_ELEMS = 1.2e8  # largest tensor a kernel touches
+LAYOUT_STYLES = (0.5, 0.35, 0.15, 0.0)  # odds of each `graph.Graph.layout_style`
+SWAPPED_INPUTS = 0.3  # share of inputs (rank >= 2) stored with their minor dims swapped
 _NOT_OUTPUTS = {OPCODES[op] for op in ("constant", "parameter", "broadcast", "iota")}
 
 
@@ -148,7 +150,7 @@ def _dot_anchor(k: _Kernel) -> int:
 def _reduce_anchor(k: _Kernel) -> int:
     """Reduction of a (maybe squared or exponentiated) input over its minor or major dims."""
     rng, g = k.rng, k.g
-    rank = int(pick(rng, (2, 3, 4), (0.35, 0.4, 0.25)))
+    rank = int(pick(rng, (2, 3, 4), (0.2, 0.4, 0.4)))
     shape = _dims(rng, (8, 16, 32, 64, 128, 256, 512, 768, 1024, 2048, 4096), rank)
     x = g.add("parameter", shape, k.dtype)
     if rng.random() < 0.5:
@@ -207,7 +209,7 @@ def _gather_anchor(k: _Kernel) -> int:
     rng, g = k.rng, k.g
     vocab = int(pick(rng, (1000, 8192, 32000, 50257, 250000), (0.3, 0.3, 0.2, 0.15, 0.05)))
     hidden = int(pick(rng, (16, 32, 64, 128, 256, 512, 768, 1024)))
-    rows = int(pick(rng, (1, 8, 32, 128, 512, 2048)))
+    rows = int(pick(rng, (8, 32, 128, 512, 2048, 8192)))
     table = g.add("parameter", (vocab, hidden), k.dtype)
     start = g.add("parameter", (), "s32")
     zero = g.add("constant", (), "s32")
@@ -219,8 +221,8 @@ def _gather_anchor(k: _Kernel) -> int:
 def _loop_anchor(k: _Kernel) -> int:
     """A loop fusion's input: a parameter, maybe sliced, padded or transposed."""
     rng, g = k.rng, k.g
-    rank = int(pick(rng, (1, 2, 3, 4, 5), (0.15, 0.35, 0.22, 0.26, 0.02)))
-    shape = _dims(rng, (2, 3, 7, 14, 28, 32, 64, 128, 256, 512, 1000, 1024, 2048, 4096), rank)
+    rank = int(pick(rng, (1, 2, 3, 4, 5), (0.05, 0.25, 0.3, 0.38, 0.02)))
+    shape = _dims(rng, (3, 7, 14, 28, 32, 56, 64, 128, 256, 512, 1000, 1024, 2048, 4096), rank)
     r = rng.random()
     if r < 0.15 and rank >= 2:
         src = shape[:-2] + (shape[-1], shape[-2])
@@ -424,12 +426,12 @@ _GROUPS = (
     (_bias, 0.17, 3),
     (_scalar, 0.13, 3),
     (_unary, 0.16, 1),
-    (_gelu, 0.05, 11),
+    (_gelu, 0.02, 11),
     (_norm, 0.08, 4),
     (_dropout, 0.04, 11),
     (_index_mask, 0.03, 8),
     (_side_input, 0.1, 3),
-    (_residual, 0.08, 1),
+    (_residual, 0.04, 1),
     (_clamp, 0.03, 5),
     (_convert, 0.05, 1),
     (_reshape, 0.04, 1),
@@ -459,7 +461,7 @@ def node_target(rng: np.random.Generator) -> int:
     if rng.random() < 0.1:
         return int(rng.integers(2, 7))
     sigma = 1.1 if rng.random() < 0.1 else 0.75
-    return int(np.clip(np.round(30.0 * np.exp(sigma * rng.standard_normal())), 2, MAX_NODES - 1))
+    return int(np.clip(np.round(34.0 * np.exp(sigma * rng.standard_normal())), 2, MAX_NODES - 1))
 
 
 def build(rng: np.random.Generator, kind_weights: Sequence[float]) -> tuple[Graph, str]:
@@ -474,7 +476,11 @@ def build(rng: np.random.Generator, kind_weights: Sequence[float]) -> tuple[Grap
     """
     kind = _anchor_kind(rng, kind_weights)
     dtype = "bf16" if rng.random() < 0.25 else "f32"
-    g = Graph(layout_style=int(rng.choice(3, p=(0.5, 0.35, 0.15))))
+    g = Graph(
+        layout_style=int(rng.choice(4, p=LAYOUT_STYLES)),
+        layout_rng=rng,
+        swapped_inputs=SWAPPED_INPUTS,
+    )
     k = _Kernel(g, dtype, -1, node_target(rng), rng)
     k.cur = ANCHORS[kind](k)
     if kind == "reduce" and rng.random() < 0.35:  # a reduction fusion ends at its reduce

@@ -61,6 +61,9 @@ class KernelGeometry:
         vpu_ops: weighted element-wise ops per output element.
         side_elems: `[p]` element counts of parameters that do not feed the main op.
         side_bytes: `[p]` their bytes per element.
+        side_minor: `[p]` the output dim along which each runs contiguously in memory (its
+            own layout's minor dim; the last output dim for a lower-rank operand that is
+            broadcast; -1 for a scalar).
         main_bytes: bytes per element of the main op's operands.
         window: convolution window (kh, kw).
         stride: convolution stride.
@@ -81,6 +84,7 @@ class KernelGeometry:
     vpu_ops: float
     side_elems: np.ndarray
     side_bytes: np.ndarray
+    side_minor: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     main_bytes: float = 4.0
     window: tuple[int, int] = (1, 1)
     stride: int = 1
@@ -190,8 +194,19 @@ def kernel_geometry(
         vpu_ops=vpu,
         side_elems=elems[params],
         side_bytes=ebytes[params],
+        side_minor=np.array([_minor_dim(node_feat, i, len(out_dims)) for i in params], np.int64),
         **extra,
     )
+
+
+def _minor_dim(node_feat: np.ndarray, i: int, out_rank: int) -> int:
+    """The output dim along which parameter `i` runs contiguously (see `side_minor`)."""
+    rank = len(dims_of(node_feat, i))
+    if rank == 0:
+        return -1
+    if rank < out_rank:
+        return out_rank - 1
+    return int(node_feat[i, COL_LAYOUT]) % out_rank
 
 
 def _main_op_fields(

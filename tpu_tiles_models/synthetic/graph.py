@@ -64,7 +64,7 @@ def minor_to_major(rank: int, style: int) -> tuple[int, ...]:
     Args:
       rank: number of dims.
       style: 0 row-major; 1 puts the batch dim second-minor (TPU convolution style) for
-        rank >= 3; 2 transposes rank-2 shapes.
+      rank >= 3; 2 transposes rank-2 shapes.
 
     Returns:
       The minor_to_major permutation (empty for a scalar).
@@ -84,6 +84,10 @@ class Graph:
 
     Attributes:
         layout_style: the `minor_to_major` style of every node's layout.
+        layout_rng: when set, a parameter of rank >= 2 is stored with its two minor-most
+            layout dims swapped with probability `swapped_inputs` (a producer's layout that
+            differs from its consumers', as XLA's layout assignment leaves some inputs).
+        swapped_inputs: that probability.
         rows: one `[140]` feature row per node.
         ops: opcode ids, one per node.
         shapes: the shape of every node.
@@ -92,11 +96,14 @@ class Graph:
     """
 
     layout_style: int
+    layout_rng: np.random.Generator | None = None
+    swapped_inputs: float = 0.0
     rows: list[np.ndarray] = field(default_factory=list)
     ops: list[int] = field(default_factory=list)
     shapes: list[tuple[int, ...]] = field(default_factory=list)
     edges: list[tuple[int, int]] = field(default_factory=list)
     n_params: int = 0
+    _perms: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def add(
         self,
@@ -124,7 +131,11 @@ class Graph:
         put_seq(row, COL_SHAPE, shape, 6)
         for i, d in enumerate(dims[:6]):
             row[COL_DIMENSIONS + i] = d
-        for i, m in enumerate(minor_to_major(len(shape), self.layout_style)):
+        layout = self._layout(len(shape))
+        if op == "parameter" and len(shape) >= 2 and self.layout_rng is not None:
+            if self.layout_rng.random() < self.swapped_inputs:
+                layout = (layout[1], layout[0], *layout[2:])
+        for i, m in enumerate(layout):
             row[COL_LAYOUT + i] = m
         if op == "parameter":
             row[COL_PARAM_NUMBER] = self.n_params
@@ -135,6 +146,16 @@ class Graph:
         self.ops.append(OPCODES[op])
         self.shapes.append(shape)
         return idx
+
+    def _layout(self, rank: int) -> tuple[int, ...]:
+        """The kernel's `minor_to_major` for a shape of `rank` dims: `minor_to_major(rank,
+        layout_style)`, or for style 3 a permutation drawn once per rank from `layout_rng`
+        (a layout XLA chose for this program)."""
+        if self.layout_style != 3 or self.layout_rng is None or rank < 2:
+            return minor_to_major(rank, min(self.layout_style, 2))
+        if rank not in self._perms:
+            self._perms[rank] = tuple(int(d) for d in self.layout_rng.permutation(rank))
+        return self._perms[rank]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The graph as npz arrays.

@@ -57,11 +57,11 @@ def epilogue(g: Graph, cur: int, dtype: str, target: int, rng: np.random.Generat
         elif r < 0.52 and left >= 2:
             p = g.add("parameter", shape, dtype)
             cur = g.add(("add", "multiply")[rng.integers(2)], shape, dtype, [cur, p])
-        elif r < 0.62 and len(chain) > 1:
+        elif r < 0.57 and len(chain) > 1:
             other = chain[rng.integers(len(chain) - 1)]
             op = ("add", "multiply", "subtract")[rng.integers(3)]
             cur = g.add(op, shape, dtype, [cur, other])
-        elif r < 0.67 and left >= 4:
+        elif r < 0.59 and left >= 4:
             c = g.add("constant", (), dtype)
             b = g.add("broadcast", shape, dtype, [c])
             m = g.add("compare", shape, "pred", [cur, b])

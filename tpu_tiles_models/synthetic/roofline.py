@@ -17,7 +17,6 @@ def _time(geom: KernelGeometry, t: dict[str, np.ndarray], hw: Hardware) -> np.nd
     comp = t["mxu"] / (peak * t["eff"]) + t["vpu"] / hw.vpu
     mem = (t["stream"] + t["reuse"]) / hw.hbm
     over = t["ws"] / hw.vmem
-    # An overflowing tile cannot double-buffer and re-fetches what spilled.
     per_tile = np.where(over <= 1.0, np.maximum(comp, mem), comp + mem * (1.0 + over))
     per_tile = per_tile + hw.tile_ns + hw.pass_ns * t["passes"]
     return t["tiles"] * per_tile + mem + hw.launch_ns

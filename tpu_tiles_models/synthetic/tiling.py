@@ -15,7 +15,9 @@ from tpu_tiles_models.formats import CONFIG_FEAT_DIM
 from tpu_tiles_models.synthetic.features import CFG_INPUT, CFG_KERNEL, CFG_OUTPUT
 from tpu_tiles_models.synthetic.geometry import KernelGeometry
 
-DOT_K_CHUNK = 512  # contraction elements per pass of a dot
+MAX_TILE = 4096  # granules per output tile (product of the bounds)
+MAX_STEPS = 512  # output tiles per kernel (grid steps); smaller tiles are never tried
+MAX_CHUNKS = 8  # input-feature chunks of a convolution (contraction chunks of a matmul: 16)
 
 
 @dataclass(frozen=True)
@@ -62,8 +64,9 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
     Returns:
       `[c]` arrays: `tiles`, `passes` (reduction passes per tile), `mxu` (flops per tile),
       `eff` (MXU efficiency), `vpu` (element-wise ops per tile), `stream` and `reuse`
-      (bytes per tile read once / re-read by every tile), `ws` (working set bytes),
-      `f32` (32-bit operands).
+      (bytes per tile read once / re-read by every tile), `ws` (working set bytes: two
+      buffers of everything streamed, so one tile's transfers overlap the previous tile's
+      compute), `f32` (32-bit operands).
     """
     rank = len(geom.out_dims)
     units = -(-geom.out_dims // geom.granule)
@@ -82,31 +85,34 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
     if geom.kind == "conv":
         sp = [d for d in range(rank) if d not in (geom.batch_dim, geom.feat_dim)]
         kh, kw = geom.window
+        th = np.clip(cfg[:, CFG_KERNEL], 1, kh)  # window tile: taps per pass
+        tw = np.clip(cfg[:, CFG_KERNEL + 1], 1, kw)
         ci = np.clip(cfg[:, CFG_KERNEL + 2] * 8, 8, None)
         ci = np.minimum(ci, geom.cin)
-        passes = np.ceil(geom.cin / ci)
+        passes = np.ceil(geom.cin / ci) * np.ceil(kh / th) * np.ceil(kw / tw)
         rows = ext[:, geom.batch_dim] * np.prod(ext[:, sp], axis=1)
-        in_sp = [(ext[:, d] - 1) * geom.stride + k for d, k in zip(sp, (kh, kw))]
+        in_sp = [(ext[:, d] - 1) * geom.stride + k for d, k in zip(sp, (th, tw))]
         in_tile = ext[:, geom.batch_dim] * np.prod(in_sp, axis=0) * ci * mb
-        w_tile = kh * kw * ci * ext[:, geom.feat_dim] * mb
+        w_tile = th * tw * ci * ext[:, geom.feat_dim] * mb
         stream, reuse = in_tile * passes, w_tile * passes
         chunk = in_tile + w_tile
-        depth = passes * ci
-        mxu = 2.0 * e_t * kh * kw * depth
+        mxu = 2.0 * e_t * kh * kw * geom.cin
+        depth = th * tw * ci
         eff = (rows / (np.ceil(rows / mxu_dim) * mxu_dim)) * np.sqrt(
-            ci / (np.ceil(ci / mxu_dim) * mxu_dim)
+            depth / (np.ceil(depth / mxu_dim) * mxu_dim)
         )
     elif geom.kind == "dot":
         k = float(geom.cin)
         bt = np.prod(ext[:, :-2], axis=1) if rank > 2 else np.ones(len(cfg))
         rows = bt * ext[:, -2] if rank >= 2 else ext[:, -1]
+        kc = np.clip(cfg[:, CFG_KERNEL] * 128.0, 128.0, None)  # contraction chunk, 128s
+        kc = np.minimum(kc, k)
+        passes = np.ceil(k / kc)
         stream = rows * k * mb
         reuse = (bt if geom.rhs_batched else 1.0) * k * ext[:, -1] * mb
-        # The compiler streams the contraction in fixed chunks; only one is resident.
-        passes = np.full(len(cfg), np.ceil(k / DOT_K_CHUNK))
-        chunk = (stream + reuse) / passes
+        chunk = (stream + reuse) * kc / k  # one contraction chunk resident
         mxu = 2.0 * e_t * k
-        eff = rows / (np.ceil(rows / mxu_dim) * mxu_dim)
+        eff = rows / (np.ceil(rows / mxu_dim) * mxu_dim) * kc / (np.ceil(kc / mxu_dim) * mxu_dim)
     elif geom.kind == "reduce":
         r_chunk = _reduce_chunk(geom, cfg, ext)
         passes = np.ceil(geom.reduce_size / r_chunk)
@@ -117,18 +123,38 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
     side = side_tile @ geom.side_bytes if len(geom.side_bytes) else np.zeros(len(cfg))
     small = geom.side_elems[None, :] < e_t[:, None]  # broadcast operands re-read per tile
     side_reuse = (side_tile * small) @ geom.side_bytes if len(geom.side_bytes) else 0.0
+    # Reading a side input costs more when the tile is short along its own minor dim.
+    slow = side_tile / _dma_share(geom, ext) - side_tile
+    side_slow = slow @ geom.side_bytes if len(geom.side_bytes) else 0.0
     out = e_t * geom.out_bytes
+    single = chunk + side + e_t * 4.0 + out  # one buffer of everything streamed
     return {
         "tiles": tiles,
         "passes": passes,
         "mxu": mxu,
         "eff": np.maximum(eff, 1.0 / 64),
         "vpu": vpu,
-        "stream": stream + side - side_reuse + out,
+        "stream": stream + side - side_reuse + side_slow + out,
         "reuse": reuse + side_reuse,
-        "ws": 2.0 * (chunk + side) + e_t * 4.0 + out,
+        "ws": single + chunk + side + out,
         "f32": np.full(len(cfg), mb >= 4),
     }
+
+
+DMA_RUN = 2048.0  # contiguous bytes a DMA needs for full bandwidth
+
+
+def _dma_share(geom: KernelGeometry, ext: np.ndarray) -> np.ndarray:
+    """`[c, p]` bandwidth share of reading each side input with tile extents `ext`: long
+    contiguous runs along its minor dim read fast."""
+    if not len(geom.side_minor):
+        return np.ones((len(ext), 0))
+    run = np.where(
+        geom.side_minor[None, :] >= 0,
+        ext[:, np.maximum(geom.side_minor, 0)] * geom.side_bytes[None, :],
+        DMA_RUN,
+    )
+    return np.clip((run / DMA_RUN) ** 0.4, 0.25, 1.0)
 
 
 def _reduce_chunk(geom: KernelGeometry, cfg: np.ndarray, ext: np.ndarray) -> np.ndarray:
@@ -142,57 +168,51 @@ def _reduce_chunk(geom: KernelGeometry, cfg: np.ndarray, ext: np.ndarray) -> np.
     return np.where(cfg[:, CFG_INPUT + 7] > 0, chunk, geom.reduce_size)
 
 
-def bound_options(units: int) -> np.ndarray:
-    """Bounds an autotuner tries on a dim of `units` granules: powers of two (cheap index
-    maths, but padding when they do not divide) and even splits ceil(units / k), k <= 8."""
+def divisors(n: int) -> np.ndarray:
+    """The divisors of `n` >= 1, ascending."""
+    low = np.arange(1, math.isqrt(n) + 1)
+    low = low[n % low == 0]
+    return np.unique(np.concatenate([low, n // low]))
+
+
+def bound_options(units: int, cap: int | None = None) -> np.ndarray:
+    """Bounds an autotuner tries on a dim of `units` granules: its divisors, powers of two
+    (cheap index maths) and even splits ceil(units / k) for k <= 8 (the last tile hangs over
+    the edge when a bound does not divide), at most `cap`."""
     units = max(int(units), 1)
-    p = 2 ** np.arange(int(np.log2(units)) + 1)
-    even = -(-units // np.arange(1, 9))
-    return np.unique(np.concatenate([p, even]))
+    pow2 = 2 ** np.arange(int(np.log2(units)) + 1)
+    values = np.unique(np.concatenate([divisors(units), pow2, -(-units // np.arange(1, 9))]))
+    return values if cap is None else values[values <= cap]
 
 
-def autotuner_keep(
-    runtime: np.ndarray,
-    want: int,
-    min_configs: int,
-    spread: float,
-    dup_rate: float,
-    rng: np.random.Generator,
-) -> np.ndarray:
-    """Which of a pool of costed configs a kernel keeps, like an autotuner's log.
-
-    Configs slower than `spread` times the best are dropped, at most `want` are kept (in pool
-    order), and a `dup_rate` share are re-measured duplicates (taking the place of distinct
-    configs at the cap); duplicates also fill up to `min_configs` when too few remain.
-
-    Args:
-      runtime: `[pool]` noise-free runtimes.
-      want: how many configs the kernel should get.
-      min_configs: the fewest it may get.
-      spread: the slowest kept config may be this many times the fastest.
-      dup_rate: share of duplicated rows.
-      rng: the kernel's generator.
-
-    Returns:
-      `[c]` indices into the pool (repeated for duplicates), in random order if any repeat.
-    """
-    keep = np.flatnonzero(runtime <= spread * runtime.min())[:want]
-    n_dup = int(rng.binomial(len(keep), dup_rate))
-    keep = keep[: max(min(len(keep), want - n_dup), 1)]
-    n_dup = max(n_dup, min_configs - len(keep))
-    if n_dup:
-        keep = np.append(keep, rng.choice(keep, size=n_dup))
-        keep = keep[rng.permutation(len(keep))]
-    return keep
+def window_options(size: int) -> np.ndarray:
+    """Window tiles tried on a window dim of `size` taps: every count up to 3, else one
+    tap, half the window and the whole."""
+    return np.arange(1, size + 1) if size <= 3 else np.unique([1, -(-size // 2), size])
 
 
-def compilable(ws: np.ndarray, vmem: float) -> np.ndarray:
-    """Which configs an autotuner can time at all: `[c]` bool, True where the working set
-    `ws` (bytes) fits the scratchpad. A tile that does not fit fails to compile, so real
-    logs hold none; the smallest working set is kept when nothing fits, so a kernel always
-    has a config."""
-    ok = ws <= vmem
-    return ok if ok.any() else ws == ws.min()
+def chunk_options(size: int, unit: int, most: int) -> np.ndarray:
+    """Chunks tried (in `unit`s) on a dim of `size` elements cut into at most `most`
+    chunks."""
+    units = -(-size // unit)
+    opts = bound_options(units)
+    return opts[opts >= -(-units // most)]
+
+
+def at_most(options: np.ndarray, value: float) -> float:
+    """The largest option not above `value`, else the smallest."""
+    fit = options[options <= value]
+    return float(fit.max() if len(fit) else options.min())
+
+
+def tried(points: np.ndarray, units: np.ndarray, max_steps: int = MAX_STEPS) -> np.ndarray:
+    """`[c]` bool: which option points `[c, knobs]` (output bounds first, over dims of
+    `units` granules) the autotuner tries: tiles of at most `MAX_TILE` granules, in grids of
+    at most `max_steps` tiles (or 16 times the fewest `MAX_TILE` allows, for huge outputs)."""
+    rank = len(units)
+    steps = np.prod(np.ceil(units / points[:, :rank]), axis=1)
+    most = max(max_steps, 16.0 * float(np.prod(units, dtype=float)) / MAX_TILE)
+    return (np.prod(points[:, :rank], axis=1) <= MAX_TILE) & (steps <= most)
 
 
 def bounds_block(values: np.ndarray, width: int = 6) -> np.ndarray:
@@ -205,27 +225,20 @@ def bounds_block(values: np.ndarray, width: int = 6) -> np.ndarray:
     return out
 
 
-def config_pool(
-    geom: KernelGeometry, meta: dict[str, Any], size: int, rng: np.random.Generator
-) -> np.ndarray:
-    """Up to `size` distinct random configs of the option grid: `[c, 24]` float64."""
+def choices(geom: KernelGeometry, meta: dict[str, Any]) -> list[np.ndarray]:
+    """The option grid: bounds per output dim (granules), then a convolution's window tile
+    (h, w taps) and input-feature chunk (8s), a matmul's contraction chunk (128s) or a
+    reduction's split count."""
     units = -(-geom.out_dims // geom.granule)
-    choices = [bound_options(int(u)) for u in units]
+    out = [bound_options(int(u)) for u in units]
     if geom.kind == "conv":
-        choices.append(bound_options(-(-geom.cin // 8)))
+        out += [window_options(geom.window[0]), window_options(geom.window[1])]
+        out.append(chunk_options(geom.cin, 8, MAX_CHUNKS))
+    elif geom.kind == "dot":
+        out.append(chunk_options(geom.cin, 128, 2 * MAX_CHUNKS))
     if "reduce" in meta:  # how many chunks the outermost reduced dim is split into
-        choices.append(reduce_splits(geom, meta))
-    sizes = tuple(len(c) for c in choices)
-    total = math.prod(sizes)
-    # Distinct configs by drawing distinct flat indices of the option grid (no sorting).
-    if total <= 4 * size:
-        flat = rng.permutation(total)[:size]
-    else:
-        flat = np.unique(rng.integers(total, size=size + size // 8 + 8))[:size]
-        flat = flat[rng.permutation(len(flat))]
-    idx = np.unravel_index(flat, sizes)
-    space = np.stack([c[i] for c, i in zip(choices, idx)], axis=1)
-    return config_rows(geom, meta, space)
+        out.append(reduce_splits(geom, meta))
+    return out
 
 
 def config_rows(geom: KernelGeometry, meta: dict[str, Any], space: np.ndarray) -> np.ndarray:
@@ -234,17 +247,11 @@ def config_rows(geom: KernelGeometry, meta: dict[str, Any], space: np.ndarray) -
     out_b = space[:, :rank].astype(np.float64)
     cfg = np.zeros((len(space), CONFIG_FEAT_DIM))
     cfg[:, CFG_OUTPUT : CFG_OUTPUT + 8] = bounds_block(out_b)
-    if geom.kind == "conv":
-        kh, kw = geom.window
-        kb = np.stack(
-            [
-                np.full(len(space), kh),
-                np.full(len(space), kw),
-                space[:, rank],
-                out_b[:, geom.feat_dim],
-            ],
-            axis=1,
-        )
+    if geom.kind == "conv":  # kernel bounds: window tile h, w, input features (8s), outputs
+        kb = np.column_stack([space[:, rank : rank + 3], out_b[:, geom.feat_dim]])
+        cfg[:, CFG_KERNEL : CFG_KERNEL + 8] = bounds_block(kb.astype(np.float64))
+    elif geom.kind == "dot":  # kernel bounds: contraction chunk (128s), outputs
+        kb = np.column_stack([space[:, rank], out_b[:, -1]])
         cfg[:, CFG_KERNEL : CFG_KERNEL + 8] = bounds_block(kb.astype(np.float64))
     if "reduce" in meta:
         split = space[:, rank] if space.shape[1] > rank else np.ones(len(space))

@@ -74,7 +74,7 @@ BENCHMARK_GROUPS: dict[str, tuple[tuple[str, ...], tuple[float, float, float, fl
             "vgg16",
             "alexnet",
         ),
-        (0.55, 0.05, 0.12, 0.28),
+        (0.62, 0.06, 0.1, 0.22),
     ),
     "transformer": (
         (
@@ -88,27 +88,42 @@ BENCHMARK_GROUPS: dict[str, tuple[tuple[str, ...], tuple[float, float, float, fl
             "albert",
             "xlnet",
         ),
-        (0.12, 0.38, 0.2, 0.3),
+        (0.12, 0.46, 0.18, 0.24),
     ),
     "recsys": (
         ("ncf", "dlrm", "wide_deep", "rnn_lm", "lstm_translate", "deepfm"),
-        (0.05, 0.3, 0.2, 0.45),
+        (0.05, 0.4, 0.2, 0.35),
     ),
 }
 
 
-def _benchmarks(seed: int) -> dict[str, list[tuple[str, str]]]:
-    """Disjoint `(name, group)` benchmark pools for train and valid."""
+# Programs per split, as in the real collection: train kernels come from 61 programs of very
+# uneven size (1 to 266 kernels), valid kernels from 7 programs not in train; the test
+# split's (anonymised) kernels from programs of their own.
+PROGRAMS = {"train": 61, "valid": 7, "test": 8}
+GROUP_ODDS = {"convnet": 0.6, "transformer": 0.3, "recsys": 0.1}
+PROGRAM_SIGMA = 1.1  # lognormal spread of program sizes
+
+
+def _programs(seed: int) -> dict[str, list[tuple[str, str, float]]]:
+    """Disjoint `(name, group, weight)` programs per split; a kernel picks its program with
+    odds proportional to the weight."""
     rng = np.random.default_rng([seed, 7919])
-    names = []
-    for group, (models, _) in BENCHMARK_GROUPS.items():
-        for m in models:
-            for mode in ("train", "inference"):
-                batch = int(pick(rng, (1, 8, 16, 32, 64, 128, 256)))
-                names.append((f"{m}_{mode}_batch_{batch}", group))
-    order = rng.permutation(len(names))
-    cut = int(0.8 * len(names))
-    return {"train": [names[i] for i in order[:cut]], "valid": [names[i] for i in order[cut:]]}
+    groups = list(GROUP_ODDS)
+    names: set[str] = set()
+    programs: list[tuple[str, str, float]] = []
+    while len(programs) < sum(PROGRAMS.values()):
+        group = str(pick(rng, groups, list(GROUP_ODDS.values())))
+        model = str(pick(rng, BENCHMARK_GROUPS[group][0]))
+        mode = str(pick(rng, ("train", "inference")))
+        name = f"{model}_{mode}_batch_{int(pick(rng, (1, 8, 16, 32, 64, 128, 256)))}"
+        if name not in names:
+            names.add(name)
+            programs.append((name, group, float(np.exp(PROGRAM_SIGMA * rng.standard_normal()))))
+    out, start = {}, 0
+    for split, n in PROGRAMS.items():
+        out[split], start = programs[start : start + n], start + n
+    return out
 
 
 def read_test_ids(path: str | Path) -> list[str]:
@@ -121,21 +136,22 @@ def read_test_ids(path: str | Path) -> list[str]:
 
 def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -> list[Item]:
     """`(split, index, tile_id, kind weights)` for every kernel, deterministic in `seed`."""
-    pools = _benchmarks(seed)
+    programs = _programs(seed)
     plan, seen = [], set()
     for s_idx, split in enumerate(SPLITS):
         rng = np.random.default_rng([seed, 104729, s_idx])
+        names, groups, weights = zip(*programs[split])
+        odds = np.asarray(weights) / sum(weights)
         for i in range(counts[split]):
+            j = int(rng.choice(len(odds), p=odds))
             if split == "test":
-                group = list(BENCHMARK_GROUPS)[rng.integers(len(BENCHMARK_GROUPS))]
                 tid = test_ids[i] if test_ids is not None else rng.bytes(16).hex()
             else:
-                name, group = pools[split][rng.integers(len(pools[split]))]
-                tid = f"{name}_{rng.bytes(8).hex()}"
+                tid = f"{names[j]}_{rng.bytes(8).hex()}"
             while tid in seen:  # never two kernels with one id
                 tid = hashlib.md5(tid.encode()).hexdigest() if split == "test" else tid + "0"
             seen.add(tid)
-            plan.append((split, i, tid, BENCHMARK_GROUPS[group][1]))
+            plan.append((split, i, tid, BENCHMARK_GROUPS[groups[j]][1]))
     return plan
 
 
@@ -277,19 +293,18 @@ def generate(
       out_dir: the tree's root (created if missing).
       train: train kernels.
       valid: validation kernels; warns (`ValidationSplitWarning`) when fewer than
-        `UPSTREAM_BATCH` of them have `UPSTREAM_CONFIGS` configs.
+      `UPSTREAM_BATCH` of them have `UPSTREAM_CONFIGS` configs.
       test: test kernels (ignored with `test_ids_from`).
       seed: everything is a function of it.
-      max_configs: cap on configs per kernel (when None, the family's: 6,000 for
-        `roofline` and `alt`, 8,000 for `fusion`).
+      max_configs: cap on configs per kernel (when None, `autotuner.MAX_CONFIGS`: 10,000).
       min_configs: floor on configs per kernel.
       family: a key of `FAMILIES`.
       test_ids_from: a sample_submission.csv whose tile ids (and count) the test split takes.
       overwrite: replace the npz files of a data set already in `out_dir`.
       progress: show a progress bar.
       num_workers: 1 makes every kernel in this process; more runs an Apache Beam pipeline
-        on the multi-processing DirectRunner with that many worker processes; None takes
-        the cores when there are at least `PARALLEL_MIN_KERNELS` kernels, else 1.
+      on the multi-processing DirectRunner with that many worker processes; None takes
+      the cores when there are at least `PARALLEL_MIN_KERNELS` kernels, else 1.
 
     Returns:
       `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
@@ -298,7 +313,7 @@ def generate(
 
     Raises:
       FlagError: a negative count or seed, `max_configs < min_configs`, `num_workers < 1`,
-        an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
+      an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
       UnknownFamilyError: `family` is not in `FAMILIES`.
       DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
     """

@@ -1,0 +1,303 @@
+"""One kernel's autotuning log, as the real collection's were made, for every family.
+
+Each family describes a kernel's tile search space (`Space`: option lists per knob, how a
+point becomes config features, its cost model); `tune` then does what XLA's autotuner did:
+
+- **How many tiles it times** grows with the size of the search space (`explored_count`):
+  a handful for a small loop fusion, thousands for a convolution with many knobs, at most
+  `MAX_CONFIGS`. Calibrated to the real collection: over a family's kernels, about 60%
+  get 1,000 configs or fewer, about 2% more than 9,000, mean about 1,900.
+- **Only tiles that compile**: points of the grid are drawn at random, and those whose
+  working set does not fit the scratchpad are dropped, as failed compilations are.
+- **Row 0 is the compiler's default tile**: the compiler's own search (`compiler_default`,
+  a greedy search over the knobs on a cost estimate that leaves out what the family marks as
+  invisible to the compiler, within a conservative working-set limit). It is the fastest
+  config of some kernels and a poor one on others.
+- **Normalisers**: every row's normaliser is the default tile measured again.
+- **Noise and duplicates**: every measurement has a kernel-specific lognormal noise (0.03%
+  to about 4% between two runs of one tile, as the real fixture shows), and about 2% of rows
+  are re-measured copies of other rows.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+MAX_CONFIGS = 10_000  # the most configs of one real kernel
+DUPLICATE_RATE = 0.02  # share of rows that re-measure another row
+# Measurement noise: lognormal sigma, per kernel about NOISE (0.03% to 2%), so two runs of
+# one tile differ by 0.03% to about 4% as in the real fixture.
+NOISE = 0.004
+# Search space -> timed tiles: about COUNT_SCALE * grid**COUNT_POWER (lognormal spread),
+# saturating towards MAX_CONFIGS.
+COUNT_SCALE = 56.0
+COUNT_POWER = 0.55
+COUNT_SIGMA = 0.3
+# The real collection holds few kernels with a tiny search space (84 of 5,709 train kernels
+# have fewer than 10 configs): a kernel whose grid is smaller than SMALL_GRID is kept with
+# probability SMALL_KEPT, else the family draws another.
+SMALL_GRID = 10
+SMALL_KEPT = 0.1
+# The compiler's default must fit this share of the scratchpad.
+COMPILER_VMEM_SHARE = 1.0
+
+CostFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+
+
+@dataclass(frozen=True)
+class Space:
+    """A kernel's tile search space and how its points cost.
+
+    Attributes:
+        choices: one array of option values per knob (output bounds first).
+        rows: `[c, knobs]` option values -> `[c, 24]` config features.
+        cost: `[c, 24]` config features -> (`[c]` noise-free runtime in ns, `[c]` working
+            set in bytes).
+        vmem: scratchpad bytes; a tile with a larger working set does not compile.
+        start: `[knobs]` option values the compiler's search starts from.
+        tried: `[c, knobs]` option values -> `[c]` bool, the points the autotuner tries at
+            all (all when None).
+        compiler_cost: the compiler's own runtime estimate of `[c, 24]` configs (`[c]` ns);
+            `cost`'s runtime when None.
+    """
+
+    choices: Sequence[np.ndarray]
+    rows: Callable[[np.ndarray], np.ndarray]
+    cost: CostFn
+    vmem: float
+    start: np.ndarray
+    tried: Callable[[np.ndarray], np.ndarray] | None = None
+    compiler_cost: Callable[[np.ndarray], np.ndarray] | None = None
+
+    def tries(self, points: np.ndarray) -> np.ndarray:
+        """`[c]` bool: which of `[c, knobs]` points the autotuner tries."""
+        return np.ones(len(points), bool) if self.tried is None else self.tried(points)
+
+    @property
+    def size(self) -> int:
+        """Points in the grid."""
+        return math.prod(len(c) for c in self.choices)
+
+    def tried_size(self, sample: int = 4096) -> int:
+        """About how many points of the grid the autotuner tries (all of a small grid
+        counted, a large one estimated on evenly spaced points)."""
+        total = self.size
+        flat = np.unique(np.linspace(0, total - 1, min(total, sample)).astype(np.int64))
+        share = float(np.mean(self.tries(_points(self, flat))))
+        return int(round(share * total))
+
+
+def explored_count(grid: int, rng: np.random.Generator) -> int:
+    """How many tiles the autotuner times for a search space of `grid` points: the whole of a
+    small one, a shrinking share of a large one. `raw = COUNT_SCALE * grid**COUNT_POWER`
+    (lognormal spread) saturates towards `MAX_CONFIGS` as `MAX_CONFIGS * (1 - exp(-raw /
+    MAX_CONFIGS))`; at most the grid, at least 2."""
+    raw = COUNT_SCALE * grid**COUNT_POWER * math.exp(COUNT_SIGMA * rng.standard_normal())
+    count = MAX_CONFIGS * -math.expm1(-raw / MAX_CONFIGS)
+    return int(np.clip(round(count), 2, max(min(grid, MAX_CONFIGS), 2)))
+
+
+def worth_tuning(space: Space, rng: np.random.Generator) -> bool:
+    """Whether a kernel with this search space joins the collection (see `SMALL_GRID`)."""
+    return space.tried_size() >= SMALL_GRID or rng.random() < SMALL_KEPT
+
+
+MAX_DRAWS = 20  # kernels drawn for one place in the collection before the last is kept
+
+
+def draw_kernel(
+    draw: Callable[[], tuple[dict[str, np.ndarray], Space]],
+    rng: np.random.Generator,
+    *,
+    max_configs: int | None,
+    min_configs: int,
+    labelled: bool,
+) -> dict[str, np.ndarray]:
+    """One kernel of the collection with its log: `draw()` makes a kernel (its graph arrays
+    and search space) from `rng`, again while the search space is tiny or almost nothing in
+    it compiles (see `SMALL_GRID`), at most `MAX_DRAWS` times.
+
+    Returns:
+      The six npz arrays.
+    """
+    for attempt in range(MAX_DRAWS):
+        graph, space = draw()
+        last = attempt == MAX_DRAWS - 1
+        if not last and not worth_tuning(space, rng):
+            continue
+        log = tune(
+            space,
+            rng,
+            max_configs=max_configs,
+            min_configs=min_configs,
+            labelled=labelled,
+            keep=last,
+        )
+        if log is not None:
+            return {**graph, **log}
+    raise AssertionError("unreachable: the last draw is always kept")
+
+
+def _distinct(total: int, count: int, rng: np.random.Generator) -> np.ndarray:
+    """`count` (or all `total`) distinct flat grid indices in random order."""
+    if total <= 3 * count:
+        return rng.permutation(total)[:count]
+    draws = rng.integers(total, size=count + count // 4 + 16)
+    _, first = np.unique(draws, return_index=True)
+    return draws[np.sort(first)][:count]
+
+
+def _points(space: Space, flat: np.ndarray) -> np.ndarray:
+    """Flat grid indices -> `[c, knobs]` option values."""
+    idx = np.unravel_index(flat, tuple(len(c) for c in space.choices))
+    return np.stack([np.asarray(c)[i] for c, i in zip(space.choices, idx)], axis=1)
+
+
+def compiler_default(
+    space: Space, sweeps: int = 3, fallback: np.ndarray | None = None
+) -> np.ndarray:
+    """The compiler's default tile: `[knobs]` option values.
+
+    A greedy search on the compiler's estimate from two starts, `space.start` and the
+    largest option of every knob, each shrunk one option at a time on its largest knob until
+    its working set fits `COMPILER_VMEM_SHARE` of the scratchpad: each knob in turn is set to
+    the option the estimate finds fastest with the others held, `sweeps` times over, among
+    the options that fit that share. The faster of the two results is the default; when
+    neither start leads to a tile that fits, the search starts from the fastest of the
+    `fallback` points `[c, knobs]` (the tiles the autotuner found to compile).
+    """
+    limit = COMPILER_VMEM_SHARE * space.vmem
+    largest = np.array([np.max(c) for c in space.choices], np.float64)
+    found = [_greedy(space, _fitting_start(space, start, limit), limit, sweeps)
+             for start in (space.start, largest)]  # fmt: skip
+    point, time = min(found, key=lambda point_time: point_time[1])
+    if np.isfinite(time) or fallback is None or not len(fallback):
+        return point
+    # Neither start led to a tile that fits: from the fastest known tile that does.
+    cfg = space.rows(fallback)
+    runtime, ws = space.cost(cfg)
+    if space.compiler_cost is not None:
+        runtime = space.compiler_cost(cfg)
+    runtime = np.where(ws <= limit, runtime, np.inf)
+    if not np.isfinite(runtime).any():
+        return point
+    return _greedy(space, fallback[int(np.argmin(runtime))], limit, sweeps)[0]
+
+
+def _greedy(space: Space, point: np.ndarray, limit: float, sweeps: int) -> tuple[np.ndarray, float]:
+    """Coordinate descent on the compiler's estimate from `point`: (the point, its time)."""
+    best = np.inf
+    for _ in range(sweeps):
+        for knob, options in enumerate(space.choices):
+            trial = np.repeat(point[None, :], len(options), axis=0)
+            trial[:, knob] = options
+            trial = trial[space.tries(trial)]
+            if not len(trial):
+                continue
+            cfg = space.rows(trial)
+            runtime, ws = space.cost(cfg)
+            if space.compiler_cost is not None:
+                runtime = space.compiler_cost(cfg)
+            runtime = np.where(ws <= limit, runtime, np.inf)
+            if np.isfinite(runtime).any():
+                point, best = trial[int(np.argmin(runtime))], float(runtime.min())
+    return point, best
+
+
+def _fitting_start(space: Space, start: np.ndarray, limit: float) -> np.ndarray:
+    """`start`, its largest knob stepped down one option at a time until the working set
+    fits `limit` (or every knob is at its smallest option)."""
+    index = np.array(
+        [int(np.argmin(np.abs(np.asarray(c) - v))) for c, v in zip(space.choices, start)]
+    )
+    while True:
+        point = np.array([c[i] for c, i in zip(space.choices, index)], np.float64)
+        fits = space.cost(space.rows(point[None, :]))[1][0] <= limit
+        if (fits and space.tries(point[None, :])[0]) or not index.any():
+            return point
+        value = [c[i] if i else -1 for c, i in zip(space.choices, index)]
+        index[int(np.argmax(value))] -= 1
+
+
+def tune(
+    space: Space,
+    rng: np.random.Generator,
+    *,
+    max_configs: int | None,
+    min_configs: int,
+    labelled: bool,
+    keep: bool = False,
+) -> dict[str, np.ndarray] | None:
+    """One kernel's log: config features, measured runtimes and normalisers.
+
+    Args:
+      space: the kernel's search space.
+      rng: the kernel's generator.
+      max_configs: cap on rows (`MAX_CONFIGS` when None).
+      min_configs: the fewest rows (re-measured copies fill up tiny search spaces).
+      labelled: False writes zero runtimes (the test split).
+      keep: never None.
+
+    Returns:
+      `config_feat` `[c, 24]` float32, `config_runtime` and `config_runtime_normalizers`
+      `[c]` int64; row 0 is the default tile. None (the family draws another kernel) when
+      fewer than `SMALL_GRID` tiles compile, unless the kernel is kept anyway (odds
+      `SMALL_KEPT`): kernels where almost nothing fits are rare in the real collection.
+    """
+    cap = MAX_CONFIGS if max_configs is None else max_configs
+    want = max(min(explored_count(space.tried_size(), rng), cap), min_configs)
+    n_dup = int(rng.binomial(want - 1, DUPLICATE_RATE))
+    points, costs = _timed_tiles(space, want - n_dup, rng)
+    default = compiler_default(space, fallback=points)
+    other = ~np.all(points == default[None, :], axis=1)
+    points, costs = (
+        points[other][: max(want - 1 - n_dup, 0)],
+        costs[other][: max(want - 1 - n_dup, 0)],
+    )
+    if not keep and len(points) + 1 < min(SMALL_GRID, want) and rng.random() >= SMALL_KEPT:
+        return None
+    rows = space.rows(np.concatenate([default[None, :], points]))
+    runtime = np.concatenate([space.cost(rows[:1])[0], costs])
+    # Re-measured copies of random rows (the default's too) anywhere but row 0; they also
+    # fill up a search space with fewer compilable tiles than `min_configs`.
+    total = max(min(want, len(rows) + n_dup), min_configs)
+    copies = rng.integers(len(rows), size=max(total - len(rows), 0))
+    tail = np.concatenate([np.arange(1, len(rows)), copies])
+    order = np.concatenate([[0], tail[rng.permutation(len(tail))]]).astype(np.int64)
+    sigma = float(np.clip(NOISE * math.exp(0.9 * rng.standard_normal()), 3e-4, 0.02))
+    measured = runtime[order] * np.exp(sigma * rng.standard_normal(len(order)))
+    normalizer = runtime[0] * np.exp(sigma * rng.standard_normal(len(order)))
+    return {
+        "config_feat": rows[order].astype(np.float32),
+        "config_runtime": np.maximum(np.round(measured), 1).astype(np.int64) * int(labelled),
+        "config_runtime_normalizers": np.maximum(np.round(normalizer), 1).astype(np.int64),
+    }
+
+
+def _timed_tiles(
+    space: Space, count: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """Up to `count` distinct compilable grid points, in the random order the autotuner drew
+    them (`[c, knobs]`), and their noise-free runtimes `[c]`."""
+    total = space.size
+    kept, costs = [np.zeros((0, len(space.choices)))], [np.zeros(0)]
+    if count <= 0:
+        return kept[0], costs[0]
+    order = _distinct(total, min(total, 20 * count + 1000), rng)
+    found, pos, rate = 0, 0, 1.0
+    while found < count and pos < len(order):
+        step = int(min(len(order) - pos, math.ceil((count - found) / rate * 1.15) + 8))
+        points = _points(space, order[pos : pos + step])
+        pos += step
+        points = points[space.tries(points)]
+        runtime, ws = space.cost(space.rows(points))
+        ok = ws <= space.vmem
+        kept.append(points[ok])
+        costs.append(runtime[ok])
+        found += int(ok.sum())
+        rate = max(found / pos, 0.02)
+    return np.concatenate(kept)[:count], np.concatenate(costs)[:count]
