@@ -278,9 +278,11 @@ def test_config_zero_is_the_default(ranked_roots: dict[str, Path], family: str) 
     # The default is a good tile: the fastest of some kernels, not of all ...
     assert 0.2 <= np.mean(fastest) <= 0.8
     # ... and nothing is much slower than it at its best (noise aside), while the explored
-    # tiles span a realistic range.
+    # tiles span a realistic range (the real fixture: worst / best 1.0-28.9, median 5.5; its
+    # 8 kernels with 10 or more runs all at 3.7 or more; roofline's still has about a fifth
+    # of flat kernels, benchmarks/families.py reports it).
     assert np.mean((best >= 0.3) & (best <= 1.05)) >= 0.95
-    assert np.mean((spread >= 2) & (spread <= 200)) >= 0.8 and len(spread) >= 50
+    assert len(spread) >= 50 and np.mean(spread >= 2) >= 0.75 and np.mean(spread <= 200) >= 0.95
     assert np.median(spread) >= 3
 
 
