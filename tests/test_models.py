@@ -429,7 +429,10 @@ def test_upstream_life_cycle(name, trained, kernels, tmp_path):
     """Construct, compile, fit, save, load_model, rebuild, forward, copy: identical scores."""
     model, history = trained(name)
     assert history["loss"][-1] < history["loss"][0]
-    assert history["opa_metric"][-1] > max(0.6, history["opa_metric"][0])
+    # Learning is judged on the validation batches, scored by the epoch's final weights: the
+    # train metric is a running mean over six batches of four kernels while the weights move
+    # at lr 1e-2, too noisy on tiny data to fall steadily.
+    assert history["val_opa_metric"][-1] > max(0.6, history["val_opa_metric"][0])
 
     model_dir = tmp_path / "model_0123"
     model.save(str(model_dir))
