@@ -70,20 +70,21 @@ def test_bad_values_raise_one_line_flag_errors(argv, message):
     assert isinstance(info.value, UserError)
 
 
-def test_help_lists_every_flag(capsys):
+def test_help_explains_every_flag_with_its_default(capsys):
+    """`tpu-tiles train --help` (issue 25): each flag, `--seeds` and `--ensemble` too, with its
+    default on its own line and a meaning on the next; a sentinel default is explained."""
     with pytest.raises(SystemExit) as info:
         TrainArgs.from_argv(["--help"])
     assert info.value.code == 0
-    out = capsys.readouterr().out
-    for name in (
-        "--model",
-        "--toy_data",
-        "--lr_schedule",
-        "--tensorboard",
-        "--seeds",
-        "--ensemble",
-    ):
-        assert name in out
+    lines = capsys.readouterr().out.splitlines()[2:]
+    flags = {
+        head.split()[0].split("=")[0]: (head, meaning) for head, meaning in zip(*[iter(lines)] * 2)
+    }
+    names = [f"--{f.name}" for f in dataclasses.fields(TrainArgs)]
+    assert list(flags) == [*names, "--seeds", "--ensemble"]
+    for name, (head, meaning) in flags.items():
+        assert "default: " in head and meaning.startswith("      ") and meaning.strip(), name
+    assert "-1: every batch" in flags["--validate_batches"][1]
 
 
 def test_dict_round_trips_and_upstream_names():

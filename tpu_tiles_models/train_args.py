@@ -75,7 +75,11 @@ class TrainArgs:
     clip_norm: float = _flag(1e-3, "gradient clipping norm")
     configs: int = _flag(10, "configs sampled per kernel per step")
     batch: int = _flag(10, "kernels per step")
-    validate_batches: int = _flag(-1, ">0: validate on this many batches per epoch")
+    validate_batches: int = _flag(
+        -1,
+        ">0: validate on this many batches per epoch and score their kernels on every config "
+        "(instead of --score_sample); -1: every batch",
+    )
     test_mode: str = _flag(
         "predictions", "rank the test split or score it", ("predictions", "metrics")
     )
@@ -291,9 +295,9 @@ def help_text(prog: str = "tpu-tiles train") -> str:
         lines.append(f"  --{f.name}{choices}  (default: {f.default!r})")
         lines.append(f"      {f.metadata['help']}")
     lines += [
-        "  --seeds=0,1,2  (tpu-tiles train only)",
+        "  --seeds=0,1,2  (tpu-tiles train only; default: none, one run of --seed)",
         "      one run per seed instead of --seed",
-        "  --ensemble  (with --seeds)",
+        "  --ensemble  (with --seeds; default: off)",
         "      then write the ensemble of those runs as one more model (tpu-tiles ensemble)",
     ]
     return "\n".join(lines)
