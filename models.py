@@ -15,6 +15,12 @@ Every model follows upstream's calling convention:
     with all its configs. `num_configs` may be an int or a scalar tensor. Configs are scored
     in chunks, so a 6000-config kernel never builds a `[num_nodes, 6000, dim]` tensor.
   * Lower score = predicted faster (ListMLE on runtimes ranks slow configs high).
+  * `default_first`: whether the model reads the config at position 0 as the compiler's
+    default (`ResidualSAGE(default_context=True)`). Position is the only carrier upstream's
+    GraphTensor has. `forward` gets every config in file order, config 0 (inferred to be the
+    default in the real collection) first; `tpu-tiles train` samples config 0 first for such a
+    model; upstream's `tiles_train.py` samples configs in random order, so under it the model
+    learns that position 0 is not special: it stays correct, it just cannot use the default.
 
 The `GraphTensor` has node sets `op` (features `op`: opcode, `feats`: normalised floats),
 `config` (`feats`), `g`; edge set `feed` runs from consumer (source) to producer (target).
@@ -387,6 +393,42 @@ class ConfigSetAttention(tf.keras.layers.Layer):
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
+class DefaultContext(tf.keras.layers.Layer):
+    """Marks the config at position 0 as the compiler's default and shows it to every config.
+
+    Config 0 is the default tile in the real collection (inferred), and the normaliser every
+    runtime is divided by is the default's runtime, so how a tile compares with the default
+    is what the targets measure. A learned vector is added to the embedding at position 0
+    (how good the default is), then each config sees the default's embedding beside its own:
+    `h_i <- h_i + W_out act(W [z_i || z_0])` with `z = LayerNorm(h)`. Both are learned from
+    the training data: where position 0 is not special they learn that.
+
+    Args:
+      units: width of the config embeddings.
+      activation: name of a Keras activation.
+
+    Call: `h` `[batch, num_configs, units]` -> same shape; position 0 is the default.
+    """
+
+    def __init__(self, *, units: int, activation: str = "gelu", **kwargs):
+        super().__init__(**kwargs)
+        self.units, self.activation = units, activation
+        self._marker = self.add_weight(name="default_marker", shape=[units], initializer="zeros")
+        self._norm = tf.keras.layers.LayerNormalization()
+        self._mix = tf.keras.layers.Dense(units, activation=activation)
+        self._out = tf.keras.layers.Dense(units)
+
+    def call(self, h: tf.Tensor) -> tf.Tensor:
+        h = tf.concat([h[:, :1] + self._marker, h[:, 1:]], axis=1)
+        z = self._norm(h)
+        default = tf.broadcast_to(z[:, :1], tf.shape(z))
+        return h + self._out(self._mix(tf.concat([z, default], axis=-1)))
+
+    def get_config(self) -> dict:
+        return {**super().get_config(), "units": self.units, "activation": self.activation}
+
+
+@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class BidirectionalSAGELayer(tf.keras.layers.Layer):
     """The GraphSAGE layer of the TpuGraphs baselines, with `feed` edges taken both ways.
 
@@ -593,6 +635,11 @@ class _TileRanker(tf.keras.Model):
         others' scores as they are. True unless `_finish` mixes configs."""
         return True
 
+    @property
+    def default_first(self) -> bool:
+        """Whether the config at position 0 is read as the compiler's default (see module)."""
+        return False
+
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
         return self._score(graph, _config_features(graph, self._num_configs), training)
 
@@ -660,7 +707,11 @@ class ResidualSAGE(_TileRanker):
     2. `num_layers` `DirectedSAGEBlock`s over the dataflow graph.
     3. Sum, mean and max pooling over the nodes of each kernel, concatenated with the config
        embedding (a direct path for the tile itself) -> MLP -> `[batch, c, hidden_dim]`.
-    4. If `config_attention`, a `ConfigSetAttention` block across the configs; then a score.
+    4. If `default_context`, a `DefaultContext` block: position 0 marked as the compiler's
+       default and its embedding beside every config's. It sees only the embeddings, so
+       `forward`'s chunks and `call` score alike. Off by default until the benchmark suite
+       shows it wins on every family (README, "Models").
+    5. If `config_attention`, a `ConfigSetAttention` block across the configs; then a score.
 
     Args:
       num_configs, num_ops, chunk_size: see `_TileRanker`.
@@ -671,6 +722,7 @@ class ResidualSAGE(_TileRanker):
       config_attention: whether the configs of a kernel see each other.
       attention_heads, inducing_points: see `ConfigSetAttention`.
       pooling: reductions over the nodes of a kernel (`sum`, `mean`, `max`).
+      default_context: whether position 0 is read as the compiler's default (`default_first`).
     """
 
     def __init__(
@@ -686,9 +738,14 @@ class ResidualSAGE(_TileRanker):
         attention_heads: int = 4,
         inducing_points: int = 8,
         pooling: Sequence[str] = ("sum", "mean", "max"),
+        default_context: bool = False,
         chunk_size: int = DEFAULT_CHUNK,
     ):
         super().__init__(num_configs, num_ops, chunk_size=chunk_size)
+        if not isinstance(default_context, bool):
+            raise ValueError(
+                f"ResidualSAGE: default_context must be true or false, got {default_context!r}"
+            )
         self._pooling = tuple(_check_reduction("ResidualSAGE", "pooling", p) for p in pooling)
         _check_count("ResidualSAGE", "num_layers", num_layers, 1)
         self._op_embedding = tf.keras.layers.Embedding(OPCODE_VOCAB, op_embed_dim)
@@ -700,6 +757,9 @@ class ResidualSAGE(_TileRanker):
         ]
         self._pool_norm = tf.keras.layers.LayerNormalization()
         self._readout = _mlp([hidden_dim, hidden_dim], activation)
+        self._default_context = (
+            DefaultContext(units=hidden_dim, activation=activation) if default_context else None
+        )
         self._attention = (
             ConfigSetAttention(
                 units=hidden_dim, num_heads=attention_heads, num_points=inducing_points
@@ -723,9 +783,17 @@ class ResidualSAGE(_TileRanker):
 
     @property
     def independent_configs(self) -> bool:
-        return self._attention is None  # the attention mixes a kernel's configs
+        # The attention mixes a kernel's configs; the default context reads only position 0,
+        # which configs appended as padding leave in place.
+        return self._attention is None
+
+    @property
+    def default_first(self) -> bool:
+        return self._default_context is not None
 
     def _finish(self, embeddings, training):
+        if self._default_context is not None:
+            embeddings = self._default_context(embeddings)
         if self._attention is not None:
             embeddings = self._attention(embeddings)
         return tf.squeeze(self._score_head(embeddings), -1)
@@ -1164,6 +1232,11 @@ class Ensemble(tf.keras.Model):
     def members(self) -> list[tf.keras.Model]:
         """The member models, in order."""
         return list(self._ensemble_members)
+
+    @property
+    def default_first(self) -> bool:
+        """Whether a member reads position 0 as the compiler's default."""
+        return any(m.default_first for m in self._ensemble_members)
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
         return self._average([m(graph, training=training) for m in self._ensemble_members])

@@ -170,3 +170,12 @@ def test_kernel_match():
     # Equal scores may come out in either order.
     tied = np.array([0.3, 0.1, 0.1, 0.5, 0.6, 0.7])
     assert bundle.kernel_match([2, 1, 0, 3, 4], tied) == "tie"
+
+
+def test_kernel_match_with_config_0_kept():
+    scores = np.array([0.9, 0.1, 0.5, 0.3, 0.7, 0.2, 0.8])  # config 0 ranked last
+    assert bundle.kernel_match([1, 5, 3, 2, 0], scores, keep_default=True) == "exact"
+    assert bundle.kernel_match([1, 5, 3, 2, 4], scores, keep_default=True) == "differ"
+    assert bundle.kernel_match([1, 5, 3, 2, 4], scores) == "exact"
+    tied = np.array([0.9, 0.1, 0.2, 0.2, 0.7, 0.05, 0.8])
+    assert bundle.kernel_match([5, 1, 3, 2, 0], tied, keep_default=True) == "tie"

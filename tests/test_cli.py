@@ -54,13 +54,22 @@ def test_demo_writes_every_artifact(tmp_path):
     assert (out / "evaluation.png").read_bytes()[:4] == b"\x89PNG"
     with open(out / "evaluation.csv", newline="") as f:
         evaluation = list(csv.DictReader(f))
-    assert [r["model"] for r in evaluation] == ["ResidualSAGE", "EarlyJoinSAGE", "random"]
+    rankings = [
+        "random",
+        "default",
+        "ResidualSAGE",
+        "ResidualSAGE+default",
+        "EarlyJoinSAGE",
+        "EarlyJoinSAGE+default",
+    ]
+    assert [r["model"] for r in evaluation] == rankings
     for r in evaluation:
         assert float(r["score"]) == pytest.approx(1 - float(r["top5"]), abs=2e-4)
         assert float(r["top1"]) >= float(r["top5"]) >= float(r["top10"]) >= 0
         assert 0 <= float(r["opa"]) <= 1
-    table = printed.splitlines()[-3:]  # the demo ends with random and the two models
-    assert [line.split()[0] for line in table] == ["random", "ResidualSAGE", "EarlyJoinSAGE"]
+    # The demo ends with the baselines, the two models with and without config 0 kept, a legend.
+    table = printed.splitlines()[-7:-1]
+    assert [line.split()[0] for line in table] == rankings
     by_model = {r["model"]: r for r in evaluation}
     for line in table:
         name, top1, top5 = line.split()[:3]

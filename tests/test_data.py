@@ -492,6 +492,37 @@ def test_padded_batches_keep_small_kernels_and_mask_the_repeats(synth_root: Path
     assert len(list(unpadded)) == int((counts >= k).sum()) // b
 
 
+def test_default_first_draws_config_0_first_then_distinct_others(synth_root: Path):
+    """For a model that reads position 0 as the default: config 0 first in every draw."""
+    ds = data.load_dataset(synth_root, progress=False)
+    train, k, b = ds.train, 5, 4
+    ratios = (train.config_runtime / train.config_runtime_normalizers).astype(np.float32)
+    firsts = ratios[train.config_offsets[:-1]]
+    plain = data.training_batches(train, ds.stats, num_configs=k, batch_size=b, seed=3)
+    first = data.training_batches(
+        train, ds.stats, num_configs=k, batch_size=b, seed=3, default_first=True
+    )
+    batches = 0
+    for (graph, labels), (plain_graph, _) in zip(first, plain):
+        ids = [t.decode() for t in graph.node_sets["g"]["tile_id"].numpy()]
+        # The kernels come in the same order as without it: only the configs drawn differ.
+        assert ids == [t.decode() for t in plain_graph.node_sets["g"]["tile_id"].numpy()]
+        for tile_id, row in zip(ids, labels.numpy()):
+            i = train.tile_ids.index(tile_id)
+            assert row[0] == firsts[i]
+            # The others are drawn without replacement from the rest: no value more often
+            # than the kernel's other configs have it.
+            rest = ratios[train.config_offsets[i] + 1 : train.config_offsets[i + 1]]
+            for value in row[1:]:
+                assert (row[1:] == value).sum() <= (rest == value).sum()
+        batches += 1
+    assert batches == int((train.config_counts() >= k).sum()) // b
+    rng = np.random.default_rng(0)
+    picks = data._pick_configs(10, 16, 6, rng, default_first=True)
+    assert picks[0] == 10 and sorted(picks) == list(range(10, 16))
+    assert data._pick_configs(10, 11, 6, rng, default_first=True).tolist() == [10]
+
+
 def test_no_warnings_on_clean_load(small_root: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

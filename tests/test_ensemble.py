@@ -50,7 +50,10 @@ def test_reloads_by_the_course_procedure(pair, short_test_root):
     assert len(model.trainable_variables) == len(pair.model.trainable_variables)
     scored = scoring.score_split(model, ds.test, ds.stats, progress=False)
     stored = run.info["test_predictions"]
-    assert {s.tile_id: scoring.upstream_top(s.scores, 10) for s in scored} == stored
+    keep = run.keep_default  # the stored ranking follows the run's validation choice
+    assert {s.tile_id: scoring.upstream_top(s.scores, 10, keep_default=keep) for s in scored} == (
+        stored
+    )
 
 
 def test_members_on_other_data_are_refused(residual_run, synth_root, tmp_path):

@@ -135,3 +135,39 @@ def test_missing_run_file_names_the_fix(trained, eval_root, tmp_path):
     shutil.copytree(trained[0].model_dir, lonely)
     with pytest.raises(export.ExportError, match="needs its run file beside it"):
         evaluate.evaluate_dirs([lonely], eval_root, progress=False)
+
+
+def test_baselines_and_config_0_kept(trained, eval_root, result):
+    """The random and default-first baselines, and each model with config 0 in its top 5."""
+    scored = _direct_scores(trained[0], eval_root)
+    runtimes = [s.runtimes for s in scored]
+    for baseline in metrics.BASELINES:
+        want = metrics.baseline_top_k_errors(runtimes, baseline)
+        row = result["baselines"][baseline][evaluate.OVERALL]
+        assert row["kernels"] == 9
+        assert row["top1"] == pytest.approx(want[1], abs=1e-9)
+        assert row["score"] == pytest.approx(1 - want[5], abs=1e-9)
+    default_top1 = np.mean([r[0] / r.min() - 1 for r in runtimes])  # config 0 is the top 1
+    assert result["baselines"]["default"][evaluate.OVERALL]["top1"] == pytest.approx(default_top1)
+    for r, m in zip(trained, result["models"]):
+        scored = _direct_scores(r, eval_root)
+        kept = metrics.top_k_errors((s.runtimes, metrics.keep_default(s.scores)) for s in scored)
+        row, plain = m["kept_rows"][evaluate.OVERALL], m["rows"][evaluate.OVERALL]
+        assert row["top5"] == pytest.approx(kept[5], abs=1e-9)
+        assert row["top1"] == pytest.approx(plain["top1"], abs=1e-9)  # its top 1 stays
+        run = json.loads(gzip.decompress(r.run_file.read_bytes()))[export.EXTRAS_KEY]
+        assert m["run_keep_default"] is run[export.KEEP_DEFAULT_KEY]["chosen"]
+    labels = [label for label, _ in evaluate.rankings(result)]
+    assert labels == [
+        "random",
+        "default",
+        "[1] ResidualSAGE",
+        "[1] ResidualSAGE+default",
+        "[2] MLP",
+        "[2] MLP+default",
+    ]
+    table = evaluate.format_table(result).splitlines()
+    ranked = table[next(i for i, line in enumerate(table) if "every ranking" in line) :]
+    for label, row in evaluate.rankings(result):
+        line = next(line for line in ranked if line.startswith(label + " "))
+        assert f"{row['top5']:.4f}" in line

@@ -117,8 +117,10 @@ def test_a_reopened_remote_run_scores_like_its_local_copy(remote_run, ram_root, 
     for remote, local in zip(*scores):
         np.testing.assert_array_equal(remote.scores, local.scores)
     saved = json.loads(gzip.decompress(files.read_bytes(remote_run.run_file)))
+    keep = TrainedRun.open(remote_run.model_dir).keep_default  # the stored ranking follows it
     for s in scores[0]:  # the reopened model is the one that ranked the test split
-        assert saved["test_predictions"][s.tile_id] == scoring.upstream_top(s.scores, 10)
+        top = scoring.upstream_top(s.scores, 10, keep_default=keep)
+        assert saved["test_predictions"][s.tile_id] == top
 
 
 def test_the_remote_model_dir_loads_back_with_its_weights(remote_run):

@@ -140,3 +140,32 @@ def test_weighted_top_k_errors():
     slow_first = (np.array([1.0, 2.0]), np.array([1.0, 0.0]))  # top-1 error 1
     got = metrics.top_k_errors([fast_first, slow_first], (1,), weights=[3, 1])
     assert got == {1: pytest.approx(0.25)}
+
+
+def test_default_baseline_ranks_config_0_first_then_at_random():
+    runtimes = [np.array([2.0, 1.0, 4.0, 8.0]), np.array([1.0, 3.0, 2.0])]
+    errors = metrics.baseline_top_k_errors(runtimes, "default", draws=200, ks=(1, 2))
+    assert errors[1] == pytest.approx((1.0 + 0.0) / 2)  # config 0 is always the top 1
+    # Top 2 of the first kernel: config 0 and one of the 3 others (1 of which is the best).
+    assert errors[2] == pytest.approx((2 / 3 * 1.0 + 0.0) / 2, rel=0.1)
+    assert metrics.baseline_top_k_errors(runtimes, draws=5) == metrics.random_top_k_errors(
+        runtimes, draws=5
+    )
+    with pytest.raises(ValueError, match="baseline='best'"):
+        metrics.baseline_scores(3, "best", np.random.default_rng(0))
+
+
+def test_keep_default_takes_the_kth_place_and_keeps_the_rest_in_order():
+    scores = np.array([9.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0])  # config 0 ranked last
+    kept = metrics.keep_default(scores, k=3)
+    assert np.argsort(kept).tolist() == [1, 2, 0, 3, 4, 5, 6]
+    # Already inside the top k: the ranking is unchanged.
+    inside = np.array([1.0, 0.0, 2.0, 3.0])
+    assert np.argsort(metrics.keep_default(inside, k=3)).tolist() == [1, 0, 2, 3]
+    # k larger than the kernel, and a one-config kernel.
+    assert np.argsort(metrics.keep_default(scores, k=10)).tolist() == np.argsort(scores).tolist()
+    assert metrics.keep_default(np.array([5.0])).tolist() == [0.0]
+    runtimes = np.array([1.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0])  # config 0 is the best
+    assert metrics.kernel_top_k_error(runtimes, scores, 5) == 4.0
+    assert metrics.kernel_top_k_error(runtimes, metrics.keep_default(scores), 5) == 0.0
+    assert metrics.kernel_top_k_error(runtimes, metrics.keep_default(scores), 1) == 4.0

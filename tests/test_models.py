@@ -26,6 +26,11 @@ TINY = {
     name: {"hidden_dim": 16, "op_embed_dim": 8, ONE_LAYER.get(name, "num_gnns"): 1}
     for name in SINGLE
 }
+# Variants: a label -> (class, keywords on top of its TINY ones).
+VARIANTS = {"ResidualSAGE+default_context": ("ResidualSAGE", {"default_context": True})}
+for _label, (_cls, _kwargs) in VARIANTS.items():
+    TINY[_label] = {**TINY[_cls], **_kwargs}
+DEFAULT_AWARE = next(iter(VARIANTS))
 TINY["Ensemble"] = {
     "members": [
         {"model": "MLP", "kwargs": TINY["MLP"]},
@@ -70,7 +75,9 @@ OURS_ONLY = {"chunk_size"}  # keywords we add to upstream's
 
 
 def build(name: str, num_configs: int = CONFIGS, num_ops: int = 121, **extra):
-    return getattr(models, name)(num_configs, num_ops, **{**TINY[name], **extra})
+    """Class `name` (or the class of variant `name`) with its TINY keywords and `extra`."""
+    cls = getattr(models, VARIANTS.get(name, (name,))[0])
+    return cls(num_configs, num_ops, **{**TINY[name], **extra})
 
 
 def num_configs_of(graph) -> int:
@@ -120,7 +127,7 @@ def batch(dataset):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", CLASSES)
+@pytest.mark.parametrize("name", [*CLASSES, DEFAULT_AWARE])
 def test_variables_do_not_depend_on_configs_ops_or_first_call(name, kernels, batch):
     big, small = kernels[0], kernels[1]
     a = build(name, num_configs=CONFIGS, num_ops=60)
@@ -224,7 +231,7 @@ def test_bad_kwargs_name_the_argument(name, kwargs, message):
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", ["ResidualSAGE", "EarlyJoinSAGE", "LateJoinResGCN"])
+@pytest.mark.parametrize("name", ["ResidualSAGE", "EarlyJoinSAGE", "LateJoinResGCN", DEFAULT_AWARE])
 def test_forward_chunks_agree_with_one_chunk_and_with_call(name, kernels):
     graph = kernels[0]
     n = num_configs_of(graph)
@@ -313,6 +320,43 @@ def test_sums_over_edges_match_tf_gnn_pooling():
         np.testing.assert_allclose(got, pooled(receiver, "mean"), rtol=1e-6)
     both = pooled(tfgnn.SOURCE) + pooled(tfgnn.TARGET)
     np.testing.assert_allclose(models._sum_both_ways(graph, h), both, rtol=1e-6)
+
+
+def _with_configs_in_order(graph, order: np.ndarray):
+    """`graph` (one kernel) with its config rows in `order`."""
+    configs = graph.node_sets["config"]
+    moved = {k: tf.gather(configs[k], order) for k in ("feats", "runtimes", "normalizers")}
+    return graph.replace_features(node_sets={"config": moved})
+
+
+def test_default_context_reads_position_0_and_learns_nothing_fixed(kernels):
+    """The default-aware model sees which config stands first; the others do not care."""
+    graph = kernels[1]
+    n = num_configs_of(graph)
+    aware = build(DEFAULT_AWARE, num_configs=n, config_attention=False)
+    plain = build("ResidualSAGE", num_configs=n, config_attention=False)
+    assert (aware.default_first, plain.default_first) == (True, False)
+    spec = [{"model": "ResidualSAGE", "kwargs": TINY[DEFAULT_AWARE]}, {"model": "MLP"}]
+    assert models.Ensemble(CONFIGS, 121, members=spec).default_first
+    assert models.Ensemble(CONFIGS, 121, members=spec[1:]).default_first is False
+    with pytest.raises(ValueError, match="default_context must be true or false"):
+        models.ResidualSAGE(CONFIGS, 121, default_context="yes")
+    swap = np.arange(n)
+    swap[[0, 2]] = [2, 0]
+    aware.forward(graph, n)
+    # The marker starts at zero; give it a value, as training would.
+    marker = next(v for v in aware.trainable_variables if "default_marker" in v.name)
+    marker.assign(tf.ones_like(marker))
+    base = aware.forward(graph, n).numpy()[0]
+    swapped = aware.forward(_with_configs_in_order(graph, swap), n).numpy()[0]
+    # A config moved to position 0 is scored as the default...
+    assert not np.allclose(swapped[swap], base, atol=1e-5)
+    # ...and configs 3.. keep their own features but see another default: their scores change.
+    assert not np.allclose(swapped[3:], base[3:], atol=1e-5)
+    # Without the context, a config's score does not depend on where it stands.
+    base = plain.forward(graph, n).numpy()[0]
+    swapped = plain.forward(_with_configs_in_order(graph, swap), n).numpy()[0]
+    np.testing.assert_allclose(swapped[swap], base, atol=1e-5)
 
 
 def _kernel_with_6000_configs(stats) -> tuple:
@@ -422,7 +466,7 @@ _WITH_ENSEMBLE_TESTS = pytest.mark.xdist_group("models_ensemble")
     "name",
     [
         pytest.param(n, marks=_WITH_ENSEMBLE_TESTS) if n in ("MLP", "Ensemble") else n
-        for n in CLASSES
+        for n in [*CLASSES, DEFAULT_AWARE]
     ],
 )
 def test_upstream_life_cycle(name, trained, kernels, tmp_path):
@@ -438,7 +482,7 @@ def test_upstream_life_cycle(name, trained, kernels, tmp_path):
     model.save(str(model_dir))
     with tf.keras.saving.custom_object_scope({"CombinedLoss": CombinedLoss}):
         loaded = tf.keras.models.load_model(str(model_dir))
-    fresh = getattr(models, name)(num_configs=CONFIGS, num_ops=60, **TINY[name])
+    fresh = build(name, num_configs=CONFIGS, num_ops=60)
     fresh.forward(kernels[1], num_configs_of(kernels[1]))
     copy_in_order(fresh, loaded)
     for graph in kernels:

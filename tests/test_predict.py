@@ -111,6 +111,35 @@ def test_top_k_flag(trained, data_root, tmp_path, capsys):
         assert got[kaggle.TILE_PREFIX + tile_id] == kaggle.pad_top_k(ranks[: min(n, 2)], n, 2)
 
 
+def test_keep_default_follows_the_run_unless_told(trained, data_root, tmp_path, capsys):
+    """`auto` follows the run's validation choice, `yes` and `no` override it."""
+    chose = {}
+    for choice in (True, False):
+        run_info = _run_info(trained)
+        run_info[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"] = choice
+        out_dir = tmp_path / f"chose_{choice}"
+        shutil.copytree(trained.model_dir, out_dir / trained.model_dir.name)
+        export.write_run(out_dir, run_info["args"], run_info)
+        chose[choice] = out_dir / trained.model_dir.name
+
+    def predict(model_dir: Path, mode: str | None) -> dict[str, list[int]]:
+        out = tmp_path / f"{model_dir.parent.name}_{mode}.csv"
+        flag = [f"--keep_default={mode}"] if mode else []
+        argv = ["predict", "--dir", str(model_dir), "--data_root", str(data_root)]
+        assert cli.main([*argv, "--out", str(out), "--no_progress", *flag]) == 0
+        capsys.readouterr()
+        return kaggle.read_predictions_csv(out)
+
+    plain = predict(chose[False], None)
+    kept = {k: v if 0 in v else [*v[:4], 0] for k, v in plain.items()}
+    assert any(0 not in v for v in plain.values()), "no kernel where keeping config 0 matters"
+    assert predict(chose[True], None) == kept
+    assert predict(chose[True], "no") == plain
+    assert predict(chose[False], "yes") == kept
+    code = cli.main(["predict", "--dir", str(chose[True]), "--keep_default=maybe"])
+    assert code == 2 and "--keep_default must be one of auto, yes, no" in capsys.readouterr().err
+
+
 def _copy_model(result: export.TrainResult, out_dir: Path, **arg_changes) -> Path:
     """A copy of the model dir whose run file has `arg_changes` (renamed to their hash)."""
     run_info = _run_info(result)

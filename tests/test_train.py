@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_cli
 
-from tpu_tiles_models import cli, export, train, train_args
+from tpu_tiles_models import cli, data, export, scoring, train, train_args
 
 FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0", "--no_progress"]
 
@@ -126,6 +126,22 @@ def test_select_by_top50_keeps_the_epoch_with_the_smoothest_top(synth_root, tmp_
     smooth = metrics.mean_top_k_error(((s.runtimes, s.scores) for s in scored), 2)
     assert 1 - smooth == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
     assert result.val_errors == pytest.approx(scoring.errors(scored), abs=1e-9)
+
+
+def test_validation_chooses_whether_to_keep_config_0(run, synth_root):
+    """Both validation errors, the choice, and a test ranking that follows it."""
+    info = _run_info(run)
+    record = info["tpu_tiles"][export.KEEP_DEFAULT_KEY]
+    assert record["val"] == info["final_error"]["val"]
+    stats = data.FeatureStats.from_json(info["tpu_tiles"]["feature_stats"])
+    valid = data.load_dataset(synth_root, splits=("valid",), stats=stats, progress=False).valid
+    scored = scoring.score_split(run.model, valid, stats, progress=False)
+    kept = scoring.errors(scored, keep_default=True)
+    assert record["val_kept"] == {str(k): pytest.approx(v, abs=1e-9) for k, v in kept.items()}
+    assert record["chosen"] == (record["val_kept"]["5"] < record["val"]["5"])
+    assert record["val_kept"]["1"] == record["val"]["1"]  # the model's top 1 stays
+    if record["chosen"]:
+        assert all(0 in top[:5] for top in info["test_predictions"].values())
 
 
 def test_results_csv_matches_test_predictions(run):

@@ -218,28 +218,38 @@ def _attempt(report: CheckReport, name: str, fn: Callable, ok: Callable[..., str
     return result
 
 
-def kernel_match(stored: list[int], scores: np.ndarray) -> str:
+def kernel_match(stored: list[int], scores: np.ndarray, *, keep_default: bool = False) -> str:
     """`exact`, `tie` or `differ`: stored top-5 of one kernel against fresh scores.
 
     Kernels with fewer than 5 configs compare only their real indices (the rest is padding).
     `tie`: the lists differ but the stored one is equally fastest under the fresh scores,
-    i.e. the order changed among scores equal to float precision.
+    i.e. the order changed among scores equal to float precision. With `keep_default` (the
+    run kept config 0 in its top 5) the ranking is `scoring.upstream_top`'s with it.
     """
     k = min(TOP_K, len(scores))
-    ours = scoring.upstream_top(scores, TOP_K)[:k]
+    ours = scoring.upstream_top(scores, TOP_K, keep_default=keep_default)[:k]
     theirs = [int(i) for i in stored[:k]]
     if ours == theirs:
         return "exact"
     if len(theirs) < k or len(set(theirs)) < k or not all(0 <= i < len(scores) for i in theirs):
         return "differ"
-    best = np.sort(scores, kind="stable")[:k]
+    candidates = np.arange(len(scores))
+    if keep_default:  # config 0 is in both lists; the other picks are the best of the rest
+        if 0 not in theirs:
+            return "differ"
+        theirs, candidates = [i for i in theirs if i != 0], candidates[1:]
+    best = np.sort(scores[candidates], kind="stable")[: len(theirs)]
     return "tie" if np.allclose(scores[theirs], best, rtol=1e-5, atol=1e-6) else "differ"
 
 
-def _compare(stored: dict[str, list[int]], scored: list[scoring.Scored]) -> tuple[bool, str]:
+def _compare(
+    stored: dict[str, list[int]], scored: list[scoring.Scored], keep_default: bool
+) -> tuple[bool, str]:
     """(all match, detail) for the test kernels against the run file's predictions."""
     outcome = {
-        s.tile_id: kernel_match(stored[s.tile_id], s.scores) for s in scored if s.tile_id in stored
+        s.tile_id: kernel_match(stored[s.tile_id], s.scores, keep_default=keep_default)
+        for s in scored
+        if s.tile_id in stored
     }
     missing = [s.tile_id for s in scored if s.tile_id not in stored]
     matched = sum(v != "differ" for v in outcome.values())
@@ -323,6 +333,9 @@ def check_bundle(
         )
         return report
     scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
-    ok, detail = _compare(stored, scored)
+    keep = bool(run.keep_default)  # the stored ranking kept config 0 if its validation chose so
+    ok, detail = _compare(stored, scored, keep)
+    if keep:
+        detail += "; config 0 kept in the top 5, as the run's validation chose"
     report.add("predictions match", PASS if ok else FAIL, detail)
     return report

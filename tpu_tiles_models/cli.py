@@ -58,6 +58,7 @@ def _predict(a: argparse.Namespace) -> None:
         a.data_root,
         a.out,
         top_k=a.top_k,
+        keep_default=a.keep_default,
         cache_dir=a.cache_dir or None,
         models_path=a.models,
         progress=not a.no_progress,
@@ -230,6 +231,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_data_flags(p)
     p.add_argument("--out", default="predictions_model_output.csv", help="the CSV to write")
     p.add_argument("--top_k", type=int, default=5, help="configs listed per kernel")
+    p.add_argument(
+        "--keep_default",
+        default="auto",
+        help="keep config 0 (the compiler's default) in each kernel's top 5: auto (default) "
+        "when the run's own validation chose it at the end of training, yes, or no",
+    )
     _add_models_flag(p, "holding the model's class")
 
     p = command("kaggle", _kaggle, "merge predictions into the Kaggle submission, by ID")

@@ -702,6 +702,7 @@ def _pick_configs(
     rng: np.random.Generator,
     spread: int | None = None,
     fill: bool = False,
+    default_first: bool = False,
 ) -> np.ndarray:
     """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
     uniformly without replacement (all of them, shuffled, when the kernel has fewer).
@@ -710,12 +711,23 @@ def _pick_configs(
     same every time (a fixed subset; no draw). `fill`: a kernel with fewer than `num_configs`
     configs gets all of them, shuffled, then repeats drawn from them up to `num_configs` (see
     `_FILLER`).
+
+    `default_first`: config 0 (the compiler's default) at position 0 of every draw, the rest
+    drawn from the other configs. Only for models that read position 0 as the default
+    (`default_first` of models.py): for the others, which score a config the same wherever it
+    stands, it would only change how often config 0 is drawn, so they keep upstream's draw
+    and their runs stay as they were.
     """
     if num_configs < 0:
         if spread is not None and c1 - c0 > spread:
             return c0 + np.unique(np.linspace(0, c1 - c0 - 1, spread).round().astype(np.int64))
         return np.arange(c0, c1)
-    picked = c0 + rng.choice(c1 - c0, size=min(num_configs, c1 - c0), replace=False)
+    size = min(num_configs, c1 - c0)
+    if default_first and size > 0:
+        rest = 1 + rng.choice(c1 - c0 - 1, size=size - 1, replace=False)
+        picked = c0 + np.concatenate([[0], rest])
+    else:
+        picked = c0 + rng.choice(c1 - c0, size=size, replace=False)
     if fill and len(picked) < num_configs:
         picked = np.concatenate([picked, rng.choice(picked, size=num_configs - len(picked))])
     return picked
@@ -734,6 +746,7 @@ def _components(
     spread: int | None = None,
     pad: bool = False,
     fill: bool = False,
+    default_first: bool = False,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
@@ -747,7 +760,8 @@ def _components(
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     picks = [
-        _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill) for i in kernels
+        _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill, default_first)
+        for i in kernels
     ]
     if pad:
         most = max(len(p) for p in picks)
@@ -875,14 +889,15 @@ def _batches_dataset(
     kernels: Sequence[int] | None = None,
     spread: int | None = None,
     fill: bool = False,
+    default_first: bool = False,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
 
     Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
     plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
     usable kernel from the i-th on (one worker's share in multi-worker training). `kernels`,
-    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`:
-    see `_components`.
+    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`
+    and `default_first`: see `_components` and `_pick_configs`.
     """
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
@@ -893,7 +908,16 @@ def _batches_dataset(
         order = rng.permutation(index) if shuffle else index
         for start in range(0, len(order) - batch_size + 1, batch_size):
             chosen = order[start : start + batch_size]
-            yield _components(split, stats, chosen, num_configs, rng, spread, fill=fill)
+            yield _components(
+                split,
+                stats,
+                chosen,
+                num_configs,
+                rng,
+                spread,
+                fill=fill,
+                default_first=default_first,
+            )
 
     signature = _signature(stats, batch_size)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
@@ -977,6 +1001,7 @@ def training_batches(
     shuffle: bool = True,
     shard: tuple[int, int] = (0, 1),
     fill: bool = False,
+    default_first: bool = False,
 ) -> tf.data.Dataset:
     """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
 
@@ -985,6 +1010,7 @@ def training_batches(
     (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out, or
     with `fill` kept: all their configs, then repeats of them labelled `_FILLER` (-1), which
     every loss leaves out. `shard=(i, n)`: only every n-th usable kernel from the i-th on.
+    `default_first`: config 0 at position 0 of every kernel's draw (see `_pick_configs`).
     """
     if num_configs < 1 or batch_size < 1:
         raise ValueError(
@@ -1007,6 +1033,7 @@ def training_batches(
         seed=seed,
         shard=shard,
         fill=fill,
+        default_first=default_first,
     )
     ds = ds.map(_labels(batch_size, num_configs))
     return ds.prefetch(tf.data.AUTOTUNE)

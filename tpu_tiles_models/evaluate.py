@@ -4,7 +4,10 @@ Upstream's `tiles_evaluate.py` reloads each model by the course procedure and av
 top-1 and top-5 errors of every validation kernel per benchmark, one eager `forward` per
 kernel. We do the same reload (`runs.TrainedRun`), score with the compiled `scoring.score_split`
 (one trace per model for all kernel sizes), and report top-1/5/10 error and `1 - top-5 error`
-per benchmark and over all kernels.
+per benchmark and over all kernels, beside the baselines of `metrics.BASELINES` (`random`;
+`default`: config 0, the compiler's default, first, the rest random) and each model's ranking
+with config 0 kept among its 5 first (`+default`), so a user sees on their own validation
+split whether keeping the default pays.
 
 The benchmark of a tile id is the id without its last `_part`, as upstream groups them.
 """
@@ -68,14 +71,50 @@ def _errors_row(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
     return row
 
 
-def summarize(scored: list[scoring.Scored]) -> dict[str, dict[str, Any]]:
-    """Per-benchmark rows (sorted by name) and the `overall` row, a mean over all kernels."""
+def _baseline_row(runtimes: list[np.ndarray], baseline: str) -> dict[str, Any]:
+    """`_errors_row`'s fields for a baseline: errors a mean over `metrics`' draws, OPA draw 0's."""
+    errors = metrics.baseline_top_k_errors(runtimes, baseline)
+    row: dict[str, Any] = {"kernels": len(runtimes)}
+    row.update({f"top{k}": errors[k] for k in metrics.TOP_KS})
+    row["score"] = metrics.kaggle_score(errors[5])
+    rng = np.random.default_rng(0)
+    row["opa"] = metrics.mean_pair_accuracy(
+        (r, metrics.baseline_scores(len(r), baseline, rng)) for r in runtimes
+    )
+    return row
+
+
+def _by_benchmark(scored: list[scoring.Scored], row_of) -> dict[str, dict[str, Any]]:
+    """`row_of(kernels)` per benchmark (sorted by name), then `overall` of all kernels."""
     groups: dict[str, list] = defaultdict(list)
     for s in scored:
-        groups[benchmark_of(s.tile_id)].append((s.runtimes, s.scores))
-    rows = {name: _errors_row(groups[name]) for name in sorted(groups)}
-    rows[OVERALL] = _errors_row([(s.runtimes, s.scores) for s in scored])
+        groups[benchmark_of(s.tile_id)].append(s)
+    rows = {name: row_of(groups[name]) for name in sorted(groups)}
+    rows[OVERALL] = row_of(scored)
     return rows
+
+
+def summarize(
+    scored: list[scoring.Scored], *, keep_default: bool = False
+) -> dict[str, dict[str, Any]]:
+    """Per-benchmark rows (sorted by name) and the `overall` row, a mean over all kernels;
+    with `keep_default`, of the rankings with config 0 kept among the 5 first."""
+    return _by_benchmark(
+        scored,
+        lambda group: _errors_row(
+            [(s.runtimes, scoring.ranking(s.scores, keep_default)) for s in group]
+        ),
+    )
+
+
+def summarize_baselines(scored: list[scoring.Scored]) -> dict[str, dict[str, dict[str, Any]]]:
+    """`summarize`'s rows for each of `metrics.BASELINES`, on the same kernels' runtimes."""
+    return {
+        baseline: _by_benchmark(
+            scored, lambda group, b=baseline: _baseline_row([s.runtimes for s in group], b)
+        )
+        for baseline in metrics.BASELINES
+    }
 
 
 def evaluate_dirs(
@@ -92,9 +131,12 @@ def evaluate_dirs(
     `outputs` are the files the caller will write the result to (`--json`, `--png`): they
     are checked against every model dir, run file and the data before any work.
 
-    Returns a JSON-ready dict: `data_root`, `split`, and `models`, a list of
-    `{"dir", "label", "model", "model_kwargs_json", "run_val_errors", "rows"}` where `rows`
-    maps each benchmark and `overall` to `{"kernels", "top1", "top5", "top10", "score"}`.
+    Returns a JSON-ready dict: `data_root`, `split`, `models`, a list of `{"dir", "label",
+    "model", "model_kwargs_json", "run_val_errors", "run_keep_default", "rows", "kept_rows"}`,
+    and `baselines`, `{"random": rows, "default": rows}`. Each `rows` maps each benchmark and
+    `overall` to `{"kernels", "top1", "top5", "top10", "score", "opa"}`; `kept_rows` are the
+    model's with config 0 kept among its 5 first; `run_keep_default` is what the run's own
+    validation chose (None for runs without that record).
     """
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))
@@ -103,7 +145,7 @@ def evaluate_dirs(
         inputs += export.run_inputs(model_dir, "--dirs")
     files.prepare_outputs(outputs, inputs)
     cache = os.path.expanduser(cache_dir) if cache_dir else None
-    models = []
+    models, baselines = [], None
     for i, model_dir in enumerate(
         tqdm.tqdm(model_dirs, desc="models", disable=not progress or len(model_dirs) < 2), 1
     ):
@@ -120,11 +162,33 @@ def evaluate_dirs(
                 "model": args["model"],
                 "model_kwargs_json": args["model_kwargs_json"],
                 "run_val_errors": run.val_errors or None,
+                "run_keep_default": run.keep_default,
                 "rows": summarize(scored),
+                "kept_rows": summarize(scored, keep_default=True),
             }
         )
+        if baselines is None:  # every model sees the same kernels and runtimes
+            baselines = summarize_baselines(scored)
         del model  # one model in memory at a time
-    return {"data_root": str(Path(root).resolve()), "split": "valid", "models": models}
+    return {
+        "data_root": str(Path(root).resolve()),
+        "split": "valid",
+        "models": models,
+        "baselines": baselines,
+    }
+
+
+KEPT = "+default"  # the label suffix of a model's ranking with config 0 kept in its top 5
+
+
+def rankings(result: dict[str, Any], *, name: str = "label") -> list[tuple[str, dict[str, Any]]]:
+    """`(label, overall row)` of every ranking: the baselines, then each model and the same
+    model with config 0 kept among its 5 first (label + `KEPT`); models are labelled by
+    their `name` field (`label`: "[1] ResidualSAGE", `model`: "ResidualSAGE")."""
+    out = [(baseline, rows[OVERALL]) for baseline, rows in result["baselines"].items()]
+    for m in result["models"]:
+        out += [(m[name], m["rows"][OVERALL]), (m[name] + KEPT, m["kept_rows"][OVERALL])]
+    return out
 
 
 def _row_names(result: dict[str, Any]) -> list[str]:
@@ -161,7 +225,23 @@ def format_table(result: dict[str, Any]) -> str:
             values = [f"{row[c]:>{cell}.4f}" if row else f"{'-':>{cell}}" for c in _COLUMNS]
             line += " | " + " ".join(values)
         lines.append(line)
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *_rankings_table(result)])
+
+
+def _rankings_table(result: dict[str, Any]) -> list[str]:
+    """Every ranking's overall row, baselines first, and what each run's validation chose."""
+    chose = {m["label"] + KEPT: m.get("run_keep_default") for m in result["models"]}
+    ranked = rankings(result)
+    name_w = max(len("ranking"), *(len(label) for label, _ in ranked))
+    lines = [
+        "all kernels, every ranking (default: config 0, the compiler's default, first, the "
+        f"rest random; {KEPT}: the model's ranking with config 0 kept in its top 5)",
+        f"{'ranking':<{name_w}} " + " ".join(f"{c:>7}" for c in _COLUMNS),
+    ]
+    for label, row in ranked:
+        note = {True: "  <- its run's validation chose this", False: ""}.get(chose.get(label), "")
+        lines.append(f"{label:<{name_w}} " + " ".join(f"{row[c]:>7.4f}" for c in _COLUMNS) + note)
+    return lines
 
 
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
@@ -173,7 +253,7 @@ def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
 
 
 def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
-    """PNG bar chart: overall score per model, and overall top-1/5/10 error per model."""
+    """PNG bar chart: overall score and top-1/5/10 error of every ranking (`rankings`)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI
@@ -182,10 +262,9 @@ def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
     models = result["models"]
     if not models:
         raise EvaluateError("no models in the result; nothing to plot")
-    labels = [m["label"] for m in models]
-    overall = [m["rows"][OVERALL] for m in models]
-    x = np.arange(len(models))
-    fig, (ax_score, ax_err) = plt.subplots(1, 2, figsize=(4 + 2.2 * len(models), 3.6))
+    labels, overall = zip(*rankings(result))
+    x = np.arange(len(labels))
+    fig, (ax_score, ax_err) = plt.subplots(1, 2, figsize=(4 + 1.1 * len(labels), 3.8))
     bars = ax_score.bar(x, [r["score"] for r in overall], color="tab:green")
     ax_score.bar_label(bars, fmt="%.3f", fontsize=8)
     ax_score.set_title("score (1 - top-5 error), higher is better")

@@ -44,13 +44,16 @@ from tpu_tiles_models.train_args import TrainArgs, args_hash
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from tpu_tiles_models import data
+    from tpu_tiles_models import data, scoring
 
 EXTRAS_KEY = "tpu_tiles"
 # Under EXTRAS_KEY: our options that entered the hash (`TrainArgs.identity`), so that a run
 # file's name can be checked against its content (`run_info_hash`).
 IDENTITY_KEY = "identity"
 UPSTREAM_TOP = 10  # upstream writes this many indices per kernel into results_*.csv
+# Under `EXTRAS_KEY`: whether the run's validation chose to keep config 0 in the top 5, with
+# the errors both ways (`scoring.KeepDefault.to_json`); `predict` follows it by default.
+KEEP_DEFAULT_KEY = "keep_default"
 
 
 class ExportError(UserError, RuntimeError):
@@ -653,7 +656,7 @@ def finish(
     extras: dict[str, Any],
     artifacts: Artifacts,
     scorer: Callable | None = None,
-    val_errors: dict[int, float] | None = None,
+    val: scoring.KeepDefault | None = None,
 ) -> TrainResult:
     """Final validation, test ranking, and upstream's artifacts (model dir first, run file last).
 
@@ -665,18 +668,21 @@ def finish(
       extras: ours, stored under the run file's `tpu_tiles` key.
       artifacts: from `writing_into(args.out_dir)`.
       scorer: a traced `scoring.kernel_scorer(model)` to reuse, if any.
-      val_errors: the model's top-k errors on every config of every validation kernel, if
-        already known (the best epoch's, whose weights these are): not scored again then.
+      val: the model's top-k errors on every config of every validation kernel, without and
+        with config 0 kept in the top 5, if already known (the best epoch's, whose weights
+        these are): not scored again then. Whether its validation chose to keep config 0
+        goes into the extras (`KEEP_DEFAULT_KEY`), and the test ranking follows it.
     """
     from tpu_tiles_models import scoring  # TensorFlow
 
     progress = not args.no_progress
-    if val_errors is None:
-        val_errors = scoring.errors(
+    if val is None:
+        val = scoring.KeepDefault.measure(
             scoring.score_split(
                 model, dataset.valid, dataset.stats, scorer=scorer, progress=progress, desc="valid"
             )
         )
+    val_errors = val.errors
     upstream = args.upstream_args()
     run_info: dict[str, Any] = dict(
         train_curve=curve, final_error=dict(val=val_errors), args=upstream
@@ -689,7 +695,10 @@ def finish(
         if args.test_mode == "metrics":
             run_info["final_error"]["test"] = scoring.errors(scored)
         else:
-            ranks = {s.tile_id: scoring.upstream_top(s.scores, UPSTREAM_TOP) for s in scored}
+            ranks = {
+                s.tile_id: scoring.upstream_top(s.scores, UPSTREAM_TOP, keep_default=val.chosen)
+                for s in scored
+            }
             run_info["test_predictions"] = ranks
             results_csv = files.expand(args.results_csv)
             staged = artifacts.stage(results_csv)
@@ -704,6 +713,7 @@ def finish(
         data_root=args.data_root,
         train_args=args.to_dict(),
         **{IDENTITY_KEY: args.identity()},
+        **{KEEP_DEFAULT_KEY: val.to_json()},
     )
     interrupts.check()
     model_dir = model_dir_path(artifacts.out_dir, h)
@@ -721,5 +731,8 @@ def finish(
     print(
         "validation top-k error: "
         + json.dumps({str(k): round(v, 4) for k, v in val_errors.items()})
+        + "; with config 0 kept in the top 5: "
+        + json.dumps({str(k): round(v, 4) for k, v in val.kept.items()})
+        + ("; keeping it (test ranking, predict)" if val.chosen else "; not keeping it")
     )
     return TrainResult(args, model_dir, run_file, results_csv, val_errors, model)

@@ -3,6 +3,10 @@
 `top_k_error` is upstream's `top_error_performance` formula: for each kernel, the best measured
 runtime among the k configs the model ranks fastest, relative to the best runtime overall,
 averaged over kernels. The Kaggle tile score is `1 - top-5 error` per kernel, averaged.
+
+Every table that compares rankings takes its baselines from here: `random`, and `default`
+(config 0, inferred to be the compiler's own choice in the real collection, first, the rest
+random), and `keep_default`, a model's ranking with config 0 kept among its 5 first.
 """
 
 from __future__ import annotations
@@ -12,6 +16,15 @@ from typing import Iterable, Sequence
 import numpy as np
 
 TOP_KS = (1, 5, 10)
+
+# The index of the compiler's default config in every kernel: inferred for the real collection
+# (upstream's fixture runs the default first and its tile iterator keeps run order; models
+# trained on the real data put index 0 in their top 5 for 48-60% of valid kernels).
+DEFAULT_CONFIG = 0
+# `keep_default` keeps config 0 among this many picks: the 5 the Kaggle metric reads.
+KEEP_TOP = 5
+# The rankings every comparison shows beside the models (see `baseline_scores`).
+BASELINES = ("random", "default")
 
 
 def kernel_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> float:
@@ -76,10 +89,46 @@ def kaggle_score(top5_error: float) -> float:
     return 1.0 - top5_error
 
 
-def random_top_k_errors(
-    runtimes: Sequence[np.ndarray], *, draws: int = 20, ks: Sequence[int] = TOP_KS
+def keep_default(scores: np.ndarray, k: int = KEEP_TOP) -> np.ndarray:
+    """A ranking like `scores`' with config 0 among its `k` first: rank scores `[num_configs]`.
+
+    When the model does not rank config 0 among its `k` fastest, config 0 takes the `k`-th
+    place: the model's `k - 1` first picks stay where they are (its top 1 too) and the rest
+    move down one. Returns each config's new place (0 = fastest) as float64, so it goes
+    wherever scores go (`top_k_errors`, the prediction CSVs).
+    """
+    order = np.argsort(np.asarray(scores), kind="stable")
+    place = int(np.flatnonzero(order == DEFAULT_CONFIG)[0])
+    if place >= k:
+        rest = np.delete(order, place)
+        order = np.concatenate([rest[: k - 1], [DEFAULT_CONFIG], rest[k - 1 :]])
+    ranks = np.empty(len(order))
+    ranks[order] = np.arange(len(order))
+    return ranks
+
+
+def baseline_scores(num_configs: int, baseline: str, rng: np.random.Generator) -> np.ndarray:
+    """Scores `[num_configs]` of one draw of a baseline ranking (lower = ranked faster).
+
+    `random`: uniform scores. `default`: the same with config 0 first, as a user who keeps the
+    compiler's default and tries the rest at random would rank them.
+    """
+    if baseline not in BASELINES:
+        raise ValueError(f"baseline={baseline!r} is not one of {', '.join(BASELINES)}")
+    scores = rng.random(num_configs)
+    if baseline == "default":
+        scores[DEFAULT_CONFIG] = -1.0
+    return scores
+
+
+def baseline_top_k_errors(
+    runtimes: Sequence[np.ndarray],
+    baseline: str = "random",
+    *,
+    draws: int = 20,
+    ks: Sequence[int] = TOP_KS,
 ) -> dict[int, float]:
-    """The floor every model must beat: mean top-k errors of `draws` random rankings.
+    """Mean top-k errors of `draws` draws of a baseline ranking (see `baseline_scores`).
 
     `runtimes`: one `[num_configs]` array per kernel. Draw d uses numpy seed d, so the figure
     is reproducible.
@@ -87,8 +136,16 @@ def random_top_k_errors(
     per_draw = []
     for draw in range(draws):
         rng = np.random.default_rng(draw)
-        per_draw.append(top_k_errors(((r, rng.random(len(r))) for r in runtimes), ks))
+        pairs = ((r, baseline_scores(len(r), baseline, rng)) for r in runtimes)
+        per_draw.append(top_k_errors(pairs, ks))
     return {k: float(np.mean([d[k] for d in per_draw])) for k in ks}
+
+
+def random_top_k_errors(
+    runtimes: Sequence[np.ndarray], *, draws: int = 20, ks: Sequence[int] = TOP_KS
+) -> dict[int, float]:
+    """The floor every model must beat: `baseline_top_k_errors` of random rankings."""
+    return baseline_top_k_errors(runtimes, "random", draws=draws, ks=ks)
 
 
 def ordered_pair_accuracy(runtimes: np.ndarray, scores: np.ndarray) -> float:

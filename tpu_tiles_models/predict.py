@@ -2,6 +2,8 @@
 
 `tiles_gen_predictions_csv.py` and `tpu-tiles predict` both call `predict_to_csv`: the model is
 reopened with `runs.TrainedRun` (the course's reload procedure) and scored with `scoring`.
+Config 0 (the compiler's default) is kept in each kernel's top 5 when the run's own validation
+chose it (`--keep_default=auto`), or as the user says (`yes`, `no`).
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ from tpu_tiles_models import export, files, kaggle, registry, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 
+# `--keep_default`: follow the run's validation, always keep config 0 in the top 5, never.
+KEEP_DEFAULT_MODES = ("auto", "yes", "no")
+
 
 def predict_to_csv(
     model_dir: str | os.PathLike,
@@ -20,6 +25,7 @@ def predict_to_csv(
     out: str | os.PathLike,
     *,
     top_k: int = kaggle.TOP_K,
+    keep_default: str = "auto",
     cache_dir: str | None = None,
     models_path: str | os.PathLike | None = None,
     progress: bool = True,
@@ -31,6 +37,8 @@ def predict_to_csv(
       data_root: the folder holding `test/` (and, for upstream's runs, `train/` and `valid/`).
       out: the CSV to write.
       top_k: configs listed per kernel (at least 1).
+      keep_default: one of `KEEP_DEFAULT_MODES`: keep config 0 among the 5 first when the
+        run's validation chose it (`auto`; runs without that record: no), always, or never.
       cache_dir: cache of loaded arrays, or None.
       models_path: the models.py or upstream checkout with the class; default ours.
       progress: show progress bars.
@@ -40,14 +48,19 @@ def predict_to_csv(
     """
     if top_k < 1:
         raise FlagError(f"--top_k must be at least 1, got {top_k}")
+    if keep_default not in KEEP_DEFAULT_MODES:
+        raise FlagError(
+            f"--keep_default must be one of {', '.join(KEEP_DEFAULT_MODES)}, got {keep_default!r}"
+        )
     files.check_output_path(out, flag="--out")  # before minutes of scoring
     run = TrainedRun.open(model_dir, models_path=models_path)
     inputs = export.run_inputs(run.model_dir) + files.split_inputs(data_root)
     files.prepare_outputs(
         [files.Output(out, "--out")], inputs + registry.models_inputs(models_path)
     )
+    keep = bool(run.keep_default) if keep_default == "auto" else keep_default == "yes"
     model, dataset = run.load(data_root, cache_dir=cache_dir, progress=progress)
     scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
-    rows = scoring.prediction_rows(scored, top_k)
+    rows = scoring.prediction_rows(scored, top_k, keep_default=keep)
     kaggle.write_predictions_csv(out, rows)
     return Path(out), len(rows)

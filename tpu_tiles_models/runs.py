@@ -101,6 +101,13 @@ class TrainedRun:
         """Validation top-k errors written at training (`{"1": .., "5": .., "10": ..}`)."""
         return self.info.get("final_error", {}).get("val") or {}
 
+    @property
+    def keep_default(self) -> bool | None:
+        """Whether its validation chose to keep config 0 in the top 5 (`scoring.KeepDefault`);
+        None when the run file does not say (upstream's runs, older ones of ours)."""
+        record = self.extras.get(export.KEEP_DEFAULT_KEY)
+        return bool(record["chosen"]) if record else None
+
     @functools.cached_property
     def module(self) -> ModuleType:
         """The models.py module its class comes from."""

@@ -171,14 +171,6 @@ def _score_groups(split, stats, kernels, max_configs, scorer, progress, desc) ->
     return [results[k] for k in order]
 
 
-def errors(scored: Iterable[Scored], weights: Sequence[float] | None = None) -> dict[int, float]:
-    """Mean top-1/5/10 errors (upstream's formula) of scored kernels with runtimes.
-
-    `weights`: one per kernel for a weighted mean (`KernelSample.weights`).
-    """
-    return metrics.top_k_errors(((s.runtimes, s.scores) for s in scored), weights=weights)
-
-
 @dataclass(frozen=True)
 class KernelSample:
     """Kernels of a split to score, each one's weight in the mean over the split, and at most
@@ -238,19 +230,68 @@ def stratified_sample(
     return KernelSample(indices, tuple(chosen[i] for i in indices), max_configs)
 
 
-def upstream_top(scores: np.ndarray, k: int) -> list[int]:
-    """Upstream's ranking: the k lowest-score indices, zero-padded when fewer than k."""
-    order = np.argsort(scores, kind="stable")[:k].tolist()
+def ranking(scores: np.ndarray, keep_default: bool = False) -> np.ndarray:
+    """The scores to rank by: `scores`, or with `keep_default` `metrics.keep_default`'s."""
+    return metrics.keep_default(scores) if keep_default else scores
+
+
+def errors(
+    scored: Iterable[Scored], weights: Sequence[float] | None = None, *, keep_default: bool = False
+) -> dict[int, float]:
+    """Mean top-1/5/10 errors (upstream's formula) of scored kernels with runtimes; with
+    `keep_default`, of the rankings with config 0 kept among the 5 first.
+
+    `weights`: one per kernel for a weighted mean (`KernelSample.weights`).
+    """
+    pairs = ((s.runtimes, ranking(s.scores, keep_default)) for s in scored)
+    return metrics.top_k_errors(pairs, weights=weights)
+
+
+@dataclass(frozen=True)
+class KeepDefault:
+    """Whether keeping config 0 in the top 5 pays on a validation split, and the figures.
+
+    `chosen` only when it lowers the top-5 error; `errors` and `kept` are the top-k errors
+    without and with it. Stored in the run file (`to_json`) for `predict` to follow.
+    """
+
+    chosen: bool
+    errors: dict[int, float]
+    kept: dict[int, float]
+
+    @classmethod
+    def measure(cls, scored: list[Scored], weights: Sequence[float] | None = None) -> KeepDefault:
+        """Both ways on `scored` (weighted means with `weights`, see `errors`)."""
+        plain, kept = errors(scored, weights), errors(scored, weights, keep_default=True)
+        return cls(kept[5] < plain[5], plain, kept)
+
+    def to_json(self) -> dict:
+        return {
+            "chosen": self.chosen,
+            "val": {str(k): v for k, v in self.errors.items()},
+            "val_kept": {str(k): v for k, v in self.kept.items()},
+        }
+
+
+def upstream_top(scores: np.ndarray, k: int, *, keep_default: bool = False) -> list[int]:
+    """Upstream's ranking: the k lowest-score indices, zero-padded when fewer than k (with
+    `keep_default`, config 0 kept among the 5 first)."""
+    order = np.argsort(ranking(scores, keep_default), kind="stable")[:k].tolist()
     return order + [0] * (k - len(order))
 
 
-def prediction_rows(scored: list[Scored], top_k: int) -> list[tuple[str, list[int]]]:
-    """CSV rows: each kernel's `top_k` fastest configs, padded to distinct indices."""
+def prediction_rows(
+    scored: list[Scored], top_k: int, *, keep_default: bool = False
+) -> list[tuple[str, list[int]]]:
+    """CSV rows: each kernel's `top_k` fastest configs, padded to distinct indices (with
+    `keep_default`, config 0 kept among the 5 first)."""
     return [
         (
             s.tile_id,
             kaggle.pad_top_k(
-                np.argsort(s.scores, kind="stable")[:top_k].tolist(), len(s.scores), top_k
+                np.argsort(ranking(s.scores, keep_default), kind="stable")[:top_k].tolist(),
+                len(s.scores),
+                top_k,
             ),
         )
         for s in scored

@@ -111,9 +111,10 @@ SMOOTH_TOP_K = 50
 
 def _val_score(
     model, split, stats, sample: scoring.KernelSample, progress, scorer, select_by: str
-) -> tuple[float, float, dict[int, float]]:
+) -> tuple[float, float, scoring.KeepDefault]:
     """On all configs of `sample`'s valid kernels (weighted means: estimates of the whole
-    split's): the Kaggle-form score, the selection key, and the top-k errors.
+    split's): the Kaggle-form score, the selection key, and the top-k errors without and with
+    config 0 kept in the top 5 (the score is the model's own ranking's).
 
     The key is the score, or with `select_by=top50` one minus the mean over kernels of
     `metrics.kernel_mean_top_k_error` at k = `SMOOTH_TOP_K` (NaN with `opa`: not from here).
@@ -128,16 +129,16 @@ def _val_score(
         progress=progress,
         desc="valid",
     )
-    errors = scoring.errors(scored, sample.weights)
-    score = 1.0 - errors[5]
+    measured = scoring.KeepDefault.measure(scored, sample.weights)
+    score = 1.0 - measured.errors[5]
     if select_by == "top50":
         pairs = ((s.runtimes, s.scores) for s in scored)
         return (
             score,
             1.0 - metrics.mean_top_k_error(pairs, SMOOTH_TOP_K, weights=sample.weights),
-            errors,
+            measured,
         )
-    return score, score if select_by == "score" else float("nan"), errors
+    return score, score if select_by == "score" else float("nan"), measured
 
 
 def _epoch_sample(args: TrainArgs, valid: data.Split) -> scoring.KernelSample:
@@ -167,21 +168,21 @@ class _Candidates:
 
 def _choose(
     candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer, select_by: str
-) -> tuple[int, list[np.ndarray], dict[int, float], dict[int, float]]:
+) -> tuple[int, list[np.ndarray], scoring.KeepDefault, dict[int, float]]:
     """Scores each candidate on every config of every valid kernel; returns the best one's
-    (epoch, weights, errors) and every candidate's selection key by epoch."""
+    (epoch, weights, errors both ways) and every candidate's selection key by epoch."""
     scores: dict[int, float] = {}
     best = None
     for _, epoch, weights in candidates.kept:
         _assign(model, weights)
-        _, key, errors = _val_score(
+        _, key, measured = _val_score(
             model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer, select_by
         )
         scores[epoch] = key
         if best is None or key > best[0]:
-            best = (key, epoch, weights, errors)
-    _, epoch, weights, errors = best
-    return epoch, weights, errors, scores
+            best = (key, epoch, weights, measured)
+    _, epoch, weights, measured = best
+    return epoch, weights, measured, scores
 
 
 def _assign(model: tf.keras.Model, weights: list[np.ndarray]) -> None:
@@ -386,7 +387,7 @@ def _train(
     if sample.is_subset:
         extras["val_score_kernels"] = len(sample.indices or dataset.valid.tile_ids)
         extras["val_score_configs"] = sample.max_configs
-    best_key, best_epoch, best_errors = -np.inf, -1, None
+    best_key, best_epoch, best_val = -np.inf, -1, None
     for epoch in range(args.epochs):
         start, cpu_start = time.perf_counter(), time.process_time()
         train_loss, train_opa = loop.run(
@@ -395,7 +396,7 @@ def _train(
         val_loss, val_opa = loop.run(
             valid_batches, train=False, progress=progress, desc="valid", total=None
         )
-        score, selection, errors = _val_score(
+        score, selection, measured = _val_score(
             model, dataset.valid, dataset.stats, sample, progress, scorer, args.select_by
         )
         seconds = time.perf_counter() - start
@@ -411,7 +412,7 @@ def _train(
         improved = key > best_key
         if improved:
             best_key, best_epoch = key, epoch
-            best_errors = None if sample.is_subset else errors  # all of valid, or not
+            best_val = None if sample.is_subset else measured  # all of valid, or not
         print(
             f"epoch {epoch:3d}  loss {train_loss:.4f}  opa {train_opa:.3f}  val_loss "
             f"{val_loss:.4f}  val_opa {val_opa:.3f}  val_score {score:.4f}  {seconds:.1f}s"
@@ -422,7 +423,7 @@ def _train(
             print(f"no gain for {args.early_stop} epochs since epoch {best_epoch}; stopping")
             break
     if rescore and candidates.kept:
-        best_epoch, weights, best_errors, full = _choose(
+        best_epoch, weights, best_val, full = _choose(
             candidates, model, dataset, progress, scorer, args.select_by
         )
         extras["candidate_scores"] = {str(e): s for e, s in full.items()}
@@ -442,7 +443,7 @@ def _train(
         extras=extras,
         artifacts=artifacts,
         scorer=scorer,
-        val_errors=best_errors,
+        val=best_val,
     )
 
 
@@ -477,6 +478,9 @@ def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
             shuffle=shuffle,
             shard=shard,
             fill=args.pad_configs,
+            # Config 0 first for a model that reads position 0 as the default (data.py says
+            # why only for those); models from another models.py may not say: not then.
+            default_first=getattr(model, "default_first", False),
         ).take(count * local)
 
     if replicas == 1:
