@@ -398,10 +398,10 @@ class DefaultContext(tf.keras.layers.Layer):
 
     Config 0 is the default tile in the real collection (inferred), and the normaliser every
     runtime is divided by is the default's runtime, so how a tile compares with the default
-    is what the targets measure. A learned vector is added to the embedding at position 0
-    (how good the default is), then each config sees the default's embedding beside its own:
-    `h_i <- h_i + W_out act(W [z_i || z_0])` with `z = LayerNorm(h)`. Both are learned from
-    the training data: where position 0 is not special they learn that.
+    is what the targets measure. Each config sees the default's embedding beside its own and
+    an indicator of being the default itself:
+    `h_i <- h_i + W_out act(W [z_i || z_0 || 1{i = 0}])` with `z = LayerNorm(h)`. What both
+    are worth is learned from the training data: where position 0 is not special, that too.
 
     Args:
       units: width of the config embeddings.
@@ -413,16 +413,16 @@ class DefaultContext(tf.keras.layers.Layer):
     def __init__(self, *, units: int, activation: str = "gelu", **kwargs):
         super().__init__(**kwargs)
         self.units, self.activation = units, activation
-        self._marker = self.add_weight(name="default_marker", shape=[units], initializer="zeros")
         self._norm = tf.keras.layers.LayerNormalization()
         self._mix = tf.keras.layers.Dense(units, activation=activation)
         self._out = tf.keras.layers.Dense(units)
 
     def call(self, h: tf.Tensor) -> tf.Tensor:
-        h = tf.concat([h[:, :1] + self._marker, h[:, 1:]], axis=1)
         z = self._norm(h)
         default = tf.broadcast_to(z[:, :1], tf.shape(z))
-        return h + self._out(self._mix(tf.concat([z, default], axis=-1)))
+        is_default = tf.cast(tf.range(tf.shape(z)[1]) == 0, z.dtype)  # [num_configs]
+        is_default = tf.broadcast_to(is_default[tf.newaxis, :, tf.newaxis], tf.shape(z[..., :1]))
+        return h + self._out(self._mix(tf.concat([z, default, is_default], axis=-1)))
 
     def get_config(self) -> dict:
         return {**super().get_config(), "units": self.units, "activation": self.activation}
@@ -707,11 +707,11 @@ class ResidualSAGE(_TileRanker):
     2. `num_layers` `DirectedSAGEBlock`s over the dataflow graph.
     3. Sum, mean and max pooling over the nodes of each kernel, concatenated with the config
        embedding (a direct path for the tile itself) -> MLP -> `[batch, c, hidden_dim]`.
-    4. If `default_context`, a `DefaultContext` block: position 0 marked as the compiler's
-       default and its embedding beside every config's. It sees only the embeddings, so
-       `forward`'s chunks and `call` score alike. Off by default until the benchmark suite
-       shows it wins on every family (README, "Models").
-    5. If `config_attention`, a `ConfigSetAttention` block across the configs; then a score.
+    4. If `config_attention`, a `ConfigSetAttention` block across the configs.
+    5. If `default_context`, a `DefaultContext` block: position 0 is the compiler's default,
+       its embedding beside every config's. It sees only the embeddings, so `forward`'s
+       chunks and `call` score alike. Off by default until the benchmark suite shows it wins
+       on every family (README, "Models"). Then a score.
 
     Args:
       num_configs, num_ops, chunk_size: see `_TileRanker`.
@@ -757,15 +757,15 @@ class ResidualSAGE(_TileRanker):
         ]
         self._pool_norm = tf.keras.layers.LayerNormalization()
         self._readout = _mlp([hidden_dim, hidden_dim], activation)
-        self._default_context = (
-            DefaultContext(units=hidden_dim, activation=activation) if default_context else None
-        )
         self._attention = (
             ConfigSetAttention(
                 units=hidden_dim, num_heads=attention_heads, num_points=inducing_points
             )
             if config_attention
             else None
+        )
+        self._default_context = (
+            DefaultContext(units=hidden_dim, activation=activation) if default_context else None
         )
         self._score_head = _mlp([hidden_dim, 1], activation)
 
@@ -792,10 +792,10 @@ class ResidualSAGE(_TileRanker):
         return self._default_context is not None
 
     def _finish(self, embeddings, training):
-        if self._default_context is not None:
-            embeddings = self._default_context(embeddings)
         if self._attention is not None:
             embeddings = self._attention(embeddings)
+        if self._default_context is not None:  # after attention: straight into the score
+            embeddings = self._default_context(embeddings)
         return tf.squeeze(self._score_head(embeddings), -1)
 
 

@@ -4,10 +4,19 @@ Every family gets its own synthetic data set (same sizes, data seed 0); every (m
 seed) is one full `tpu-tiles train` run on it, all of them one `tpu-tiles sweep` (an Apache
 Beam pipeline, resumable: rerunning the command trains only what is missing). Validation is on
 every config of every validation kernel (the trainer's final validation). Random ranking on
-the same kernels (mean of 20 draws) is the floor.
+the same kernels (mean of 20 draws) is the floor; `default` (config 0, the compiler's default,
+first, the rest random) is the baseline a user gets for free; `<model>+default` is the model's
+ranking with config 0 kept in its top 5 (from each run file's validation record).
+
+`--models` takes model classes and the variants of `VARIANTS` (a class with keywords, e.g.
+`ResidualSAGE:default_context`, the default-aware model). `--shuffled` also runs every family on
+a copy with each kernel's config rows shuffled, so config 0 is not special there: a
+default-aware model must not lose to the same model without it on those.
 
     python benchmarks/suite.py --work /tmp/suite            # the README's figures
     python benchmarks/suite.py --work /tmp/suite --train 60 --valid 20 --epochs 1   # a smoke run
+    python benchmarks/suite.py --work /tmp/suite --shuffled \
+        --models ResidualSAGE,ResidualSAGE:default_context
 
 Writes `benchmarks/results/suite.csv` (one row per run), `suite.md` (mean +- std over seeds per
 family, model and recipe, with the selection rule's verdict) and `suite.png`.
@@ -21,6 +30,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -30,7 +40,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tpu_tiles_models import data, metrics, synthetic
+from tpu_tiles_models import data, export, metrics, synthetic
+from tpu_tiles_models.evaluate import KEPT  # a model's rows with config 0 kept in its top 5
 from tpu_tiles_models.runs import TrainedRun
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -40,6 +51,12 @@ RECIPES: dict[str, dict[str, object]] = {
     "upstream": {},
     "fastfirst": {"losses": "FastFirstListMLE:1,MSE:0.02"},
 }
+# Models the suite trains besides the classes themselves: label -> (class, model kwargs).
+VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
+    "ResidualSAGE:default_context": ("ResidualSAGE", {"default_context": True}),
+}
+SHUFFLED = "-shuffled"  # suffix of a family's copy with its configs shuffled
+BASELINE_ROWS = metrics.BASELINES  # rows that are no trained model
 COLUMNS = (
     "family",
     "model",
@@ -60,7 +77,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", required=True, help="data, runs and cache go here")
     p.add_argument("--families", default=",".join(synthetic.FAMILIES))
-    p.add_argument("--models", default="EarlyJoinSAGE,ResidualSAGE")
+    p.add_argument(
+        "--models",
+        default="EarlyJoinSAGE,ResidualSAGE",
+        help=f"model classes and variants ({', '.join(VARIANTS)})",
+    )
     p.add_argument("--recipes", default="upstream", help=f"some of {','.join(RECIPES)}")
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--train", type=int, default=1000)
@@ -68,12 +89,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max_configs", type=int, default=1000)
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--num_workers", type=int, default=2)
+    p.add_argument(
+        "--shuffled",
+        action="store_true",
+        help="also every family with each kernel's configs shuffled (config 0 not special)",
+    )
     p.add_argument("--out", default=str(RESULTS), help="where suite.csv/.md/.png go")
     return p.parse_args(argv)
 
 
 def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
-    """One data set per family (reused when present)."""
+    """One data set per family, and with `--shuffled` its shuffled copy (reused when present)."""
     roots = {}
     for family in a.families.split(","):
         root = work / "data" / family
@@ -88,21 +114,58 @@ def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
                 family=family,
             )
         roots[family] = root
+        if a.shuffled:
+            shuffled = work / "data" / (family + SHUFFLED)
+            if not (shuffled / "valid").is_dir():
+                shuffle_configs(root, shuffled)
+            roots[family + SHUFFLED] = shuffled
     return roots
+
+
+CONFIG_KEYS = ("config_feat", "config_runtime", "config_runtime_normalizers")
+
+
+def shuffle_configs(source: Path, target: Path, seed: int = 0) -> None:
+    """A copy of the data set `source` whose kernels have their config rows in a seeded random
+    order: the same kernels and runtimes, but config 0 is no longer the default."""
+    staging = target.with_name(f".{target.name}.tmp")
+    shutil.rmtree(staging, ignore_errors=True)
+    for split in ("train", "valid", "test"):
+        (staging / split).mkdir(parents=True)
+        for i, path in enumerate(sorted((source / split).glob("*.npz"))):
+            with np.load(path) as npz:
+                arrays = {key: npz[key] for key in npz.files}
+            order = np.random.default_rng([seed, i, len(split)]).permutation(
+                len(arrays["config_runtime"])
+            )
+            for key in CONFIG_KEYS:
+                arrays[key] = arrays[key][order]
+            np.savez(staging / split / path.name, **arrays)
+    staging.rename(target)
 
 
 def grid_file(a: argparse.Namespace, roots: dict[str, Path], work: Path) -> Path:
     """The sweep's grid: one grid per recipe (its name as `run_id`), crossed with the rest."""
     grids = []
+    labels = a.models.split(",")
+    classes = [m for m in labels if m not in VARIANTS]
+    # One grid per recipe for the classes, and one per recipe and variant (its own kwargs).
+    models = [(classes, "{}")] if classes else []
+    for label in labels:
+        if label in VARIANTS:
+            cls, kwargs = VARIANTS[label]
+            models.append(([cls], json.dumps(kwargs, sort_keys=True)))
     for recipe in a.recipes.split(","):
-        grid = {name: [value] for name, value in RECIPES[recipe].items()}
-        grid.update(
-            run_id=[recipe],
-            model=a.models.split(","),
-            seed=[int(s) for s in a.seeds.split(",")],
-            data_root=[str(r) for r in roots.values()],
-        )
-        grids.append(grid)
+        for names, kwargs_json in models:
+            grid = {name: [value] for name, value in RECIPES[recipe].items()}
+            grid.update(
+                run_id=[recipe],
+                model=names,
+                model_kwargs_json=[kwargs_json],
+                seed=[int(s) for s in a.seeds.split(",")],
+                data_root=[str(r) for r in roots.values()],
+            )
+            grids.append(grid)
     path = work / "grid.json"
     path.write_text(json.dumps(grids, indent=1))
     return path
@@ -132,8 +195,18 @@ def run_sweep(a: argparse.Namespace, grid: Path, work: Path) -> None:
         print(f"sweep exited {code}; tabulating the runs that finished", flush=True)
 
 
+def label_of(model: str, model_kwargs_json: str) -> str:
+    """The `--models` label of a run: its variant's, else its class name."""
+    kwargs = json.loads(model_kwargs_json or "{}")
+    for label, (cls, variant_kwargs) in VARIANTS.items():
+        if cls == model and kwargs == variant_kwargs:
+            return label
+    return model
+
+
 def collect(work: Path, roots: dict[str, Path]) -> list[dict]:
-    """One row per finished run, from its run file."""
+    """One row per finished run, from its run file, and one for the same run with config 0
+    kept in its top 5 (its validation record), labelled `<model>+default`."""
     family_of = {str(r): f for f, r in roots.items()}
     rows = []
     for model_dir in sorted((work / "runs").glob("model_*")):
@@ -148,33 +221,49 @@ def collect(work: Path, roots: dict[str, Path]) -> list[dict]:
         errors, extras = run.val_errors, run.extras
         best = extras.get("best_epoch", -1)
         curve = run.info["train_curve"]
-        rows.append(
-            dict(
-                family=family_of[args.data_root],
-                model=args.model,
-                recipe=args.run_id,
-                seed=args.seed,
-                top1=errors["1"],
-                top5=errors["5"],
-                top10=errors["10"],
-                score=1 - errors["5"],
-                val_opa=curve["val_opa"][best] if curve["val_opa"] else "",
-                epochs=len(curve["epoch"]),
-                seconds=round(sum(extras.get("epoch_seconds", [])), 1),
-            )
+        row = dict(
+            family=family_of[args.data_root],
+            model=label_of(args.model, args.model_kwargs_json),
+            recipe=args.run_id,
+            seed=args.seed,
+            top1=errors["1"],
+            top5=errors["5"],
+            top10=errors["10"],
+            score=1 - errors["5"],
+            val_opa=curve["val_opa"][best] if curve["val_opa"] else "",
+            epochs=len(curve["epoch"]),
+            seconds=round(sum(extras.get("epoch_seconds", [])), 1),
         )
+        rows.append(row)
+        record = extras.get(export.KEEP_DEFAULT_KEY)
+        if record:
+            kept = record["val_kept"]
+            rows.append(
+                dict(
+                    row,
+                    model=row["model"] + KEPT,
+                    top1=kept["1"],
+                    top5=kept["5"],
+                    top10=kept["10"],
+                    score=1 - kept["5"],
+                    val_opa="",
+                )
+            )
     return rows
 
 
-def random_rows(roots: dict[str, Path]) -> dict[str, dict[int, float]]:
-    """Mean top-k errors of random rankings on each family's validation kernels."""
+def baseline_rows(roots: dict[str, Path]) -> dict[tuple[str, str], dict[int, float]]:
+    """Mean top-k errors of each baseline (random, default) on each family's valid kernels."""
     out = {}
     for family, root in roots.items():
         valid = data.load_split(root, "valid", progress=False)
         ratio = valid.config_runtime / valid.config_runtime_normalizers
         offsets = valid.config_offsets
         runtimes = [ratio[offsets[i] : offsets[i + 1]] for i in range(len(valid))]
-        out[family] = metrics.random_top_k_errors(runtimes, draws=RANDOM_DRAWS)
+        for baseline in BASELINE_ROWS:
+            out[family, baseline] = metrics.baseline_top_k_errors(
+                runtimes, baseline, draws=RANDOM_DRAWS
+            )
     return out
 
 
@@ -182,8 +271,8 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
-def summarize(rows: list[dict], random: dict[str, dict[int, float]]) -> list[dict]:
-    """Mean and std over seeds per (family, model, recipe), then the random floor."""
+def summarize(rows: list[dict], baselines: dict[tuple[str, str], dict[int, float]]) -> list[dict]:
+    """Mean and std over seeds per (family, model, recipe), then the baselines."""
     groups = defaultdict(list)
     for r in rows:
         groups[(r["family"], r["model"], r["recipe"])].append(r)
@@ -194,8 +283,8 @@ def summarize(rows: list[dict], random: dict[str, dict[int, float]]) -> list[dic
             cell[column] = _mean_std([r[column] for r in runs])
         cell["seconds"] = statistics.fmean(r["seconds"] for r in runs)
         cells.append(cell)
-    for family, errors in sorted(random.items()):
-        cell = dict(family=family, model="random", recipe="-", seeds=RANDOM_DRAWS, seconds=0.0)
+    for (family, baseline), errors in sorted(baselines.items()):
+        cell = dict(family=family, model=baseline, recipe="-", seeds=RANDOM_DRAWS, seconds=0.0)
         cell.update({f"top{k}": (errors[k], 0.0) for k in metrics.TOP_KS})
         cell["score"] = (1 - errors[5], 0.0)
         cells.append(cell)
@@ -203,23 +292,36 @@ def summarize(rows: list[dict], random: dict[str, dict[int, float]]) -> list[dic
 
 
 def verdicts(cells: list[dict]) -> list[str]:
-    """The selection rule, spelled out: which comparisons win on every family."""
+    """The selection rule, spelled out: which comparisons win on every family.
+
+    Shuffled copies (`--shuffled`) count only where a default-aware variant must not lose;
+    every other verdict is on the families themselves.
+    """
     by = {(c["family"], c["model"], c["recipe"]): c for c in cells}
-    families = sorted({c["family"] for c in cells})
+    everything = sorted({c["family"] for c in cells})
+    families = [f for f in everything if not f.endswith(SHUFFLED)]
+    shuffled = [f for f in everything if f.endswith(SHUFFLED)]
     lines = []
 
-    def wins(a: tuple, b: tuple) -> list[bool]:
+    def outcomes(a: tuple, b: tuple, among: list[str], column: str = "top5") -> list[int]:
+        """Per family: 1 where `a` has the lower error by more than one std, -1 where `b`
+        has, 0 otherwise; empty when a cell is missing."""
         out = []
-        for f in families:
+        for f in among:
             x, y = by.get((f, *a)), by.get((f, *b))
             if x is None or y is None:
                 return []
-            (mx, sx), (my, sy) = x["top5"], y["top5"]
-            out.append(my - mx > max(sx, sy))  # lower top-5 error by more than one std
+            (mx, sx), (my, sy) = x[column], y[column]
+            out.append(1 if my - mx > max(sx, sy) else -1 if mx - my > max(sx, sy) else 0)
         return out
 
+    def wins(a: tuple, b: tuple) -> list[bool]:
+        return [o == 1 for o in outcomes(a, b, families)]
+
     recipes = sorted({c["recipe"] for c in cells if c["recipe"] not in ("-", "upstream")})
-    models = sorted({c["model"] for c in cells if c["model"] != "random"})
+    models = sorted(
+        {c["model"] for c in cells if c["model"] not in BASELINE_ROWS and KEPT not in c["model"]}
+    )
     for model in models:
         for recipe in recipes:
             w = wins((model, recipe), (model, "upstream"))
@@ -236,6 +338,38 @@ def verdicts(cells: list[dict]) -> list[str]:
             "families by more than one std"
         )
         lines += _targets(by, families)
+    for label, (cls, _) in VARIANTS.items():
+        for recipe in ["upstream", *recipes]:
+            lines += _variant_lines(label, cls, recipe, outcomes, families, shuffled)
+    for model in models:
+        o = outcomes((model + KEPT, "upstream"), (model, "upstream"), families)
+        if o:
+            lines.append(
+                f"{model} with config 0 kept in its top 5 vs its own ranking (top-5 error): "
+                f"lower on {o.count(1)}/{len(o)} families, higher on {o.count(-1)}/{len(o)}"
+            )
+    return lines
+
+
+def _variant_lines(label, cls, recipe, outcomes, families, shuffled) -> list[str]:
+    """A variant against its class: wins on every family, loses on no shuffled copy?"""
+    a, b = (label, recipe), (cls, recipe)
+    top5, top1 = outcomes(a, b, families), outcomes(a, b, families, "top1")
+    if not top5:
+        return []
+    lines = [
+        f"{label} vs {cls} ({recipe} flags) on the families: top-5 error lower on "
+        f"{top5.count(1)}/{len(top5)}, higher on {top5.count(-1)}; top-1 error lower on "
+        f"{top1.count(1)}/{len(top1)}, higher on {top1.count(-1)}"
+    ]
+    lost = [o for column in ("top5", "top1") for o in outcomes(a, b, shuffled, column)]
+    if shuffled and len(lost) == 2 * len(shuffled):
+        lines.append(
+            f"{label} vs {cls} ({recipe} flags) on the shuffled copies (config 0 not special): "
+            f"higher top-5 or top-1 error on {lost.count(-1)} of {len(lost)} comparisons"
+        )
+    ok = all(o == 1 for o in top5) and bool(shuffled) and -1 not in lost
+    lines.append(f"{label} as {cls}'s default: {'ADOPT' if ok else 'keep it off'}")
     return lines
 
 
@@ -290,24 +424,29 @@ def markdown(cells: list[dict], a: argparse.Namespace) -> str:
         f"python benchmarks/suite.py --work {a.work} --families {a.families} --models "
         f"{a.models} --recipes {a.recipes} --seeds {a.seeds} --train {a.train} --valid "
         f"{a.valid} --max_configs {a.max_configs} --epochs {a.epochs}"
+        + (" --shuffled" if a.shuffled else "")
     )
     lines = [
         f"`{cmd}`",
         "",
         f"{a.train} train / {a.valid} valid kernels per family (at most {a.max_configs} "
         f"configs), {a.epochs} epochs, mean +- std over seeds {a.seeds}; errors on every config "
-        "of every validation kernel; score = 1 - top-5 error.",
+        "of every validation kernel; score = 1 - top-5 error. default: config 0 (the "
+        f"compiler's default) first, the rest random; `<model>{KEPT}`: the model's ranking with "
+        f"config 0 kept in its top 5; `<family>{SHUFFLED}`: the family with each kernel's "
+        "configs shuffled (config 0 not special).",
         "",
         "| family | model | recipe | top-1 err | top-5 err | top-10 err | score | s/run |",
         "|---|---|---|---|---|---|---|---|",
     ]
     for c in cells:
         columns = ("top1", "top5", "top10", "score")
-        if c["model"] == "random":  # a mean over draws, not over trained seeds
+        baseline = c["model"] in BASELINE_ROWS  # a mean over draws, not over trained seeds
+        if baseline:
             pm = [f"{c[k][0]:.3f}" for k in columns]
         else:
             pm = [f"{c[k][0]:.3f} +- {c[k][1]:.3f}" for k in columns]
-        seconds = f"{c['seconds']:.0f}" if c["model"] != "random" else "-"
+        seconds = "-" if baseline else f"{c['seconds']:.0f}"
         lines.append(
             f"| {c['family']} | {c['model']} | {c['recipe']} | "
             + " | ".join(pm)
@@ -324,9 +463,10 @@ def plot(cells: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     families = sorted({c["family"] for c in cells})
-    series = sorted({(c["model"], c["recipe"]) for c in cells})
+    # Trained models and the baselines; the "+default" rows are in the table only.
+    series = sorted({(c["model"], c["recipe"]) for c in cells if KEPT not in c["model"]})
     width = 0.8 / len(series)
-    fig, ax = plt.subplots(figsize=(3 + 2.5 * len(families), 3.6))
+    fig, ax = plt.subplots(figsize=(3 + 0.5 * len(series) * len(families), 3.6))
     for j, (model, recipe) in enumerate(series):
         pick = {
             c["family"]: c["top5"] for c in cells if (c["model"], c["recipe"]) == (model, recipe)
@@ -340,7 +480,7 @@ def plot(cells: list[dict], path: Path) -> None:
             capsize=3,
             label=model if recipe == "-" else f"{model} ({recipe})",
         )
-    ax.set_xticks(range(len(families)), families)
+    ax.set_xticks(range(len(families)), families, rotation=15, fontsize=8)
     ax.set_ylabel("top-5 error (lower is better)")
     ax.set_title("validation top-5 error, mean +- std over seeds")
     ax.legend(fontsize=8)
@@ -357,7 +497,7 @@ def main(argv: list[str] | None = None) -> None:
     roots = make_data(a, work)
     run_sweep(a, grid_file(a, roots, work), work)
     rows = collect(work, roots)
-    cells = summarize(rows, random_rows(roots))
+    cells = summarize(rows, baseline_rows(roots))
     write_results(rows, cells, Path(a.out), a)
     print((Path(a.out) / "suite.md").read_text())
     print(f"suite done in {time.perf_counter() - start:.0f} s")
