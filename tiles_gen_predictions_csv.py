@@ -8,8 +8,10 @@ Copied into a `tpu_graphs` checkout (this file's folder or the working directory
 `tpu_graphs/baselines/tiles/models.py`), it rebuilds the model from that checkout's models.py;
 anywhere else, from the models.py of the installed `tpu_tiles_models` package. Either way the
 package does the work (`tpu_tiles_models.predict.predict_to_csv`), so it must be installed.
-Unlike the course script it reloads models trained with `--toy_data`, ranks faster, and pads
-kernels with fewer than `--top_k` configs with distinct indices instead of repeated zeros.
+Unlike the course script it reloads models trained with `--toy_data`, ranks faster, pads
+kernels with fewer than `--top_k` configs with distinct indices instead of repeated zeros, and
+keeps config 0 (the compiler's default) in each top 5 when the run's own validation chose it
+(`--keep_default`, as `tpu-tiles predict`; runs from upstream's trainer never chose it).
 """
 
 from __future__ import annotations
@@ -41,6 +43,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--out", default="predictions_model_output.csv", help="CSV to write")
     parser.add_argument("--top_k", type=int, default=5, help="configs listed per kernel")
+    parser.add_argument(
+        "--keep_default",
+        default="auto",
+        choices=("auto", "yes", "no"),
+        help="keep config 0 in each top 5: auto (when the run's validation chose it), yes, no",
+    )
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     if args.top_k < 1:  # before TensorFlow loads
@@ -71,6 +79,7 @@ def run(args: argparse.Namespace) -> str:
         _expand(args.data_root),
         args.out,
         top_k=args.top_k,
+        keep_default=args.keep_default,
         cache_dir=_expand(args.cache_dir) or None,
         models_path=root,  # None: the package's own models.py
         progress=not args.no_progress,

@@ -136,6 +136,11 @@ def test_keep_default_follows_the_run_unless_told(trained, data_root, tmp_path, 
     assert predict(chose[True], None) == kept
     assert predict(chose[True], "no") == plain
     assert predict(chose[False], "yes") == kept
+    out = tmp_path / "script_yes.csv"  # the prediction script takes the same flag
+    argv = ["--dir", str(chose[False]), "--data_root", str(data_root), "--cache_dir="]
+    assert script.main([*argv, "--out", str(out), "--keep_default=yes", "--no_progress"]) == 0
+    capsys.readouterr()
+    assert kaggle.read_predictions_csv(out) == kept
     code = cli.main(["predict", "--dir", str(chose[True]), "--keep_default=maybe"])
     assert code == 2 and "--keep_default must be one of auto, yes, no" in capsys.readouterr().err
 
