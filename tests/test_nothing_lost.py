@@ -38,9 +38,14 @@ def _hidden(folder: Path) -> list[str]:
 
 def _test_ranking(model_dir: Path, root: Path) -> dict[str, list[int]]:
     """The test split ranked by the model reopened from `model_dir` (the course procedure)."""
-    model, ds = TrainedRun.open(model_dir).load(root, split="test", progress=False)
+    run = TrainedRun.open(model_dir)
+    model, ds = run.load(root, split="test", progress=False)
     scored = scoring.score_split(model, ds.test, ds.stats, progress=False)
-    return {s.tile_id: scoring.upstream_top(s.scores, export.UPSTREAM_TOP) for s in scored}
+    keep = run.keep_default  # the stored ranking keeps config 0 if the run's validation chose
+    return {
+        s.tile_id: scoring.upstream_top(s.scores, export.UPSTREAM_TOP, keep_default=keep)
+        for s in scored
+    }
 
 
 def _run_info(run_file: Path) -> dict:

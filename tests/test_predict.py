@@ -119,7 +119,7 @@ def test_keep_default_follows_the_run_unless_told(trained, data_root, tmp_path, 
         run_info[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"] = choice
         out_dir = tmp_path / f"chose_{choice}"
         shutil.copytree(trained.model_dir, out_dir / trained.model_dir.name)
-        export.write_run(out_dir, run_info["args"], run_info)
+        export.write_run(out_dir, run_info)
         chose[choice] = out_dir / trained.model_dir.name
 
     def predict(model_dir: Path, mode: str | None) -> dict[str, list[int]]:
