@@ -27,7 +27,10 @@ TINY = {
     for name in SINGLE
 }
 # Variants: a label -> (class, keywords on top of its TINY ones).
-VARIANTS = {"ResidualSAGE:default_context": ("ResidualSAGE", {"default_context": True})}
+VARIANTS = {
+    "ResidualSAGE:default_context": ("ResidualSAGE", {"default_context": True}),
+    "ResidualSAGEPlain:default_context": ("ResidualSAGEPlain", {"default_context": True}),
+}
 for _label, (_cls, _kwargs) in VARIANTS.items():
     TINY[_label] = {**TINY[_cls], **_kwargs}
 DEFAULT_AWARE = next(iter(VARIANTS))
@@ -552,17 +555,21 @@ def test_normalise_scores_per_kernel():
     np.testing.assert_allclose(z[1], 0.0)
 
 
-@pytest.mark.parametrize("name", ["EarlyJoinSAGE", "ResidualSAGEPlain", "ResidualSAGE", "Ensemble"])
+GROUPED = ("EarlyJoinSAGE", "ResidualSAGEPlain", "ResidualSAGEPlain:default_context")
+
+
+@pytest.mark.parametrize("name", [*GROUPED, "ResidualSAGE", "Ensemble"])
 def test_kernels_scored_together_score_as_one_by_one(name, dataset, monkeypatch):
     """`score_split` scores small kernels of models with `independent_configs` several per call,
     padded to the most configs among them: the scores, top-5, runtimes and order of one call
-    per kernel. Models whose configs see each other are scored one by one."""
+    per kernel. Models whose configs see each other are scored one by one; the default
+    context sees only position 0, which the padding (appended) leaves in place."""
     from tpu_tiles_models import scoring
 
     model = build(name)
     first = next(iter(data.graph_dataset(dataset.valid, dataset.stats)))
     model.forward(first, num_configs_of(first))
-    assert scoring.kernel_scorer(model).grouped == (name in ("EarlyJoinSAGE", "ResidualSAGEPlain"))
+    assert scoring.kernel_scorer(model).grouped == (name in GROUPED)
     monkeypatch.setattr(scoring, "GROUP_PADDING", 4.0)  # tiny kernels: let groups form
     order = [5, 0, 3, 1, 7, 2]
     for max_configs in (None, 7):
