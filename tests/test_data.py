@@ -13,7 +13,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_gnn as tfgnn
 
-from tpu_tiles_models import data
+from tpu_tiles_models import data, kernel_files
 
 # ---------------------------------------------------------------------------------------------
 # A tiny npz writer, independent of synthetic.py, for hand-made and broken kernels.
@@ -81,7 +81,8 @@ def test_round_trip_preserves_every_value(small_root: Path):
     ds = data.load_dataset(small_root, progress=False)
     train, stats = ds.train, ds.stats
     raw = {
-        data.tile_id_of(f): dict(np.load(f)) for f in sorted((small_root / "train").glob("*.npz"))
+        kernel_files.tile_id_of(f): dict(np.load(f))
+        for f in sorted((small_root / "train").glob("*.npz"))
     }
     assert sorted(train.tile_ids) == sorted(raw)
     assert stats.node_width == data.NODE_FEAT_DIM - 1  # column 3 is constant
@@ -153,7 +154,7 @@ def test_synthetic_tree_loads_in_upstream_order(synth_root: Path):
     assert (len(ds.train), len(ds.valid), len(ds.test)) == (24, 8, 6)
     expected = tf.io.gfile.glob(os.path.join(str(synth_root), "train", "*.npz"))
     assert ds.train.files == expected
-    assert data.split_files(synth_root, "train", toy_data=True) == expected[:100]
+    assert kernel_files.split_files(synth_root, "train", toy_data=True) == expected[:100]
     graphs = list(data.graph_dataset(ds.test, ds.stats))
     assert [g.node_sets["g"]["tile_id"][0].numpy().decode() for g in graphs] == ds.test.tile_ids
     for i, g in enumerate(graphs):
@@ -244,8 +245,8 @@ def test_corrupt_zip_and_missing_split_dir(small_root: Path):
     with pytest.raises(data.DataError, match=r"test: split directory not found"):
         data.load_dataset(small_root, progress=False, skip_bad=True)
     (small_root / "test").mkdir()
-    with pytest.raises(data.DataError, match=r"test: no \*\.npz files"):
-        data.split_files(small_root, "test")
+    with pytest.raises(kernel_files.DataError, match=r"test: no \*\.npz files"):
+        kernel_files.split_files(small_root, "test")
 
 
 def test_skip_bad_warns_with_count_and_names(small_root: Path):
@@ -280,7 +281,7 @@ def test_cache_reused_and_invalidated_on_change(small_root: Path, tmp_path: Path
         raise AssertionError(f"read {path} although the cache is valid")
 
     with monkeypatch.context() as m:
-        m.setattr(data, "_read_members", no_reads)
+        m.setattr(kernel_files, "read_members", no_reads)
         again = data.load_split(small_root, "train", cache_dir=cache, progress=False)
     np.testing.assert_array_equal(again.config_feat, first.config_feat)
     assert again.files == first.files

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import cli, data, inspection
+from tpu_tiles_models import cli, inspection, kernel_files
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.inspection.stats import Columns, LogHistogram
 
@@ -306,13 +306,13 @@ def test_bad_file_is_one_line_and_skip_bad_reads_the_rest(handmade: Path, capsys
     valid = r["splits"]["valid"]
     assert (valid["files"], valid["kernels"], len(valid["bad_files"])) == (2, 1, 1)
     assert valid["bad_files"][0].startswith(f"{bad}: not a readable npz file")
-    # a file that reads but breaks the format: data.py's own validation names it
+    # a file that reads but breaks the format: kernel_files' own validation names it
     _write(bad, [1, 2], [1, 1], [1, 2])
     with np.load(bad) as d:
         arrays = {k: d[k] for k in d.files}
     arrays["edge_index"] = np.array([[0, 7]], np.int64)
     np.savez(bad, **arrays)
-    with pytest.raises(data.DataError, match="edge_index refers to node 7"):
+    with pytest.raises(kernel_files.DataError, match="edge_index refers to node 7"):
         inspection.inspect_root(handmade, progress=False)
 
 
@@ -352,7 +352,8 @@ def test_same_file_for_both_outputs_and_missing_root(handmade: Path, tmp_path: P
 def test_iter_kernels_streams_in_order(synth_root: Path) -> None:
     paths = sorted(str(p) for p in (synth_root / "train").glob("*.npz"))
     got = [
-        (p, len(k["config_runtime"])) for p, k in data.iter_kernels(paths, "train", read_ahead=2)
+        (p, len(k["config_runtime"]))
+        for p, k in kernel_files.iter_kernels(paths, "train", read_ahead=2)
     ]
     with_numpy = [(p, len(np.load(p)["config_runtime"])) for p in paths]
     assert got == with_numpy

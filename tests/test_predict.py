@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import tiny_cli
 
-from tpu_tiles_models import cli, data, export, kaggle
+from tpu_tiles_models import cli, data, export, kaggle, kernel_files
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tiles_gen_predictions_csv.py"
@@ -59,9 +59,9 @@ def _predict(model_dir: Path, root: Path, out: Path, capsys) -> tuple[int, str, 
 def _config_counts(root: Path) -> dict[str, int]:
     """Configs per test kernel, in the order the rows are written (directory order)."""
     counts = {}
-    for path in data.split_files(root, "test"):
+    for path in kernel_files.split_files(root, "test"):
         with np.load(path) as npz:
-            counts[data.tile_id_of(path)] = len(npz["config_feat"])
+            counts[kernel_files.tile_id_of(path)] = len(npz["config_feat"])
     return counts
 
 

@@ -278,7 +278,7 @@ def check_bundle(
 ) -> CheckReport:
     """Verifies a bundle the way a grader would; see the module docstring for the steps.
 
-    Data problems (a wrong `data_root`) raise `data.DataError`: the check could not run.
+    Data problems (a wrong `data_root`) raise `kernel_files.DataError`: the check could not run.
     """
     bundle = Path(os.path.expanduser(os.fspath(bundle_dir))).resolve()
     root = os.path.expanduser(os.fspath(data_root))

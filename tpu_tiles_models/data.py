@@ -1,8 +1,9 @@
 """TpuGraphs tile:xla data pipeline: npz files -> validated arrays -> `tfgnn.GraphTensor`s.
 
-One npz file holds one kernel (file stem = tile id). A split is read once, in parallel, into
-concatenated arrays plus per-kernel offsets (`Split`); per-kernel GraphTensors are then built
-from cheap numpy slices, normalised as they are taken (so only the raw arrays are held).
+One npz file holds one kernel (file stem = tile id); `kernel_files` lists, reads and validates
+them. A split is read once, in parallel, into concatenated arrays plus per-kernel offsets
+(`Split`), cached under `--cache_dir` (in `cache`'s format); per-kernel GraphTensors are then
+built from cheap numpy slices, normalised as they are taken (so only the raw arrays are held).
 
 The GraphTensor schema is exactly upstream's (`tpu_graphs/baselines/tiles/data.py`), so one
 model runs under both pipelines:
@@ -26,17 +27,13 @@ object saved with every model, so prediction reproduces them without the train s
 
 from __future__ import annotations
 
-import collections
 import concurrent.futures
 import dataclasses
 import hashlib
-import io
 import itertools
 import json
 import os
 import warnings
-import zipfile
-import zlib
 from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
@@ -44,181 +41,12 @@ import tensorflow as tf
 import tensorflow_gnn as tfgnn
 import tqdm
 
-from tpu_tiles_models import cache, files, interrupts, kaggle
-from tpu_tiles_models.errors import UserError
-from tpu_tiles_models.formats import (
-    CONFIG_FEAT_DIM,
-    MAX_OPCODE,
-    NODE_FEAT_DIM,
-    REQUIRED_KEYS,
-    SPLITS,
-)
+from tpu_tiles_models import cache, files, interrupts, kernel_files
+from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, REQUIRED_KEYS, SPLITS
+from tpu_tiles_models.kernel_files import DataError, split_files, tile_id_of
 
-TOY_FILES = 100  # upstream's --toy_data keeps the first 100 files of each split
 _CACHE_VERSION = 2  # 2: the `cache` module's compressed format
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
-
-
-class DataError(UserError, ValueError):
-    """A data file or directory is unusable; the message is one line naming it and the fix."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Files and validation
-# ---------------------------------------------------------------------------------------------
-
-
-def split_files(root: str | os.PathLike, split: str, *, toy_data: bool = False) -> list[str]:
-    """Lists `root/split/*.npz` in upstream's order (`tf.io.gfile.glob`, directory order).
-
-    `root` may be remote (`gs://...`). With `toy_data`, keeps the first 100 files like
-    upstream's `--toy_data` flag.
-    """
-    if split not in SPLITS:
-        raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
-    directory = files.join(files.expand(root), split)
-    if not files.isdir(directory):
-        raise DataError(
-            f"{directory}: split directory not found; point the data root at the folder "
-            f"holding {'/, '.join(SPLITS)}/ (e.g. ~/data/tpugraphs/npz/tile/xla)"
-        )
-    # Upstream's order is tf.io.gfile.glob's (unsorted, directory order); toy subsets and the
-    # course's predictions depend on it, so use the very same call.
-    found = tf.io.gfile.glob(files.join(directory, "*.npz"))
-    if not found:
-        raise DataError(f"{directory}: no *.npz files; download the tile:xla npz files into it")
-    found = found[:TOY_FILES] if toy_data else found
-    if split == "test":  # each test kernel becomes a predictions CSV row named by its file
-        for path in found:
-            problem = kaggle.tile_id_problem(tile_id_of(path))
-            if problem:
-                raise DataError(
-                    f"{path}: its tile id {problem}, so no predictions CSV can name it; "
-                    "rename the file (test files keep Kaggle's tile ids)"
-                )
-    return found
-
-
-def tile_id_of(path: str) -> str:
-    """The tile id of a file: its name without directory and `.npz`."""
-    return os.path.splitext(os.path.basename(path))[0]
-
-
-def benchmark_of(tile_id: str) -> str:
-    """`resnet50_train_batch_8_1a2b` -> `resnet50_train_batch_8`: the program (upstream's
-    benchmark) a kernel comes from, as upstream groups them."""
-    return tile_id.rsplit("_", 1)[0]
-
-
-def _unreadable(path: str, err: BaseException) -> DataError:
-    reason = " ".join(str(err).split()) or type(err).__name__
-    return DataError(f"{path}: not a readable npz file ({reason}); re-download it or delete it")
-
-
-_ZIP_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, ValueError)
-
-
-def _read_members(path: str) -> dict[str, bytes]:
-    """Decompressed `.npy` members of an npz file (thread-safe: no numpy parsing here)."""
-    try:
-        with files.open_read(path) as f, zipfile.ZipFile(f) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".npy")]
-            return {name[: -len(".npy")]: zf.read(name) for name in names}
-    except _ZIP_ERRORS as err:
-        raise _unreadable(path, err) from None
-
-
-def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray]:
-    """Arrays from `_read_members` output.
-
-    Call from one thread only: numpy parses .npy headers with `ast.literal_eval`, which
-    CPython 3.11 can fail on when several threads run it at once ("AST constructor recursion
-    depth mismatch"), so the thread pool only reads and decompresses.
-    """
-    try:
-        return {
-            key: np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
-            for key, raw in members.items()
-        }
-    except _ZIP_ERRORS as err:
-        raise _unreadable(path, err) from None
-
-
-def _fail(path: str, what: str) -> DataError:
-    return DataError(f"{path}: {what}; re-download the file or delete it")
-
-
-def _check_kind(path: str, arrays: dict[str, np.ndarray], key: str, kinds: str) -> None:
-    if arrays[key].dtype.kind not in kinds:
-        want = "integer" if kinds == "iu" else "numeric"
-        raise _fail(path, f"{key} has dtype {arrays[key].dtype}, expected {want}")
-
-
-def _check_shape(path: str, key: str, shape: tuple[int, ...], want: tuple[Any, ...]) -> None:
-    ok = len(shape) == len(want) and all(w is None or s == w for s, w in zip(shape, want))
-    if not ok:
-        parts = ["?" if w is None else str(w) for w in want]
-        pretty = f"({parts[0]},)" if len(parts) == 1 else f"({', '.join(parts)})"
-        raise _fail(path, f"{key} has shape {shape}, expected {pretty}")
-
-
-def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> None:
-    """Raises `DataError` (one line naming `path`) unless `arrays` is a usable kernel.
-
-    Checks keys, dtypes, shapes and their agreement, opcode and edge ranges, finite features,
-    that there is at least one config, and runtimes (> 0 on train and valid; >= 0 on test,
-    whose runtimes are all zero). A train kernel with a single config is valid but cannot be
-    ranked: `load_split` leaves it out with a warning, as upstream does.
-    """
-    missing = [key for key in REQUIRED_KEYS if key not in arrays]
-    if missing:
-        raise _fail(path, f"missing key(s) {', '.join(missing)}")
-    for key in ("node_opcode", "edge_index"):
-        _check_kind(path, arrays, key, "iu")
-    for key in ("node_feat", "config_feat", "config_runtime", "config_runtime_normalizers"):
-        _check_kind(path, arrays, key, "iuf")
-
-    n = arrays["node_feat"].shape[0] if arrays["node_feat"].ndim else -1
-    c = arrays["config_feat"].shape[0] if arrays["config_feat"].ndim else -1
-    _check_shape(path, "node_feat", arrays["node_feat"].shape, (None, NODE_FEAT_DIM))
-    _check_shape(path, "node_opcode", arrays["node_opcode"].shape, (n,))
-    edges = arrays["edge_index"]
-    if edges.size or edges.ndim != 1:  # an empty edge list may be stored as shape (0,)
-        _check_shape(path, "edge_index", edges.shape, (None, 2))
-    _check_shape(path, "config_feat", arrays["config_feat"].shape, (None, CONFIG_FEAT_DIM))
-    _check_shape(path, "config_runtime", arrays["config_runtime"].shape, (c,))
-    _check_shape(
-        path, "config_runtime_normalizers", arrays["config_runtime_normalizers"].shape, (c,)
-    )
-
-    if n < 1:
-        raise _fail(path, "has no nodes")
-    ops = arrays["node_opcode"]
-    if ops.min() < 0 or ops.max() > MAX_OPCODE:
-        bad = ops.min() if ops.min() < 0 else ops.max()
-        raise _fail(
-            path,
-            f"node_opcode {bad} is outside 0..{MAX_OPCODE}, the HLO opcode ids models embed "
-            "(TpuGraphs' run 0..120)",
-        )
-    if edges.size and (edges.min() < 0 or edges.max() >= n):
-        raise _fail(
-            path,
-            f"edge_index refers to node {edges.min() if edges.min() < 0 else edges.max()}"
-            f" but the kernel has nodes 0..{n - 1}",
-        )
-    for key in ("node_feat", "config_feat"):
-        if not np.isfinite(arrays[key]).all():
-            raise _fail(path, f"{key} has NaN or infinite values")
-
-    if c < 1:
-        raise _fail(path, "has no configs")
-    for key in ("config_runtime", "config_runtime_normalizers"):
-        values = arrays[key]
-        if not np.isfinite(values).all() or values.min() < 0:
-            raise _fail(path, f"{key} has negative, NaN or infinite values")
-        if split != "test" and values.min() <= 0:
-            raise _fail(path, f"{key} has zeros; only the test split may lack runtimes")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,45 +159,6 @@ def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
     return split, skipped
 
 
-def _check_members(path: str, members: dict[str, bytes], split: str) -> dict[str, np.ndarray]:
-    """Parses and validates one file's members; returns the required arrays."""
-    arrays = _parse_members(path, members)
-    validate_arrays(path, arrays, split=split)
-    return {key: arrays[key] for key in REQUIRED_KEYS}
-
-
-def iter_kernels(
-    paths: Sequence[str], split: str, *, skip_bad: bool = False, read_ahead: int = 8
-) -> Iterator[tuple[str, dict[str, np.ndarray] | DataError]]:
-    """Validated kernels of `paths`, one at a time and in order: a split streamed, not loaded.
-
-    Threads read and decompress at most `read_ahead` files ahead (so memory holds that many
-    kernels, not the split); parsing and validation run in the caller's thread. Yields
-    `(path, arrays)` with the `REQUIRED_KEYS` arrays; a bad file raises `DataError` naming
-    it, or with `skip_bad` is yielded as `(path, DataError)`.
-    """
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(4, read_ahead))
-    queue = iter(paths)
-    pending = collections.deque(
-        (p, pool.submit(_read_members, p)) for p in itertools.islice(queue, read_ahead)
-    )
-    try:
-        while pending:
-            path, future = pending.popleft()
-            for following in itertools.islice(queue, 1):
-                pending.append((following, pool.submit(_read_members, following)))
-            try:
-                arrays = _check_members(path, future.result(), split)
-            except DataError as err:
-                if not skip_bad:
-                    raise
-                yield path, err
-                continue
-            yield path, arrays
-    finally:
-        pool.shutdown(wait=False, cancel_futures=True)
-
-
 def _warn_skipped(split: str, skipped: list[str]) -> None:
     if skipped:
         shown = " | ".join(skipped[:_SHOWN_NAMES])
@@ -420,7 +209,7 @@ def load_split(
     results: list[dict[str, np.ndarray] | None] = [None] * len(paths)
     errors: dict[int, str] = {}
     with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
-        futures = {pool.submit(_read_members, p): i for i, p in enumerate(paths)}
+        futures = {pool.submit(kernel_files.read_members, p): i for i, p in enumerate(paths)}
         done = concurrent.futures.as_completed(futures)
         if progress:
             done = tqdm.tqdm(done, total=len(paths), desc=f"loading {split}", unit="file")
@@ -429,7 +218,7 @@ def load_split(
                 interrupts.check()
                 i = futures[future]
                 try:
-                    results[i] = _check_members(paths[i], future.result(), split)
+                    results[i] = kernel_files.check_members(paths[i], future.result(), split)
                 except DataError as err:
                     if not skip_bad:
                         # Only training may leave kernels out: every test kernel needs a row.

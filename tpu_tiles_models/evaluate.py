@@ -24,8 +24,8 @@ import numpy as np
 import tqdm
 
 from tpu_tiles_models import export, files, formats, metrics, registry, scoring
-from tpu_tiles_models.data import benchmark_of
 from tpu_tiles_models.errors import UserError
+from tpu_tiles_models.kernel_files import benchmark_of
 from tpu_tiles_models.runs import TrainedRun
 
 OVERALL = "overall"

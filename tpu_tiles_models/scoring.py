@@ -17,6 +17,7 @@ import tensorflow as tf
 import tqdm
 
 from tpu_tiles_models import data, interrupts, kaggle, metrics
+from tpu_tiles_models.kernel_files import benchmark_of
 
 
 @dataclass
@@ -216,7 +217,7 @@ def stratified_sample(
     sizes = np.minimum(np.floor(np.log10(np.maximum(counts, 1))), 3)
     strata: dict[tuple[str, int], list[int]] = {}
     for i, (tile_id, size) in enumerate(zip(split.tile_ids, sizes)):
-        strata.setdefault((data.benchmark_of(tile_id), int(size)), []).append(i)
+        strata.setdefault((benchmark_of(tile_id), int(size)), []).append(i)
     rng = np.random.default_rng(seed)
     chosen: dict[int, float] = {}
     for key in sorted(strata):

@@ -1,6 +1,6 @@
 """`tpu-tiles inspect`: a data report for any tile:xla data root, real or synthetic.
 
-`inspect_root` reads every kernel of each split once, one at a time (`data.iter_kernels`:
+`inspect_root` reads every kernel of each split once, one at a time (`kernel_files.iter_kernels`:
 every file validated as training would, a few files in memory, never a split), into
 fixed-size accumulators and one number per kernel, and returns a JSON-ready dict whose keys
 it documents; `format_table` prints it, `write_json` / `read_json` save and reopen it,
@@ -14,7 +14,7 @@ it documents; `format_table` prints it, `write_json` / `read_json` save and reop
   of always picking config 0.
 - duplicate row: a `config_feat` row equal to an earlier row of the same kernel; its gap is
   |runtime - the first copy's runtime| / the first copy's runtime.
-- program: the tile id without its last `_part` (`data.benchmark_of`); test ids are
+- program: the tile id without its last `_part` (`kernel_files.benchmark_of`); test ids are
   anonymised (32 hex digits) and have none.
 - feature columns: constant (one value over the split), two-valued (every row at the min or
   the max: an indicator), heavy-tailed (more values, and the min or max lies more than

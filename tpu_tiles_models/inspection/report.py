@@ -25,6 +25,7 @@ from tpu_tiles_models.inspection.stats import (
     log_bins,
     share,
 )
+from tpu_tiles_models.kernel_files import DataError, benchmark_of, iter_kernels, tile_id_of
 
 FORMAT = "tpu_tiles_models.inspect/1"
 DEFAULT_ROOT = "~/data/tpugraphs/npz/tile/xla"
@@ -45,8 +46,6 @@ class InspectError(UserError, ValueError):
 
 def program_of(tile_id: str) -> str | None:
     """The program of a tile id; None for an anonymised test id (32 hex digits)."""
-    from tpu_tiles_models.data import benchmark_of
-
     return None if _ANONYMISED.fullmatch(tile_id) else benchmark_of(tile_id)
 
 
@@ -79,7 +78,7 @@ class _Split:
         self.config_columns = Columns(CONFIG_FEAT_DIM)
 
     def add(self, tile_id: str, k: dict[str, np.ndarray]) -> None:
-        """Adds one validated kernel (`data.REQUIRED_KEYS` arrays)."""
+        """Adds one validated kernel (`formats.REQUIRED_KEYS` arrays)."""
         runtime = k["config_runtime"].astype(np.float64)
         normaliser = k["config_runtime_normalizers"].astype(np.float64)
         self.tile_ids.append(tile_id)
@@ -275,8 +274,6 @@ def inspect_root(
       DataError: a bad file (unless `skip_bad`), or every file of a split is bad.
       InspectError: no data root or split folder there.
     """
-    from tpu_tiles_models import data
-
     if tail_sigmas <= 0:
         raise FlagError(f"--tail_sigmas must be above 0, got {tail_sigmas}")
     where = files.absolute(files.expand(root))
@@ -284,7 +281,7 @@ def inspect_root(
     result: dict[str, Any] = {}
     for split, split_files in paths.items():
         stats = _Split(len(split_files))
-        kernels = data.iter_kernels(split_files, split, skip_bad=skip_bad)
+        kernels = iter_kernels(split_files, split, skip_bad=skip_bad)
         bar = tqdm.tqdm(
             kernels,
             total=len(split_files),
@@ -295,19 +292,17 @@ def inspect_root(
         try:
             for path, arrays in bar:
                 interrupts.check()
-                if isinstance(arrays, data.DataError):
+                if isinstance(arrays, DataError):
                     stats.bad.append(str(arrays))
                 else:
-                    stats.add(data.tile_id_of(path), arrays)
-        except data.DataError as err:
-            raise data.DataError(f"{err} (or inspect the rest with --skip_bad)") from None
+                    stats.add(tile_id_of(path), arrays)
+        except DataError as err:
+            raise DataError(f"{err} (or inspect the rest with --skip_bad)") from None
         finally:
             bar.close()
             kernels.close()
         if split_files and len(stats.bad) == len(split_files):
-            raise data.DataError(
-                f"{files.join(where, split)}: every file is bad, e.g. {stats.bad[0]}"
-            )
+            raise DataError(f"{files.join(where, split)}: every file is bad, e.g. {stats.bad[0]}")
         result[split] = stats.result(tail_sigmas, default_tolerance)
     return {
         "format": FORMAT,
