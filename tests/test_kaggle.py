@@ -320,8 +320,10 @@ def test_out_folder_is_one_line_naming_the_flag(small_sample, tmp_path):
     assert isinstance(err.value, UserError)
     assert list(folder.iterdir()) == []
     assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "preds.csv", "sample_submission.csv", "subs",
-    ]  # fmt: skip
+        "preds.csv",
+        "sample_submission.csv",
+        "subs",
+    ]
 
 
 def test_out_under_a_file_names_the_flag_not_errno_17(small_sample, tmp_path):
@@ -368,8 +370,12 @@ def test_out_equal_to_an_input_is_refused_and_the_input_kept(small_sample, tmp_p
         assert {p: p.read_bytes() for p in before} == before
     assert (tmp_path / "link.csv").is_symlink()
     assert sorted(os.listdir(tmp_path)) == [
-        "hard.csv", "link.csv", "preds.csv", "sample_submission.csv", "sub",
-    ]  # fmt: skip
+        "hard.csv",
+        "link.csv",
+        "preds.csv",
+        "sample_submission.csv",
+        "sub",
+    ]
 
 
 @pytest.mark.parametrize("mask, expected", [(0o022, 0o644), (0o002, 0o664)])

@@ -172,8 +172,10 @@ def compiler_default(
     """
     limit = COMPILER_VMEM_SHARE * space.vmem
     largest = np.array([np.max(c) for c in space.choices], np.float64)
-    found = [_greedy(space, _fitting_start(space, start, limit), limit, sweeps)
-             for start in (space.start, largest)]  # fmt: skip
+    found = [
+        _greedy(space, _fitting_start(space, start, limit), limit, sweeps)
+        for start in (space.start, largest)
+    ]
     point, time = min(found, key=lambda point_time: point_time[1])
     if np.isfinite(time) or fallback is None or not len(fallback):
         return point
