@@ -38,9 +38,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from suite import finished_runs  # benchmarks/suite.py, beside this script (the sweep's runs)
 
 from tpu_tiles_models import data, files, inspection, metrics, synthetic
-from tpu_tiles_models.runs import TrainedRun
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "families.json"
@@ -167,21 +167,13 @@ def train_models(a: argparse.Namespace, roots: dict[str, Path], work: Path) -> N
 def model_rows(work: Path, roots: dict[str, Path]) -> dict[str, dict[str, dict[str, Any]]]:
     """`{family: {model: {"top1": [mean, std], "top5": ..., "seeds", "seconds"}}}` from the
     sweep's run files."""
-    family_of = {str(r): f for f, r in roots.items()}
     runs: dict[tuple[str, str], list[dict[str, float]]] = {}
-    for model_dir in sorted((work / "runs").glob("model_*")):
-        try:
-            run = TrainedRun.open(model_dir)
-        except Exception as e:  # an unfinished point: no run file yet
-            print(f"skipping {model_dir.name}: {e}")
-            continue
-        args = run.train_args
-        if args.data_root in family_of:
-            errors = run.val_errors
-            seconds = sum(run.extras.get("epoch_seconds", []))
-            runs.setdefault((family_of[args.data_root], args.model), []).append(
-                {"top1": errors["1"], "top5": errors["5"], "seconds": seconds}
-            )
+    for family, run in finished_runs(work, roots):
+        errors = run.val_errors
+        seconds = sum(run.extras.get("epoch_seconds", []))
+        runs.setdefault((family, run.train_args.model), []).append(
+            {"top1": errors["1"], "top5": errors["5"], "seconds": seconds}
+        )
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for (family, model), rows in sorted(runs.items()):
         cell: dict[str, Any] = {"seeds": len(rows)}

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import time
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -204,25 +205,31 @@ def label_of(model: str, model_kwargs_json: str) -> str:
     return model
 
 
-def collect(work: Path, roots: dict[str, Path]) -> list[dict]:
-    """One row per finished run, from its run file, and one for the same run with config 0
-    kept in its top 5 (its validation record), labelled `<model>+default`."""
+def finished_runs(work: Path, roots: dict[str, Path]) -> Iterator[tuple[str, TrainedRun]]:
+    """(family, run) for each finished run of the sweep under `work` whose data root is one of
+    `roots` (`{family: data root}`); unfinished points are named and skipped."""
     family_of = {str(r): f for f, r in roots.items()}
-    rows = []
     for model_dir in sorted((work / "runs").glob("model_*")):
         try:
             run = TrainedRun.open(model_dir)
         except Exception as e:  # an unfinished point: no run file yet
             print(f"skipping {model_dir.name}: {e}")
             continue
+        if run.train_args.data_root in family_of:
+            yield family_of[run.train_args.data_root], run
+
+
+def collect(work: Path, roots: dict[str, Path]) -> list[dict]:
+    """One row per finished run, from its run file, and one for the same run with config 0
+    kept in its top 5 (its validation record), labelled `<model>+default`."""
+    rows = []
+    for family, run in finished_runs(work, roots):
         args = run.train_args
-        if args.data_root not in family_of:
-            continue
         errors, extras = run.val_errors, run.extras
         best = extras.get("best_epoch", -1)
         curve = run.info["train_curve"]
         row = dict(
-            family=family_of[args.data_root],
+            family=family,
             model=label_of(args.model, args.model_kwargs_json),
             recipe=args.run_id,
             seed=args.seed,
