@@ -1,7 +1,8 @@
 """Every synthetic family against the real tile:xla collection (run by hand, not a test).
 
-For each family, one data set at the suite's budget (default 1,000 train / 200 valid / 20 test
-kernels, data seed 0, no config cap: the families' own counts, up to 10,000 a kernel), then:
+For each family, one data set at the suite's budget (`suite.BUDGET`: 1,000 train / 200 valid /
+20 test kernels, data seed 0, no config cap: the families' own counts, up to 10,000 a kernel),
+then:
 
 - data figures from `tpu-tiles inspect`'s report (`inspection.inspect_root`, the one reader of
   a data root's statistics): configs, nodes and edges per kernel, runtime / normaliser over
@@ -11,9 +12,9 @@ kernels, data seed 0, no config cap: the families' own counts, up to 10,000 a ke
   then random order; mean of 20 draws), a config-only ridge (fitted on train: log runtime /
   normaliser, centred per kernel, on log1p of every config column and its square), and the
   models of `--models` (default upstream's `MLP` and `EarlyJoinSAGE`) trained by `tpu-tiles
-  sweep` at the suite's budget: upstream's flags except `--epochs` (10) and `--early_stop=0`,
-  seeds `--seeds` (0,1,2), mean +- std over seeds; errors on every config of every
-  validation kernel (the trainer's final validation);
+  sweep` at the suite's budget (upstream's flags but 40 epochs), seeds `--seeds` (0,1,2), mean
+  +- std over seeds; errors on every config of every validation kernel (the trainer's final
+  validation). Given the suite's `--work`, it reuses the suite's data sets and runs;
 - every target of issue 21 beside the real figure (`REAL`, from REAL_DATA_FACTS.md) with its
   value per family, met or not.
 
@@ -30,15 +31,16 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from suite import finished_runs  # benchmarks/suite.py, beside this script (the sweep's runs)
+
+# benchmarks/suite.py, beside this script: the budget, the data sets and the sweep's runs are
+# the suite's, so the two scripts given the same --work share them (neither trains twice).
+from suite import add_budget_flags, budget_text, finished_runs, grid_file, make_data, run_sweep
 
 from tpu_tiles_models import data, files, inspection, metrics, synthetic
 
@@ -67,14 +69,9 @@ REAL = {
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--families", default=",".join(synthetic.FAMILIES))
-    p.add_argument("--train", type=int, default=1000)
-    p.add_argument("--valid", type=int, default=200)
-    p.add_argument("--test", type=int, default=20)
-    p.add_argument("--seed", type=int, default=0, help="data seed")
+    add_budget_flags(p)
     p.add_argument("--models", default="EarlyJoinSAGE,MLP", help="'' for data figures only")
     p.add_argument("--seeds", default="0,1,2", help="training seeds")
-    p.add_argument("--epochs", type=int, default=10)
-    p.add_argument("--num_workers", type=int, default=2, help="the sweep's worker processes")
     p.add_argument("--work", default="", help="data sets, runs and cache (kept; reused)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file (and .md beside)")
     p.add_argument(
@@ -153,22 +150,20 @@ def rankers(root: Path) -> dict[str, dict[str, float]]:
 # Trained models.
 # --------------------------------------------------------------------------------------
 def train_models(a: argparse.Namespace, roots: dict[str, Path], work: Path) -> None:
-    """`tpu-tiles sweep` over models x seeds x families (resumable: finished points stay)."""
-    grid = f"model={a.models} seed={a.seeds} data_root={','.join(str(r) for r in roots.values())}"
-    cmd = [sys.executable, "-m", "tpu_tiles_models.cli", "sweep", "--grid", grid]
-    cmd += ["--out_dir", str(work / "runs"), "--num_workers", str(a.num_workers)]
-    cmd += [f"--epochs={a.epochs}", "--early_stop=0", f"--cache_dir={work / 'cache'}"]
-    cmd += ["--no_progress"]
-    print(" ".join(cmd), flush=True)
-    if subprocess.call(cmd):
-        print("the sweep reported failed points; tabulating the runs that finished", flush=True)
+    """The suite's sweep over models x seeds x families (resumable: finished points stay)."""
+    run_sweep(a, grid_file(a, roots, work), work)
 
 
-def model_rows(work: Path, roots: dict[str, Path]) -> dict[str, dict[str, dict[str, Any]]]:
+def model_rows(
+    work: Path, roots: dict[str, Path], models: list[str]
+) -> dict[str, dict[str, dict[str, Any]]]:
     """`{family: {model: {"top1": [mean, std], "top5": ..., "seeds", "seconds"}}}` from the
     sweep's run files."""
     runs: dict[tuple[str, str], list[dict[str, float]]] = {}
+    wanted = set(models)
     for family, run in finished_runs(work, roots):
+        if run.train_args.model not in wanted or run.train_args.model_kwargs_json != "{}":
+            continue  # another script's model or variant (the suite's), sharing the folder
         errors = run.val_errors
         seconds = sum(run.extras.get("epoch_seconds", []))
         runs.setdefault((family, run.train_args.model), []).append(
@@ -362,11 +357,10 @@ def markdown(doc: dict[str, Any]) -> str:
     """families.md: the targets table and the rankers table README shows."""
     s, fams = doc["settings"], list(doc["families"])
     lines = [
-        f"`{s['command']}`: {s['train']:,} train / {s['valid']:,} valid / {s['test']} test "
-        f"kernels per family (data seed {s['seed']}, no config cap); models trained by "
-        f"`tpu-tiles sweep` with upstream's flags but `--epochs={s['epochs']} "
-        f"--early_stop=0`, seeds {s['seeds']} (mean +- std), errors on every config of every "
-        f"validation kernel; random and default: mean of {DRAWS} random orders.",
+        f"`{s['command']}`: {s['budget']} (the suite's budget); {s['test']} test kernels "
+        f"per family; models trained by `tpu-tiles sweep`, seeds {s['seeds']} (mean +- std), "
+        "errors on every config of every validation kernel; random and default: mean of "
+        f"{DRAWS} random orders.",
         "",
         "| target | real | " + " | ".join(fams) + " |",
         "|---|---|" + "---|" * len(fams),
@@ -396,27 +390,6 @@ def markdown(doc: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
-    """One data set per family under `work` (reused when complete)."""
-    roots = {}
-    for family in a.families.split(","):
-        root = work / "data" / f"{family}_{a.train}_{a.valid}_{a.test}_{a.seed}"
-        if not (root / "test").is_dir():
-            start = time.perf_counter()
-            synthetic.generate(
-                root,
-                train=a.train,
-                valid=a.valid,
-                test=a.test,
-                seed=a.seed,
-                family=family,
-                progress=False,
-            )
-            print(f"{family}: generated in {time.perf_counter() - start:.0f} s", flush=True)
-        roots[family] = root
-    return roots
-
-
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     a = parse_args(argv)
@@ -429,7 +402,7 @@ def main(argv: list[str] | None = None) -> None:
     roots = make_data(a, work)
     if a.models:
         train_models(a, roots, work)
-    models = model_rows(work, roots) if a.models else {}
+    models = model_rows(work, roots, a.models.split(",")) if a.models else {}
     results = {}
     for family, root in roots.items():
         results[family] = {
@@ -440,7 +413,9 @@ def main(argv: list[str] | None = None) -> None:
         }
     settings = {
         "command": " ".join(["python benchmarks/families.py", *argv]),
-        **{k: getattr(a, k) for k in ("train", "valid", "test", "seed", "seeds", "epochs")},
+        **{k: getattr(a, k) for k in ("train", "valid", "test", "data_seed", "seeds", "epochs")},
+        "early_stop": a.early_stop,
+        "budget": budget_text(a),
         "models": a.models,
     }
     doc = {"settings": settings, "real": REAL, "families": results}
