@@ -1,8 +1,9 @@
 """The `alt` family: the same HLO fusions as `roofline`, timed on a wider, faster core (256
-MXU, 8 MiB scratchpad) with partial compute/memory overlap, an
-operand cache that speeds up re-reads of operands that fit it, and a smooth capacity penalty
-instead of a hard spill (for configs priced by hand: like every family, the data hold only
-tiles that fit)."""
+MXU, 8 MiB scratchpad, one core) with partial compute/memory overlap, an
+operand cache that speeds up re-reads of operands that fit it, a DMA engine whose bandwidth
+falls in proportion to short contiguous runs (side inputs, convolution input features and
+filter outputs, matmul contraction chunks), and a smooth capacity penalty instead of a hard
+spill (for configs priced by hand: like every family, the data hold only tiles that fit)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,24 @@ def _time(geom: KernelGeometry, t: dict[str, np.ndarray], hw: Hardware) -> np.nd
 
 COST = analytic.CostModel(
     "alt",
-    Hardware(180e3, 45e3, 5.0e3, 800.0, 8 * 2**20, 256, 150.0, 120.0, 4000.0, 0.7, 24 * 2**20, 3.0),
+    Hardware(
+        mxu_bf16=180e3,
+        mxu_f32=45e3,
+        vpu=5.0e3,
+        hbm=800.0,
+        vmem=8 * 2**20,
+        mxu_dim=256,
+        tile_ns=150.0,
+        pass_ns=120.0,
+        launch_ns=4000.0,
+        overlap=0.7,
+        cache=24 * 2**20,
+        cache_speedup=3.0,
+        dma_run=8192.0,  # bandwidth in proportion to the run, down to 1/25 of it
+        dma_exp=1.0,
+        dma_floor=0.04,
+        operand_runs=True,
+    ),
     _time,
 )
 

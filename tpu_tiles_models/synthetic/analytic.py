@@ -48,7 +48,7 @@ class CostModel:
     def runtime(self, geom: KernelGeometry, config_feat: np.ndarray) -> np.ndarray:
         """Noise-free runtime in ns of each config row `[c, 24]` of a kernel: `[c]` float64."""
         cfg = np.asarray(config_feat, np.float64).reshape(-1, CONFIG_FEAT_DIM)
-        return self.time(geom, tile_terms(geom, cfg, self.hw.mxu_dim), self.hw)
+        return self.time(geom, tile_terms(geom, cfg, self.hw), self.hw)
 
 
 def compiler_start(
@@ -84,7 +84,7 @@ def space_of(geom: KernelGeometry, meta: dict[str, Any], cost: CostModel) -> aut
     opts = choices(geom, meta)
 
     def price(cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        terms = tile_terms(geom, cfg, cost.hw.mxu_dim)
+        terms = tile_terms(geom, cfg, cost.hw)
         return cost.time(geom, terms, cost.hw), terms["ws"]
 
     units = -(-geom.out_dims // geom.granule)

@@ -1,6 +1,9 @@
 """The `roofline` family: HLO fusions timed on a v3-like TPU core (16 MiB scratchpad, 128x128
 MXU) as the max of compute and memory time per tile with strict double buffering and fixed
-costs per tile and per reduction pass. The data hold only tiles that fit the scratchpad."""
+costs per tile and per reduction pass. Two cores share the grid (megacore), and reads run at
+full bandwidth only in long contiguous runs: a side input tiled short along its own minor dim,
+a convolution's input features or filter outputs, a matmul's contraction chunk, each read in
+short runs, are much slower. The data hold only tiles that fit the scratchpad."""
 
 from __future__ import annotations
 
@@ -19,11 +22,29 @@ def _time(geom: KernelGeometry, t: dict[str, np.ndarray], hw: Hardware) -> np.nd
     over = t["ws"] / hw.vmem
     per_tile = np.where(over <= 1.0, np.maximum(comp, mem), comp + mem * (1.0 + over))
     per_tile = per_tile + hw.tile_ns + hw.pass_ns * t["passes"]
-    return t["tiles"] * per_tile + mem + hw.launch_ns
+    # Megacore: two cores share the grid, one tile each per step; a single tile idles one
+    # core, an odd count idles it for the last step.
+    return np.ceil(t["tiles"] / 2.0) * per_tile + mem + hw.launch_ns
 
 
 COST = analytic.CostModel(
-    "roofline", Hardware(60e3, 20e3, 2.0e3, 450.0, 16 * 2**20, 128, 350.0, 60.0, 2500.0), _time
+    "roofline",
+    Hardware(
+        mxu_bf16=60e3,
+        mxu_f32=20e3,
+        vpu=2.0e3,
+        hbm=450.0,
+        vmem=16 * 2**20,
+        mxu_dim=128,
+        tile_ns=350.0,
+        pass_ns=60.0,
+        launch_ns=2500.0,
+        dma_run=8192.0,  # side inputs and main operands need long runs for full bandwidth
+        dma_exp=0.8,
+        dma_floor=0.08,
+        operand_runs=True,
+    ),
+    _time,
 )
 
 

@@ -37,6 +37,13 @@ class Hardware:
         overlap: fraction of min(compute, memory) hidden (alt only).
         cache: bytes of operand cache (alt only).
         cache_speedup: how much faster a cached re-read is (alt only).
+        dma_run: contiguous bytes a read needs for full bandwidth ...
+        dma_exp: ... its bandwidth share grows as (run / dma_run) ** dma_exp ...
+        dma_floor: ... from this share for the shortest runs.
+        operand_runs: the main op's operands are read at the bandwidth share of their
+            contiguous runs too: a convolution's input (features minor) and filter (output
+            features minor), a matmul's lhs (contraction minor); a run goes on into the next
+            dim when the tile holds the minor dim whole (side inputs always are).
     """
 
     mxu_bf16: float
@@ -51,15 +58,20 @@ class Hardware:
     overlap: float = 1.0
     cache: float = 0.0
     cache_speedup: float = 1.0
+    dma_run: float = 2048.0
+    dma_exp: float = 0.4
+    dma_floor: float = 0.25
+    operand_runs: bool = False
 
 
-def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str, np.ndarray]:
+def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str, np.ndarray]:
     """Per-config tile quantities.
 
     Args:
       geom: the kernel.
       cfg: `[c, 24]` float64 config features.
-      mxu_dim: systolic array width, the padding granule of MXU rows and contraction.
+      hw: the core (its MXU width pads MXU rows and contraction; its DMA constants price
+        side inputs read along a short minor dim).
 
     Returns:
       `[c]` arrays: `tiles`, `passes` (reduction passes per tile), `mxu` (flops per tile),
@@ -68,7 +80,7 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
       buffers of everything streamed, so one tile's transfers overlap the previous tile's
       compute), `f32` (32-bit operands).
     """
-    rank = len(geom.out_dims)
+    rank, mxu_dim = len(geom.out_dims), hw.mxu_dim
     units = -(-geom.out_dims // geom.granule)
     b = np.clip(cfg[:, CFG_OUTPUT : CFG_OUTPUT + rank], 1, units).astype(np.float64)
     ext = b * geom.granule  # tile extent in elements per dim
@@ -95,6 +107,11 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
         in_tile = ext[:, geom.batch_dim] * np.prod(in_sp, axis=0) * ci * mb
         w_tile = th * tw * ci * ext[:, geom.feat_dim] * mb
         stream, reuse = in_tile * passes, w_tile * passes
+        if hw.operand_runs:  # short runs of input features or filter outputs read slowly
+            stream = stream / _share(np.where(ci >= geom.cin, geom.cin * in_sp[-1], ci) * mb, hw)
+            co = ext[:, geom.feat_dim]  # filter [kh, kw, ci, co]
+            whole = co >= geom.out_dims[geom.feat_dim]
+            reuse = reuse / _share(np.where(whole, co * ci, co) * mb, hw)
         chunk = in_tile + w_tile
         mxu = 2.0 * e_t * kh * kw * geom.cin
         depth = th * tw * ci
@@ -111,6 +128,8 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
         stream = rows * k * mb
         reuse = (bt if geom.rhs_batched else 1.0) * k * ext[:, -1] * mb
         chunk = (stream + reuse) * kc / k  # one contraction chunk resident
+        if hw.operand_runs:  # the lhs's contraction dim is minor: a chunk of it is one run
+            stream = stream / _share(np.where(kc >= k, k * rows, kc) * mb, hw)
         mxu = 2.0 * e_t * k
         eff = rows / (np.ceil(rows / mxu_dim) * mxu_dim) * kc / (np.ceil(kc / mxu_dim) * mxu_dim)
     elif geom.kind == "reduce":
@@ -124,7 +143,7 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
     small = geom.side_elems[None, :] < e_t[:, None]  # broadcast operands re-read per tile
     side_reuse = (side_tile * small) @ geom.side_bytes if len(geom.side_bytes) else 0.0
     # Reading a side input costs more when the tile is short along its own minor dim.
-    slow = side_tile / _dma_share(geom, ext) - side_tile
+    slow = side_tile / _dma_share(geom, ext, hw) - side_tile
     side_slow = slow @ geom.side_bytes if len(geom.side_bytes) else 0.0
     out = e_t * geom.out_bytes
     single = chunk + side + e_t * 4.0 + out  # one buffer of everything streamed
@@ -141,20 +160,19 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, mxu_dim: int) -> dict[str,
     }
 
 
-DMA_RUN = 2048.0  # contiguous bytes a DMA needs for full bandwidth
-
-
-def _dma_share(geom: KernelGeometry, ext: np.ndarray) -> np.ndarray:
+def _dma_share(geom: KernelGeometry, ext: np.ndarray, hw: Hardware) -> np.ndarray:
     """`[c, p]` bandwidth share of reading each side input with tile extents `ext`: long
     contiguous runs along its minor dim read fast."""
     if not len(geom.side_minor):
         return np.ones((len(ext), 0))
-    run = np.where(
-        geom.side_minor[None, :] >= 0,
-        ext[:, np.maximum(geom.side_minor, 0)] * geom.side_bytes[None, :],
-        DMA_RUN,
-    )
-    return np.clip((run / DMA_RUN) ** 0.4, 0.25, 1.0)
+    minor = np.maximum(geom.side_minor, 0)
+    run = np.where(geom.side_minor[None, :] >= 0, ext[:, minor], np.inf)  # a scalar: no limit
+    return _share(run * geom.side_bytes[None, :], hw)
+
+
+def _share(run: np.ndarray, hw: Hardware) -> np.ndarray:
+    """Bandwidth share of reads or writes in contiguous runs of `run` bytes (any shape)."""
+    return np.clip((run / hw.dma_run) ** hw.dma_exp, hw.dma_floor, 1.0)
 
 
 def _reduce_chunk(geom: KernelGeometry, cfg: np.ndarray, ext: np.ndarray) -> np.ndarray:
