@@ -513,10 +513,12 @@ class BidirectionalSAGELayer(tf.keras.layers.Layer):
         d = configs.shape[-1]
         right_width = self._dense.layers[0].kernel.shape[0] // 2 - left_width - d
         _, w_neighbours, w_own = self._joined_blocks(left_width, d, right_width)
-        from_neighbours = _per_op(graph, tf.matmul(configs, w_neighbours))
-        own = _per_op(graph, tf.matmul(configs, w_own))
-        pre = term[:, tf.newaxis, :] + degree[:, :, tf.newaxis] * from_neighbours + own
-        return self._output(pre)
+        # Per node v, `[config_j || 1] @ [[deg(v) W_sc + W_c], [term(v)]]`: one small product
+        # per node builds the [num_nodes, c, units] pre-activation in one pass over it.
+        per_node = degree[:, :, tf.newaxis] * w_neighbours + w_own  # [num_nodes, d, units]
+        weights = tf.concat([per_node, term[:, tf.newaxis, :]], axis=1)
+        configs = tf.concat([configs, tf.ones_like(configs[..., :1])], axis=-1)
+        return self._output(tf.matmul(_per_op(graph, configs), weights))
 
     def get_config(self) -> dict:
         return {
@@ -660,8 +662,9 @@ class _TileRanker(tf.keras.Model):
         configs = _config_features(graph, num_configs)  # [batch, n, config_dim]
         kernel = self._encode_kernel(graph, False)
         batch, n = tf.shape(configs)[0], tf.shape(configs)[1]
-        chunk = tf.minimum(n, self._chunk_size)
-        num_chunks = (n + chunk - 1) // chunk
+        # Chunks of equal size, at most `chunk_size`: padding fewer than `num_chunks` configs.
+        num_chunks = (n + self._chunk_size - 1) // self._chunk_size
+        chunk = (n + num_chunks - 1) // num_chunks
         padded = tf.pad(configs, [[0, 0], [0, num_chunks * chunk - n], [0, 0]])
         # [num_chunks, batch, chunk, config_dim]: map_fn walks the chunks one at a time (a
         # traced map_fn runs 10 at once by default, which multiplies the peak memory).
