@@ -333,9 +333,9 @@ def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
 # and alt re-frozen when their runtimes got the real spread: megacore and slow short-run
 # reads): a family's output changes only deliberately.
 FROZEN_DIGESTS = {
-    "roofline": "b58c0c6d47491beba2b6e27a2ff7187524c224422294ddd8a48845f55d156c69",
-    "alt": "ad47b33bc9c3fce42f840e6a3ab88980d8ed9ec1c1a38aaccf3c1f3ec48d2a11",
-    "fusion": "5468f84e0828c4901c940b2540b62773c3b56ebd915eaeed8e09bcb885502c59",
+    "roofline": "e702569a730350eec52add9c85c6a4dfbbdfb405d8036afc687c2c019f186fe5",
+    "alt": "7a349896b0dc20a6d2effb952d3d5ea3205ddc6c67a77b8ba32a6794a09ce811",
+    "fusion": "a05423fe2418babd187e1f57c7d50bf6f20df785a927dc9f4f58781ae9907707",
 }
 
 
