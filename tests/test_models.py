@@ -595,3 +595,47 @@ def test_kernels_scored_together_score_as_one_by_one(name, dataset, monkeypatch)
             _assert_same_ranking(g.scores[np.newaxis], w.scores[np.newaxis])
     plan = scoring.plan_groups(order, dataset.valid.config_counts()[order], np.ones(6, int))
     assert sorted(k for g in plan for k in g) == sorted(order) and len(plan) < len(order)
+
+
+@pytest.mark.parametrize("name", ["EarlyJoinSAGE", "ResidualSAGE"])
+def test_a_reused_sample_is_prepared_once_and_scores_as_fresh(name, dataset, monkeypatch):
+    """`score_split(..., reuse=True)` (the trainer's per-epoch sample) prepares its kernels on
+    the first call only; later calls replay them, with the scores of a fresh pass after the
+    weights change. Another sample, or `reuse=False`, is prepared anew."""
+    from tpu_tiles_models import scoring
+
+    model = build(name)
+    first = next(iter(data.graph_dataset(dataset.valid, dataset.stats)))
+    model.forward(first, num_configs_of(first))
+    prepared = []
+    components = data._components
+    monkeypatch.setattr(
+        data,
+        "_components",
+        lambda split, stats, kernels, *a, **k: (
+            prepared.extend(kernels) or components(split, stats, kernels, *a, **k)
+        ),
+    )
+    scorer = scoring.kernel_scorer(model)
+    sample = dict(kernels=[4, 1, 6], max_configs=5, scorer=scorer, progress=False)
+
+    def score(**changes):
+        kwargs = {**sample, **changes}
+        return scoring.score_split(model, dataset.valid, dataset.stats, **kwargs)
+
+    score(reuse=True)
+    assert sorted(prepared) == [1, 4, 6]
+    for v in model.trainable_variables:  # other weights, as after an epoch
+        v.assign(v * 1.5)
+    prepared.clear()
+    kept = score(reuse=True)
+    assert prepared == []
+    fresh = score()
+    assert sorted(prepared) == [1, 4, 6]
+    assert [s.tile_id for s in kept] == [dataset.valid.tile_ids[k] for k in (4, 1, 6)]
+    for a, b in zip(kept, fresh):
+        np.testing.assert_array_equal(a.runtimes, b.runtimes)
+        np.testing.assert_allclose(a.scores, b.scores, rtol=1e-6, atol=1e-6)
+    prepared.clear()
+    score(kernels=[4, 1], reuse=True)
+    assert sorted(prepared) == [1, 4]

@@ -723,6 +723,7 @@ def graph_dataset(
     seed: int = 0,
     kernels: Sequence[int] | None = None,
     spread: int | None = None,
+    cache: bool = False,
 ) -> tf.data.Dataset:
     """One GraphTensor per kernel of `split` (upstream schema), normalised with `stats`.
 
@@ -732,6 +733,8 @@ def graph_dataset(
     (pass p uses generator seed [seed, p]). `kernels`: only these kernel indices, in this
     order (`min_configs` then does not apply). `spread` (with `num_configs` = -1): at most
     that many configs per kernel, evenly spaced in file order, the same every pass.
+    `cache`: the first pass keeps its graphs in memory and later passes replay them (for a
+    small fixed set scored again and again; not with `num_configs` >= 0 or `shuffle`).
     """
     ds = _batches_dataset(
         split,
@@ -744,7 +747,7 @@ def graph_dataset(
         kernels=kernels,
         spread=spread,
     )
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
 
 
 def kernel_groups(
@@ -753,11 +756,12 @@ def kernel_groups(
     groups: Sequence[Sequence[int]],
     *,
     spread: int | None = None,
+    cache: bool = False,
 ) -> tf.data.Dataset:
     """One GraphTensor per group of kernel indices: the group's kernels as its components,
     each with every config (at most `spread`, as `graph_dataset` takes them), padded to the
     group's most by repeating the kernel's first config. For scoring several kernels in one
-    model call; the padding's scores are to be dropped.
+    model call; the padding's scores are to be dropped. `cache`: as `graph_dataset`'s.
     """
     groups = [list(g) for g in groups]
 
@@ -769,7 +773,7 @@ def kernel_groups(
     signature = _signature(stats, None)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
     ds = ds.map(_to_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return ds.prefetch(tf.data.AUTOTUNE)
+    return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
 
 
 def _labels(batch_size: int, num_configs: int) -> Callable:

@@ -73,6 +73,8 @@ class KernelScorer:
         self._one = tf.function(lambda it: _score_next(model, it, dynamic=True))
         self._group = tf.function(lambda it: _score_group(model, it))
         self._eager = False
+        # `score_split(..., reuse=True)`'s prepared passes: key -> (split, dataset).
+        self._kept: dict[tuple, tuple[data.Split, tf.data.Dataset]] = {}
 
     def __call__(self, iterator: Iterator) -> tuple:
         if not self._eager:
@@ -85,6 +87,17 @@ class KernelScorer:
     def group(self, iterator: Iterator) -> tuple:
         """`(scores [B, n], tile ids [B], runtimes [B, n])` of the next group's kernels."""
         return self._group(iterator)
+
+    def dataset(self, split: data.Split, key: tuple, make, reuse: bool) -> tf.data.Dataset:
+        """`make(cache)`'s dataset; with `reuse`, the one made for the same `split` and `key`
+        before, which replays the graphs its first pass kept."""
+        if not reuse:
+            return make(False)
+        full_key = (id(split), *key)
+        kept = self._kept.get(full_key)
+        if kept is None or kept[0] is not split:
+            kept = self._kept[full_key] = (split, make(True))
+        return kept[1]
 
 
 def kernel_scorer(model: tf.keras.Model) -> KernelScorer:
@@ -122,6 +135,7 @@ def score_split(
     scorer: KernelScorer | None = None,
     progress: bool = True,
     desc: str = "scoring",
+    reuse: bool = False,
 ) -> list[Scored]:
     """Scores all configs of every kernel (or of `kernels`) of `split`.
 
@@ -133,24 +147,44 @@ def score_split(
         (the same ones every time; `Scored` then holds theirs); default all.
       scorer: the `kernel_scorer` of an earlier call, to skip tracing it again.
       progress, desc: the progress bar.
+      reuse: keep the kernels' prepared graphs in `scorer`, and use those kept by an earlier
+        call with the same split, kernels and `max_configs` (the trainer's sample, scored
+        every epoch; a full pass would hold a second copy of the split).
 
     Returns:
       One `Scored` per kernel, in split order (or the order of `kernels`).
     """
     scorer = scorer or kernel_scorer(model)
     if scorer.grouped:
-        return _score_groups(split, stats, kernels, max_configs, scorer, progress, desc)
+        return _score_groups(split, stats, kernels, max_configs, scorer, progress, desc, reuse)
     total = len(split) if kernels is None else len(kernels)
-    iterator = iter(data.graph_dataset(split, stats, kernels=kernels, spread=max_configs))
+    key = ("one", None if kernels is None else tuple(kernels), max_configs)
+    graphs = scorer.dataset(
+        split,
+        key,
+        lambda cache: data.graph_dataset(
+            split, stats, kernels=kernels, spread=max_configs, cache=cache
+        ),
+        reuse,
+    )
+    iterator = iter(graphs)
     scored = []
     for _ in tqdm.trange(total, desc=desc, disable=not progress, leave=False):
         scores, tile_id, runtimes = scorer(iterator)
         scored.append(Scored(tile_id.numpy().decode(), scores.numpy(), runtimes.numpy()))
         interrupts.check()
+    _to_the_end(iterator)
     return scored
 
 
-def _score_groups(split, stats, kernels, max_configs, scorer, progress, desc) -> list[Scored]:
+def _to_the_end(iterator: Iterator) -> None:
+    """Reads past the last graph: a kept (`reuse`) pass is complete only once its end is read."""
+    next(iterator, None)
+
+
+def _score_groups(
+    split, stats, kernels, max_configs, scorer, progress, desc, reuse
+) -> list[Scored]:
     """`score_split` with several kernels per model call (`plan_groups`)."""
     order = list(range(len(split))) if kernels is None else [int(k) for k in kernels]
     configs = split.config_counts()[order]
@@ -159,7 +193,14 @@ def _score_groups(split, stats, kernels, max_configs, scorer, progress, desc) ->
     nodes = np.diff(split.node_offsets)[order]
     plan = plan_groups(order, configs, nodes)
     sizes = dict(zip(order, configs))
-    iterator = iter(data.kernel_groups(split, stats, plan, spread=max_configs))
+    key = ("groups", tuple(order), max_configs)
+    groups = scorer.dataset(
+        split,
+        key,
+        lambda cache: data.kernel_groups(split, stats, plan, spread=max_configs, cache=cache),
+        reuse,
+    )
+    iterator = iter(groups)
     results: dict[int, Scored] = {}
     with tqdm.tqdm(total=len(order), desc=desc, disable=not progress, leave=False) as bar:
         for group in plan:
@@ -169,6 +210,7 @@ def _score_groups(split, stats, kernels, max_configs, scorer, progress, desc) ->
                 results[k] = Scored(tile_ids[j].decode(), scores[j, :n], runtimes[j, :n])
             bar.update(len(group))
             interrupts.check()
+    _to_the_end(iterator)
     return [results[k] for k in order]
 
 

@@ -128,6 +128,7 @@ def _val_score(
         scorer=scorer,
         progress=progress,
         desc="valid",
+        reuse=sample.is_subset,  # the same sample every epoch: prepared once
     )
     measured = scoring.KeepDefault.measure(scored, sample.weights)
     score = 1.0 - measured.errors[5]
