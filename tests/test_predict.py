@@ -184,6 +184,22 @@ def test_model_class_not_in_models_py(trained, data_root, tmp_path, capsys):
     assert "unknown model 'NoSuchModel'" in err and "known: " in err and "MLP" in err
 
 
+@pytest.mark.parametrize("which", ["trained", "residual_run"])
+def test_weights_from_the_checkpoint_are_the_course_copys(which, request, data_root):
+    """`TrainedRun.build` reads the saved variables from the checkpoint (no SavedModel load):
+    the very values of the course's in-order copy from `tf.keras.models.load_model`."""
+    from tpu_tiles_models import runs
+
+    run = runs.TrainedRun.open(request.getfixturevalue(which).model_dir)
+    model, dataset = run.load(data_root, progress=False)
+    assert "saved_model" not in vars(run)  # the SavedModel was not loaded
+    course = run.build(dataset.test, dataset.stats)
+    export.copy_variables(course, run.saved_model, origin="test")
+    assert len(model.trainable_variables) == len(course.trainable_variables) > 0
+    for ours, theirs in zip(model.trainable_variables, course.trainable_variables):
+        np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
+
+
 def test_variable_shape_mismatch(trained, data_root, tmp_path, capsys):
     kwargs = json.dumps({"hidden_dim": 16, "mlp_layers": 1})
     model_dir = _copy_model(trained, tmp_path / "out", model_kwargs_json=kwargs)

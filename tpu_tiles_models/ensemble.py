@@ -129,7 +129,7 @@ def _assemble(runs: list[TrainedRun], args: TrainArgs, ds: data.Dataset) -> tf.k
     rng = np.random.default_rng(0)
     model(data.kernel_graph(ds.valid, largest, ds.stats, num_configs=args.configs, rng=rng))
     for member, run in zip(model.members, runs):
-        export.copy_variables(member, run.saved_model, origin=str(run.model_dir))
+        run.copy_into(member)
     return model
 
 

@@ -281,18 +281,43 @@ def check_variables(model_dir: str | Path) -> None:
     Raises:
       ExportError: no `variables/` index, or a missing or truncated data file.
     """
+    _read_variables(model_dir)
+
+
+def _read_variables(model_dir: str | Path) -> dict[str, Any]:
+    """Every tensor of `model_dir`'s variables checkpoint by key (`check_variables`' errors)."""
     import tensorflow as tf
 
     prefix = require_variables(model_dir)
     try:
-        reader = tf.train.load_checkpoint(prefix)
-        for name in reader.get_variable_to_shape_map():
-            reader.get_tensor(name)
+        # Not tf.train.load_checkpoint: it takes a prefix that some file systems (ram://)
+        # also call a folder for the latest-checkpoint file it does not have.
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+        return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
     except (OSError, IndexError, ValueError, tf.errors.OpError) as err:
         raise ExportError(
             f"{model_dir}: its variables are truncated or corrupt ({one_line(err, 160)}); copy "
             "the whole model_<hash> folder again from the training --out_dir"
         ) from None
+
+
+def saved_variables(model_dir: str | Path) -> list | None:
+    """The saved model's variables in the order Keras 2 lists them, from its checkpoint alone.
+
+    A Keras 2 SavedModel keeps `model.variables` (the trainable ones first, in
+    `trainable_variables` order) under `variables/<i>`. Every tensor is read, so missing or
+    truncated files fail here (`check_variables`). None when the checkpoint is laid out
+    otherwise: then only `load_saved_model` can list them.
+    """
+    tensors = _read_variables(model_dir)
+    keys = [k for k in tensors if k.startswith("variables/") and k.endswith(_VARIABLE_VALUE)]
+    ordered = [f"variables/{i}/{_VARIABLE_VALUE}" for i in range(len(keys))]
+    if not keys or set(keys) != set(ordered):
+        return None
+    return [tensors[k] for k in ordered]
+
+
+_VARIABLE_VALUE = ".ATTRIBUTES/VARIABLE_VALUE"  # a variable's value in a TF2 checkpoint
 
 
 def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
@@ -336,6 +361,21 @@ def copy_variables(target: tf.keras.Model, source: tf.keras.Model, *, origin: st
             )
     for t, s in zip(tv, sv):
         t.assign(s)
+
+
+def copy_saved_variables(target: tf.keras.Model, values: list | None) -> bool:
+    """`copy_variables` from `saved_variables`' values, without reviving the SavedModel (its
+    function library takes most of a second to load). False, and nothing copied, when their
+    count or a shape differs (or `values` is None): `copy_variables` then says which and why.
+    """
+    tv = target.trainable_variables
+    if values is None or len(values) != len(tv):
+        return False
+    if any(tuple(t.shape) != tuple(v.shape) for t, v in zip(tv, values)):
+        return False
+    for t, v in zip(tv, values):
+        t.assign(v)
+    return True
 
 
 # -- writing a run ---------------------------------------------------------------------------

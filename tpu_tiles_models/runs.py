@@ -124,6 +124,21 @@ class TrainedRun:
         """`tf.keras.models.load_model` of the directory, as the course script calls it."""
         return export.load_saved_model(self.model_dir)
 
+    @functools.cached_property
+    def saved_values(self) -> list | None:
+        """The saved trainable (and other) variables in order, from the checkpoint alone
+        (`export.saved_variables`); None when only `saved_model` can list them."""
+        return export.saved_variables(self.model_dir)
+
+    def copy_into(self, model: tf.keras.Model) -> None:
+        """The course's pairwise in-order copy of the saved variables into `model` (built).
+
+        Read from the checkpoint when its count and shapes fit (the same values, without
+        loading the SavedModel); otherwise from `saved_model`, which says what differs.
+        """
+        if not export.copy_saved_variables(model, self.saved_values):
+            export.copy_variables(model, self.saved_model, origin=str(self.model_dir))
+
     def dataset(
         self,
         data_root: str | os.PathLike,
@@ -170,7 +185,7 @@ class TrainedRun:
         )
         graph = data.kernel_graph(sample, 0, stats)
         model.forward(graph, sample.num_configs(0))
-        export.copy_variables(model, self.saved_model, origin=str(self.model_dir))
+        self.copy_into(model)
         return model
 
     def load(
@@ -187,7 +202,8 @@ class TrainedRun:
         subset's statistics are tried, since training on it is the usual cause.
         """
         self.model_class()  # an unknown class fails before any data is read,
-        _ = self.saved_model  # and so do missing or truncated variables
+        if self.saved_values is None:  # and so do missing or truncated variables
+            _ = self.saved_model
         errors = []
         for toy in (False, True):
             dataset = self.dataset(
