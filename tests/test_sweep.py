@@ -26,6 +26,7 @@ TINY = [
     "--batch=4",
     "--early_stop=0",
     "--cache_dir=",
+    "--score_configs=0",  # every config each epoch: the one epoch's val_score is the run's
 ]
 # Sweeps train in this process (no Beam worker process, no child per point): TensorFlow is
 # imported and warm here already, and the other core is left to the suite's subprocesses.

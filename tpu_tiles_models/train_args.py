@@ -105,9 +105,10 @@ class TrainArgs:
         "program and size; 1: all of them)",
     )
     score_configs: int = _flag(
-        128,
+        32,
         "each epoch, at most this many configs of each of those kernels, evenly spread in file "
-        "order, the same every epoch (0: all)",
+        "order, the same every epoch (0: all; 32 chose epochs as well as 128 at under a third of "
+        "the work, benchmarks/results/selection.md)",
     )
     score_candidates: int = _flag(
         3, "the epochs with the best sample scores, rescored on every config at the end"
