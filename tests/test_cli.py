@@ -17,10 +17,14 @@ import pytest
 from tpu_tiles_models import cli, kaggle, registry
 
 
-def test_models_lists_every_class(capsys):
+def test_models_lists_every_class_and_the_recommendation(capsys):
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in registry.MODELS)
+    line = "Recommended: --model=ResidualSAGE --model_kwargs_json='{\"default_context\": true}'"
+    assert line in out.splitlines()
+    # The recommendation is a valid model and kwargs.
+    assert registry.parse_model_kwargs(registry.RECOMMENDED_KWARGS) == {"default_context": True}
 
 
 def test_synth_writes_the_splits(tmp_path, capsys):
@@ -49,8 +53,10 @@ def test_demo_writes_every_artifact(tmp_path):
     printed = proc.stdout
     runs = sorted((out / "models").glob("run_*.jsonz"))
     assert len(runs) == 2 and len(list((out / "models").glob("model_*"))) == 2
-    models = {json.loads(gzip.decompress(r.read_bytes()))["args"]["model"] for r in runs}
-    assert models == {"ResidualSAGE", "EarlyJoinSAGE"}
+    args = [json.loads(gzip.decompress(r.read_bytes()))["args"] for r in runs]
+    models = {a["model"]: json.loads(a["model_kwargs_json"]) for a in args}
+    # The recommended model with its constructor kwargs, and upstream's baseline.
+    assert models == {"ResidualSAGE": {"default_context": True}, "EarlyJoinSAGE": {}}
     assert (out / "evaluation.png").read_bytes()[:4] == b"\x89PNG"
     with open(out / "evaluation.csv", newline="") as f:
         evaluation = list(csv.DictReader(f))

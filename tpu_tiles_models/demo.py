@@ -1,7 +1,8 @@
 """`tpu-tiles demo`: the whole journey on the embedded synthetic data, in a few minutes.
 
-Generates a synthetic tile:xla set, trains ResidualSAGE and EarlyJoinSAGE briefly with
-upstream's default flags and artifacts, evaluates both on the validation split beside the
+Generates a synthetic tile:xla set, trains the recommended model (`registry.RECOMMENDED_MODEL`
+with its `RECOMMENDED_KWARGS`) and EarlyJoinSAGE briefly with upstream's default flags and
+artifacts, evaluates both on the validation split beside the
 random and default-first baselines and with config 0 kept in their top 5 (`evaluation.csv`,
 `evaluation.png`), ranks the test split from the exported model
 (the course's prediction step) and merges it into a Kaggle submission. Deterministic: the
@@ -16,11 +17,12 @@ import dataclasses
 import time
 from pathlib import Path
 
+from tpu_tiles_models.registry import RECOMMENDED_KWARGS, RECOMMENDED_MODEL
 from tpu_tiles_models.train_args import TrainArgs
 
-DEMO_MODELS = ("ResidualSAGE", "EarlyJoinSAGE")
-# Upstream's default flags for both models: no other recipe has passed the benchmark
-# suite's selection rule (README, "Choosing flags").
+# The recommended model (with its constructor kwargs) and upstream's baseline, each with
+# upstream's default flags (README, "Choosing flags").
+DEMO_MODELS = {RECOMMENDED_MODEL: RECOMMENDED_KWARGS, "EarlyJoinSAGE": "{}"}
 DEMO_ARGS = TrainArgs(early_stop=0, cache_dir="")
 DEMO_FAMILY = "alt"
 EVALUATION_COLUMNS = ("model", "top1", "top5", "top10", "score", "opa")
@@ -135,13 +137,14 @@ def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
     return {
         name: DEMO_ARGS.replace(
             model=name,
+            model_kwargs_json=kwargs,
             data_root=str(out / "data"),
             out_dir=str(models_dir),
             epochs=a.epochs,
             results_csv=export.results_csv_path(models_dir, name),
             no_progress=a.no_progress,
         )
-        for name in DEMO_MODELS
+        for name, kwargs in DEMO_MODELS.items()
     }
 
 
@@ -202,9 +205,9 @@ def run(a: DemoArgs) -> None:
     rows = _evaluation_rows(result)
     _write_evaluation_csv(rows, out / EVALUATION_CSV)
 
-    print("\n== predicting the test split with the exported ResidualSAGE")
+    print(f"\n== predicting the test split with the exported {RECOMMENDED_MODEL}")
     predictions, kernels = predict.predict_to_csv(
-        model_dirs["ResidualSAGE"],
+        model_dirs[RECOMMENDED_MODEL],
         data_root,
         out / PREDICTIONS_CSV,
         progress=progress,
