@@ -400,7 +400,7 @@ def main(argv: list[str] | None = None) -> None:
         return
     work = Path(a.work)
     roots = make_data(a, work)
-    if a.models:
+    if a.models and not a.no_train:
         train_models(a, roots, work)
     models = model_rows(work, roots, a.models.split(",")) if a.models else {}
     results = {}

@@ -122,6 +122,12 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--epochs", type=int, default=b["epochs"])
     p.add_argument("--early_stop", type=int, default=b["early_stop"], help="0: never")
     p.add_argument("--num_workers", type=int, default=2, help="the sweep's worker processes")
+    p.add_argument(
+        "--no_train",
+        action="store_true",
+        help="train nothing: tabulate the runs already finished under --work (e.g. after a "
+        "default changed, which changes the runs' hashes)",
+    )
 
 
 def budget_text(a: argparse.Namespace) -> str:
@@ -568,7 +574,8 @@ def main(argv: list[str] | None = None) -> None:
     work.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
     roots = make_data(a, work)
-    run_sweep(a, grid_file(a, roots, work), work)
+    if not a.no_train:
+        run_sweep(a, grid_file(a, roots, work), work)
     rows = collect(work, roots)
     cells = summarize(rows, baseline_rows(roots))
     write_results(rows, cells, Path(a.out), a)
