@@ -70,6 +70,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--families", default=",".join(synthetic.FAMILIES))
     add_budget_flags(p)
+    p.set_defaults(recipes="upstream", shuffled=False)  # the suite's grid and data, as default
     p.add_argument("--models", default="EarlyJoinSAGE,MLP", help="'' for data figures only")
     p.add_argument("--seeds", default="0,1,2", help="training seeds")
     p.add_argument("--work", default="", help="data sets, runs and cache (kept; reused)")
