@@ -6,7 +6,9 @@ tests; widths are tiny because the contract does not depend on them.
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
+import itertools
 
 import numpy as np
 import pytest
@@ -639,3 +641,71 @@ def test_a_reused_sample_is_prepared_once_and_scores_as_fresh(name, dataset, mon
     prepared.clear()
     score(kernels=[4, 1], reuse=True)
     assert sorted(prepared) == [1, 4]
+
+
+def _with_repeated_configs(split: data.Split) -> data.Split:
+    """`split` with every odd config's features replaced by the config before it (runtimes
+    left as they were): each kernel repeats about half its feature rows, as real kernels do."""
+    feats = split.config_feat.copy()
+    for k in range(len(split)):
+        start, stop = split.config_offsets[k], split.config_offsets[k + 1]
+        feats[start + 1 : stop : 2] = feats[start:stop][: (stop - start) // 2 * 2 : 2]
+    return dataclasses.replace(split, config_feat=feats)
+
+
+def test_distinct_configs_keep_file_order_and_map_back_bit_for_bit(dataset):
+    repeated = _with_repeated_configs(dataset.valid)
+    for k in range(len(repeated)):
+        start, stop = repeated.config_offsets[k], repeated.config_offsets[k + 1]
+        for spread, first_alone in itertools.product((None, 7), (False, True)):
+            d = data.DistinctConfigs.of(repeated, k, spread, first_alone=first_alone)
+            picks = data._pick_configs(start, stop, -1, np.random.default_rng(0), spread)
+            np.testing.assert_array_equal(d.picks, picks)
+            assert d.rows[0] == start and (np.diff(d.rows) > 0).all()  # config 0 first
+            np.testing.assert_array_equal(
+                repeated.config_feat[d.rows][d.inverse], repeated.config_feat[picks]
+            )
+            others = repeated.config_feat[d.rows[first_alone:]]
+            assert len(np.unique(others, axis=0)) == len(others)
+            if first_alone:  # position 0 (the default) shares its row with no other config
+                assert (d.inverse == 0).sum() == 1
+        if stop - start >= 4:
+            n = stop - start
+            assert len(data.DistinctConfigs.of(repeated, k).rows) == (n + 1) // 2
+            assert len(data.DistinctConfigs.of(repeated, k, first_alone=True).rows) == (
+                (n + 1) // 2 + 1
+            )
+
+
+@pytest.mark.parametrize("name", GROUPED)
+def test_repeated_configs_are_scored_once_with_the_scores_of_every_config(
+    name, dataset, monkeypatch
+):
+    """`score_split` feeds the model each distinct config row of a kernel once and copies its
+    score to the repeats: the scores, top-5 and runtimes of scoring every config."""
+    from tpu_tiles_models import scoring
+
+    model = build(name)
+    first = next(iter(data.graph_dataset(dataset.valid, dataset.stats)))
+    model.forward(first, num_configs_of(first))
+    repeated = _with_repeated_configs(dataset.valid)
+    fed = []
+    components = data._components
+    monkeypatch.setattr(
+        data,
+        "_components",
+        lambda *a, **k: fed.append(components(*a, **k)) or fed[-1],
+    )
+    together = scoring.kernel_scorer(model)
+    alone = scoring.kernel_scorer(model)
+    alone.grouped = False  # one kernel a call, every config: the reference
+    got = scoring.score_split(model, repeated, dataset.stats, scorer=together, progress=False)
+    fed_rows = sum(len(f["config_feats"]) for f in fed)
+    want = scoring.score_split(model, repeated, dataset.stats, scorer=alone, progress=False)
+    assert fed_rows < 0.75 * repeated.config_counts().sum()
+    for g, w in zip(got, want):
+        assert g.tile_id == w.tile_id
+        np.testing.assert_array_equal(g.runtimes, w.runtimes)
+        _assert_same_ranking(g.scores[np.newaxis], w.scores[np.newaxis])
+        pairs = len(g.scores) // 2 * 2  # config 1 repeats config 0, the default, for some
+        np.testing.assert_array_equal(g.scores[3:pairs:2], g.scores[2:pairs:2])

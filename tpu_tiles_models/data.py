@@ -536,6 +536,7 @@ def _components(
     pad: bool = False,
     fill: bool = False,
     default_first: bool = False,
+    rows: Sequence[np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
@@ -545,10 +546,11 @@ def _components(
     whole split would give): no normalised copy of a split is ever held. With `pad`, every
     kernel's configs are padded to the most any of them has by repeating its first one. With
     `fill`, the repeats that fill up a short kernel (see `_pick_configs`) carry the runtime
-    `_FILLER`.
+    `_FILLER`. `rows`: one array per kernel, the split's config indices to take in place of
+    the draw.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
-    picks = [
+    picks = list(rows) if rows is not None else [
         _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill, default_first)
         for i in kernels
     ]
@@ -750,6 +752,58 @@ def graph_dataset(
     return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
 
 
+def _distinct_rows(feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(positions of the first row of each kind in `feats` `[n, d]`, ascending; for each row,
+    the index of its kind in them)."""
+    feats = np.ascontiguousarray(feats)
+    # Each row's bytes as one item: equal rows are equal bytes (a row with -0.0 where another
+    # has 0.0 counts as another kind: scored twice, same score).
+    items = feats.view(np.dtype((np.void, feats.dtype.itemsize * feats.shape[1]))).ravel()
+    _, first, inverse = np.unique(items, return_index=True, return_inverse=True)
+    by_file = np.argsort(first, kind="stable")
+    position = np.empty_like(by_file)
+    position[by_file] = np.arange(len(by_file))
+    return first[by_file], position[inverse.ravel()]
+
+
+@dataclasses.dataclass(frozen=True)
+class DistinctConfigs:
+    """One kernel's configs to score and the distinct feature rows among them.
+
+    `picks`: the split's config indices taken (every config, or `spread`'s as
+    `graph_dataset` takes them), in file order; `rows`: those of `picks` whose feature row is
+    the first of its kind, in file order (config 0 first); `inverse`: for each pick, the
+    position in `rows` of its feature row: `config_feat[rows][inverse]` is
+    `config_feat[picks]`, bit for bit. A model that scores each config on its own (the
+    `independent_configs` of models.py) gives a pick the score of its row, so only `rows`
+    need scoring: the scores of `picks` are `scores[inverse]`. With `first_alone` (models
+    that read position 0 as the compiler's default, `default_first`), the first pick is a
+    row of its own, which no other pick shares.
+    """
+
+    picks: np.ndarray
+    rows: np.ndarray
+    inverse: np.ndarray
+
+    @classmethod
+    def of(
+        cls, split: Split, kernel: int, spread: int | None = None, *, first_alone: bool = False
+    ) -> DistinctConfigs:
+        co = split.config_offsets
+        rng = np.random.default_rng(0)  # unused: every config, no draw
+        picks = _pick_configs(int(co[kernel]), int(co[kernel + 1]), -1, rng, spread)
+        skip = 1 if first_alone and len(picks) else 0
+        first, inverse = _distinct_rows(split.config_feat[picks[skip:]])
+        rows = np.concatenate([picks[:skip], picks[skip:][first]])
+        return cls(picks, rows, np.concatenate([np.zeros(skip, np.int64), inverse + skip]))
+
+    def runtimes(self, split: Split) -> np.ndarray:
+        """`[len(picks)]` runtime / normalizer of the picks, as a kernel's graph holds them."""
+        return _runtime_ratios(
+            split.config_runtime[self.picks], split.config_runtime_normalizers[self.picks]
+        )
+
+
 def kernel_groups(
     split: Split,
     stats: FeatureStats,
@@ -757,18 +811,21 @@ def kernel_groups(
     *,
     spread: int | None = None,
     cache: bool = False,
+    rows: dict[int, np.ndarray] | None = None,
 ) -> tf.data.Dataset:
     """One GraphTensor per group of kernel indices: the group's kernels as its components,
-    each with every config (at most `spread`, as `graph_dataset` takes them), padded to the
-    group's most by repeating the kernel's first config. For scoring several kernels in one
-    model call; the padding's scores are to be dropped. `cache`: as `graph_dataset`'s.
+    each with every config (at most `spread`, as `graph_dataset` takes them; with `rows`,
+    `rows[kernel]`, the split's config indices), padded to the group's most by repeating the
+    kernel's first config. For scoring several kernels in one model call; the padding's
+    scores are to be dropped. `cache`: as `graph_dataset`'s.
     """
     groups = [list(g) for g in groups]
 
     def generate() -> Iterator[dict[str, Any]]:
         rng = np.random.default_rng(0)  # unused: every config, no draw
         for group in groups:
-            yield _components(split, stats, group, -1, rng, spread, pad=True)
+            taken = None if rows is None else [rows[k] for k in group]
+            yield _components(split, stats, group, -1, rng, spread, pad=True, rows=taken)
 
     signature = _signature(stats, None)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)

@@ -187,27 +187,32 @@ def _score_groups(
 ) -> list[Scored]:
     """`score_split` with several kernels per model call (`plan_groups`)."""
     order = list(range(len(split))) if kernels is None else [int(k) for k in kernels]
-    configs = split.config_counts()[order]
-    if max_configs is not None:
-        configs = np.minimum(configs, max_configs)
+    # Each distinct config row is scored once and its score copied to the configs that
+    # repeat it (the real collection has such repeats): the same scores, less work.
+    first_alone = bool(getattr(scorer.model, "default_first", False))
+    distinct = {
+        k: data.DistinctConfigs.of(split, k, max_configs, first_alone=first_alone) for k in order
+    }
+    configs = np.array([len(distinct[k].rows) for k in order])
     nodes = np.diff(split.node_offsets)[order]
     plan = plan_groups(order, configs, nodes)
-    sizes = dict(zip(order, configs))
     key = ("groups", tuple(order), max_configs)
+    rows = {k: d.rows for k, d in distinct.items()}
     groups = scorer.dataset(
         split,
         key,
-        lambda cache: data.kernel_groups(split, stats, plan, spread=max_configs, cache=cache),
+        lambda cache: data.kernel_groups(split, stats, plan, cache=cache, rows=rows),
         reuse,
     )
     iterator = iter(groups)
     results: dict[int, Scored] = {}
     with tqdm.tqdm(total=len(order), desc=desc, disable=not progress, leave=False) as bar:
         for group in plan:
-            scores, tile_ids, runtimes = (t.numpy() for t in scorer.group(iterator))
+            scores, tile_ids, _ = (t.numpy() for t in scorer.group(iterator))
             for j, k in enumerate(group):
-                n = sizes[k]
-                results[k] = Scored(tile_ids[j].decode(), scores[j, :n], runtimes[j, :n])
+                d = distinct[k]
+                kernel_scores = scores[j, : len(d.rows)][d.inverse]
+                results[k] = Scored(tile_ids[j].decode(), kernel_scores, d.runtimes(split))
             bar.update(len(group))
             interrupts.check()
     _to_the_end(iterator)
