@@ -550,10 +550,12 @@ def _components(
     the draw.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
-    picks = list(rows) if rows is not None else [
-        _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill, default_first)
-        for i in kernels
-    ]
+    if rows is None:
+        rows = [
+            _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill, default_first)
+            for i in kernels
+        ]
+    picks = list(rows)
     if pad:
         most = max(len(p) for p in picks)
         picks = [np.concatenate([p, np.repeat(p[:1], most - len(p))]) for p in picks]
