@@ -5,7 +5,7 @@ kernel's features. The two families differ only in their `CostModel`."""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Callable
 
 import numpy as np
@@ -87,6 +87,12 @@ def space_of(geom: KernelGeometry, meta: dict[str, Any], cost: CostModel) -> aut
         terms = tile_terms(geom, cfg, cost.hw)
         return cost.time(geom, terms, cost.hw), terms["ws"]
 
+    # The compiler's own estimate does not see how long the output's write runs are.
+    blind = replace(cost.hw, out_runs=False)
+
+    def estimate(cfg: np.ndarray) -> np.ndarray:
+        return cost.time(geom, tile_terms(geom, cfg, blind), blind)
+
     units = -(-geom.out_dims // geom.granule)
     return autotuner.Space(
         opts,
@@ -95,6 +101,7 @@ def space_of(geom: KernelGeometry, meta: dict[str, Any], cost: CostModel) -> aut
         cost.hw.vmem,
         compiler_start(geom, meta, opts),
         lambda points: tried(points, units, MAX_STEPS),
+        estimate if cost.hw.out_runs else None,
     )
 
 

@@ -3,7 +3,12 @@ MXU) as the max of compute and memory time per tile with strict double buffering
 costs per tile and per reduction pass. Two cores share the grid (megacore), and reads run at
 full bandwidth only in long contiguous runs: a side input tiled short along its own minor dim,
 a convolution's input features or filter outputs, a matmul's contraction chunk, each read in
-short runs, are much slower. The data hold only tiles that fit the scratchpad."""
+short runs, are much slower, and so are output tiles written back in short runs along the
+output layout's minor dim (a tile that holds the minor dim whole writes on into the next
+dim), which the compiler's own estimate, and so its default tile, does not see. A filter or
+matmul rhs of at most 1 MiB stays in the scratchpad for the whole grid, read once. So the best
+tile depends on the kernel's shapes and layout: which dim is minor and how long, how large the
+re-read operand is. The data hold only tiles that fit the scratchpad."""
 
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ def _time(geom: KernelGeometry, t: dict[str, np.ndarray], hw: Hardware) -> np.nd
     per_tile = per_tile + hw.tile_ns + hw.pass_ns * t["passes"]
     # Megacore: two cores share the grid, one tile each per step; a single tile idles one
     # core, an odd count idles it for the last step.
-    return np.ceil(t["tiles"] / 2.0) * per_tile + mem + hw.launch_ns
+    once = t["once"] / hw.hbm
+    return np.ceil(t["tiles"] / 2.0) * per_tile + mem + once + hw.launch_ns
 
 
 COST = analytic.CostModel(
@@ -43,6 +49,8 @@ COST = analytic.CostModel(
         dma_exp=0.8,
         dma_floor=0.08,
         operand_runs=True,
+        out_runs=True,
+        resident=2**20,  # a filter or rhs up to 1 MiB stays in VMEM
     ),
     _time,
 )

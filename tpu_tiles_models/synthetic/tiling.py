@@ -40,6 +40,11 @@ class Hardware:
         dma_run: contiguous bytes a read needs for full bandwidth ...
         dma_exp: ... its bandwidth share grows as (run / dma_run) ** dma_exp ...
         dma_floor: ... from this share for the shortest runs.
+        out_runs: output tiles are written at the bandwidth share of their contiguous runs
+            along the output layout's minor dim.
+        resident: bytes; a filter or rhs at most this large is read once and stays in the
+            scratchpad for the whole grid (its block never changes, so it is never
+            re-read); 0: never.
         operand_runs: the main op's operands are read at the bandwidth share of their
             contiguous runs too: a convolution's input (features minor) and filter (output
             features minor), a matmul's lhs (contraction minor); a run goes on into the next
@@ -62,6 +67,8 @@ class Hardware:
     dma_exp: float = 0.4
     dma_floor: float = 0.25
     operand_runs: bool = False
+    out_runs: bool = False
+    resident: float = 0.0
 
 
 def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str, np.ndarray]:
@@ -76,7 +83,8 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str,
     Returns:
       `[c]` arrays: `tiles`, `passes` (reduction passes per tile), `mxu` (flops per tile),
       `eff` (MXU efficiency), `vpu` (element-wise ops per tile), `stream` and `reuse`
-      (bytes per tile read once / re-read by every tile), `ws` (working set bytes: two
+      (bytes per tile read once / re-read by every tile), `once` (bytes read once for the
+      whole grid: a resident operand), `ws` (working set bytes: two
       buffers of everything streamed, so one tile's transfers overlap the previous tile's
       compute), `f32` (32-bit operands).
     """
@@ -138,6 +146,9 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str,
         stream = e_t * geom.reduce_size * mb
         chunk = e_t * r_chunk * mb
         vpu = vpu + e_t * geom.reduce_size
+    once = np.zeros(len(cfg))  # bytes read once for the whole grid
+    if 0.0 < geom.operand_bytes <= hw.resident:
+        reuse, once = np.zeros(len(cfg)), once + geom.operand_bytes
     side_tile = np.minimum(geom.side_elems[None, :], e_t[:, None])
     side = side_tile @ geom.side_bytes if len(geom.side_bytes) else np.zeros(len(cfg))
     small = geom.side_elems[None, :] < e_t[:, None]  # broadcast operands re-read per tile
@@ -147,17 +158,35 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str,
     side_slow = slow @ geom.side_bytes if len(geom.side_bytes) else 0.0
     out = e_t * geom.out_bytes
     single = chunk + side + e_t * 4.0 + out  # one buffer of everything streamed
+    write = out  # the write-back's time in bytes at full bandwidth: short runs are slower
+    if hw.out_runs:
+        write = out / _share(_out_run(geom, ext, units, b) * geom.out_bytes, hw)
     return {
         "tiles": tiles,
         "passes": passes,
         "mxu": mxu,
         "eff": np.maximum(eff, 1.0 / 64),
         "vpu": vpu,
-        "stream": stream + side - side_reuse + side_slow + out,
+        "stream": stream + side - side_reuse + side_slow + write,
         "reuse": reuse + side_reuse,
         "ws": single + chunk + side + out,
+        "once": once,
         "f32": np.full(len(cfg), mb >= 4),
     }
+
+
+def _out_run(geom: KernelGeometry, ext: np.ndarray, units: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """`[c]` elements in one contiguous run of an output tile's write-back: its extent along
+    the layout's minor dim, times its extent along the next dim when it holds the minor dim
+    whole."""
+    order = np.argsort(-geom.granule, kind="stable")  # the minor dim (128 lanes), the next
+    minor = int(order[0])
+    run = np.minimum(ext[:, minor], geom.out_dims[minor])
+    if len(order) > 1:
+        nxt = int(order[1])
+        whole = b[:, minor] >= units[minor]
+        run = np.where(whole, run * np.minimum(ext[:, nxt], geom.out_dims[nxt]), run)
+    return run
 
 
 def _dma_share(geom: KernelGeometry, ext: np.ndarray, hw: Hardware) -> np.ndarray:
