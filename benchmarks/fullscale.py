@@ -19,15 +19,15 @@ jobs the wall clock moves with their load; a goal is met when both say so.
 
 1. First load, npz to cache (cold cache), then the same load again from the cache: ours
    (`data.load_dataset` with a cache dir) and upstream's (`data.get_npz_dataset`).
-2. A whole training run with the same flags (upstream's defaults, `--epochs N`):
-   `tpu-tiles train` (EarlyJoinSAGE and ResidualSAGE) and upstream's `tiles_train.py`
-   (EarlyJoinSAGE), both unchanged and timed from outside: per-epoch train pass and
-   validation (ours: also every config of its sample of the validation kernels), the passes
-   over every config of every validation kernel (upstream's final validation; ours, choosing
-   among the candidate epochs), the test ranking, the saves. The whole default run (100
-   epochs) is extrapolated from them: load and build, the first epoch as measured, 99 more at
-   the pace of the later ones (upstream's without the saves it makes at a new best, which
-   only favours upstream), then the end phases as measured.
+2. A whole training run with the same flags (upstream's defaults, `--epochs N`): `tpu-tiles train`
+   (EarlyJoinSAGE, and ResidualSAGE with the recommended flags) and upstream's `tiles_train.py`
+   (EarlyJoinSAGE), both unchanged and timed from outside: per-epoch train pass and validation
+   (ours: also every config of its sample of the validation kernels), the passes over every config
+   of every validation kernel (upstream's final validation; ours, choosing among the candidate
+   epochs), the test ranking, the saves. The whole default run (100 epochs) is extrapolated from
+   them: load and build, the first epoch as measured, 99 more at the pace of the later ones
+   (upstream's without the saves it makes at a new best, which only favours upstream), then the end
+   phases as measured.
 3. Test prediction with each side's trained EarlyJoinSAGE: `tpu-tiles predict` and the
    course's `tiles_gen_predictions_csv.py` run from the upstream copy.
 4. `tpu-tiles predict` on one 10,000-config kernel of at least 400 nodes (the largest graph of
@@ -675,11 +675,15 @@ def measure(a: argparse.Namespace) -> dict:
     r["upstream_load"] = run_child(
         "upstream_load", "upstream_load", dict(common, cache=caches["upstream"]), work
     )
+    from tpu_tiles_models import registry  # here: the parent process stays free of TF
+
     for model in ("EarlyJoinSAGE", "ResidualSAGE"):
         out = work / f"runs_ours_{model}"
         shutil.rmtree(out, ignore_errors=True)
+        kwargs = registry.RECOMMENDED_KWARGS if model == registry.RECOMMENDED_MODEL else "{}"
         argv = [
             f"--model={model}",
+            f"--model_kwargs_json={kwargs}",
             f"--data_root={root}",
             f"--cache_dir={caches['ours']}",
             f"--out_dir={out}",
@@ -1025,7 +1029,7 @@ PROCESSES = (
     ("upstream_load", "upstream: `data.get_npz_dataset`"),
     ("ours_train_EarlyJoinSAGE", "ours: `tpu-tiles train --model=EarlyJoinSAGE`"),
     ("upstream_train_EarlyJoinSAGE", "upstream: `tiles_train.py --model=EarlyJoinSAGE`"),
-    ("ours_train_ResidualSAGE", "ours: `tpu-tiles train --model=ResidualSAGE`"),
+    ("ours_train_ResidualSAGE", "ours: `tpu-tiles train --model=ResidualSAGE` (recommended flags)"),
     ("ours_predict", "ours: `tpu-tiles predict` (EarlyJoinSAGE)"),
     ("course_predict", "course: `tiles_gen_predictions_csv.py` (EarlyJoinSAGE)"),
     ("big_predict_EarlyJoinSAGE", "ours: `tpu-tiles predict`, one big kernel (EarlyJoinSAGE)"),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import csv
 import gzip
+import importlib.util
 import json
 import shutil
 import subprocess
@@ -21,10 +22,29 @@ def test_models_lists_every_class_and_the_recommendation(capsys):
     assert cli.main(["models"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in registry.MODELS)
-    line = "Recommended: --model=ResidualSAGE --model_kwargs_json='{\"default_context\": true}'"
+    kwargs = '{"default_context": true, "hidden_dim": 32, "config_attention": false}'
+    line = f"Recommended: --model=ResidualSAGE --model_kwargs_json='{kwargs}'"
     assert line in out.splitlines()
     # The recommendation is a valid model and kwargs.
-    assert registry.parse_model_kwargs(registry.RECOMMENDED_KWARGS) == {"default_context": True}
+    assert registry.parse_model_kwargs(registry.RECOMMENDED_KWARGS) == {
+        "default_context": True,
+        "hidden_dim": 32,
+        "config_attention": False,
+    }
+
+
+def test_the_suite_judges_the_recommendation():
+    # benchmarks/suite.py's default candidate is what `tpu-tiles models` recommends.
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "suite.py"
+    spec = importlib.util.spec_from_file_location("suite", path)
+    suite = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(suite)
+    cls, kwargs = suite.VARIANTS[suite.RECOMMENDED]
+    assert (cls, kwargs) == (
+        registry.RECOMMENDED_MODEL,
+        registry.parse_model_kwargs(registry.RECOMMENDED_KWARGS),
+    )
+    assert suite.parse_args(["--work", "w"]).candidate == suite.RECOMMENDED
 
 
 def test_synth_writes_the_splits(tmp_path, capsys):
