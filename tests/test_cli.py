@@ -76,7 +76,8 @@ def test_demo_writes_every_artifact(tmp_path):
     args = [json.loads(gzip.decompress(r.read_bytes()))["args"] for r in runs]
     models = {a["model"]: json.loads(a["model_kwargs_json"]) for a in args}
     # The recommended model with its constructor kwargs, and upstream's baseline.
-    assert models == {"ResidualSAGE": {"default_context": True}, "EarlyJoinSAGE": {}}
+    recommended = {"default_context": True, "hidden_dim": 32, "config_attention": False}
+    assert models == {"ResidualSAGE": recommended, "EarlyJoinSAGE": {}}
     assert (out / "evaluation.png").read_bytes()[:4] == b"\x89PNG"
     with open(out / "evaluation.csv", newline="") as f:
         evaluation = list(csv.DictReader(f))
