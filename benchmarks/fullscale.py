@@ -54,6 +54,8 @@ from typing import Any, Callable
 
 import numpy as np
 
+from tpu_tiles_models import registry  # no TensorFlow at import: the parent stays light
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -675,8 +677,6 @@ def measure(a: argparse.Namespace) -> dict:
     r["upstream_load"] = run_child(
         "upstream_load", "upstream_load", dict(common, cache=caches["upstream"]), work
     )
-    from tpu_tiles_models import registry  # here: the parent process stays free of TF
-
     for model in ("EarlyJoinSAGE", "ResidualSAGE"):
         out = work / f"runs_ours_{model}"
         shutil.rmtree(out, ignore_errors=True)
