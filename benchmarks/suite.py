@@ -551,8 +551,7 @@ def markdown(cells: list[dict], a: argparse.Namespace) -> str:
             pm = [f"{c[k][0]:.3f}" for k in columns]
         else:
             pm = [f"{c[k][0]:.3f} +- {c[k][1]:.3f}" for k in columns]
-        seconds = "-" if baseline else f"{c['seconds']:.0f} | {c['cpu_seconds']:.0f}"
-        seconds = "- | -" if baseline else seconds
+        seconds = "- | -" if baseline else f"{c['seconds']:.0f} | {c['cpu_seconds']:.0f}"
         lines.append(
             f"| {c['family']} | {c['model']} | {c['recipe']} | "
             + " | ".join(pm)
