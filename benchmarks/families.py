@@ -15,6 +15,8 @@ then:
   sweep` at the suite's budget (upstream's flags but 40 epochs), seeds `--seeds` (0,1,2), mean
   +- std over seeds; errors on every config of every validation kernel (the trainer's final
   validation). Given the suite's `--work`, it reuses the suite's data sets and runs;
+- with `--full FAMILY=DIR`, the real-size target on a `tpu-tiles synth DIR --scale full
+  --family FAMILY` set: kernels per split and configs in all;
 - every target of issue 21 beside the real figure (`REAL`, from REAL_DATA_FACTS.md) with its
   value per family, met or not.
 
@@ -23,6 +25,7 @@ Writes `benchmarks/results/families.json` and `families.md` (README's block, thr
 
     python benchmarks/families.py --work /tmp/families            # data, then the models
     python benchmarks/families.py --work /tmp/families --models ""  # data figures only
+    python benchmarks/families.py --work /tmp/families --full fusion=/tmp/fusion_full
     python benchmarks/families.py --markdown_only                  # rewrite the .md
 """
 
@@ -63,6 +66,8 @@ REAL = {
     "ejs_top5": 0.041,
     "ejs_top1": 0.117,
     "mlp_top5": 0.708,
+    "full_kernels": (5709, 676, 844),
+    "full_configs": 13.4e6,
 }
 
 
@@ -73,6 +78,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.set_defaults(recipes="upstream", shuffled=False)  # the suite's grid and data, as default
     p.add_argument("--models", default="EarlyJoinSAGE,MLP", help="'' for data figures only")
     p.add_argument("--seeds", default="0,1,2", help="training seeds")
+    p.add_argument(
+        "--full",
+        default="",
+        help="FAMILY=DIR,...: `tpu-tiles synth DIR --scale full --family FAMILY` sets, for "
+        "the real-size target (a family without one shows '-')",
+    )
     p.add_argument("--work", default="", help="data sets, runs and cache (kept; reused)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file (and .md beside)")
     p.add_argument(
@@ -82,6 +93,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     unknown = [f for f in args.families.split(",") if f not in synthetic.FAMILIES]
     if unknown:
         p.error(f"--families: unknown {unknown}; known: {', '.join(synthetic.FAMILIES)}")
+    try:
+        args.full = dict(item.split("=", 1) for item in filter(None, args.full.split(",")))
+    except ValueError:
+        p.error(f"--full: give FAMILY=DIR,..., got {args.full!r}")
+    if set(args.full) - set(synthetic.FAMILIES):
+        p.error(f"--full: unknown families {sorted(set(args.full) - set(synthetic.FAMILIES))}")
     if not args.markdown_only and not args.work:
         p.error("--work is required (the data sets and runs are kept there)")
     return args
@@ -248,6 +265,25 @@ def data_figures(root: Path) -> dict[str, Any]:
     }
 
 
+def full_figures(root: Path) -> dict[str, Any]:
+    """Kernels per split and configs in all of a `--scale full` set (`tpu-tiles inspect`)."""
+    report = inspection.inspect_root(root, progress=False)["splits"]
+    return {
+        "kernels": [report[s]["kernels"] for s in ("train", "valid", "test")],
+        "configs": sum(report[s]["configs"]["total"] for s in ("train", "valid", "test")),
+        "train_configs_mean": round(report["train"]["configs"]["mean"], 1),
+    }
+
+
+def _full_met(full: dict[str, Any] | None) -> bool:
+    """The real kernel counts per split, and configs within 10% of the real total."""
+    return (
+        bool(full)
+        and tuple(full["kernels"]) == REAL["full_kernels"]
+        and (0.9 <= full["configs"] / REAL["full_configs"] <= 1.1)
+    )
+
+
 Target = tuple[str, str, Callable[[dict[str, Any]], Any], Callable[[Any], bool]]
 
 
@@ -314,6 +350,9 @@ TARGETS: list[Target] = [
      lambda r: _ratio_to_ejs(r, "config-only ridge"), lambda v: v is not None and v >= 2),
     ("MLP top-5 error >= 2x EarlyJoinSAGE's", "17x (0.708 vs 0.041)",
      lambda r: _ratio_to_ejs(r, "MLP"), lambda v: v is not None and v >= 2),
+    ("`--scale full`: the real kernels, configs within 10% of 13.4 million",
+     "5,709 / 676 / 844, 13.4 million",
+     lambda r: r.get("full"), _full_met),
 ]  # fmt: skip
 
 
@@ -322,6 +361,9 @@ def _show(value: Any) -> str:
         return "-"
     if isinstance(value, tuple):
         return " / ".join(_show(v) for v in value)
+    if isinstance(value, dict):  # a --scale full set's figures
+        kernels = " / ".join(f"{k:,}" for k in value["kernels"])
+        return f"{kernels}, {value['configs'] / 1e6:.1f} million"
     if isinstance(value, bool):
         return "yes" if value else "no"
     if isinstance(value, float):
@@ -361,7 +403,19 @@ def markdown(doc: dict[str, Any]) -> str:
         f"`{s['command']}`: {s['budget']} (the suite's budget); {s['test']} test kernels "
         f"per family; models trained by `tpu-tiles sweep`, seeds {s['seeds']} (mean +- std), "
         "errors on every config of every validation kernel; random and default: mean of "
-        f"{DRAWS} random orders.",
+        f"{DRAWS} random orders."
+        + (
+            " The real-size row: `tpu-tiles synth DIR --scale full --family F` sets (seed 0); "
+            "their train kernels hold "
+            + ", ".join(
+                f"{f} {r['full']['train_configs_mean']:,.0f}"
+                for f, r in doc["families"].items()
+                if r.get("full")
+            )
+            + " configs on average (real: 1,946)."
+            if any(r.get("full") for r in doc["families"].values())
+            else ""
+        ),
         "",
         "| target | real | " + " | ".join(fams) + " |",
         "|---|---|" + "---|" * len(fams),
@@ -412,12 +466,15 @@ def main(argv: list[str] | None = None) -> None:
             "rankers": rankers(root),
             "models": models.get(family, {}),
         }
+        if family in a.full:
+            results[family]["full"] = full_figures(Path(a.full[family]))
     settings = {
         "command": " ".join(["python benchmarks/families.py", *argv]),
         **{k: getattr(a, k) for k in ("train", "valid", "test", "data_seed", "seeds", "epochs")},
         "early_stop": a.early_stop,
         "budget": budget_text(a),
         "models": a.models,
+        "full": a.full,
     }
     doc = {"settings": settings, "real": REAL, "families": results}
     doc["targets"] = target_rows(results)
