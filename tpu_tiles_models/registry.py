@@ -260,6 +260,6 @@ def describe() -> str:
         "  (ResidualSAGE reading config 0 as the compiler's default, 32 wide, no cross-config",
         "  attention; at the benchmark suite's budget it beats EarlyJoinSAGE on every generator",
         "  family by more than one std, in under 2x its training time;",
-        "  see README, \"Choosing flags\"). Every other flag: upstream's default.",
+        '  see README, "Choosing flags"). Every other flag: upstream\'s default.',
     ]
     return "\n".join(lines)
