@@ -284,6 +284,19 @@ def _full_met(full: dict[str, Any] | None) -> bool:
     )
 
 
+def _full_sentence(families: dict[str, dict[str, Any]]) -> str:
+    """What the real-size row was measured on ('' without `--full` sets)."""
+    means = [
+        f"{f} {r['full']['train_configs_mean']:,.0f}" for f, r in families.items() if r.get("full")
+    ]
+    if not means:
+        return ""
+    return (
+        " The real-size row: `tpu-tiles synth DIR --scale full --family F` sets (seed 0); their "
+        f"train kernels hold {', '.join(means)} configs on average (real: 1,946)."
+    )
+
+
 Target = tuple[str, str, Callable[[dict[str, Any]], Any], Callable[[Any], bool]]
 
 
@@ -403,19 +416,7 @@ def markdown(doc: dict[str, Any]) -> str:
         f"`{s['command']}`: {s['budget']} (the suite's budget); {s['test']} test kernels "
         f"per family; models trained by `tpu-tiles sweep`, seeds {s['seeds']} (mean +- std), "
         "errors on every config of every validation kernel; random and default: mean of "
-        f"{DRAWS} random orders."
-        + (
-            " The real-size row: `tpu-tiles synth DIR --scale full --family F` sets (seed 0); "
-            "their train kernels hold "
-            + ", ".join(
-                f"{f} {r['full']['train_configs_mean']:,.0f}"
-                for f, r in doc["families"].items()
-                if r.get("full")
-            )
-            + " configs on average (real: 1,946)."
-            if any(r.get("full") for r in doc["families"].values())
-            else ""
-        ),
+        f"{DRAWS} random orders." + _full_sentence(doc["families"]),
         "",
         "| target | real | " + " | ".join(fams) + " |",
         "|---|---|" + "---|" * len(fams),

@@ -135,7 +135,7 @@ def _reset_peak() -> None:
     Path("/proc/self/clear_refs").write_text("5")
 
 
-def _now() -> tuple[float, float]:
+def now() -> tuple[float, float]:
     """(wall, CPU) seconds; CPU is this process's, all threads: on a machine shared with
     other jobs it moves less with their load than the wall clock does."""
     return time.perf_counter(), time.process_time()
@@ -143,14 +143,14 @@ def _now() -> tuple[float, float]:
 
 def _lap(laps: dict[str, list[float]], name: str, start: tuple[float, float]) -> None:
     """Appends the wall and CPU seconds since `start` to `laps[name]`, `laps[name_cpu]`."""
-    wall, cpu = _now()
+    wall, cpu = now()
     laps.setdefault(name, []).append(wall - start[0])
     laps.setdefault(f"{name}_cpu", []).append(cpu - start[1])
 
 
 def _mark(laps: dict[str, list], name: str = "epoch_marks") -> None:
     """Appends the (wall, CPU) clock to `laps[name]`: epoch boundaries."""
-    laps.setdefault(name, []).append(list(_now()))
+    laps.setdefault(name, []).append(list(now()))
 
 
 class Phases:
@@ -168,12 +168,12 @@ class Phases:
     def enter(self, name: str) -> None:
         self.close()
         _reset_peak()
-        self.current, self.start = name, _now()
+        self.current, self.start = name, now()
 
     def close(self) -> None:
         if not self.current:
             return
-        (wall, cpu), peak = _now(), _status_mb("VmHWM")
+        (wall, cpu), peak = now(), _status_mb("VmHWM")
         row = self.rows.setdefault(
             self.current, {"seconds": 0.0, "cpu_seconds": 0.0, "peak_rss_mb": 0.0}
         )
@@ -188,7 +188,7 @@ def _timed_calls(owner: Any, name: str, laps: dict[str, list[float]], lap: str) 
     original = getattr(owner, name)
 
     def wrapper(*args, **kwargs):
-        start = _now()
+        start = now()
         try:
             return original(*args, **kwargs)
         finally:
@@ -275,7 +275,7 @@ def child_ours_train(spec: dict) -> dict:
             phases.enter("epochs")
         if train:
             _mark(laps)
-        start = _now()
+        start = now()
         try:
             return run(self, ds, train=train, **kwargs)
         finally:
@@ -285,7 +285,7 @@ def child_ours_train(spec: dict) -> dict:
     val_score = trainer._val_score
 
     def timed_val_score(*args, **kwargs):
-        start = _now()
+        start = now()
         try:
             return val_score(*args, **kwargs)
         finally:
@@ -409,11 +409,11 @@ class _FitTimer:
 
         class Timer(tf.keras.callbacks.Callback):
             def on_epoch_begin(self, epoch, logs=None):
-                self.start = _now()
+                self.start = now()
 
             def on_test_begin(self, logs=None):
                 _lap(laps, "train_pass", self.start)
-                self.test_start = _now()
+                self.test_start = now()
 
             def on_test_end(self, logs=None):
                 _lap(laps, "sampled_valid", self.test_start)
@@ -439,7 +439,7 @@ def child_upstream_train(spec: dict) -> dict:
             phases.enter("epochs")
         kwargs["callbacks"] = [*kwargs.get("callbacks", []), _FitTimer(laps).callback]
         _mark(laps)
-        start = _now()
+        start = now()
         try:
             return fit(self, *args, **kwargs)
         finally:
@@ -541,13 +541,15 @@ def subset(data: Path, fraction: float, work: Path) -> tuple[Path, dict[str, int
     return root, counts
 
 
-def upstream_copy(upstream: Path, course: Path, work: Path) -> Path:
-    """`work/upstream`: upstream's tree with our models.py and the course's script in it."""
+def upstream_copy(upstream: Path, course: Path | None, work: Path) -> Path:
+    """`work/upstream`: upstream's tree with our models.py (and the course's script, given
+    `course`) in it."""
     root = work / "upstream"
     if not root.is_dir():
         shutil.copytree(upstream, root, ignore=shutil.ignore_patterns(".git", "__pycache__"))
     shutil.copyfile(REPO / "models.py", root / "tpu_graphs" / "baselines" / "tiles" / "models.py")
-    shutil.copyfile(course / COURSE_SCRIPT, root / COURSE_SCRIPT)
+    if course is not None:
+        shutil.copyfile(course / COURSE_SCRIPT, root / COURSE_SCRIPT)
     return root
 
 

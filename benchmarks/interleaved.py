@@ -25,17 +25,13 @@ import argparse
 import functools
 import json
 import os
-import resource
-import shutil
 import sys
-import time
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
+from fullscale import RESULTS, now, upstream_copy  # this folder, as a script runs
 
-REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results"
 SIDES = ("upstream", "ours")
 
 
@@ -56,31 +52,18 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return a
 
 
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
-def _upstream_with_our_models(upstream: Path, work: Path) -> Path:
-    """A copy of upstream's tree (made once) with our models.py swapped in."""
-    root = work / "upstream"
-    if not root.is_dir():
-        shutil.copytree(upstream, root, ignore=shutil.ignore_patterns(".git", "__pycache__"))
-    shutil.copyfile(REPO / "models.py", root / "tpu_graphs" / "baselines" / "tiles" / "models.py")
-    return root
-
-
 def _timed(run: Callable[[int], object], round_: int) -> tuple[float, float]:
     """(wall, CPU) seconds of `run(round_)`."""
-    wall, cpu = time.perf_counter(), _cpu()
+    start = now()
     run(round_)
-    return time.perf_counter() - wall, _cpu() - cpu
+    end = now()
+    return end[0] - start[0], end[1] - start[1]
 
 
 def measure(a: argparse.Namespace) -> dict:
     work = Path(a.work)
     work.mkdir(parents=True, exist_ok=True)
-    sys.path.insert(0, str(_upstream_with_our_models(Path(a.upstream), work)))
+    sys.path.insert(0, str(upstream_copy(Path(a.upstream), None, work)))
     import tensorflow as tf
     import tensorflow_gnn as tfgnn
     import tensorflow_ranking as tfr
