@@ -293,7 +293,8 @@ def _full_sentence(families: dict[str, dict[str, Any]]) -> str:
         return ""
     return (
         " The real-size row: `tpu-tiles synth DIR --scale full --family F` sets (seed 0); their "
-        f"train kernels hold {', '.join(means)} configs on average (real: 1,946)."
+        f"train kernels hold {', '.join(means)} configs on average "
+        f"(real: {REAL['train_configs_mean']:,})."
     )
 
 
