@@ -43,7 +43,15 @@ import numpy as np
 
 # benchmarks/suite.py, beside this script: the budget, the data sets and the sweep's runs are
 # the suite's, so the two scripts given the same --work share them (neither trains twice).
-from suite import add_budget_flags, budget_text, finished_runs, grid_file, make_data, run_sweep
+from suite import (
+    BUDGET,
+    add_budget_flags,
+    budget_text,
+    finished_runs,
+    grid_file,
+    make_data,
+    run_sweep,
+)
 
 from tpu_tiles_models import data, files, inspection, metrics, synthetic
 
@@ -413,8 +421,10 @@ def _pm(cell: Any) -> str:
 def markdown(doc: dict[str, Any]) -> str:
     """families.md: the targets table and the rankers table README shows."""
     s, fams = doc["settings"], list(doc["families"])
+    # Files written before the key existed were all at the suite's budget.
+    suite = " (the suite's budget)" if s.get("suite_budget", True) else " (not the suite's budget)"
     lines = [
-        f"`{s['command']}`: {s['budget']} (the suite's budget); {s['test']} test kernels "
+        f"`{s['command']}`: {s['budget']}{suite}; {s['test']} test kernels "
         f"per family; models trained by `tpu-tiles sweep`, seeds {s['seeds']} (mean +- std), "
         "errors on every config of every validation kernel; random and default: mean of "
         f"{DRAWS} random orders." + _full_sentence(doc["families"]),
@@ -475,6 +485,7 @@ def main(argv: list[str] | None = None) -> None:
         **{k: getattr(a, k) for k in ("train", "valid", "test", "data_seed", "seeds", "epochs")},
         "early_stop": a.early_stop,
         "budget": budget_text(a),
+        "suite_budget": all(getattr(a, k) == v for k, v in BUDGET.items()),
         "models": a.models,
         "full": a.full,
     }
