@@ -138,7 +138,6 @@ def measure(a: argparse.Namespace) -> dict:
                 laps[what][side].append([wall, cpu])
                 print(f"round {r + 1} {what} {side}: {wall:.2f} s, CPU {cpu:.2f} s", flush=True)
     return dict(
-        command="python benchmarks/interleaved.py " + " ".join(sys.argv[1:]),
         model=a.model,
         rounds=a.rounds,
         kernels={s.name: len(s) for s in (ours.train, ours.valid)},
@@ -193,7 +192,8 @@ def markdown(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    results = measure(a)
+    command = " ".join(["python benchmarks/interleaved.py", *(argv or sys.argv[1:])])
+    results = {"command": command, **measure(a)}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n", encoding="utf-8")
