@@ -58,6 +58,9 @@ from tpu_tiles_models import data, files, inspection, metrics, synthetic
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "families.json"
 DRAWS = 20  # random orders for the random and default rankers
+# Upstream's test fixture of 15 real measured TPU kernels, decoded (shared, never committed).
+FIXTURE = REPO.parent / "shared" / "data" / "real_fixture_op_tuning.json"
+FIXTURE_MIN_CONFIGS = 6  # fixture kernels scored: more configs than a top-5 holds
 # The real collection (shared/REAL_DATA_FACTS.md): what each target is measured against.
 REAL = {
     "train_configs_mean": 1946,
@@ -76,6 +79,7 @@ REAL = {
     "mlp_top5": 0.708,
     "full_kernels": (5709, 676, 844),
     "full_configs": 13.4e6,
+    "output_tile_falls": 0.83,
 }
 
 
@@ -95,6 +99,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", default="", help="data sets, runs and cache (kept; reused)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="JSON results file (and .md beside)")
     p.add_argument(
+        "--fixture",
+        default=str(FIXTURE),
+        help="upstream's 15 real measured kernels, decoded (the cross-checks; '' to skip)",
+    )
+    p.add_argument(
         "--markdown_only", action="store_true", help="only rewrite the .md from the JSON file"
     )
     args = p.parse_args(argv)
@@ -107,6 +116,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         p.error(f"--full: give FAMILY=DIR,..., got {args.full!r}")
     if set(args.full) - set(synthetic.FAMILIES):
         p.error(f"--full: unknown families {sorted(set(args.full) - set(synthetic.FAMILIES))}")
+    if args.fixture and not args.markdown_only and not Path(args.fixture).is_file():
+        p.error(f"--fixture: no file {args.fixture}; give the decoded fixture, or '' to skip")
     if not args.markdown_only and not args.work:
         p.error("--work is required (the data sets and runs are kept there)")
     return args
@@ -115,7 +126,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 # --------------------------------------------------------------------------------------
 # Rankers without training.
 # --------------------------------------------------------------------------------------
-def _ratios(split: data.Split) -> list[np.ndarray]:
+def kernel_ratios(split: data.Split) -> list[np.ndarray]:
     """`[c]` runtime / normaliser of every kernel of a split."""
     ratio = split.config_runtime / split.config_runtime_normalizers
     offsets = split.config_offsets
@@ -136,40 +147,95 @@ def default_errors(valid: list[np.ndarray], draws: int = DRAWS) -> dict[str, flo
     return _errors({k: float(np.mean([e[k] for e in per_draw])) for k in metrics.TOP_KS})
 
 
-def _config_design(config_feat: np.ndarray) -> np.ndarray:
+def config_design(config_feat: np.ndarray) -> np.ndarray:
     """`[c, 48]` config-only features: log1p of each config column and its square."""
     x = np.log1p(np.maximum(config_feat.astype(np.float64), 0.0))
     return np.concatenate([x, x**2], axis=1)
 
 
-def _configs(split: data.Split) -> list[np.ndarray]:
+def kernel_configs(split: data.Split) -> list[np.ndarray]:
+    """`[c, 24]` config features of every kernel of a split."""
     offsets = split.config_offsets
     return [split.config_feat[offsets[i] : offsets[i + 1]] for i in range(len(split))]
 
 
-def ridge_errors(train: data.Split, valid: data.Split) -> dict[str, float]:
-    """Top-k errors on valid of a ridge ranker that sees only config features."""
+def fit_ridge(configs: list[np.ndarray], ratios: list[np.ndarray]) -> np.ndarray:
+    """`[48]` weights of a ridge on config features alone (`config_design`) for log runtime /
+    normaliser, both centred per kernel: only the ranking inside a kernel counts.
+
+    Args:
+      configs: per kernel, `[c, 24]` config features.
+      ratios: per kernel, `[c]` runtime / normaliser.
+    """
     xs, ys = [], []
-    for cfg, ratio in zip(_configs(train), _ratios(train)):
-        x, y = _config_design(cfg), np.log(ratio)
-        xs.append(x - x.mean(axis=0))  # per-kernel centring: only the ranking inside counts
+    for cfg, ratio in zip(configs, ratios):
+        x, y = config_design(cfg), np.log(ratio)
+        xs.append(x - x.mean(axis=0))
         ys.append(y - y.mean())
     x, y = np.concatenate(xs), np.concatenate(ys)
-    w = np.linalg.solve(x.T @ x + np.eye(x.shape[1]), x.T @ y)
-    scores = [_config_design(cfg) @ w for cfg in _configs(valid)]
-    return _errors(metrics.top_k_errors(zip(_ratios(valid), scores)))
+    return np.linalg.solve(x.T @ x + np.eye(x.shape[1]), x.T @ y)
+
+
+def ridge_errors(train: data.Split, valid: data.Split) -> dict[str, float]:
+    """Top-k errors on valid of a ridge ranker that sees only config features."""
+    w = fit_ridge(kernel_configs(train), kernel_ratios(train))
+    scores = [config_design(cfg) @ w for cfg in kernel_configs(valid)]
+    return _errors(metrics.top_k_errors(zip(kernel_ratios(valid), scores)))
 
 
 def rankers(root: Path) -> dict[str, dict[str, float]]:
     """random, default and config-only ridge top-k errors on the validation split."""
     train = data.load_split(root, "train", progress=False)
     valid = data.load_split(root, "valid", progress=False)
-    ratios = _ratios(valid)
+    ratios = kernel_ratios(valid)
     return {
         "random": _errors(metrics.random_top_k_errors(ratios, draws=DRAWS)),
         "default": default_errors(ratios),
         "config-only ridge": ridge_errors(train, valid),
     }
+
+
+def fixture_kernels(path: Path) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`([c, 24] config features, [c] runtime / normaliser)` of every kernel of the decoded
+    real fixture, its default run first (as config 0 is in the real data); runs that failed
+    or timed nothing left out, as upstream's reader does."""
+    kernels = []
+    for k in json.loads(path.read_text())["kernels"]:
+        runs = [r for r in k["runs"] if not r["error"] and r["compute_time_ns"] > 1]
+        runs.sort(key=lambda r: not r["is_default"])  # stable: the rest keep their order
+        cfg = np.array([r["config_feat_24"] for r in runs], np.float64)
+        runtime = np.array([r["compute_time_ns"] for r in runs], np.float64)
+        kernels.append((cfg, runtime / k["normalizer_default_ns"]))
+    return kernels
+
+
+def fixture_rankers(kernels: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
+    """Random, default and a config-only ridge fitted on the other fixture kernels (leave one
+    kernel out), on each fixture kernel with at least `FIXTURE_MIN_CONFIGS` configs."""
+    scored = [i for i, (_, r) in enumerate(kernels) if len(r) >= FIXTURE_MIN_CONFIGS]
+    ratios = [kernels[i][1] for i in scored]
+    loo = []
+    for i in scored:
+        rest = [k for j, k in enumerate(kernels) if j != i]
+        w = fit_ridge([c for c, _ in rest], [r for _, r in rest])
+        loo.append((kernels[i][1], config_design(kernels[i][0]) @ w))
+    return {
+        "kernels": len(kernels),
+        "scored": len(scored),
+        "configs": [len(r) for r in ratios],
+        "random": _errors(metrics.random_top_k_errors(ratios, draws=DRAWS)),
+        "default": default_errors(ratios),
+        "ridge, other fixture kernels": _errors(metrics.top_k_errors(loo)),
+    }
+
+
+def fixture_ridge(root: Path, kernels: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
+    """Top-k errors on the scored fixture kernels of the config-only ridge fitted on `root`'s
+    train split: does what it learns from a family's tiles rank real kernels?"""
+    train = data.load_split(root, "train", progress=False)
+    w = fit_ridge(kernel_configs(train), kernel_ratios(train))
+    scored = [(r, config_design(c) @ w) for c, r in kernels if len(r) >= FIXTURE_MIN_CONFIGS]
+    return _errors(metrics.top_k_errors(scored))
 
 
 # --------------------------------------------------------------------------------------
@@ -270,6 +336,7 @@ def data_figures(root: Path) -> dict[str, Any]:
             set(programs["train"]["kernels"]) & set(programs["valid"]["kernels"])
         ),
         "test_anonymised": test["programs"]["anonymised_kernels"] == test["kernels"],
+        "output_tile_falls": round(train["runtimes"]["output_tile"]["runtime_falls"]["share"], 3),
     }
 
 
@@ -453,8 +520,44 @@ def markdown(doc: dict[str, Any]) -> str:
         "",
         "Real (upstream's baselines on the real validation split, 100 epochs): EarlyJoinSAGE "
         "0.117 / 0.041, MLP 1.496 / 0.708 (top-1 / top-5).",
+        *_cross_checks(doc),
     ]
     return "\n".join(lines) + "\n"
+
+
+def _cross_checks(doc: dict[str, Any]) -> list[str]:
+    """Real figures that issue 21 sets no target for, beside each family's (files written
+    before they existed show none)."""
+    fams, fx = doc["families"], doc.get("real_fixture")
+    if "output_tile_falls" not in next(iter(fams.values()))["data"]:
+        return []
+    falls = [_pct(f["data"]["output_tile_falls"]) for f in fams.values()]
+    lines = [
+        "",
+        "Cross-checks against real figures without a target:",
+        "",
+        "| check | real | " + " | ".join(fams) + " |",
+        "|---|---|" + "---|" * len(fams),
+        "| train kernels whose runtime falls as the output tile grows (correlation with "
+        f"config column 14, the output bounds' sum, below -0.17) | "
+        f"{_pct(REAL['output_tile_falls'])} | " + " | ".join(falls) + " |",
+    ]
+    if fx:
+        ridge = [_pm(f["fixture_ridge"]["top5"]) for f in fams.values()]
+        lines.append(
+            f"| config-only ridge on the {fx['scored']} real fixture kernels with at least "
+            f"{FIXTURE_MIN_CONFIGS} configs ({', '.join(map(str, fx['configs']))}), top-5 error; "
+            "real: fitted on the other fixture kernels; families: fitted on their train split | "
+            f"{_pm(fx['ridge, other fixture kernels']['top5'])} (random "
+            f"{_pm(fx['random']['top5'])}, default {_pm(fx['default']['top5'])}) | "
+            + " | ".join(ridge)
+            + " |"
+        )
+    return lines
+
+
+def _pct(x: float) -> str:
+    return f"{100 * x:.0f}%"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -470,6 +573,7 @@ def main(argv: list[str] | None = None) -> None:
     if a.models and not a.no_train:
         train_models(a, roots, work)
     models = model_rows(work, roots, a.models.split(",")) if a.models else {}
+    fixture = fixture_kernels(Path(a.fixture)) if a.fixture else None
     results = {}
     for family, root in roots.items():
         results[family] = {
@@ -480,6 +584,8 @@ def main(argv: list[str] | None = None) -> None:
         }
         if family in a.full:
             results[family]["full"] = full_figures(Path(a.full[family]))
+        if fixture:
+            results[family]["fixture_ridge"] = fixture_ridge(root, fixture)
     settings = {
         "command": " ".join(["python benchmarks/families.py", *argv]),
         **{k: getattr(a, k) for k in ("train", "valid", "test", "data_seed", "seeds", "epochs")},
@@ -490,6 +596,8 @@ def main(argv: list[str] | None = None) -> None:
         "full": a.full,
     }
     doc = {"settings": settings, "real": REAL, "families": results}
+    if fixture:
+        doc["real_fixture"] = fixture_rankers(fixture)
     doc["targets"] = target_rows(results)
     with files.atomic_path(out) as tmp:
         tmp.write_text(json.dumps(doc, indent=1) + "\n")

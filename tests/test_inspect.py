@@ -111,6 +111,16 @@ def test_runtime_figures_match_numpy(report, synth_root: Path) -> None:
         _assert_distribution(c0["ratio"], ratio0)
         _assert_distribution(c0["over_best"], over)
         assert c0["default_top1_error"] == pytest.approx(np.mean(over - 1))
+        tiles = [k["config_feat"][:, 14].astype(np.float64) for k in kernels]
+        corr = [
+            np.corrcoef(t, r)[0, 1]
+            for t, r in zip(tiles, runtime)
+            if len(r) >= 3 and np.ptp(t) > 0 and np.ptp(r) > 0
+        ]
+        assert corr  # the synthetic output tiles vary
+        _assert_distribution(rt["output_tile"]["corr"], corr)
+        falls = sum(c < -0.17 for c in corr)
+        assert rt["output_tile"]["runtime_falls"] == {"kernels": falls, "share": falls / len(corr)}
     test = report["splits"]["test"]
     assert test["labelled_kernels"] == 0 and test["runtimes"] is None
 
@@ -204,11 +214,15 @@ def test_streaming_accumulators_against_numpy() -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _write(path: Path, runtimes, normalisers, config_rows, nodes: int = 3) -> None:
+def _write(
+    path: Path, runtimes, normalisers, config_rows, nodes: int = 3, output_sums=None
+) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     c = len(runtimes)
     config_feat = np.zeros((c, 24), np.float32)
     config_feat[:, 0] = config_rows
+    if output_sums is not None:
+        config_feat[:, 14] = output_sums
     np.savez(
         path,
         node_feat=np.ones((nodes, 140), np.float32),
@@ -233,6 +247,22 @@ def handmade(tmp_path: Path) -> Path:
     _write(root / "valid" / "gamma_c1.npz", [10, 20], [10, 10], [1, 2])
     _write(root / "test" / ("ab" * 16 + ".npz"), [0, 0, 0], [0, 0, 0], [1, 2, 2])
     return root
+
+
+def test_runtime_falls_as_the_output_tile_grows(tmp_path: Path) -> None:
+    root = tmp_path / "root"
+    # output bounds' sum 2, 4, 8: runtime falls (correlation -0.99), rises (+0.99), flat-ish
+    _write(root / "train" / "a_1.npz", [400, 200, 100], [400] * 3, [1, 2, 3], output_sums=[2, 4, 8])
+    _write(root / "train" / "a_2.npz", [100, 200, 400], [100] * 3, [1, 2, 3], output_sums=[2, 4, 8])
+    _write(root / "train" / "a_3.npz", [100, 90, 100], [100] * 3, [1, 2, 3], output_sums=[2, 4, 8])
+    # left out: two configs; a constant tile; equal runtimes
+    _write(root / "train" / "a_4.npz", [200, 100], [200] * 2, [1, 2], output_sums=[2, 4])
+    _write(root / "train" / "a_5.npz", [300, 200, 100], [300] * 3, [1, 2, 3], output_sums=[4] * 3)
+    _write(root / "train" / "a_6.npz", [100] * 3, [100] * 3, [1, 2, 3], output_sums=[2, 4, 8])
+    r = inspection.inspect_root(root, progress=False)["splits"]["train"]["runtimes"]
+    assert r["output_tile"]["corr"]["count"] == 3
+    assert r["output_tile"]["runtime_falls"] == {"kernels": 1, "share": 1 / 3}
+    assert r["output_tile"]["corr"]["min"] == pytest.approx(np.corrcoef([2, 4, 8], [4, 2, 1])[0, 1])
 
 
 def test_known_answers(handmade: Path) -> None:
@@ -268,6 +298,7 @@ def test_cli_table_json_and_png(handmade: Path, tmp_path: Path, capsys) -> None:
     assert cli.main([*argv, "--no_progress"]) == 0
     out = capsys.readouterr().out
     assert "config 0 is the fastest" in out and "1 (33.3%)" in out
+    assert "runtime falls as the output tile grows" in out
     assert "programs in both train-valid: 1 (beta)" in out
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = inspection.read_json(out_json)
@@ -392,6 +423,7 @@ def test_report_keys_are_the_documented_ones(report) -> None:
         "best_ratio",
         "normaliser_spread",
         "config0",
+        "output_tile",
     }
     assert set(train["runtimes"]["ratio"]) == distribution | {"histogram"}
     assert set(train["runtimes"]["config0"]) == {

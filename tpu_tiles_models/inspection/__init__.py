@@ -12,6 +12,9 @@ it documents; `format_table` prints it, `write_json` / `read_json` save and reop
   (`DEFAULT_TOLERANCE`); config 0 is the fastest: no config of its kernel runs faster.
   config 0 / best: its runtime over the kernel's best; the mean minus 1 is the top-1 error
   of always picking config 0.
+- runtime falls as the output tile grows: within a kernel, the correlation of runtime with
+  `config_feat` column 14 (the sum of the output bounds) is below -0.17; the real train
+  split has it in 83% of kernels, a ranking signal in the config features alone.
 - duplicate row: a `config_feat` row equal to an earlier row of the same kernel; its gap is
   |runtime - the first copy's runtime| / the first copy's runtime.
 - program: the tile id without its last `_part` (`kernel_files.benchmark_of`); test ids are

@@ -122,6 +122,10 @@ def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
             _join(c0 and c0["over_best"], ("mean", "p50", "p90")),
         ),
         (
+            "runtime falls as the output tile grows",
+            _kernels_share(rt and rt["output_tile"]["runtime_falls"]),
+        ),
+        (
             "duplicate config rows (kernels with one)",
             f"{_pct(dup['share'], 2)} ({dup['kernels']:,})",
         ),

@@ -35,6 +35,11 @@ CONFIG_BINS = (1, 1001, 2001, 3001, 4001, 5001, 6001, 7001, 8001, 9001, 10001)
 # Nodes or edges per kernel: zero (edges only), then bins doubling in width.
 SIZE_BINS = (0, 1, 11, 21, 41, 81, 161, 321, 641)
 FEW_CONFIGS = 10  # upstream's trainer leaves out train kernels with fewer (its --configs)
+# The output tile's size: `config_feat` column 14, the sum of the output bounds. On the real
+# train split runtime falls as it grows (correlation below FALLS_BELOW) in 83% of kernels
+# (REAL_DATA_FACTS.md), a signal a ranker needs no graph for.
+OUTPUT_SUM_COLUMN = 14
+FALLS_BELOW = -0.17
 DEFAULT_TOLERANCE = 0.05
 TAIL_SIGMAS = 10.0
 _ANONYMISED = re.compile(r"[0-9a-f]{32}")
@@ -70,6 +75,7 @@ class _Split:
         self.config0_ratio: list[float] = []
         self.config0_over_best: list[float] = []
         self.normaliser_spread: list[float] = []
+        self.output_corr: list[float] = []  # kernels where both vary
         self.ratio = LogHistogram()
         self.gaps = LogHistogram()
         self.duplicate_rows = 0
@@ -98,6 +104,9 @@ class _Split:
             self.config0_ratio.append(ratio[0])
             self.config0_over_best.append(runtime[0] / best)
             self.normaliser_spread.append(normaliser.max() / normaliser.min() - 1.0)
+            tile = k["config_feat"][:, OUTPUT_SUM_COLUMN].astype(np.float64)
+            if len(runtime) >= 3 and np.ptp(tile) > 0 and np.ptp(runtime) > 0:
+                self.output_corr.append(float(np.corrcoef(tile, runtime)[0, 1]))
             copies = np.flatnonzero(first != np.arange(len(first)))
             base = runtime[first[copies]]
             self.gaps.add(np.abs(runtime[copies] - base) / base)
@@ -164,6 +173,12 @@ class _Split:
                 "ratio": distribution(c0),
                 "over_best": distribution(over),
                 "default_top1_error": float(over.mean() - 1.0),
+            },
+            "output_tile": {
+                "corr": distribution(self.output_corr),
+                "runtime_falls": share(
+                    sum(c < FALLS_BELOW for c in self.output_corr), len(self.output_corr)
+                ),
             },
         }
 
@@ -258,7 +273,10 @@ def inspect_root(
           (best runtime / normaliser) and `normaliser_spread` (max / min normaliser - 1),
           and `config0`: `is_default` and `fastest` (`{"kernels", "share"}`), `ratio`
           (its runtime / normaliser), `over_best` (its runtime / the kernel's best),
-          `default_top1_error` (mean of `over_best` - 1);
+          `default_top1_error` (mean of `over_best` - 1); `output_tile`: `corr` (a
+          distribution over kernels of the correlation of runtime with `config_feat` column
+          14, the output bounds' sum, where both vary) and `runtime_falls` (kernels where it
+          is below -0.17, `{"kernels", "share"}`);
         - `duplicates`: `rows` (repeating an earlier row of their kernel), `share` (of all
           config rows), `kernels` (with one), `gap` (a distribution of the relative runtime
           gaps to the first copy; None without runtimes);
