@@ -19,6 +19,10 @@ then:
   --family FAMILY` set: kernels per split and configs in all;
 - every target of issue 21 beside the real figure (`REAL`, from REAL_DATA_FACTS.md) with its
   value per family, met or not.
+- cross-checks against real figures that set no target: how often runtime falls as the
+  output tile grows (real train split: 83% of kernels), and the config-only ridge on upstream's
+  15 real measured kernels (`--fixture`), fitted on the other fixture kernels and on each
+  family's train split.
 
 Writes `benchmarks/results/families.json` and `families.md` (README's block, through
 `update_readme.py`).
