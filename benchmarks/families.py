@@ -180,22 +180,22 @@ def fit_ridge(configs: list[np.ndarray], ratios: list[np.ndarray]) -> np.ndarray
     return np.linalg.solve(x.T @ x + np.eye(x.shape[1]), x.T @ y)
 
 
-def ridge_errors(train: data.Split, valid: data.Split) -> dict[str, float]:
-    """Top-k errors on valid of a ridge ranker that sees only config features."""
-    w = fit_ridge(kernel_configs(train), kernel_ratios(train))
-    scores = [config_design(cfg) @ w for cfg in kernel_configs(valid)]
-    return _errors(metrics.top_k_errors(zip(kernel_ratios(valid), scores)))
-
-
-def rankers(root: Path) -> dict[str, dict[str, float]]:
-    """random, default and config-only ridge top-k errors on the validation split."""
+def train_ridge(root: Path) -> np.ndarray:
+    """`fit_ridge` on the train split of `root`."""
     train = data.load_split(root, "train", progress=False)
+    return fit_ridge(kernel_configs(train), kernel_ratios(train))
+
+
+def rankers(root: Path, ridge: np.ndarray) -> dict[str, dict[str, float]]:
+    """random, default and config-only ridge (`ridge`, from `train_ridge`) top-k errors on the
+    validation split."""
     valid = data.load_split(root, "valid", progress=False)
     ratios = kernel_ratios(valid)
+    scores = [config_design(cfg) @ ridge for cfg in kernel_configs(valid)]
     return {
         "random": _errors(metrics.random_top_k_errors(ratios, draws=DRAWS)),
         "default": default_errors(ratios),
-        "config-only ridge": ridge_errors(train, valid),
+        "config-only ridge": _errors(metrics.top_k_errors(zip(ratios, scores))),
     }
 
 
@@ -233,12 +233,11 @@ def fixture_rankers(kernels: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, A
     }
 
 
-def fixture_ridge(root: Path, kernels: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, float]:
-    """Top-k errors on the scored fixture kernels of the config-only ridge fitted on `root`'s
-    train split: does what it learns from a family's tiles rank real kernels?"""
-    train = data.load_split(root, "train", progress=False)
-    w = fit_ridge(kernel_configs(train), kernel_ratios(train))
-    scored = [(r, config_design(c) @ w) for c, r in kernels if len(r) >= FIXTURE_MIN_CONFIGS]
+def fixture_ridge(ridge: np.ndarray, kernels: list[tuple[np.ndarray, np.ndarray]]) -> dict:
+    """Top-k errors on the scored fixture kernels of a config-only ridge fitted on a family's
+    train split (`train_ridge`): does what it learns from the family's tiles rank real
+    kernels?"""
+    scored = [(r, config_design(c) @ ridge) for c, r in kernels if len(r) >= FIXTURE_MIN_CONFIGS]
     return _errors(metrics.top_k_errors(scored))
 
 
@@ -580,16 +579,17 @@ def main(argv: list[str] | None = None) -> None:
     fixture = fixture_kernels(Path(a.fixture)) if a.fixture else None
     results = {}
     for family, root in roots.items():
+        ridge = train_ridge(root)
         results[family] = {
             "summary": synthetic.FAMILIES[family].summary,
             "data": data_figures(root),
-            "rankers": rankers(root),
+            "rankers": rankers(root, ridge),
             "models": models.get(family, {}),
         }
         if family in a.full:
             results[family]["full"] = full_figures(Path(a.full[family]))
         if fixture:
-            results[family]["fixture_ridge"] = fixture_ridge(root, fixture)
+            results[family]["fixture_ridge"] = fixture_ridge(ridge, fixture)
     settings = {
         "command": " ".join(["python benchmarks/families.py", *argv]),
         **{k: getattr(a, k) for k in ("train", "valid", "test", "data_seed", "seeds", "epochs")},
