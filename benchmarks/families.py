@@ -542,7 +542,8 @@ def _cross_checks(doc: dict[str, Any]) -> list[str]:
         "| check | real | " + " | ".join(fams) + " |",
         "|---|---|" + "---|" * len(fams),
         "| train kernels whose runtime falls as the output tile grows (correlation with "
-        f"config column 14, the output bounds' sum, below -0.17) | "
+        f"config column {inspection.report.OUTPUT_SUM_COLUMN}, the output bounds' sum, below "
+        f"{inspection.report.FALLS_BELOW}) | "
         f"{_pct(REAL['output_tile_falls'])} | " + " | ".join(falls) + " |",
     ]
     if fx:

@@ -192,7 +192,8 @@ def markdown(r: dict) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
-    command = " ".join(["python benchmarks/interleaved.py", *(argv or sys.argv[1:])])
+    argv = sys.argv[1:] if argv is None else argv
+    command = " ".join(["python benchmarks/interleaved.py", *argv])
     results = {"command": command, **measure(a)}
     out = Path(a.out)
     out.parent.mkdir(parents=True, exist_ok=True)
