@@ -45,10 +45,33 @@ GraphSAGE, Hamilton et al., NeurIPS 2017; GCN, Kipf & Welling, ICLR 2017; Set Tr
 from __future__ import annotations
 
 import math
+import os
+import sys
+from importlib import metadata, util
 from typing import Any, Callable, Sequence
 
-import tensorflow as tf
-import tensorflow_gnn as tfgnn
+
+def _prefer_keras_2() -> None:
+    """Makes tf.keras mean Keras 2 where TensorFlow >= 2.16 would give Keras 3.
+
+    TF-GNN 1.0.3 runs on Keras 2 only, which TF >= 2.16 takes from the `tf-keras` package when
+    `TF_USE_LEGACY_KERAS=1` is set before TensorFlow's first import. Where TensorFlow is
+    already imported, it is too late: TF-GNN's import then names the fix.
+    """
+    if "tensorflow" in sys.modules or util.find_spec("tf_keras") is None:
+        return
+    try:
+        keras_3 = metadata.version("keras").startswith("3.")
+    except metadata.PackageNotFoundError:
+        return
+    if keras_3:
+        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
+
+
+_prefer_keras_2()
+
+import tensorflow as tf  # noqa: E402  (after the Keras choice above)
+import tensorflow_gnn as tfgnn  # noqa: E402
 
 # Opcode ids in TpuGraphs run 0..120. Sizing the embedding by this constant rather than by the
 # data's `num_ops` keeps variable shapes identical between toy-data and full-data builds.
@@ -101,21 +124,61 @@ def _check_reduction(owner: str, name: str, value: Any) -> str:
     return value
 
 
-def _mlp(dims: Sequence[int], activation: Any, l2: float = 0.0) -> tf.keras.Sequential:
+class _DenseStack(tf.keras.layers.Layer):
+    """Dense layers applied in order: what `tf.keras.Sequential` does, minus its InputLayer.
+
+    A Sequential built on a known shape records an `InputLayer` in the SavedModel's metadata;
+    Keras 2.16+ (tf-keras) writes an `optional` key into it that Keras 2.13-2.15's
+    `load_model` rejects, so a model saved on the modern stack would not reload on the
+    course's. The variables and their order are those of the Sequential it replaces.
+    """
+
+    def __init__(self, dims: Sequence[int], activation: Any, l2: float = 0.0, **kwargs):
+        super().__init__(**kwargs)
+        self._dims, self._activation, self._l2 = list(dims), activation, l2
+        regularizer = tf.keras.regularizers.l2(l2) if l2 else None
+        self._dense_layers = [
+            tf.keras.layers.Dense(
+                dim,
+                activation=None if i == len(dims) - 1 else activation,
+                kernel_regularizer=regularizer,
+            )
+            for i, dim in enumerate(dims)
+        ]
+
+    @property
+    def layers(self) -> list[tf.keras.layers.Dense]:
+        """The Dense layers, first to last (as `Sequential.layers`)."""
+        return list(self._dense_layers)
+
+    def build(self, input_shape: tf.TensorShape) -> None:
+        shape = tf.TensorShape(input_shape)
+        for layer in self._dense_layers:
+            layer.build(shape)
+            shape = layer.compute_output_shape(shape)
+        super().build(input_shape)
+
+    def call(self, x: tf.Tensor) -> tf.Tensor:
+        for layer in self._dense_layers:
+            x = layer(x)
+        return x
+
+    def get_config(self) -> dict[str, Any]:
+        activation = tf.keras.activations.serialize(tf.keras.activations.get(self._activation))
+        return {
+            **super().get_config(),
+            "dims": self._dims,
+            "activation": activation,
+            "l2": self._l2,
+        }
+
+
+def _mlp(dims: Sequence[int], activation: Any, l2: float = 0.0) -> _DenseStack:
     """Dense layers of widths `dims` with `activation` between them (none after the last).
 
     `l2` > 0 puts an L2 regulariser of that weight on every kernel. No `dims`: the identity.
     """
-    regularizer = tf.keras.regularizers.l2(l2) if l2 else None
-    layers = []
-    for i, dim in enumerate(dims):
-        last = i == len(dims) - 1
-        layers.append(
-            tf.keras.layers.Dense(
-                dim, activation=None if last else activation, kernel_regularizer=regularizer
-            )
-        )
-    return tf.keras.Sequential(layers)
+    return _DenseStack(dims, activation, l2)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -242,7 +305,7 @@ def _config_width(graph: tfgnn.GraphTensor) -> int:
     return int(graph.node_sets["config"]["feats"].shape[-1])
 
 
-def _row_blocks(mlp: tf.keras.Sequential, widths: Sequence[int]) -> list[tf.Tensor]:
+def _row_blocks(mlp: _DenseStack, widths: Sequence[int]) -> list[tf.Tensor]:
     """The kernel of `mlp`'s first Dense cut into row blocks of `widths`.
 
     `dense(concat(parts))` is `sum(part_i @ block_i) + bias` before the activation, so a part

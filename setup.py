@@ -29,14 +29,19 @@ setup(
     ),
     long_description=open("README.md", encoding="utf-8").read(),
     long_description_content_type="text/markdown",
-    python_requires=">=3.9,<3.12",
+    # Two stacks (docs/install.md): the modern one, TF 2.16-2.21 with Keras 2 from tf-keras
+    # (Python 3.10-3.13, constraints.txt), and the course's TF 2.13-2.15 (Python 3.9-3.11,
+    # constraints-course.txt).
+    python_requires=">=3.9,<3.14",
     packages=find_packages(include=["tpu_tiles_models", "tpu_tiles_models.*"]),
     install_requires=[
-        # TF >= 2.16 ships Keras 3, which TF-GNN 1.0 and TF-Ranking 0.5.5 do not support.
-        "tensorflow>=2.13,<2.16",
+        # TF-GNN 1.0.3 runs on Keras 2 only: TF 2.13-2.15 have it built in; on TF >= 2.16 it
+        # comes from tf-keras, which pip matches to the installed TF (tf-keras X.Y needs TF X.Y)
+        # and the package routes tf.keras to (tpu_tiles_models/__init__.py).
+        "tensorflow>=2.13,<2.22",
+        "tf-keras>=2.14,<2.22",
         "tensorflow-gnn==1.0.3",
-        "tensorflow-ranking==0.5.5",
-        "numpy<2",
+        "numpy",
         "tqdm",
         # The trainer parses upstream's absl flag syntax with absl's own parser.
         "absl-py",
@@ -49,8 +54,13 @@ setup(
         # The data cache's compression (Beam installs it too; constraints.txt pins it).
         "zstandard",
     ],
-    # pandas: tests compare our Kaggle CSV with what the course script (pandas) writes.
-    extras_require={"test": ["pytest", "pytest-xdist", "ruff", "pandas"]},
+    extras_require={
+        # pandas: tests compare our Kaggle CSV with what the course script (pandas) writes.
+        "test": ["pytest", "pytest-xdist", "ruff", "pandas"],
+        # The course stack's extra: upstream's trainer needs TF-Ranking, which imports on
+        # TF <= 2.15 only; the tests also check our ranking losses against it there.
+        "course": ["tensorflow-ranking==0.5.5"],
+    },
     entry_points={"console_scripts": ["tpu-tiles=tpu_tiles_models.cli:main"]},
     cmdclass={"build_py": BuildWithDropins},
 )

@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+import tpu_tiles_models  # noqa: F401  (before any TensorFlow: it makes tf.keras Keras 2)
+
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 REPO = Path(__file__).resolve().parents[1]

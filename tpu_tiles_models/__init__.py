@@ -1,21 +1,29 @@
 """tpu-tiles-models: learned cost models for TpuGraphs tile:xla kernels.
 
-Importing the package does not import TensorFlow (the CSV tools need none of it); it only
-checks, from the installed metadata, that the TensorFlow present is one TF-GNN 1.0 can use.
+Importing the package does not import TensorFlow (the CSV tools need none of it). It checks,
+from the installed metadata, that the TensorFlow present is one TF-GNN 1.0 can use, and makes
+`tf.keras` mean Keras 2 on every supported stack: TF 2.13-2.15 have it built in; TF 2.16-2.21
+ship Keras 3, and there Keras 2 comes from `tf-keras` once `TF_USE_LEGACY_KERAS=1` is set
+before TensorFlow is imported (TF-GNN's own guide, `docs/guide/keras_version.md`).
 """
 
 from __future__ import annotations
 
-from importlib import metadata
+import os
+import sys
+from importlib import metadata, util
 
 __version__ = "0.1.0"
 
 _TF_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-macos", "tf-nightly")
+# The TensorFlow releases the package is tested on (docs/install.md names the two stacks).
+SUPPORTED_TF = ((2, 13), (2, 21))
+LEGACY_KERAS_VARIABLE = "TF_USE_LEGACY_KERAS"
 
 
-def _installed_tensorflow() -> str | None:
-    """The version of the installed TensorFlow distribution, or None if there is none."""
-    for name in _TF_DISTRIBUTIONS:
+def _installed(names: tuple[str, ...]) -> str | None:
+    """The version of the first installed distribution of `names`, or None."""
+    for name in names:
         try:
             return metadata.version(name)
         except metadata.PackageNotFoundError:
@@ -23,18 +31,59 @@ def _installed_tensorflow() -> str | None:
     return None
 
 
+def _major_minor(version: str) -> tuple[int, int]:
+    major, minor = version.split(".")[:2]
+    return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
+
+
+def keras_3_fix() -> str:
+    """The one-line fix for a process whose tf.keras would be Keras 3."""
+    return (
+        f"install tf-keras matching TensorFlow (pip install 'tf-keras~=X.Y.0' for TF X.Y) and "
+        f"set {LEGACY_KERAS_VARIABLE}=1 before TensorFlow is first imported (in a notebook: "
+        f"restart it and run `import os; os.environ['{LEGACY_KERAS_VARIABLE}'] = '1'` first)"
+    )
+
+
+def _use_keras_2(tf_version: str) -> None:
+    """Routes tf.keras to `tf_keras` where Keras 3 would be the default; fails in one line
+    where TensorFlow was already imported with Keras 3."""
+    if _major_minor(tf_version) < (2, 16):
+        return  # Keras 2 is built in
+    legacy = os.environ.get(LEGACY_KERAS_VARIABLE) in ("1", "true", "True")
+    if "tensorflow" in sys.modules:
+        if not legacy:
+            raise ImportError(
+                f"TensorFlow {tf_version} was imported with Keras 3 before tpu_tiles_models, "
+                f"which needs Keras 2: {keras_3_fix()}"
+            )
+        return
+    if util.find_spec("tf_keras") is None:
+        major, minor = _major_minor(tf_version)
+        raise ImportError(
+            f"TensorFlow {tf_version} needs the tf-keras package for Keras 2 (TF-GNN 1.0.3 "
+            f"runs on Keras 2 only): pip install 'tf-keras~={major}.{minor}.0'"
+        )
+    os.environ.setdefault(LEGACY_KERAS_VARIABLE, "1")
+    if os.environ[LEGACY_KERAS_VARIABLE] not in ("1", "true", "True"):
+        raise ImportError(
+            f"{LEGACY_KERAS_VARIABLE}={os.environ[LEGACY_KERAS_VARIABLE]} selects Keras 3, "
+            f"which TF-GNN 1.0.3 cannot use: unset it or set it to 1"
+        )
+
+
 def _check_tensorflow() -> None:
     """Fails fast, in one line, on a TensorFlow that TF-GNN 1.0 cannot use."""
-    version = _installed_tensorflow()
+    version = _installed(_TF_DISTRIBUTIONS)
     if version is None:
         return  # TensorFlow-free use (kaggle CSVs); modules that need TF fail on import
-    major, minor = (int(p) for p in version.split(".")[:2])
-    if (major, minor) < (2, 13) or (major, minor) >= (2, 16):
+    low, high = SUPPORTED_TF
+    if not low <= _major_minor(version) <= high:
         raise ImportError(
-            f"tpu-tiles-models needs TensorFlow 2.13-2.15 (found {version}); "
-            "TF >= 2.16 ships Keras 3, which tensorflow-gnn 1.0.3 and tensorflow-ranking "
-            "0.5.5 do not support. Run: pip install 'tensorflow>=2.13,<2.16'"
+            f"tpu-tiles-models needs TensorFlow {low[0]}.{low[1]}-{high[0]}.{high[1]} (found "
+            f"{version}): pip install 'tensorflow>={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}'"
         )
+    _use_keras_2(version)
 
 
 _check_tensorflow()

@@ -1,0 +1,44 @@
+"""The course's reload of a hand-in, as a script another stack's Python can run.
+
+    python tests/course_reload.py MODEL_DIR DATA_ROOT
+
+`tf.keras.models.load_model(MODEL_DIR)`, a fresh model of the run file's class and kwargs
+given one `forward`, the in-order copy of the loaded trainable variables, then each test
+kernel's top 5 (config 0 kept in them where the run's validation chose it). Prints
+`{"tensorflow": version, "top5": {tile_id: [5 indices]}}` as JSON on its last line.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import tpu_tiles_models  # noqa: F401  (before TensorFlow: tf.keras is Keras 2 on every stack)
+
+
+def main(model_dir: str, data_root: str) -> dict:
+    import tensorflow as tf
+
+    from tpu_tiles_models import data, export, registry, scoring
+    from tpu_tiles_models.runs import TrainedRun
+
+    run = TrainedRun.open(model_dir)
+    loaded = export.load_saved_model(model_dir)  # the course's tf.keras.models.load_model
+    dataset = run.dataset(data_root, progress=False)
+    test, stats = dataset.test, dataset.stats
+    args = run.args
+    model = registry.build_model(
+        args["model"], args["configs"], stats.num_ops, args["model_kwargs_json"], run.module
+    )
+    model.forward(data.kernel_graph(test, 0, stats), test.num_configs(0))
+    assert len(model.trainable_variables) == len(loaded.trainable_variables)
+    for mine, saved in zip(model.trainable_variables, loaded.trainable_variables):
+        mine.assign(saved)
+    scored = scoring.score_split(model, test, stats, progress=False)
+    keep = bool(run.keep_default)
+    top5 = {s.tile_id: scoring.upstream_top(s.scores, 5, keep_default=keep) for s in scored}
+    return {"tensorflow": tf.__version__, "top5": top5}
+
+
+if __name__ == "__main__":
+    print(json.dumps(main(*sys.argv[1:3])))
