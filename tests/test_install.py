@@ -12,6 +12,8 @@ from tpu_tiles_models import install as inst
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.install import InstallError
 
+# What install adds where upstream's trainer cannot run (the modern stack), else "".
+NOTE = inst.trainer_note()
 UPSTREAM_MODELS = b"# upstream models.py\nclass EarlyJoinSAGE: ...\n"
 
 
@@ -70,7 +72,8 @@ def test_second_install_is_a_no_op(checkout, source):
     (checkout / "sample_submission.csv").write_text("ID,TopConfigs\n")
     installed = _tree(checkout)
     lines = inst.install(checkout, source_dir=source)
-    assert len(lines) == 1 and lines[0].startswith("already installed")
+    assert lines[0].startswith("already installed")
+    assert lines[1:] == ([inst.trainer_note()] if inst.trainer_note() else [])
     assert _tree(checkout) == installed
 
 
@@ -124,13 +127,24 @@ def test_uninstall_refuses_user_modified_file_unless_forced(checkout, source):
 def test_deleted_file_is_reinstalled(checkout, source):
     inst.install(checkout, source_dir=source)
     (checkout / "tiles_gen_predictions_csv.py").unlink()
-    lines = inst.install(checkout, source_dir=source)
+    lines = [line for line in inst.install(checkout, source_dir=source) if line != NOTE]
     assert lines == [
         f"installed tiles_gen_predictions_csv.py -> {checkout / 'tiles_gen_predictions_csv.py'}"
         " (it had been deleted)",
         f"note: {checkout / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
         "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)",
     ]
+
+
+def test_upstream_trainer_note_where_tensorflow_ranking_cannot_import(
+    checkout, source, monkeypatch
+):
+    """Where upstream's trainer cannot run, install says so in one line and names ours."""
+    monkeypatch.setattr(inst.util, "find_spec", lambda name: None)
+    note = inst.trainer_note()
+    assert note in inst.install(checkout, source_dir=source)
+    assert "tiles_train.py needs tensorflow-ranking" in note and "\n" not in note
+    assert "tpu-tiles train --model=ResidualSAGE" in note
 
 
 def test_not_a_checkout(tmp_path, source):

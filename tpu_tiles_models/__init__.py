@@ -31,7 +31,8 @@ def _installed(names: tuple[str, ...]) -> str | None:
     return None
 
 
-def _major_minor(version: str) -> tuple[int, int]:
+def major_minor(version: str) -> tuple[int, int]:
+    """`"2.21.0"` -> `(2, 21)`."""
     major, minor = version.split(".")[:2]
     return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
 
@@ -48,7 +49,7 @@ def keras_3_fix() -> str:
 def _use_keras_2(tf_version: str) -> None:
     """Routes tf.keras to `tf_keras` where Keras 3 would be the default; fails in one line
     where TensorFlow was already imported with Keras 3."""
-    if _major_minor(tf_version) < (2, 16):
+    if major_minor(tf_version) < (2, 16):
         return  # Keras 2 is built in
     legacy = os.environ.get(LEGACY_KERAS_VARIABLE) in ("1", "true", "True")
     if "tensorflow" in sys.modules:
@@ -59,7 +60,7 @@ def _use_keras_2(tf_version: str) -> None:
             )
         return
     if util.find_spec("tf_keras") is None:
-        major, minor = _major_minor(tf_version)
+        major, minor = major_minor(tf_version)
         raise ImportError(
             f"TensorFlow {tf_version} needs the tf-keras package for Keras 2 (TF-GNN 1.0.3 "
             f"runs on Keras 2 only): pip install 'tf-keras~={major}.{minor}.0'"
@@ -72,13 +73,18 @@ def _use_keras_2(tf_version: str) -> None:
         )
 
 
+def tensorflow_version() -> str | None:
+    """The installed TensorFlow's version, from its metadata (TensorFlow is not imported)."""
+    return _installed(_TF_DISTRIBUTIONS)
+
+
 def _check_tensorflow() -> None:
     """Fails fast, in one line, on a TensorFlow that TF-GNN 1.0 cannot use."""
-    version = _installed(_TF_DISTRIBUTIONS)
+    version = tensorflow_version()
     if version is None:
         return  # TensorFlow-free use (kaggle CSVs); modules that need TF fail on import
     low, high = SUPPORTED_TF
-    if not low <= _major_minor(version) <= high:
+    if not low <= major_minor(version) <= high:
         raise ImportError(
             f"tpu-tiles-models needs TensorFlow {low[0]}.{low[1]}-{high[0]}.{high[1]} (found "
             f"{version}): pip install 'tensorflow>={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}'"

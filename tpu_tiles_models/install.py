@@ -14,9 +14,11 @@ import contextlib
 import hashlib
 import json
 import os
+from importlib import util
 from pathlib import Path
 from typing import Union
 
+import tpu_tiles_models
 from tpu_tiles_models import files
 from tpu_tiles_models.errors import UserError
 
@@ -176,13 +178,33 @@ def install(
         if line:
             lines.append(line)
     if not lines:
-        return [f"already installed in {root}, nothing to do ({len(sources)} files up to date)"]
+        lines = [f"already installed in {root}, nothing to do ({len(sources)} files up to date)"]
+    note = trainer_note()
+    if note:
+        lines.append(note)
     if not (root / "sample_submission.csv").exists():
         lines.append(
             f"note: {root / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
             "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)"
         )
     return lines
+
+
+def trainer_note() -> str:
+    """A note when upstream's `tiles_train.py` cannot run here, else ''.
+
+    It imports tensorflow-ranking, which pins TensorFlow < 2.16 and cannot be imported beside
+    a newer one; `tpu-tiles train` writes the same artifacts on every stack.
+    """
+    tf_version = tpu_tiles_models.tensorflow_version()
+    modern = tf_version is not None and tpu_tiles_models.major_minor(tf_version) >= (2, 16)
+    if util.find_spec("tensorflow_ranking") is not None and not modern:
+        return ""
+    return (
+        "note: upstream's tiles_train.py needs tensorflow-ranking, which runs on TensorFlow "
+        "2.13-2.15 only (the course stack, docs/install.md); here train with `tpu-tiles train "
+        "--model=ResidualSAGE`, which writes the same model_<hash>/ and run_<hash>.jsonz"
+    )
 
 
 def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool) -> str:
