@@ -231,7 +231,8 @@ def test_the_journeys_commands_and_flags_exist(journey):
         elif words[0] == "python":
             assert words[1] in scripts and words[2:] == [], words  # no flags to check
         else:
-            assert words[0] in ("git", "cd", "python3", ".venv/bin/pip", ".venv/bin/python"), words
+            shell = ("git", "cd", "cp", "source", "python3", ".venv/bin/pip", ".venv/bin/python")
+            assert words[0] in shell, words
     if journey != "Set up":
         models = [w for c in commands for w in c if w.startswith("--model=")]
         assert models == ["--model=ResidualSAGE"]  # the recommendation, by its name alone
