@@ -17,14 +17,14 @@ then:
   validation). Given the suite's `--work`, it reuses the suite's data sets and runs;
 - with `--full FAMILY=DIR`, the real-size target on a `tpu-tiles synth DIR --scale full
   --family FAMILY` set: kernels per split and configs in all;
-- every target of issue 21 beside the real figure (`REAL`, from REAL_DATA_FACTS.md) with its
+- every calibration target beside the real figure (`REAL`, from REAL_DATA_FACTS.md) with its
   value per family, met or not.
 - cross-checks against real figures that set no target: how often runtime falls as the
   output tile grows (real train split: 83% of kernels), and the config-only ridge on upstream's
   15 real measured kernels (`--fixture`), fitted on the other fixture kernels and on each
   family's train split.
 
-Writes `benchmarks/results/families.json` and `families.md` (README's block, through
+Writes `benchmarks/results/families.json` and `families.md` (docs/synthetic.md's block, through
 `update_readme.py`).
 
     python benchmarks/families.py --work /tmp/families            # data, then the models
@@ -489,7 +489,7 @@ def _pm(cell: Any) -> str:
 
 
 def markdown(doc: dict[str, Any]) -> str:
-    """families.md: the targets table and the rankers table README shows."""
+    """families.md: the targets table and the rankers table docs/synthetic.md shows."""
     s, fams = doc["settings"], list(doc["families"])
     # Files written before the key existed were all at the suite's budget.
     suite = " (the suite's budget)" if s.get("suite_budget", True) else " (not the suite's budget)"
@@ -529,7 +529,7 @@ def markdown(doc: dict[str, Any]) -> str:
 
 
 def _cross_checks(doc: dict[str, Any]) -> list[str]:
-    """Real figures that issue 21 sets no target for, beside each family's (files written
+    """Real figures that set no calibration target, beside each family's (files written
     before they existed show none)."""
     fams, fx = doc["families"], doc.get("real_fixture")
     if "output_tile_falls" not in next(iter(fams.values()))["data"]:

@@ -1,4 +1,4 @@
-"""Does choosing the epoch by a validation sample cost score? (issue 22; run by hand)
+"""Does choosing the epoch by a validation sample cost score? (run by hand)
 
     python benchmarks/selection_bench.py --data DATA --work WORK [--models EarlyJoinSAGE,...]
         [--seeds 0,1,2] [--epochs 40]

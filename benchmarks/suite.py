@@ -13,7 +13,7 @@ ranking with config 0 kept in its top 5 (from each run file's validation record)
 a copy with each kernel's config rows shuffled, so config 0 is not special there: a
 default-aware model must not lose to the same model without it on those.
 
-    python benchmarks/suite.py --work /tmp/suite            # the README's figures
+    python benchmarks/suite.py --work /tmp/suite            # docs/choosing.md's figures
     python benchmarks/suite.py --work /tmp/suite --train 60 --valid 20 --epochs 1   # a smoke run
     python benchmarks/suite.py --work /tmp/suite --shuffled \
         --models ResidualSAGE,ResidualSAGE:default_context
@@ -27,8 +27,8 @@ kept): 4,000 steps of 10 kernels, against about 57,000 for upstream's 100 epochs
 Writes `benchmarks/results/suite.csv` (one row per run), `suite.md` (mean +- std over seeds per
 family, model and recipe, with the selection rule's verdict) and `suite.png`.
 
-The selection rule (README): a recipe or model default becomes the recommendation only if it
-beats the alternative on every family by more than one std across seeds.
+The selection rule (docs/choosing.md): a recipe or model default becomes the recommendation
+only if it beats the alternative on every family by more than one std across seeds.
 """
 
 from __future__ import annotations
@@ -115,7 +115,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--candidate",
         default=RECOMMENDED,
-        help="the model labels (comma-separated) judged against issue 23's targets (vs "
+        help="the model labels (comma-separated) judged against the suite's targets (vs "
         "EarlyJoinSAGE)",
     )
     p.add_argument("--out", default=str(RESULTS), help="where suite.csv/.md/.png go")
@@ -447,9 +447,9 @@ def _variant_lines(label, cls, recipe, outcomes, families, shuffled) -> list[str
     return lines
 
 
-# Issue 23's targets for the candidate (mean over seeds, same budget and flags as EarlyJoinSAGE):
+# The targets for the candidate (mean over seeds, same budget and flags as EarlyJoinSAGE):
 # top-5 error at most half EarlyJoinSAGE's, top-1 at most 0.7x, training time at most 2x; and
-# EarlyJoinSAGE itself within the real collection's range (issue 21).
+# EarlyJoinSAGE itself within the real collection's range (a calibration target).
 REAL_EJS_TOP5, REAL_EJS_TOP1 = (0.025, 0.10), (0.08, 0.30)
 TARGET_TOP5, TARGET_TOP1, TARGET_TIME = 0.5, 0.7, 2.0
 

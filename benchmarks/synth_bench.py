@@ -1,4 +1,4 @@
-"""Times `tpu-tiles synth --scale full` with 1 and with several workers, for README (by hand).
+"""Times `tpu-tiles synth --scale full` on 1 and several workers, for docs/full_scale.md (by hand).
 
     python benchmarks/synth_bench.py --work /tmp/synth_bench --families fusion,roofline \
         --sample ../shared/data/sample_submission.csv
