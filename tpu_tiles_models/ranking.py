@@ -117,9 +117,10 @@ class ListMLE(_RankingLoss):
     is TF-Ranking's). `shuffle_ties=False` keeps them in index order instead.
 
     Padding: as in TF-Ranking, each padding entry takes part as an item placed after all real
-    ones with the fixed logit log(1e-10). It gets no gradient and changes the real items'
-    gradients by a relative ~1e-10 / exp(s); its terms add the constant log(n_pad!) to the
-    value (0 for one padding entry).
+    ones with the fixed logit log(1e-10). It gets no gradient; it adds 1e-10 to each real
+    item's sum of exp(s), which is lost in float32 rounding unless the scores / temperature
+    fall below about -6; and its own terms add the constant log(n_pad!) to the value (0 for
+    one padding entry).
 
     Args:
       temperature: the scores are divided by it (upstream uses 10).
@@ -162,9 +163,9 @@ class _PairwiseLoss(_RankingLoss):
         raise NotImplementedError
 
     def _pair_weights(self, labels: tf.Tensor, scores: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-        """Weights `[batch, list_size, list_size]` of the pairs; all 1 here."""
+        """Weights of the pairs, broadcastable to `[batch, list_size, list_size]`: 1 here."""
         del scores, valid
-        return tf.ones_like(labels)[:, :, None] * tf.ones_like(labels)[:, None, :]
+        return tf.ones([], labels.dtype)
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         labels, scores = self._inputs(y_true, y_pred)
@@ -201,6 +202,9 @@ def ndcg_lambda_weights(labels: tf.Tensor, scores: tf.Tensor, valid: tf.Tensor) 
     with gains `G = 2^label - 1` (padding 0) and maxDCG the DCG of the labels' own order.
     The last factor, the list size with its padding, is TF-Ranking's: it brings the weights
     to the scale of unweighted pairs. Pairs with a padding item or with d = 0 weigh 0.
+    (TF-Ranking ranks padding last by giving it the lowest score less 1e-6, which float32
+    can round to a tie with a real score of magnitude 32 or more; here padding always
+    ranks last.)
     """
     labels = tf.where(valid, labels, tf.zeros_like(labels))
     gains = _ndcg_gains(labels)
