@@ -66,13 +66,12 @@ def measure(a: argparse.Namespace) -> dict:
     sys.path.insert(0, str(upstream_copy(Path(a.upstream), None, work)))
     import tensorflow as tf
     import tensorflow_gnn as tfgnn
-    import tensorflow_ranking as tfr
     from absl import flags
     from tpu_graphs.baselines.tiles import data as up_data
     from tpu_graphs.baselines.tiles import metrics as up_metrics
     from tpu_graphs.baselines.tiles import models, train_lib
 
-    from tpu_tiles_models import data, scoring, train
+    from tpu_tiles_models import data, ranking, scoring, train
     from tpu_tiles_models.train_args import TrainArgs
 
     flags.FLAGS(["interleaved"])  # upstream's data module reads an absl flag
@@ -93,7 +92,7 @@ def measure(a: argparse.Namespace) -> dict:
     up_model.compile(
         loss=up_metrics.CombinedLoss(up_metrics.parse_loss_str(args.losses)),
         optimizer=tf.keras.optimizers.Adam(args.lr, clipnorm=args.clip_norm),
-        metrics=[tfr.keras.metrics.OPAMetric()],
+        metrics=[ranking.OrderedPairAccuracy()],
     )
     up_batches = (
         parts.train.get_graph_tensors_dataset(args.configs)

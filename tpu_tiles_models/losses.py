@@ -1,11 +1,11 @@
 """Ranking losses, chosen by name from one table, and upstream's weighted combination.
 
 Labels are runtimes `[batch, num_configs]` and predictions are scores of the same shape;
-lower score = predicted faster. The listwise losses of TF-Ranking treat a larger label as
-"more relevant", so with runtimes as labels they push slow configs to high scores, which is
-exactly the order we want. A negative label marks a padding entry (`--pad_configs` repeats
-the configs of a kernel that has fewer than `--configs`): every loss here leaves it out, as
-TF-Ranking's do.
+lower score = predicted faster. The ranking losses (`ranking`, TF-Ranking's conventions)
+treat a larger label as "more relevant", so with runtimes as labels they push slow configs to
+high scores, which is exactly the order we want. A negative label marks a padding entry
+(`--pad_configs` repeats the configs of a kernel that has fewer than `--configs`): every loss
+here leaves it out.
 """
 
 from __future__ import annotations
@@ -13,15 +13,15 @@ from __future__ import annotations
 from typing import Callable
 
 import tensorflow as tf
-import tensorflow_ranking as tfr
 
+from tpu_tiles_models import ranking
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.train_args import DEFAULT_LOSSES
 
 
 def _list_mle() -> tf.keras.losses.Loss:
     """ListMLE (Xia et al., ICML 2008): likelihood of the true permutation."""
-    return tfr.keras.losses.ListMLELoss(temperature=10)
+    return ranking.ListMLE(temperature=10)
 
 
 class FastFirstListMLE(tf.keras.losses.Loss):
@@ -29,13 +29,13 @@ class FastFirstListMLE(tf.keras.losses.Loss):
 
     Upstream's ListMLE on runtimes explains the list from the slowest config down, so most of
     its signal is about spotting slow tiles; the metric (best of the top 5) is about the
-    fastest ones. Ranking `-score` by `1 / runtime` (same order, positive as TF-Ranking
-    requires of valid labels) puts the fastest config first in the sequence.
+    fastest ones. Ranking `-score` by `1 / runtime` (same order, and positive: a negative
+    label marks padding) puts the fastest config first in the sequence.
     """
 
     def __init__(self, temperature: float = 10.0, **kwargs):
         super().__init__(**kwargs)
-        self._list_mle = tfr.keras.losses.ListMLELoss(temperature=temperature)
+        self._list_mle = ranking.ListMLE(temperature=temperature)
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         y_true = tf.cast(y_true, y_pred.dtype)
@@ -50,7 +50,7 @@ def _fast_first_list_mle() -> tf.keras.losses.Loss:
 
 def _pairwise_hinge() -> tf.keras.losses.Loss:
     """Pairwise hinge: every mis-ordered pair of configs costs its margin violation."""
-    return tfr.keras.losses.PairwiseHingeLoss(temperature=10)
+    return ranking.PairwiseHinge(temperature=10)
 
 
 def _valid(y_true: tf.Tensor) -> tf.Tensor:
@@ -136,10 +136,10 @@ def speedup_relevance(y_true: tf.Tensor, sharpness: float) -> tf.Tensor:
 
 
 class _FastestFirst(tf.keras.losses.Loss):
-    """A TF-Ranking loss on `speedup_relevance` labels and `-score` logits.
+    """A ranking loss on `speedup_relevance` labels and `-score` logits.
 
     Args:
-      inner: the TF-Ranking loss (larger label = more relevant, larger logit = ranked first).
+      inner: a `ranking` loss (larger label = more relevant, larger logit = ranked first).
       sharpness: see `speedup_relevance`.
     """
 
@@ -154,15 +154,13 @@ class _FastestFirst(tf.keras.losses.Loss):
 
 def _approx_ndcg() -> tf.keras.losses.Loss:
     """ApproxNDCG (Qin et al., 2010) on speedup gains: a smooth NDCG, top of the list first."""
-    return _FastestFirst(tfr.keras.losses.ApproxNDCGLoss(temperature=0.1))
+    return _FastestFirst(ranking.ApproxNDCG(temperature=0.1))
 
 
 def _lambda_ndcg() -> tf.keras.losses.Loss:
     """LambdaLoss (Wang et al., CIKM 2018): pairwise logistic, each pair weighted by the NDCG
     it would gain if swapped, on speedup gains."""
-    return _FastestFirst(
-        tfr.keras.losses.PairwiseLogisticLoss(lambda_weight=tfr.keras.losses.NDCGLambdaWeight())
-    )
+    return _FastestFirst(ranking.PairwiseLogistic(ndcg_weights=True))
 
 
 def _mse() -> tf.keras.losses.Loss:

@@ -28,10 +28,19 @@ from typing import Any, Callable
 
 import numpy as np
 import tensorflow as tf
-import tensorflow_ranking as tfr
 import tqdm
 
-from tpu_tiles_models import data, export, files, formats, interrupts, metrics, registry, scoring
+from tpu_tiles_models import (
+    data,
+    export,
+    files,
+    formats,
+    interrupts,
+    metrics,
+    ranking,
+    registry,
+    scoring,
+)
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.losses import CombinedLoss, parse_losses
 from tpu_tiles_models.train_args import TrainArgs
@@ -53,7 +62,7 @@ class _Loop:
             # variables is traced twice, and tracing is most of a short run's time.
             self.optimizer.build(model.trainable_variables)
         self.loss = CombinedLoss(args.losses, reduction=tf.keras.losses.Reduction.NONE)
-        self.opa = tfr.keras.metrics.OPAMetric()
+        self.opa = ranking.OrderedPairAccuracy()
         self.mean_loss = tf.keras.metrics.Mean()
         self._traced: dict[bool, Callable] = {}
 
