@@ -41,6 +41,8 @@ setup(
         "tensorflow>=2.13,<2.22",
         "tf-keras>=2.14,<2.22",
         "tensorflow-gnn==1.0.3",
+        # `--tensorboard` and the sweep's hparams: TF <= 2.15 installs it, TF >= 2.16 no more.
+        "tensorboard",
         "numpy",
         "tqdm",
         # The trainer parses upstream's absl flag syntax with absl's own parser.
