@@ -1,0 +1,94 @@
+"""Loads TensorFlow without its native start-up notices on stderr.
+
+TensorFlow 2.16 and later print a few C++ log lines when their native libraries load (absl's
+"before InitializeLog" notice, oneDNN, CUDA drivers, CPU instructions), whatever
+`TF_CPP_MIN_LOG_LEVEL` says. A command that promises one line on a fault would drown in them.
+`load_tensorflow` loads those libraries once with stderr's file descriptor pointed at a
+temporary file, then writes back every captured line that is not one of those notices, so a
+real message from the load still reaches the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+
+# Pieces of the lines TensorFlow's native libraries print as they load, on any machine.
+START_UP_NOTICES = (
+    "All log messages before absl::InitializeLog() is called",
+    "port.cc:",
+    "cudart_stub.cc:",
+    "cuda_executor.cc:",
+    "cuda_dnn.cc:",
+    "cuda_fft.cc:",
+    "cuda_blas.cc:",
+    "computation_placer.cc:",
+    "cpu_feature_guard.cc:",
+    "To enable the following instructions:",
+    "TF-TRT Warning",
+)
+
+_loaded = False
+
+
+def quiet_wanted() -> bool:
+    """Whether the user left TensorFlow's C++ logging at warnings or quieter (the package's
+    commands default `TF_CPP_MIN_LOG_LEVEL` to 3)."""
+    try:
+        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")) >= 1
+    except ValueError:
+        return False
+
+
+def is_notice(line: str) -> bool:
+    """Whether `line` is one of TensorFlow's start-up notices."""
+    return any(piece in line for piece in START_UP_NOTICES)
+
+
+def load_tensorflow() -> None:
+    """Imports TensorFlow and TF-GNN and loads their native libraries (once per process),
+    keeping the start-up notices off stderr when `quiet_wanted`."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    if not quiet_wanted():
+        _load()
+        return
+    captured: list[str] = []
+    try:
+        with _stderr_captured(captured):
+            _load()
+    finally:  # a real message from a failed load reaches the user too
+        kept = [line for line in captured if not is_notice(line)]
+        if kept:
+            sys.stderr.write("".join(kept))
+            sys.stderr.flush()
+
+
+def _load() -> None:
+    import tensorflow as tf
+    import tensorflow_gnn  # noqa: F401  (its import builds more native state)
+
+    tf.constant(0)  # the first op loads the kernels' library, which prints its own notices
+
+
+@contextlib.contextmanager
+def _stderr_captured(lines: list[str]) -> Iterator[None]:
+    """Points file descriptor 2 at a temporary file; what was written there is appended to
+    `lines` (with their newlines) when the block is left."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as tmp:
+        os.dup2(tmp.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            tmp.seek(0)
+            lines.extend(tmp.read().decode("utf-8", "replace").splitlines(keepends=True))
