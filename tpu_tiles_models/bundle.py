@@ -198,6 +198,11 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         problems.append(f"{models[0].name}/ has no {formats.SAVED_MODEL_FILE}")
     elif not (models[0] / "variables" / "variables.index").is_file():
         problems.append(f"{models[0].name}/ has no variables/variables.index (its weights)")
+    else:
+        try:
+            export.require_saved_model(models[0])
+        except export.ExportError as e:
+            problems.append(one_line(e))
     if len(runs) != 1:
         problems.append(f"{len(runs)} run_*.jsonz files (need exactly 1)")
     if problems:
@@ -332,7 +337,18 @@ def check_bundle(
             "run file has no test_predictions (trained with --test_mode metrics)",
         )
         return report
-    scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
+    try:  # a model that scores NaN would match the file-order top 5 it stored at training
+        scored = scoring.score_split(
+            model,
+            dataset.test,
+            dataset.stats,
+            progress=progress,
+            desc="test",
+            who=run.model_dir.name,
+        )
+    except scoring.NonFiniteScores as e:
+        report.add("predictions match", FAIL, one_line(e))
+        return report
     keep = bool(run.keep_default)  # the stored ranking kept config 0 if its validation chose so
     ok, detail = _compare(stored, scored, keep)
     if keep:

@@ -91,8 +91,8 @@ def load_models_module(
         on the command line, such as a hand-in folder's own models.py).
 
     Raises:
-      FlagError: no such file, or it cannot be imported (a syntax error, a failing import),
-        in one line naming the file (and the line).
+      FlagError: no such file, or it cannot be imported (a syntax error, a failing import,
+        a `sys.exit()`), in one line naming the file (and the line).
     """
     fix = f"pass {flag} <models.py or upstream root>" if flag else "restore the file"
     path = Path(path) if path is not None else dropin_file("models.py")
@@ -113,15 +113,25 @@ def load_models_module(
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as err:  # whatever the file raises, it is the file's fault: say where
+    # Whatever the file raises is the file's fault: say where. A `sys.exit()` in it too: it
+    # would end the command with no word, and a check of a hand-in would seem to pass.
+    except (Exception, SystemExit) as err:
         del sys.modules[module_name]
         if isinstance(err, SyntaxError):  # its own text repeats the file and line
             where, reason = f"{path}, line {err.lineno}", f"{type(err).__name__}: {err.msg}"
+        elif isinstance(err, SystemExit):
+            where, reason = str(path), _exit_call(err)
         else:
             where, reason = str(path), one_line(err, 200)
         other = f" or pass another {flag}" if flag else ""
         raise FlagError(f"{where}: cannot import it ({reason}); fix the file{other}") from None
     return module
+
+
+def _exit_call(err: SystemExit) -> str:
+    """`SystemExit` as the call that raises it, e.g. `it calls sys.exit(3)`."""
+    code = "" if err.code is None else repr(err.code)
+    return f"it calls sys.exit({code})"
 
 
 _MISSING = object()
@@ -181,6 +191,9 @@ def build_model(
         return cls(num_configs, num_ops, **kwargs)
     except (TypeError, ValueError) as e:
         raise FlagError(f"{source} does not fit {name}: {e}") from None
+    except SystemExit as e:  # the models.py's code ends the process: its fault, say where
+        where = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
+        raise FlagError(f"{where}: building {name}, {_exit_call(e)}; fix the file") from None
 
 
 # Copies of every parameter that training holds: weights, gradients and Adam's two moments.
