@@ -88,6 +88,7 @@ def make_bundle(
     except (ValueError, ImportError, SyntaxError) as e:
         raise BundleError(f"{source} cannot rebuild this model: {e}") from None
     export.check_variables(model_dir)  # a grader could not load a model without them
+    _ = run.stats  # nor use NaN statistics (they would rank every kernel in file order)
     if out == model_dir.parent:
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
     if out.exists() and not out.is_dir():
