@@ -75,8 +75,9 @@ def make_bundle(
 ) -> Path:
     """Copies `models.py`, `model_<h>/` and its `run_<h>.jsonz` into `out_dir`; returns it.
 
-    Refuses (BundleError / export.ExportError) a model without its matching run file, a
-    models.py lacking the run's class, and an `out_dir` that already holds another model.
+    Refuses (BundleError / export.ExportError) a model without its matching run file, one
+    whose run file's feature statistics are not finite, a models.py lacking the run's class,
+    and an `out_dir` that already holds another model.
     """
     out = Path(os.path.expanduser(os.fspath(out_dir))).resolve()
     source = _models_source(models_path)

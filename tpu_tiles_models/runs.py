@@ -55,8 +55,9 @@ class TrainedRun:
             the user did not name, such as a hand-in's own models.py).
 
         Raises:
-          ExportError: no such directory, no SavedModel in it, or a missing, corrupt or
-            foreign run file; each in one line naming the path and the fix.
+          ExportError: no such directory, no SavedModel in it (or an empty or corrupt
+            saved_model.pb), or a missing, corrupt or foreign run file; each in one line naming
+            the path and the fix.
         """
         path = _resolve(model_dir)
         if not files.isdir(path):

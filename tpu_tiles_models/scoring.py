@@ -4,7 +4,8 @@ The one scoring path: the trainer's validation and test predictions, `predict`, 
 the bundle check and ensembles all use it, so their rankings agree exactly. Lower score =
 predicted faster. A model call is traced once for all kernel sizes (`KernelScorer`), and for
 models whose configs are scored independently, small kernels share a call (`plan_groups`).
-The trainer's per-epoch validation scores a fixed `KernelSample` of the kernels.
+The trainer's per-epoch validation scores a fixed `KernelSample` of the kernels. A model that
+scores any config NaN or infinite is refused here (`NonFiniteScores`), for every caller.
 """
 
 from __future__ import annotations
