@@ -278,6 +278,33 @@ def test_sys_exit_when_a_model_is_built(command, mlp_run, short_test_root, tmp_p
     assert [p.name for p in tmp_path.iterdir()] == [models.name]
 
 
+@pytest.mark.parametrize("command", ["predict", "train"])
+def test_sys_exit_when_a_model_scores(command, mlp_run, short_test_root, tmp_path, capsys):
+    """Anywhere else in a models.py (here `forward`), a `sys.exit()` is one line naming the
+    file and line; before, `predict` exited 4 with no word."""
+    models = _models_file(
+        tmp_path,
+        "class MLP(_ours.MLP):\n    def forward(self, graph, num_configs):\n        sys.exit(4)\n",
+    )
+    line = models.read_text().splitlines().index("        sys.exit(4)") + 1
+    argv = {
+        "predict": ["predict", "--dir", str(mlp_run.model_dir), "--data_root"]
+        + [str(short_test_root), "--out", str(tmp_path / "p.csv"), "--no_progress"],
+        "train": tiny_cli(short_test_root, tmp_path / "out"),
+    }[command] + [f"--models={models}"]
+    err = _one_line(argv, capsys)
+    assert err == (
+        f"tpu-tiles {command}: error: {models}, line {line}: it calls sys.exit(4); fix the file"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == [models.name]
+
+
+def test_help_still_exits_0(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["train", "--help"])
+    assert stop.value.code == 0 and "--losses" in capsys.readouterr().out
+
+
 # -- degenerate flag values ----------------------------------------------------------------
 
 

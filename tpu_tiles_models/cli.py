@@ -352,6 +352,14 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"tpu-tiles {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_USER_ERROR
+    except SystemExit as e:  # a models.py's sys.exit() would end the command without a word
+        from tpu_tiles_models import registry
+
+        where = registry.exit_site(e)
+        if where is None:
+            raise
+        print(f"tpu-tiles {args.command}: error: {where}; fix the file", file=sys.stderr)
+        return EXIT_USER_ERROR
     return 0
 
 

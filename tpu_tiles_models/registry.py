@@ -77,6 +77,10 @@ def models_inputs(path: str | os.PathLike | None) -> list[files.Input]:
     return [files.Input(file, "--models file")] if file.is_file() else []
 
 
+# The name of a models.py module loaded by path starts with this (see `exit_site`).
+_MODULE_PREFIX = "tpu_tiles_models_dropin_"
+
+
 def load_models_module(
     path: str | Path | None = None, *, flag: str | None = "--models"
 ) -> ModuleType:
@@ -105,7 +109,7 @@ def load_models_module(
     if not path.is_file():
         raise FlagError(f"{path}: no such models.py; {fix}")
     path = path.resolve()
-    module_name = "tpu_tiles_models_dropin_" + str(abs(hash(str(path))))
+    module_name = _MODULE_PREFIX + str(abs(hash(str(path))))
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -132,6 +136,18 @@ def _exit_call(err: SystemExit) -> str:
     """`SystemExit` as the call that raises it, e.g. `it calls sys.exit(3)`."""
     code = "" if err.code is None else repr(err.code)
     return f"it calls sys.exit({code})"
+
+
+def exit_site(err: SystemExit) -> str | None:
+    """Where a models.py loaded by `load_models_module` raised `err` while the command ran
+    (in a `forward`, say: its import and constructor are caught where they run), as
+    `<file>, line <n>: it calls sys.exit(..)`; None when no such file raised it (`--help`)."""
+    where, tb = None, err.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith(_MODULE_PREFIX):
+            where = f"{tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno}"
+        tb = tb.tb_next
+    return f"{where}: {_exit_call(err)}" if where else None
 
 
 _MISSING = object()
