@@ -407,7 +407,7 @@ def test_opcodes_beyond_the_vocabulary_name_the_file(own_root):
     arrays["node_opcode"][0] = 201
     np.savez(path, **arrays)
     with pytest.raises(data.DataError) as err:
-        data.load_split(root, "train", progress=False)
+        data.load_split(root, "train", skip_hint="train with --skip_bad", progress=False)
     assert str(err.value) == (
         f"{path}: node_opcode 201 is outside 0..127, the HLO opcode ids models embed "
         "(TpuGraphs' run 0..120); re-download the file or delete it (or train with --skip_bad)"

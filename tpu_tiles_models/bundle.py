@@ -75,8 +75,9 @@ def make_bundle(
 ) -> Path:
     """Copies `models.py`, `model_<h>/` and its `run_<h>.jsonz` into `out_dir`; returns it.
 
-    Refuses (BundleError / export.ExportError) a model without its matching run file, a
-    models.py lacking the run's class, and an `out_dir` that already holds another model.
+    Refuses (BundleError / export.ExportError) a model without its matching run file, one
+    whose run file's feature statistics are not finite, a models.py lacking the run's class,
+    and an `out_dir` that already holds another model.
     """
     out = Path(os.path.expanduser(os.fspath(out_dir))).resolve()
     source = _models_source(models_path)
@@ -88,6 +89,7 @@ def make_bundle(
     except (ValueError, ImportError, SyntaxError) as e:
         raise BundleError(f"{source} cannot rebuild this model: {e}") from None
     export.check_variables(model_dir)  # a grader could not load a model without them
+    _ = run.stats  # nor use NaN statistics (they would rank every kernel in file order)
     if out == model_dir.parent:
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
     if out.exists() and not out.is_dir():
@@ -198,6 +200,11 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         problems.append(f"{models[0].name}/ has no {formats.SAVED_MODEL_FILE}")
     elif not (models[0] / "variables" / "variables.index").is_file():
         problems.append(f"{models[0].name}/ has no variables/variables.index (its weights)")
+    else:
+        try:
+            export.require_saved_model(models[0])
+        except export.ExportError as e:
+            problems.append(one_line(e))
     if len(runs) != 1:
         problems.append(f"{len(runs)} run_*.jsonz files (need exactly 1)")
     if problems:
@@ -332,7 +339,18 @@ def check_bundle(
             "run file has no test_predictions (trained with --test_mode metrics)",
         )
         return report
-    scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
+    try:  # a model that scores NaN would match the file-order top 5 it stored at training
+        scored = scoring.score_split(
+            model,
+            dataset.test,
+            dataset.stats,
+            progress=progress,
+            desc="test",
+            who=run.model_dir.name,
+        )
+    except scoring.NonFiniteScores as e:
+        report.add("predictions match", FAIL, one_line(e))
+        return report
     keep = bool(run.keep_default)  # the stored ranking kept config 0 if its validation chose so
     ok, detail = _compare(stored, scored, keep)
     if keep:

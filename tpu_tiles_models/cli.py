@@ -175,6 +175,20 @@ def _add_models_flag(p: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+class _Parser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose errors are one line, `<prog>: error: <message>`, and exit
+    status 2, as every other user error; its subcommands' parsers are of this class too and
+    are kept in `commands`, so that an error can name the subcommand."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.commands: dict[str, argparse.ArgumentParser] = {}
+
+    def error(self, message: str):
+        text = " ".join(message.split())
+        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+
+
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """Every flag's help ends with its default, unless it says it already or is required."""
 
@@ -196,16 +210,17 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 _ABSL_COMMANDS = ("train", "sweep")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser() -> _Parser:
     """The `tpu-tiles` parser; importing it loads no TensorFlow."""
     from tpu_tiles_models import demo, inspection, sweep, synthetic
 
-    parser = argparse.ArgumentParser(prog="tpu-tiles", description=__doc__.splitlines()[0])
+    parser = _Parser(prog="tpu-tiles", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, fn: Callable, help: str, **kw) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter, **kw)
         p.set_defaults(fn=fn)
+        parser.commands[name] = p
         return p
 
     p = command("synth", _synth, "generate a synthetic TpuGraphs tile:xla data set")
@@ -323,8 +338,8 @@ def _one_line_warnings(command: str) -> Callable:
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
-    if extra and args.command not in _ABSL_COMMANDS:
-        parser.error(f"unrecognized arguments: {' '.join(extra)}")
+    if extra and args.command not in _ABSL_COMMANDS:  # the subcommand's, which has the flags
+        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     try:
         with interrupts.deferred(), warnings.catch_warnings():
@@ -336,6 +351,14 @@ def main(argv: list[str] | None = None) -> int:
         return interrupts.exit_status()
     except UserError as e:
         print(f"tpu-tiles {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except SystemExit as e:  # a models.py's sys.exit() would end the command without a word
+        from tpu_tiles_models import registry
+
+        where = registry.exit_site(e)
+        if where is None:
+            raise
+        print(f"tpu-tiles {args.command}: error: {where}; fix the file", file=sys.stderr)
         return EXIT_USER_ERROR
     return 0
 

@@ -185,6 +185,7 @@ def load_split(
     cache_dir: str | os.PathLike | None = None,
     toy_data: bool = False,
     skip_bad: bool = False,
+    skip_hint: str = "",
     workers: int | None = None,
     progress: bool = True,
 ) -> Split:
@@ -192,9 +193,12 @@ def load_split(
 
     Kernels with fewer than `min_configs` configs are left out (like upstream). Bad files raise
     `DataError`, or with `skip_bad` are left out with a warning giving their count and first
-    names. With `cache_dir`, the result is cached under a key made of every file's path, size
-    and mtime and the options, so changed files are re-read and unchanged ones are not. `root`
-    and `cache_dir` may be remote (`gs://...`).
+    names. `skip_hint` is how the calling command could leave them out (`train with
+    --skip_bad`), added to the message of a bad train or valid file; '' for a command that
+    cannot, so that no message offers a flag the command rejects. With `cache_dir`, the result
+    is cached under a key made of every file's path, size and mtime and the options, so changed
+    files are re-read and unchanged ones are not. `root` and `cache_dir` may be remote
+    (`gs://...`).
     """
     paths = split_files(root, split, toy_data=toy_data)
     cache = None
@@ -222,7 +226,7 @@ def load_split(
                 except DataError as err:
                     if not skip_bad:
                         # Only training may leave kernels out: every test kernel needs a row.
-                        hint = "" if split == "test" else " (or train with --skip_bad)"
+                        hint = "" if split == "test" or not skip_hint else f" (or {skip_hint})"
                         raise DataError(f"{err}{hint}") from None
                     errors[i] = str(err)
         except BaseException:
@@ -380,6 +384,9 @@ class FeatureStats:
         )
         if not ok:
             raise DataError("feature statistics are inconsistent (keep masks vs min/max lengths)")
+        bounds = (stats.node_min, stats.node_max, stats.config_min, stats.config_max)
+        if not all(np.isfinite(b).all() for b in bounds):  # every feature would be NaN
+            raise DataError("feature statistics hold NaN or infinite minima or maxima")
         return stats
 
     def save(self, path: str | os.PathLike) -> None:
@@ -427,9 +434,11 @@ def load_dataset(
     splits: Sequence[str] = SPLITS,
     stats: FeatureStats | None = None,
     skip_bad: bool = False,
+    skip_hint: str = "",
     progress: bool = True,
 ) -> Dataset:
     """Loads `splits` of `root`; fits `FeatureStats` on train unless `stats` is given.
+    `skip_bad` and `skip_hint`: as `load_split`'s.
 
     `min_train_configs` filters train only. Upstream also drops valid/test kernels with fewer
     than 2 configs; we keep them so every test kernel gets a prediction (real data has none).
@@ -448,6 +457,7 @@ def load_dataset(
             cache_dir=cache_dir,
             toy_data=toy_data,
             skip_bad=skip_bad,
+            skip_hint=skip_hint,
             progress=progress,
         )
     if stats is None:

@@ -128,8 +128,13 @@ def _assemble(runs: list[TrainedRun], args: TrainArgs, ds: data.Dataset) -> tf.k
         raise EnsembleError(f"no valid kernel has {args.configs} configs (--configs of the runs)")
     rng = np.random.default_rng(0)
     model(data.kernel_graph(ds.valid, largest, ds.stats, num_configs=args.configs, rng=rng))
+    graph = data.kernel_graph(ds.valid, largest, ds.stats)
     for member, run in zip(model.members, runs):
         run.copy_into(member)
+        # A member that scores NaN would vanish in a `rank` combination and spoil the others
+        # in a `zscore` one; one kernel shows it (NaN weights or statistics spoil every one).
+        scores = np.asarray(member.forward(graph, ds.valid.num_configs(largest)))[0]
+        scoring.check_finite(scores, ds.valid.tile_ids[largest], who=str(run.model_dir))
     return model
 
 

@@ -152,7 +152,12 @@ def evaluate_dirs(
         run = TrainedRun.open(model_dir, models_path=models_path)
         model, dataset = run.load(root, split="valid", cache_dir=cache, progress=progress)
         scored = scoring.score_split(
-            model, dataset.valid, dataset.stats, progress=progress, desc=f"[{i}] valid"
+            model,
+            dataset.valid,
+            dataset.stats,
+            progress=progress,
+            desc=f"[{i}] valid",
+            who=str(run.model_dir),
         )
         args = run.args
         models.append(

@@ -259,6 +259,37 @@ def check_space(artifacts: Artifacts, model: tf.keras.Model) -> None:
         files.check_folder(artifacts.out_dir, flag="--out_dir", need_bytes=space_needed(model))
 
 
+def require_saved_model(model_dir: str | Path) -> None:
+    """Fails unless `model_dir` has a `saved_model.pb` that parses as a SavedModel with a
+    graph in it: an empty or garbled one would load nowhere (a grader's `load_model`), yet
+    nothing else reads it before the weights are copied.
+
+    Raises:
+      ExportError: no such file, or not a SavedModel; naming the file and the fix.
+    """
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
+    again = "copy the whole model_<hash> folder again from the training --out_dir"
+    if not files.isfile(pb):
+        raise ExportError(
+            f"{model_dir}: no {formats.SAVED_MODEL_FILE} in it; give the model_<hash> folder "
+            "training wrote"
+        )
+    saved = saved_model_pb2.SavedModel()
+    try:
+        content = files.read_bytes(pb)
+        saved.ParseFromString(content)
+    except (OSError, DecodeError) as err:
+        raise ExportError(
+            f"{pb}: not a readable SavedModel ({one_line(err, 120)}); {again}"
+        ) from None
+    if not (saved.meta_graphs and saved.meta_graphs[0].meta_info_def.tags):
+        what = "empty" if not content else "not a SavedModel (no graph in it)"
+        raise ExportError(f"{pb}: {what}; {again}")
+
+
 def require_variables(model_dir: str | Path) -> str:
     """The checkpoint prefix of `model_dir`'s variables, checking (cheaply) that its index
     file is there.
@@ -612,7 +643,8 @@ def outputs(args: TrainArgs) -> list[files.Output]:
             files.Output(tensorboard_dir(files.expand(args.tensorboard), h), "--tensorboard")
         )
     if args.cache_dir:
-        places.append(files.Output(files.expand(args.cache_dir), "--cache_dir", adds_to=True))
+        cache = files.expand(args.cache_dir)  # one that cannot be written: a warning (README)
+        places.append(files.Output(cache, "--cache_dir", adds_to=True, best_effort=True))
     return places
 
 

@@ -466,6 +466,9 @@ class Output:
     # A folder the command only adds its own files to (a cache), never replaces: an input in
     # it is safe.
     adds_to: bool = False
+    # A place whose writing only saves time (a cache): one that cannot be written is not
+    # refused here; its writer warns and the command goes on.
+    best_effort: bool = False
 
 
 class OutputError(FlagError):
@@ -524,8 +527,8 @@ def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> 
     or lies in an input folder, one whose folder holds an input, two outputs at one path, and
     an output over a finished run's run file or into its model directory, and a place that
     cannot be written (a file among its parents, a name too long, a read-only or unwritable
-    folder: tried with a probe file); then removes what killed processes left while writing
-    these outputs (`remove_leftovers`).
+    folder: tried with a probe file; not for a `best_effort` output); then removes what killed
+    processes left while writing these outputs (`remove_leftovers`).
 
     Args:
       outputs: every path the command will write (files, or folders it fills).
@@ -538,7 +541,7 @@ def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> 
     _check_outputs(outputs, inputs)
     for out in outputs:
         place = expand(out.path)
-        if not is_remote(place):
+        if not is_remote(place) and not out.best_effort:
             _check_writable(Path(place), out.flag)
             remove_leftovers(os.path.dirname(os.path.abspath(place)), [basename(place)])
 

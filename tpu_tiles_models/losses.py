@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from tpu_tiles_models import ranking
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.train_args import DEFAULT_LOSSES
+from tpu_tiles_models.train_args import DEFAULT_LOSSES, loss_weights
 
 
 def _list_mle() -> tf.keras.losses.Loss:
@@ -182,24 +182,19 @@ LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
 
 
 def parse_losses(spec: str) -> list[tuple[float, tf.keras.losses.Loss]]:
-    """Parses upstream's `--losses` string, e.g. `"ListMLELoss:1,MSE:0.02"`.
+    """Parses upstream's `--losses` string, e.g. `"ListMLELoss:1,MSE:0.02"` (its syntax and
+    weights are checked by `train_args.loss_weights`, the names here).
 
     Raises:
-      FlagError: naming the bad item and the known loss names.
+      FlagError: naming the bad item and the known loss names, or the bad weights.
     """
     weighted = []
-    for item in spec.split(","):
-        name, _, weight = item.strip().partition(":")
+    for name, weight in loss_weights(spec):
         if name not in LOSSES:
             raise FlagError(
                 f"--losses: unknown loss {name!r} in {spec!r}; known: {', '.join(LOSSES)}"
             )
-        try:
-            weighted.append((float(weight), LOSSES[name]()))
-        except ValueError:
-            raise FlagError(
-                f"--losses: weight of {name!r} must be a number, e.g. {name}:1 (got {item!r})"
-            ) from None
+        weighted.append((weight, LOSSES[name]()))
     return weighted
 
 

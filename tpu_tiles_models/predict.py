@@ -60,7 +60,9 @@ def predict_to_csv(
     )
     keep = bool(run.keep_default) if keep_default == "auto" else keep_default == "yes"
     model, dataset = run.load(data_root, cache_dir=cache_dir, progress=progress)
-    scored = scoring.score_split(model, dataset.test, dataset.stats, progress=progress, desc="test")
+    scored = scoring.score_split(
+        model, dataset.test, dataset.stats, progress=progress, desc="test", who=str(run.model_dir)
+    )
     rows = scoring.prediction_rows(scored, top_k, keep_default=keep)
     kaggle.write_predictions_csv(out, rows)
     return Path(out), len(rows)

@@ -77,6 +77,10 @@ def models_inputs(path: str | os.PathLike | None) -> list[files.Input]:
     return [files.Input(file, "--models file")] if file.is_file() else []
 
 
+# The name of a models.py module loaded by path starts with this (see `exit_site`).
+_MODULE_PREFIX = "tpu_tiles_models_dropin_"
+
+
 def load_models_module(
     path: str | Path | None = None, *, flag: str | None = "--models"
 ) -> ModuleType:
@@ -91,8 +95,8 @@ def load_models_module(
         on the command line, such as a hand-in folder's own models.py).
 
     Raises:
-      FlagError: no such file, or it cannot be imported (a syntax error, a failing import),
-        in one line naming the file (and the line).
+      FlagError: no such file, or it cannot be imported (a syntax error, a failing import,
+        a `sys.exit()`), in one line naming the file (and the line).
     """
     fix = f"pass {flag} <models.py or upstream root>" if flag else "restore the file"
     path = Path(path) if path is not None else dropin_file("models.py")
@@ -105,7 +109,7 @@ def load_models_module(
     if not path.is_file():
         raise FlagError(f"{path}: no such models.py; {fix}")
     path = path.resolve()
-    module_name = "tpu_tiles_models_dropin_" + str(abs(hash(str(path))))
+    module_name = _MODULE_PREFIX + str(abs(hash(str(path))))
     if module_name in sys.modules:
         return sys.modules[module_name]
     spec = importlib.util.spec_from_file_location(module_name, path)
@@ -113,15 +117,37 @@ def load_models_module(
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)
-    except Exception as err:  # whatever the file raises, it is the file's fault: say where
+    # Whatever the file raises is the file's fault: say where. A `sys.exit()` in it too: it
+    # would end the command with no word, and a check of a hand-in would seem to pass.
+    except (Exception, SystemExit) as err:
         del sys.modules[module_name]
         if isinstance(err, SyntaxError):  # its own text repeats the file and line
             where, reason = f"{path}, line {err.lineno}", f"{type(err).__name__}: {err.msg}"
+        elif isinstance(err, SystemExit):
+            where, reason = str(path), _exit_call(err)
         else:
             where, reason = str(path), one_line(err, 200)
         other = f" or pass another {flag}" if flag else ""
         raise FlagError(f"{where}: cannot import it ({reason}); fix the file{other}") from None
     return module
+
+
+def _exit_call(err: SystemExit) -> str:
+    """`SystemExit` as the call that raises it, e.g. `it calls sys.exit(3)`."""
+    code = "" if err.code is None else repr(err.code)
+    return f"it calls sys.exit({code})"
+
+
+def exit_site(err: SystemExit) -> str | None:
+    """Where a models.py loaded by `load_models_module` raised `err` while the command ran
+    (in a `forward`, say: its import and constructor are caught where they run), as
+    `<file>, line <n>: it calls sys.exit(..)`; None when no such file raised it (`--help`)."""
+    where, tb = None, err.__traceback__
+    while tb is not None:
+        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith(_MODULE_PREFIX):
+            where = f"{tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno}"
+        tb = tb.tb_next
+    return f"{where}: {_exit_call(err)}" if where else None
 
 
 _MISSING = object()
@@ -181,6 +207,9 @@ def build_model(
         return cls(num_configs, num_ops, **kwargs)
     except (TypeError, ValueError) as e:
         raise FlagError(f"{source} does not fit {name}: {e}") from None
+    except SystemExit as e:  # the models.py's code ends the process: its fault, say where
+        where = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
+        raise FlagError(f"{where}: building {name}, {_exit_call(e)}; fix the file") from None
 
 
 # Copies of every parameter that training holds: weights, gradients and Adam's two moments.

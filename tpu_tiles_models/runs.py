@@ -19,7 +19,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, formats, registry
+from tpu_tiles_models import data, export, files, registry
 from tpu_tiles_models.train_args import TrainArgs
 
 
@@ -55,18 +55,16 @@ class TrainedRun:
             the user did not name, such as a hand-in's own models.py).
 
         Raises:
-          ExportError: no such directory, no SavedModel in it, or a missing, corrupt or
-            foreign run file; each in one line naming the path and the fix.
+          ExportError: no such directory, no SavedModel in it (or an empty or corrupt
+            saved_model.pb), or a missing, corrupt or foreign run file; each in one line naming
+            the path and the fix.
         """
         path = _resolve(model_dir)
         if not files.isdir(path):
             raise export.ExportError(
                 f"{path}: no such model directory; give the model_<hash> folder training wrote"
             )
-        if not files.isfile(files.join(path, formats.SAVED_MODEL_FILE)):
-            raise export.ExportError(
-                f"{path}: no saved_model.pb in it; give the model_<hash> folder training wrote"
-            )
+        export.require_saved_model(path)
         export.require_variables(path)
         info = export.read_run(path)
         where = Path(os.path.expanduser(os.fspath(models_path))) if models_path else None
@@ -94,7 +92,12 @@ class TrainedRun:
     def stats(self) -> data.FeatureStats | None:
         """The feature statistics it was trained with (our trainer stores them), else None."""
         stored = self.extras.get("feature_stats")
-        return data.FeatureStats.from_json(stored) if stored else None
+        try:
+            return data.FeatureStats.from_json(stored) if stored else None
+        except data.DataError as e:
+            raise export.ExportError(
+                f"{self.run_file}: {e}; copy it again from the training --out_dir, or train again"
+            ) from None
 
     @property
     def val_errors(self) -> dict[str, float]:

@@ -4,7 +4,8 @@ The one scoring path: the trainer's validation and test predictions, `predict`, 
 the bundle check and ensembles all use it, so their rankings agree exactly. Lower score =
 predicted faster. A model call is traced once for all kernel sizes (`KernelScorer`), and for
 models whose configs are scored independently, small kernels share a call (`plan_groups`).
-The trainer's per-epoch validation scores a fixed `KernelSample` of the kernels.
+The trainer's per-epoch validation scores a fixed `KernelSample` of the kernels. A model that
+scores any config NaN or infinite is refused here (`NonFiniteScores`), for every caller.
 """
 
 from __future__ import annotations
@@ -17,7 +18,37 @@ import tensorflow as tf
 import tqdm
 
 from tpu_tiles_models import data, interrupts, kaggle, metrics
+from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
+
+
+class NonFiniteScores(UserError, FloatingPointError):
+    """A model scored some config NaN or infinite. Sorting such scores leaves configs in file
+    order, and config 0 is the compiler's default, so the ranking would pass for a fair one."""
+
+
+# What `score_split` suggests for a model that scores NaN: one whose weights or feature
+# statistics a run file holds (the trainer says its own).
+STORED_MODEL_FIX = (
+    "its weights or its run file's feature statistics are not finite (a run whose loss "
+    "diverged?); train it again"
+)
+
+
+def check_finite(
+    scores: np.ndarray, tile_id: str, *, who: str, fix: str = STORED_MODEL_FIX
+) -> None:
+    """Refuses one kernel's scores `[num_configs]` if any is NaN or infinite.
+
+    Raises:
+      NonFiniteScores: naming `who` (the model), the kernel, and `fix`.
+    """
+    bad = ~np.isfinite(scores)
+    if bad.any():
+        raise NonFiniteScores(
+            f"{who} scores {int(bad.sum())} of the {len(bad)} configs of kernel {tile_id} as "
+            f"{scores[bad][0]}, so it cannot rank them; {fix}"
+        )
 
 
 @dataclass
@@ -136,8 +167,11 @@ def score_split(
     progress: bool = True,
     desc: str = "scoring",
     reuse: bool = False,
+    who: str = "the model",
+    fix: str = STORED_MODEL_FIX,
 ) -> list[Scored]:
-    """Scores all configs of every kernel (or of `kernels`) of `split`.
+    """Scores all configs of every kernel (or of `kernels`) of `split`; refuses a model that
+    scores any config NaN or infinite.
 
     Args:
       model: a built model with upstream's `forward(graph, n)`.
@@ -150,13 +184,21 @@ def score_split(
       reuse: keep the kernels' prepared graphs in `scorer`, and use those kept by an earlier
         call with the same split, kernels and `max_configs` (the trainer's sample, scored
         every epoch; a full pass would hold a second copy of the split).
+      who, fix: the model (its directory) and what to do, for the message of non-finite
+        scores.
 
     Returns:
       One `Scored` per kernel, in split order (or the order of `kernels`).
+
+    Raises:
+      NonFiniteScores: at the first kernel with a NaN or infinite score, naming it.
     """
     scorer = scorer or kernel_scorer(model)
     if scorer.grouped:
-        return _score_groups(split, stats, kernels, max_configs, scorer, progress, desc, reuse)
+        scored = _score_groups(split, stats, kernels, max_configs, scorer, progress, desc, reuse)
+        for s in scored:
+            check_finite(s.scores, s.tile_id, who=who, fix=fix)
+        return scored
     total = len(split) if kernels is None else len(kernels)
     key = ("one", None if kernels is None else tuple(kernels), max_configs)
     graphs = scorer.dataset(
@@ -172,6 +214,7 @@ def score_split(
     for _ in tqdm.trange(total, desc=desc, disable=not progress, leave=False):
         scores, tile_id, runtimes = scorer(iterator)
         scored.append(Scored(tile_id.numpy().decode(), scores.numpy(), runtimes.numpy()))
+        check_finite(scored[-1].scores, scored[-1].tile_id, who=who, fix=fix)
         interrupts.check()
     _to_the_end(iterator)
     return scored

@@ -114,6 +114,9 @@ class _Loop:
         return float(self.mean_loss.result()), float(self.opa.result())
 
 
+# What a bad npz file's message offers besides fixing it: this command's flag to leave it out.
+SKIP_HINT = "train with --skip_bad"
+
 # `--select_by=top50`: how many of a kernel's top configs the smoother measure averages.
 SMOOTH_TOP_K = 50
 
@@ -138,6 +141,8 @@ def _val_score(
         progress=progress,
         desc="valid",
         reuse=sample.is_subset,  # the same sample every epoch: prepared once
+        who="the model in training",
+        fix=DIVERGED_FIX,
     )
     measured = scoring.KeepDefault.measure(scored, sample.weights)
     score = 1.0 - measured.errors[5]
@@ -369,6 +374,7 @@ def _train(
         cache_dir=files.expand(args.cache_dir) if args.cache_dir else None,
         toy_data=args.toy_data,
         skip_bad=args.skip_bad,
+        skip_hint=SKIP_HINT,
         progress=progress,
     )
     interrupts.check()
@@ -403,6 +409,7 @@ def _train(
         train_loss, train_opa = loop.run(
             train_batches, train=True, progress=progress, desc=f"epoch {epoch}", total=steps
         )
+        _check_loss(train_loss, epoch)
         val_loss, val_opa = loop.run(
             valid_batches, train=False, progress=progress, desc="valid", total=None
         )
@@ -455,6 +462,27 @@ def _train(
         scorer=scorer,
         val=best_val,
     )
+
+
+DIVERGED_FIX = "lower --lr or --clip_norm, or check --losses and --model_kwargs_json"
+
+
+class DivergedError(UserError, FloatingPointError):
+    """The training loss is NaN or infinite: the weights are lost, and a model that scores
+    NaN would rank configs in file order, passing for a real one."""
+
+
+def _check_loss(loss: float, epoch: int) -> None:
+    """Stops the run at the first epoch whose mean training loss is not finite.
+
+    Raises:
+      DivergedError: naming the epoch and the flags that usually cause it.
+    """
+    if not np.isfinite(loss):
+        raise DivergedError(
+            f"training loss is {loss} at epoch {epoch}: the model diverged and its weights are "
+            f"lost; {DIVERGED_FIX}"
+        )
 
 
 def _steps(split: data.Split, args: TrainArgs, workers: int, local_replicas: int) -> int:

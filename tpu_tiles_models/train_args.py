@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import time
 from typing import Any, Mapping, Sequence
@@ -30,6 +31,9 @@ HASH_KEY = "tpu_tiles"
 # Options that only say where things are cached or shown, or how a rerun treats an earlier
 # run: two runs that differ only in these are the same run (same hash).
 NOT_IN_HASH = frozenset({"cache_dir", "no_progress", "tensorboard", "overwrite"})
+
+# numpy's and TensorFlow's seeds are unsigned 32-bit integers.
+MAX_SEED = 2**32 - 1
 
 # Upstream's `TrainArgs` fields in its order, and the name each has here (= our flag name).
 UPSTREAM_FIELDS = {
@@ -267,7 +271,64 @@ class TrainCommand:
             seeds = tuple(int(s) for s in values.seeds)
         except (absl_flags.Error, ValueError) as e:
             raise FlagError(f"--seeds takes integers, e.g. --seeds=0,1,2 ({e})") from None
+        _check_seeds(seeds, given=values["seeds"].present > 0)
         return cls(TrainArgs.from_argv(rest, prog), seeds, values.ensemble)
+
+
+def _check_seeds(seeds: tuple[int, ...], *, given: bool) -> None:
+    """`--seeds` as given: not empty (`--seeds=` would quietly train `--seed` alone), no seed
+    twice (it would train the same run again), none below 0 (as `--seed`).
+
+    Raises:
+      FlagError: naming the flag and the fix.
+    """
+    if given and not seeds:
+        raise FlagError("--seeds is empty; name the seeds, e.g. --seeds=0,1,2, or leave it out")
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise FlagError(
+            f"--seeds names seed {', '.join(map(str, twice))} more than once; each seed is one "
+            "run, so list different seeds, e.g. --seeds=0,1,2"
+        )
+    for seed in seeds:
+        if not 0 <= seed <= MAX_SEED:
+            raise FlagError(f"--seeds must be in 0..{MAX_SEED}, got {seed}")
+
+
+def loss_weights(spec: str) -> list[tuple[str, float]]:
+    """`--losses` (upstream's `"ListMLELoss:1,MSE:0.02"`) as (name, weight) pairs.
+
+    This owns the flag's syntax and its weights; which names exist is `losses.LOSSES`' to say
+    (it needs TensorFlow). The weights are normalised by their sum in training, so each must
+    be finite and at least 0, and one above 0.
+
+    Raises:
+      FlagError: an item without a number for its weight, or weights that cannot be used.
+    """
+    pairs = []
+    for item in spec.split(","):
+        name, _, text = item.strip().partition(":")
+        try:
+            weight = float(text)
+        except ValueError:
+            raise FlagError(
+                f"--losses: weight of {name!r} must be a number, e.g. {name}:1 (got {item!r})"
+            ) from None
+        if not (math.isfinite(weight) and weight >= 0):
+            raise FlagError(
+                f"--losses: weight of {name!r} must be a finite number of at least 0, got "
+                f"{text!r} in {spec!r}"
+            )
+        pairs.append((name, weight))
+    total = sum(w for _, w in pairs)
+    if not total > 0:
+        raise FlagError(
+            f"--losses: the weights in {spec!r} sum to 0; give at least one loss a weight "
+            "above 0, e.g. ListMLELoss:1"
+        )
+    if not math.isfinite(total):
+        raise FlagError(f"--losses: the weights in {spec!r} sum past a float's range; scale them")
+    return pairs
 
 
 def args_hash(upstream_args: Mapping[str, Any], identity: Mapping[str, Any] | None = None) -> str:
@@ -362,9 +423,13 @@ def _check_values(a: TrainArgs) -> None:
     for name, low in at_least.items():
         if getattr(a, name) < low:
             raise FlagError(f"--{name} must be at least {low}, got {getattr(a, name)}")
-    for name in ("lr", "clip_norm"):
-        if not getattr(a, name) > 0:
-            raise FlagError(f"--{name} must be positive, got {getattr(a, name)}")
+    for name in ("lr", "clip_norm"):  # inf or nan makes the loss NaN from the first step
+        value = getattr(a, name)
+        if not (math.isfinite(value) and value > 0):
+            raise FlagError(f"--{name} must be positive and finite, got {value}")
+    loss_weights(a.losses)
+    if not 0 <= a.seed <= MAX_SEED:
+        raise FlagError(f"--seed must be in 0..{MAX_SEED}, got {a.seed}")
     if not 0 < a.score_sample <= 1:
         raise FlagError(f"--score_sample must be in (0, 1], got {a.score_sample}")
     if a.validate_batches == 0:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
 from typing import Any, Sequence
@@ -292,8 +293,8 @@ def inspect_root(
       DataError: a bad file (unless `skip_bad`), or every file of a split is bad.
       InspectError: no data root or split folder there.
     """
-    if tail_sigmas <= 0:
-        raise FlagError(f"--tail_sigmas must be above 0, got {tail_sigmas}")
+    if not (math.isfinite(tail_sigmas) and tail_sigmas > 0):  # nan would flag no column
+        raise FlagError(f"--tail_sigmas must be a finite number above 0, got {tail_sigmas}")
     where = files.absolute(files.expand(root))
     paths = _split_paths(where, splits)
     result: dict[str, Any] = {}

@@ -1,0 +1,515 @@
+"""Faults a new user's fuzzing found, each stopped at its cause in one line and exit status 2:
+NaN models and runs, flags that make no sense (non-finite, duplicated, empty), a `sys.exit()`
+in a models.py, an unusable saved_model.pb, a message offering a flag its command lacks, and
+unknown flags; and a read-only cache, which only warns."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import REPO, tiny_cli
+
+from tpu_tiles_models import cli, formats
+
+ROFS = "(Read-only file system)"
+NAN_FIX = (
+    "its weights or its run file's feature statistics are not finite (a run whose loss "
+    "diverged?); train it again"
+)
+
+
+def _one_line(argv: list[str], capsys) -> str:
+    """Runs `tpu-tiles <argv>`; asserts exit 2 and one line on stderr, and returns it."""
+    code = cli.main(argv)
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    return err
+
+
+def _copy_run(model_dir: Path, run_file: Path, into: Path) -> Path:
+    """A copy of a trained run (model dir and run file) in `into`; returns its model dir."""
+    into.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(model_dir, into / model_dir.name)
+    shutil.copy(run_file, into / run_file.name)
+    return into / model_dir.name
+
+
+def _hand_in(model_dir: Path, into: Path) -> Path:
+    """A hand-in folder made by hand (as `bundle` would, without its checks): our models.py,
+    the model dir and its run file."""
+    into.mkdir()
+    shutil.copy(REPO / "models.py", into / "models.py")
+    shutil.copytree(model_dir, into / model_dir.name)
+    run_file = model_dir.parent / formats.run_file_name(formats.run_hash(model_dir.name))
+    shutil.copy(run_file, into / run_file.name)
+    return into
+
+
+def _models_file(folder: Path, body: str) -> Path:
+    """A models.py that subclasses our models (loaded by path) with `body` after it."""
+    path = folder / "their_models.py"
+    path.write_text(
+        "import importlib.util\nimport sys\n\n"
+        "_spec = importlib.util.spec_from_file_location(\n"
+        f'    "base_of_theirs", r"{REPO / "models.py"}"\n'
+        ")\n"
+        "_ours = importlib.util.module_from_spec(_spec)\n"
+        "_spec.loader.exec_module(_ours)\n\n\n" + body
+    )
+    return path
+
+
+# -- a NaN model never passes as a model ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        ("--lr=inf", "--lr must be positive and finite, got inf"),
+        ("--lr=nan", "--lr must be positive and finite, got nan"),
+        ("--clip_norm=inf", "--clip_norm must be positive and finite, got inf"),
+        ("--clip_norm=1e309", "--clip_norm must be positive and finite, got inf"),
+        (
+            "--losses=ListMLELoss:nan",
+            "--losses: weight of 'ListMLELoss' must be a finite number of at least 0, got 'nan' "
+            "in 'ListMLELoss:nan'",
+        ),
+        (
+            "--losses=ListMLELoss:1,MSE:inf",
+            "--losses: weight of 'MSE' must be a finite number of at least 0, got 'inf' in "
+            "'ListMLELoss:1,MSE:inf'",
+        ),
+        (
+            "--losses=ListMLELoss:1e309",
+            "--losses: weight of 'ListMLELoss' must be a finite number of at least 0, got "
+            "'1e309' in 'ListMLELoss:1e309'",
+        ),
+        (
+            "--losses=ListMLELoss:1e308,MSE:1e308",
+            "--losses: the weights in 'ListMLELoss:1e308,MSE:1e308' sum past a float's range; "
+            "scale them",
+        ),
+    ],
+)
+def test_non_finite_training_flags_are_flag_errors(flag, message, tmp_path, capsys):
+    # A data root that does not exist: the flag is refused before any data is looked for.
+    err = _one_line(tiny_cli(tmp_path / "no_data", tmp_path / "out", flag), capsys)
+    assert err == f"tpu-tiles train: error: {message}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_diverged_loss_stops_training_in_one_line(synth_root, tmp_path, capsys):
+    """A model whose loss is NaN from the first step: before, the run was written with a
+    validation error far better than a real model's (NaN scores keep file order, and
+    config 0 is the compiler's default)."""
+    models = _models_file(
+        tmp_path,
+        "class NaNMLP(_ours.MLP):\n"
+        "    def _finish(self, embeddings, training):\n"
+        '        return super()._finish(embeddings, training) * float("nan")\n',
+    )
+    out = tmp_path / "out"
+    argv = [*tiny_cli(synth_root, out), "--model=NaNMLP", f"--models={models}"]
+    err = _one_line(argv, capsys)
+    assert err == (
+        "tpu-tiles train: error: training loss is nan at epoch 0: the model diverged and its "
+        "weights are lost; lower --lr or --clip_norm, or check --losses and --model_kwargs_json"
+    )
+    assert not out.exists()
+
+
+@pytest.fixture(scope="module")
+def nan_stats_run(mlp_run, tmp_path_factory) -> Path:
+    """A copy of `mlp_run` whose run file's feature statistics are NaN (its model dir)."""
+    model_dir = _copy_run(mlp_run.model_dir, mlp_run.run_file, tmp_path_factory.mktemp("nan_stats"))
+    run_file = model_dir.parent / mlp_run.run_file.name
+    info = json.loads(gzip.decompress(run_file.read_bytes()))
+    stats = info["tpu_tiles"]["feature_stats"]
+    stats["node_min"] = [float("nan")] * len(stats["node_min"])
+    run_file.write_bytes(gzip.compress(json.dumps(info).encode()))  # same args: same name
+    return model_dir
+
+
+@pytest.fixture(scope="module")
+def nan_weights_run(mlp_run, short_test_root, tmp_path_factory) -> Path:
+    """A copy of `mlp_run` whose saved weights are all NaN (as a run that diverged left them
+    before training stopped it), saved as training saves (its model dir)."""
+    from tpu_tiles_models import data, export, runs
+
+    run = runs.TrainedRun.open(mlp_run.model_dir)
+    model, ds = run.load(short_test_root, split="valid", progress=False)
+    configs = run.args["configs"]
+    rng = np.random.default_rng(0)
+    model(data.kernel_graph(ds.valid, 0, ds.stats, num_configs=configs, rng=rng))  # to save it
+    for v in model.trainable_variables:
+        v.assign(np.full(v.shape, np.nan, v.dtype.as_numpy_dtype))
+    out = tmp_path_factory.mktemp("nan_weights")
+    export.save_model(model, out / run.model_dir.name)
+    shutil.copy(run.run_file, out / run.run_file.name)
+    return out / run.model_dir.name
+
+
+def _reader(command: str, model_dir: Path, other: Path, root: Path, tmp: Path) -> list[str]:
+    """`tpu-tiles <command>` argv reading `model_dir` (a hand-in of it for `check`; `other`
+    is an ensemble's first member), on `root`, writing into `tmp`."""
+    data = ["--data_root", str(root), "--cache_dir", "", "--no_progress"]
+    if command == "predict":
+        return ["predict", "--dir", str(model_dir), "--out", str(tmp / "p.csv"), *data]
+    if command == "evaluate":
+        return ["evaluate", "--dirs", str(model_dir), *data]
+    if command == "check":
+        return ["check", str(_hand_in(model_dir, tmp / "hand_in")), *data]
+    if command == "ensemble":
+        dirs = f"{other},{model_dir}"
+        return ["ensemble", "--dirs", dirs, "--out_dir", str(tmp / "e"), "--combine", "rank", *data]
+    assert command == "bundle"
+    return ["bundle", "--dir", str(model_dir), "--out", str(tmp / "b")]
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate", "check", "ensemble", "bundle"])
+def test_a_run_file_with_nan_statistics_is_refused(
+    command, nan_stats_run, mlp_run, short_test_root, tmp_path, capsys
+):
+    argv = _reader(command, nan_stats_run, mlp_run.model_dir, short_test_root, tmp_path)
+    folder = tmp_path / "hand_in" if command == "check" else nan_stats_run.parent
+    run_file = folder / mlp_run.run_file.name
+    err = _one_line(argv, capsys)
+    assert err.endswith(
+        f"{run_file}: feature statistics hold NaN or infinite minima or maxima; copy it again "
+        "from the training --out_dir, or train again"
+    ), err
+    assert err.startswith(f"tpu-tiles {command}: error: ")
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["hand_in"] if command == "check" else [])
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate", "check", "ensemble"])
+def test_a_model_that_scores_nan_is_refused(
+    command, nan_weights_run, mlp_run, short_test_root, tmp_path, capsys
+):
+    """Its rankings would be 0;1;2;... (file order) and pass `check`'s comparison with the
+    same rankings stored at training; a `rank` ensemble would hide it among the others."""
+    argv = _reader(command, nan_weights_run, mlp_run.model_dir, short_test_root, tmp_path)
+    err = _one_line(argv, capsys)
+    who = nan_weights_run.name if command == "check" else str(nan_weights_run)
+    assert f"{who} scores " in err and " configs of kernel " in err
+    assert err.endswith(f" as nan, so it cannot rank them; {NAN_FIX}"), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["hand_in"] if command == "check" else [])
+
+
+def test_check_reports_a_nan_model_in_its_table(nan_weights_run, short_test_root, tmp_path):
+    from tpu_tiles_models import bundle
+
+    hand_in = _hand_in(nan_weights_run, tmp_path / "hand_in")
+    report = bundle.check_bundle(hand_in, short_test_root, progress=False)
+    rows = {r.name: (r.status, r.detail) for r in report.rows}
+    assert rows["variables copy"][0] == bundle.PASS
+    assert rows["predictions match"][0] == bundle.FAIL
+    assert rows["predictions match"][1].startswith(f"{nan_weights_run.name} scores ")
+    assert report.table().splitlines()[-1] == "FAILED (1 check(s))"
+
+
+# -- a sys.exit() in a models.py is the file's fault ---------------------------------------
+
+
+EXITS = {
+    "sys.exit()": "it calls sys.exit()",
+    "sys.exit(3)": "it calls sys.exit(3)",
+    "raise SystemExit('bye')": "it calls sys.exit('bye')",
+}
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate", "bundle", "train"])
+@pytest.mark.parametrize("statement", sorted(EXITS))
+def test_sys_exit_on_import_of_a_models_file(
+    command, statement, mlp_run, short_test_root, tmp_path, capsys
+):
+    models = tmp_path / "models.py"
+    models.write_text(f"import sys\n{statement}\n")
+    model = str(mlp_run.model_dir)
+    root = str(short_test_root)
+    argv = {
+        "predict": ["predict", "--dir", model, "--data_root", root, "--out"]
+        + [str(tmp_path / "p.csv")],
+        "evaluate": ["evaluate", "--dirs", model, "--data_root", root],
+        "bundle": ["bundle", "--dir", model, "--out", str(tmp_path / "b")],
+        "train": tiny_cli(short_test_root, tmp_path / "out"),
+    }[command] + [f"--models={models}"]
+    err = _one_line(argv, capsys)
+    what = f"{models}: cannot import it ({EXITS[statement]}); fix the file or pass another --models"
+    assert err.startswith(f"tpu-tiles {command}: error: ") and err.endswith(what), err
+    assert [p.name for p in tmp_path.iterdir()] == ["models.py"]
+
+
+def test_check_of_a_hand_in_whose_models_file_exits(mlp_run, tmp_path, capsys):
+    """Before, `check` exited 0 with no output: the hand-in seemed to pass."""
+    hand_in = _hand_in(mlp_run.model_dir, tmp_path / "hand_in")
+    with open(hand_in / "models.py", "a") as f:
+        f.write("\nimport sys\nsys.exit()\n")
+    code = cli.main(["check", str(hand_in), "--data_root", str(tmp_path / "none")])
+    out, err = capsys.readouterr()
+    what = f"{hand_in / 'models.py'}: cannot import it (it calls sys.exit()); fix the file"
+    assert code == 2 and f"FAIL  class found    {what}" in out
+    assert err.strip() == f"tpu-tiles check: error: {hand_in} failed its check: class found: {what}"
+
+
+@pytest.mark.parametrize("command", ["predict", "train"])
+def test_sys_exit_when_a_model_is_built(command, mlp_run, short_test_root, tmp_path, capsys):
+    models = _models_file(
+        tmp_path,
+        "class MLP(_ours.MLP):\n"
+        "    def __init__(self, *args, **kwargs):\n"
+        '        sys.exit("not today")\n',
+    )
+    argv = {
+        "predict": ["predict", "--dir", str(mlp_run.model_dir), "--data_root"]
+        + [str(short_test_root), "--out", str(tmp_path / "p.csv"), "--no_progress"],
+        "train": tiny_cli(short_test_root, tmp_path / "out"),
+    }[command] + [f"--models={models}"]
+    err = _one_line(argv, capsys)
+    assert err == (
+        f"tpu-tiles {command}: error: {models}: building MLP, it calls sys.exit('not today'); "
+        "fix the file"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == [models.name]
+
+
+@pytest.mark.parametrize("command", ["predict", "train"])
+def test_sys_exit_when_a_model_scores(command, mlp_run, short_test_root, tmp_path, capsys):
+    """Anywhere else in a models.py (here `forward`), a `sys.exit()` is one line naming the
+    file and line; before, `predict` exited 4 with no word."""
+    models = _models_file(
+        tmp_path,
+        "class MLP(_ours.MLP):\n    def forward(self, graph, num_configs):\n        sys.exit(4)\n",
+    )
+    line = models.read_text().splitlines().index("        sys.exit(4)") + 1
+    argv = {
+        "predict": ["predict", "--dir", str(mlp_run.model_dir), "--data_root"]
+        + [str(short_test_root), "--out", str(tmp_path / "p.csv"), "--no_progress"],
+        "train": tiny_cli(short_test_root, tmp_path / "out"),
+    }[command] + [f"--models={models}"]
+    err = _one_line(argv, capsys)
+    assert err == (
+        f"tpu-tiles {command}: error: {models}, line {line}: it calls sys.exit(4); fix the file"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == [models.name]
+
+
+def test_help_still_exits_0(capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(["train", "--help"])
+    assert stop.value.code == 0 and "--losses" in capsys.readouterr().out
+
+
+# -- degenerate flag values ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "flag, message",
+    [
+        (
+            "--losses=ListMLELoss:0",
+            "--losses: the weights in 'ListMLELoss:0' sum to 0; give at least one loss a weight "
+            "above 0, e.g. ListMLELoss:1",
+        ),
+        (
+            "--losses=ListMLELoss:0,MSE:0.0",
+            "--losses: the weights in 'ListMLELoss:0,MSE:0.0' sum to 0; give at least one loss a "
+            "weight above 0, e.g. ListMLELoss:1",
+        ),
+        (
+            "--losses=ListMLELoss:-1",
+            "--losses: weight of 'ListMLELoss' must be a finite number of at least 0, got '-1' "
+            "in 'ListMLELoss:-1'",
+        ),
+        (
+            "--losses=ListMLELoss:2,MSE:-1",
+            "--losses: weight of 'MSE' must be a finite number of at least 0, got '-1' in "
+            "'ListMLELoss:2,MSE:-1'",
+        ),
+        (
+            "--seeds=0,0",
+            "--seeds names seed 0 more than once; each seed is one run, so list different "
+            "seeds, e.g. --seeds=0,1,2",
+        ),
+        (
+            "--seeds=2,0,1,2,0",
+            "--seeds names seed 0, 2 more than once; each seed is one run, so list different "
+            "seeds, e.g. --seeds=0,1,2",
+        ),
+        ("--seeds=", "--seeds is empty; name the seeds, e.g. --seeds=0,1,2, or leave it out"),
+        ("--seeds=0,-1", "--seeds must be in 0..4294967295, got -1"),
+        ("--seed=-1", "--seed must be in 0..4294967295, got -1"),
+    ],
+)
+def test_degenerate_training_flags_are_flag_errors(flag, message, tmp_path, capsys):
+    err = _one_line(tiny_cli(tmp_path / "no_data", tmp_path / "out", flag), capsys)
+    assert err == f"tpu-tiles train: error: {message}"
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_zero_weight_beside_a_positive_one_is_fine():
+    from tpu_tiles_models.train_args import TrainArgs, loss_weights
+
+    assert loss_weights("ListMLELoss:1,MSE:0") == [("ListMLELoss", 1.0), ("MSE", 0.0)]
+    assert TrainArgs(losses="ListMLELoss:1,MSE:0").losses == "ListMLELoss:1,MSE:0"
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-inf", "0", "-1"])
+def test_inspect_tail_sigmas_must_be_a_finite_positive_number(value, synth_root, capsys):
+    err = _one_line(["inspect", str(synth_root), f"--tail_sigmas={value}", "--no_progress"], capsys)
+    shown = str(float(value))
+    assert (
+        err
+        == f"tpu-tiles inspect: error: --tail_sigmas must be a finite number above 0, got {shown}"
+    )
+
+
+# -- a cache that cannot be written only warns -----------------------------------------------
+
+
+def test_a_read_only_default_cache_warns_and_training_goes_on(
+    synth_root, tmp_path, read_only, monkeypatch, capsys
+):
+    """README: a cache that cannot be written is a one-line warning, and loading goes on
+    (as `predict` already did; `train` refused it)."""
+    home = tmp_path / "home"
+    home.mkdir()
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("MPLCONFIGDIR", str(tmp_path / "matplotlib"))
+    read_only(home)
+    out = tmp_path / "out"
+    argv = [a for a in tiny_cli(synth_root, out) if a != "--cache_dir="]
+    assert cli.main(argv) == 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err and all(
+        line.startswith(f"tpu-tiles train: warning: cannot create the folder {home}/")
+        and line.endswith(
+            f"{ROFS}; pass another --cache_dir on a disk you can write; loaded without caching"
+        )
+        for line in err
+    ), err
+    assert len(list(out.glob("model_*"))) == len(list(out.glob("run_*.jsonz"))) == 1
+    assert list(home.iterdir()) == []
+
+
+# -- a bad data file's message offers only what the command has -----------------------------
+
+
+def _spoil_one(root: Path, split: str) -> Path:
+    bad = sorted((root / split).glob("*.npz"))[0]
+    bad.write_bytes(bad.read_bytes()[:100])
+    return bad
+
+
+@pytest.mark.parametrize("command", ["evaluate", "train", "check"])
+def test_a_bad_file_message_offers_only_the_commands_own_flags(
+    command, mlp_run, short_test_root, tmp_path, capsys
+):
+    root = tmp_path / "data"
+    shutil.copytree(short_test_root, root)
+    split = {"evaluate": "valid", "train": "train", "check": "test"}[command]
+    bad = _spoil_one(root, split)
+    argv = {
+        "evaluate": ["evaluate", "--dirs", str(mlp_run.model_dir), "--data_root", str(root)],
+        "train": tiny_cli(root, tmp_path / "out"),
+        "check": ["check", str(_hand_in(mlp_run.model_dir, tmp_path / "hand_in"))]
+        + ["--data_root", str(root)],
+    }[command] + ["--cache_dir=", "--no_progress"]
+    err = _one_line(argv, capsys)
+    assert err.startswith(f"tpu-tiles {command}: error: {bad}: not a readable npz file")
+    hint = " (or train with --skip_bad)" if command == "train" else ""
+    assert err.endswith(f"re-download it or delete it{hint}") or err.endswith(
+        f"re-download the file or delete it{hint}"
+    ), err
+    assert ("--skip_bad" in err) == (command == "train")
+
+
+# -- an unusable saved_model.pb is found before any work -------------------------------------
+
+
+SPOILS = {
+    "empty": lambda pb: b"",
+    "garbage": lambda pb: bytes(np.random.default_rng(0).integers(0, 256, 4096, dtype=np.uint8)),
+    "truncated": lambda pb: pb[: len(pb) // 2],
+}
+
+
+@pytest.mark.parametrize("command", ["predict", "bundle", "evaluate", "check"])
+@pytest.mark.parametrize("spoil", sorted(SPOILS))
+def test_an_unusable_saved_model_pb_is_one_line(
+    spoil, command, mlp_run, short_test_root, tmp_path, capsys
+):
+    model_dir = _copy_run(mlp_run.model_dir, mlp_run.run_file, tmp_path / "run")
+    pb = model_dir / formats.SAVED_MODEL_FILE
+    pb.write_bytes(SPOILS[spoil](pb.read_bytes()))
+    argv = _reader(command, model_dir, mlp_run.model_dir, short_test_root, tmp_path)
+    err = _one_line(argv, capsys)
+    if command == "check":
+        pb = tmp_path / "hand_in" / model_dir.name / formats.SAVED_MODEL_FILE
+    what = {"empty": "empty"}.get(spoil, "not a readable SavedModel (DecodeError: ")
+    again = "copy the whole model_<hash> folder again from the training --out_dir"
+    assert f"{pb}: {what}" in err and err.endswith(again), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == (
+        ["hand_in", "run"] if command == "check" else ["run"]
+    )
+
+
+# -- an unknown flag names its subcommand ---------------------------------------------------
+
+
+REQUIRED = {
+    "synth": ["out"],
+    "inspect": ["root"],
+    "predict": ["--dir", "d"],
+    "install": ["root"],
+    "evaluate": ["--dirs", "d"],
+    "bundle": ["--dir", "d", "--out", "o"],
+    "check": ["d"],
+    "ensemble": ["--dirs", "a,b"],
+}
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["synth", "inspect", "predict", "kaggle", "install", "evaluate", "bundle"]
+    + ["check", "ensemble", "demo", "models"],
+)
+def test_an_unknown_flag_is_one_line_naming_the_subcommand(command, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main([command, *REQUIRED.get(command, []), "--nope=1", "extra"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2
+    assert err == (
+        f"tpu-tiles {command}: error: unrecognized arguments: --nope=1 extra "
+        f"(see tpu-tiles {command} --help)\n"
+    )
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["predict"], "tpu-tiles predict: error: the following arguments are required: --dir"),
+        (
+            ["predict", "--dir", "d", "--top_k", "x"],
+            "tpu-tiles predict: error: argument --top_k: invalid int value: 'x'",
+        ),
+        (["nope"], "tpu-tiles: error: argument command: invalid choice: 'nope'"),
+    ],
+)
+def test_every_argparse_error_is_one_line(argv, message, capsys):
+    with pytest.raises(SystemExit) as stop:
+        cli.main(argv)
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and len(err.splitlines()) == 1 and err.startswith(message), err
+
+
+def test_an_unknown_train_flag_names_train(tmp_path, capsys):
+    err = _one_line(tiny_cli(tmp_path / "no_data", tmp_path / "out", "--nope=1"), capsys)
+    assert err == (
+        "tpu-tiles train: error: Unknown command line flag 'nope' (see tpu-tiles train --help)"
+    )
