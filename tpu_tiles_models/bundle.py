@@ -78,7 +78,7 @@ def make_bundle(
     Refuses (BundleError / export.ExportError) a model without its matching run file, a
     models.py lacking the run's class, and an `out_dir` that already holds another model.
     """
-    out = Path(os.path.expanduser(os.fspath(out_dir))).resolve()
+    out = files.resolve_local(out_dir, what="--out")
     source = _models_source(models_path)
     # An upstream root is loaded as a root, so that its models.py's own imports resolve.
     run = TrainedRun.open(model_dir, models_path=models_path or source)
@@ -280,7 +280,7 @@ def check_bundle(
 
     Data problems (a wrong `data_root`) raise `kernel_files.DataError`: the check could not run.
     """
-    bundle = Path(os.path.expanduser(os.fspath(bundle_dir))).resolve()
+    bundle = files.resolve_local(bundle_dir, what="the hand-in folder")
     root = os.path.expanduser(os.fspath(data_root))
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     report = CheckReport(bundle)

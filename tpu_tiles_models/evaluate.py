@@ -45,7 +45,7 @@ def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
     items = [d for d in dirs.split(",") if d.strip()] if isinstance(dirs, str) else list(dirs)
     found: list[Path] = []
     for item in items:
-        path = Path(os.path.expanduser(str(item).strip())).resolve()
+        path = files.resolve_local(str(item).strip(), what="--dirs")
         if path.is_dir() and not (path / formats.SAVED_MODEL_FILE).is_file():
             children = sorted(p for p in path.glob(formats.MODEL_DIR_GLOB) if p.is_dir())
             if not children:

@@ -212,7 +212,30 @@ def _test_ids(path: str | Path) -> list[str]:
             f"--test_ids_from {path} has no {TILE_PREFIX}* rows; give the competition's "
             "sample_submission.csv"
         )
+    for number, tile_id in enumerate(ids, 1):
+        why = _not_a_name(tile_id)
+        if why:
+            raise FlagError(
+                f"--test_ids_from {path}: id {number}, {TILE_PREFIX + tile_id!r}, {why}; each "
+                "id names a file in test/, so it must be a plain name (no / or \\, no leading "
+                "dot); give the competition's sample_submission.csv"
+            )
     return ids
+
+
+def _not_a_name(tile_id: str) -> str:
+    """Why `tile_id` cannot be a file name in the test folder ('' if it can): each becomes
+    `test/<tile_id>.npz`, so a separator or `..` would write outside OUT, and a leading dot a
+    hidden file that no reader sees."""
+    if not tile_id:
+        return "is empty after the prefix"
+    if "/" in tile_id or "\\" in tile_id or os.path.isabs(tile_id):
+        return "holds a path separator"
+    if tile_id.startswith("."):
+        return "starts with a dot (a hidden file, or a parent folder)"
+    if not tile_id.isprintable():
+        return "holds a control character"
+    return ""
 
 
 def existing_npz(out: Path) -> list[Path]:
