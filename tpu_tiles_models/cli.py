@@ -99,11 +99,10 @@ def _evaluate(a: argparse.Namespace) -> None:
         progress=not a.no_progress,
         outputs=[files.Output(path, flag) for path, flag in writes if path],
     )
-    print(evaluate.format_table(result))
-    if a.json:
-        print(f"wrote {evaluate.write_json(result, a.json)}")
-    if a.png:
-        print(f"wrote {evaluate.plot(result, a.png)}")
+    written = evaluate.write_outputs(result, json_path=a.json, png_path=a.png)
+    print(evaluate.format_table(result))  # after the files: `| head` loses none of them
+    for path in written:
+        print(f"wrote {path}")
 
 
 def _bundle(a: argparse.Namespace) -> None:

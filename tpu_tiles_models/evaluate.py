@@ -246,14 +246,36 @@ def _rankings_table(result: dict[str, Any]) -> list[str]:
 
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
     """Writes `result` as indented JSON atomically; returns the path."""
-    path = Path(os.path.expanduser(os.fspath(path)))
-    with files.atomic_path(path, flag="--json") as tmp:
-        tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return path
+    return write_outputs(result, json_path=path)[0]
+
+
+def write_outputs(
+    result: dict[str, Any],
+    *,
+    json_path: str | os.PathLike | None = None,
+    png_path: str | os.PathLike | None = None,
+) -> list[Path]:
+    """Writes `result` as indented JSON and as a chart (`draw`), those given, together: both
+    or, on a failure or a stop signal, neither (`files.atomic_paths`). Returns their paths."""
+    given = [(p, flag) for p, flag in ((json_path, "--json"), (png_path, "--png")) if p]
+    paths = [Path(os.path.expanduser(os.fspath(p))) for p, _ in given]
+    with files.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
+        for (_, flag), tmp in zip(given, tmps):
+            if flag == "--json":
+                tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
+            else:
+                draw(result, tmp)
+    return paths
 
 
 def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
-    """PNG bar chart: overall score and top-1/5/10 error of every ranking (`rankings`)."""
+    """The chart of `draw`, written to `path` atomically; returns the path."""
+    return write_outputs(result, png_path=path)[0]
+
+
+def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
+    """PNG bar chart: overall score and top-1/5/10 error of every ranking (`rankings`), saved
+    as it is drawn, so `path` is a temp name (`files.atomic_path`; `plot` does both)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI
@@ -276,10 +298,7 @@ def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
     for ax in (ax_score, ax_err):
         ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
     fig.tight_layout()
-    path = Path(os.path.expanduser(os.fspath(path)))
     try:
-        with files.atomic_path(path, flag="--png") as tmp:
-            fig.savefig(tmp, format="png", dpi=90)
+        fig.savefig(path, format="png", dpi=90)
     finally:
         plt.close(fig)
-    return path

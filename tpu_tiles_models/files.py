@@ -115,6 +115,18 @@ def atomic_path(
         raise
 
 
+@contextlib.contextmanager
+def atomic_paths(
+    targets: Sequence[tuple[str | os.PathLike, str | None]],
+) -> Iterator[list[Path]]:
+    """`atomic_path` for several outputs that stand together (a report and its chart): yields
+    a temp file for each `(path, flag)`; all are put in place when the block succeeds, none
+    if it fails or a stop signal arrived while they were written (the last commit checks it
+    first, and its failure undoes the others)."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(atomic_path(path, flag=flag)) for path, flag in targets]
+
+
 def check_output_path(
     path: str | os.PathLike, *, flag: str | None = None, need_bytes: int = MIN_FREE_BYTES
 ) -> Path | str:
