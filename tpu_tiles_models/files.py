@@ -363,6 +363,12 @@ def _create_temp(path: Path, where: str, flag: str | None, mode: int) -> Path:
     raise WriteError(f"cannot write {where}: no free temporary name in {path.parent}")
 
 
+def cannot_write(where: str, err: OSError, *, flag: str | None = None) -> WriteError:
+    """The one-line error for a failed write of `where` (`<flag> <path>`): the reason and the
+    fix for it, as every writer here says it."""
+    return WriteError(_cannot_write(where, err, flag))
+
+
 def _about(err: OSError, tmp: Path) -> bool:
     """Whether `err` is a failure to write `tmp` (or a full or read-only disk)."""
     names = {str(n) for n in (err.filename, err.filename2) if n is not None}

@@ -87,11 +87,8 @@ def _lock(lock: Path, where: str, flag: str, command: str) -> int:
     for _ in range(_TRIES):
         try:
             fd = os.open(lock, flags, 0o666)
-        except OSError as err:
-            raise files.WriteError(
-                f"cannot write {where} (its lock file {lock.name}: {err.strerror}); pass "
-                f"another {flag} in a folder you can write"
-            ) from err
+        except OSError as err:  # read-only, permissions: what writing there would meet
+            raise files.cannot_write(where, err, flag=flag) from err
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError as err:
