@@ -13,9 +13,11 @@ reading exits 141 (as SIGPIPE would), any other failure one line and status 2.
 from __future__ import annotations
 
 import argparse
+import atexit
 import contextlib
 import errno
 import os
+import signal
 import sys
 import warnings
 from typing import Callable
@@ -334,6 +336,11 @@ def main(argv: list[str] | None = None) -> int:
     command = args.command
     # Run as a program (argv None), a stop signal after the work still gets its one line.
     then = _stopped_when_done(command) if argv is None else None
+    if then:
+        # The last exit handler to run: from there on the interpreter tears itself down and
+        # would put back the default handlers (death without a word): a signal then is
+        # ignored, and the command's own status stands.
+        atexit.register(_ignore_stop_signals)
     stdout = _Stdout(sys.stdout)
     try:
         with contextlib.ExitStack() as stack:  # (no parenthesized `with`: Python 3.9)
@@ -375,6 +382,11 @@ def _stopped_when_done(command: str) -> Callable[[int, object], None]:
         os._exit(interrupts.exit_status())
 
     return stop
+
+
+def _ignore_stop_signals() -> None:
+    for signum in interrupts.STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
 
 
 class _Stdout:
