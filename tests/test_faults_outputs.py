@@ -4,6 +4,7 @@ be written, a full disk, and stop signals at the very end."""
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import shutil
@@ -301,6 +302,11 @@ def test_a_non_ascii_path_on_an_ascii_stdout(synth_root, tmp_path):
 def test_a_full_disk_is_found_before_the_work(mlp_run, synth_root, tmp_path, monkeypatch, capsys):
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=1000))
+
+    def full(*args, **kwargs):  # what naming the holder in a lock file meets on a full disk
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "pwrite", full)
 
     def no_work(*args, **kwargs):
         raise AssertionError("the work started")

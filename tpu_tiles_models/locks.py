@@ -103,8 +103,9 @@ def _lock(lock: Path, where: str, flag: str, command: str) -> int:
             os.close(fd)  # its last holder removed it between our open and our lock
             continue
         text = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "command": command})
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, text.encode(), 0)
+        with contextlib.suppress(OSError):  # a full disk: held all the same, only unnamed
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text.encode(), 0)
         return fd
     raise BusyError(f"{where}: its lock file {lock} keeps being replaced; try again")
 
