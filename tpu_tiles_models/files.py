@@ -578,8 +578,10 @@ def _names_file(run_file: Path, path: str) -> bool:
 def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
     """What every command calls before any work: refuses an output that is one of the inputs
     or lies in an input folder, one whose folder holds an input, two outputs at one path, and
-    an output over a finished run's run file or into its model directory, and a place that
-    cannot be written (a file among its parents, a name too long, a read-only or unwritable
+    an output over a finished run's run file, into its model directory, over the results CSV
+    its run file names or over its training curve (the one rule by which no command replaces
+    another's finished artifact; a training run's own are `export`'s to replace), and a place
+    that cannot be written (a file among its parents, a name too long, a read-only or unwritable
     folder: tried with a probe file); then removes what killed processes left while writing
     these outputs (`remove_leftovers`).
 
