@@ -223,6 +223,32 @@ def test_a_lock_left_by_a_killed_writer_does_not_block(tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["d"]
 
 
+def test_a_folder_in_a_folder_that_cannot_be_written_is_locked_inside(
+    tmp_path, monkeypatch, capsys
+):
+    """OUT writable, its parent not (a mount point, /kaggle/working): the lock goes inside
+    OUT, where a second writer looks for it too."""
+    out = tmp_path / "d"
+    out.mkdir()
+    real_open = os.open
+
+    def parent_refuses(path, flags, *args, **kwargs):
+        if Path(path) == locks.lock_path(out):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), os.fspath(path))
+        return real_open(path, flags, *args, **kwargs)
+
+    monkeypatch.setattr(os, "open", parent_refuses)
+    with locks.claim(out, flag="OUT", command="synth"):
+        assert (out / locks.INSIDE).is_file()
+        err = _one_line(capsys, cli.main(["synth", str(out), *SMALL]))
+        assert err.endswith(
+            f"OUT {out} {_held_by_me('synth')}; wait for it to end, or pass another OUT"
+        )
+    assert os.listdir(out) == []
+    assert cli.main(["synth", str(out), *SMALL]) == 0
+    assert sorted(os.listdir(out)) == ["test", "train", "valid"]
+
+
 # -- a model dir that is a link to itself -------------------------------------------------------
 
 

@@ -5,7 +5,9 @@ into one folder, two `bundle`s into one hand-in, two `inspect --json` of one fil
 on one `--out_dir`). Each of those claims its output before checking it and holds the claim
 until it has finished writing; the second one fails at once, in one line naming the first.
 
-The lock is an `flock` on a hidden file `.<name>.lock` beside the output. The kernel releases
+The lock is an `flock` on a hidden file `.<name>.lock` beside the output (a folder output in a
+folder that cannot be written, such as a mount point, gets `.tpu-tiles.lock` inside it, as
+every writer there does alike). The kernel releases
 an flock when its process ends, however it ends, so the file that a killed process (`kill -9`)
 left never blocks the next command: it is taken over. Standard library only (`fcntl`, POSIX;
 where there is none, as on Windows, outputs are not locked), so TensorFlow-free commands use
@@ -30,6 +32,8 @@ try:
 except ImportError:  # pragma: no cover  (Windows)
     fcntl = None
 
+# The lock file inside a folder output whose own folder cannot be written.
+INSIDE = ".tpu-tiles.lock"
 # Attempts at locking a lock file that its last holder removes between our open and lock.
 _TRIES = 100
 
@@ -62,11 +66,19 @@ def claim(path: str | os.PathLike, *, flag: str, command: str) -> Iterator[None]
     if fcntl is None or files.is_remote(path):
         yield
         return
-    lock = lock_path(path)
+    target, lock = Path(os.path.abspath(files.expand(path))), lock_path(path)
     where = f"{flag} {files.expand(path)}"
     made = files.make_dirs(lock.parent, flag=flag, where=where)
     try:
-        fd = _lock(lock, where, flag, command)
+        try:
+            fd = _lock(lock, where, flag, command)
+        except files.WriteError as err:
+            # A folder one can write in a folder one cannot (a mount point, /kaggle/working):
+            # the lock goes inside it. Every writer meets the same refusal, so all agree.
+            if not (target.is_dir() and _refused(err.__cause__)):
+                raise
+            lock = target / INSIDE
+            fd = _lock(lock, where, flag, command)
     except BaseException:
         files.remove_made_dirs(made, lock.parent)
         raise
@@ -79,6 +91,11 @@ def claim(path: str | os.PathLike, *, flag: str, command: str) -> Iterator[None]
             os.unlink(lock)
         os.close(fd)
         files.remove_made_dirs(made, lock.parent)
+
+
+def _refused(err: BaseException | None) -> bool:
+    """Whether `err` says the folder cannot be written (not that the disk is full)."""
+    return isinstance(err, OSError) and err.errno in (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 def _lock(lock: Path, where: str, flag: str, command: str) -> int:
