@@ -91,15 +91,24 @@ def run(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
+        from tpu_tiles_models import interrupts
         from tpu_tiles_models.errors import UserError
     except ImportError:
         print(INSTALL_HINT, file=sys.stderr)
         return EXIT_USER_ERROR
     try:
-        print(run(args))
+        # Ctrl-C, SIGTERM, SIGHUP: noted, and acted on at the next safe point (between
+        # kernels, before the CSV is put in place), so nothing is left half-written.
+        with interrupts.deferred():
+            line = run(args)
+    except KeyboardInterrupt:
+        how = "interrupted" if interrupts.name() == "SIGINT" else f"stopped by {interrupts.name()}"
+        print(f"{PROG}: {how}; {args.out} not written", file=sys.stderr)
+        return interrupts.exit_status()
     except UserError as e:
         print(f"{PROG}: error: {' '.join(str(e).split())}", file=sys.stderr)
         return EXIT_USER_ERROR
+    print(line)
     return 0
 
 

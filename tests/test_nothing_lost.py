@@ -267,8 +267,9 @@ def test_a_second_run_never_takes_the_first_ones_results_csv(mlp_run, capsys):
     argv = [f"--{k}" if v is True else f"--{k}={v}" for k, v in other.to_dict().items()]
     err = _one_line(capsys, cli.main(["train", *argv]))
     assert err == (
-        f"tpu-tiles train: error: --results_csv {mlp_run.results_csv} already exists; pass "
-        "another --results_csv, or --overwrite to replace it once this run has finished"
+        f"tpu-tiles train: error: --results_csv {mlp_run.results_csv} is the results CSV that "
+        f"{mlp_run.run_file.name} names, part of a finished training run; writing it would "
+        "break that run, so pass another --results_csv"
     )
     assert mlp_run.results_csv.read_bytes() == before
     assert not (mlp_run.model_dir.parent / f"model_{other.hash()}").exists()

@@ -17,7 +17,7 @@ from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import export, files, formats, interrupts, registry, scoring
+from tpu_tiles_models import export, files, formats, interrupts, locks, registry, scoring
 from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.runs import TrainedRun
 
@@ -77,9 +77,10 @@ def make_bundle(
 
     Refuses (BundleError / export.ExportError) a model without its matching run file, one
     whose run file's feature statistics are not finite, a models.py lacking the run's class,
-    and an `out_dir` that already holds another model.
+    and an `out_dir` that already holds another model or that another process is writing
+    (locks.BusyError).
     """
-    out = Path(os.path.expanduser(os.fspath(out_dir))).resolve()
+    out = files.resolve_local(out_dir, what="--out")
     source = _models_source(models_path)
     # An upstream root is loaded as a root, so that its models.py's own imports resolve.
     run = TrainedRun.open(model_dir, models_path=models_path or source)
@@ -94,41 +95,42 @@ def make_bundle(
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
     if out.exists() and not out.is_dir():
         raise BundleError(f"--out {out} is a file; pass a new folder")
-    others = [
-        p.name
-        for p in (*out.glob(formats.MODEL_DIR_GLOB), *out.glob(formats.RUN_FILE_GLOB))
-        if p.name not in (model_dir.name, run_file.name)
-    ]
-    if others:
-        raise BundleError(
-            f"{out} already holds {', '.join(sorted(others))}; a bundle has one model, pick "
-            "an empty --out folder"
+    with locks.claim(out, flag="--out", command="bundle"):  # one bundle into --out at a time
+        others = [
+            p.name
+            for p in (*out.glob(formats.MODEL_DIR_GLOB), *out.glob(formats.RUN_FILE_GLOB))
+            if p.name not in (model_dir.name, run_file.name)
+        ]
+        if others:
+            raise BundleError(
+                f"{out} already holds {', '.join(sorted(others))}; a bundle has one model, pick "
+                "an empty --out folder"
+            )
+        size = source.stat().st_size + _tree_size(model_dir) + run_file.stat().st_size
+        files.check_folder(out, flag="--out", need_bytes=size)
+        files.prepare_outputs(
+            [
+                files.Output(out / MODELS_FILE, "--out"),
+                files.Output(out / model_dir.name, "--out", artifact=True),
+                files.Output(out / run_file.name, "--out", artifact=True),
+            ],
+            [*export.run_inputs(model_dir), files.Input(source, "--models file")],
         )
-    size = source.stat().st_size + _tree_size(model_dir) + run_file.stat().st_size
-    files.check_folder(out, flag="--out", need_bytes=size)
-    files.prepare_outputs(
-        [
-            files.Output(out / MODELS_FILE, "--out"),
-            files.Output(out / model_dir.name, "--out", artifact=True),
-            files.Output(out / run_file.name, "--out", artifact=True),
-        ],
-        [*export.run_inputs(model_dir), files.Input(source, "--models file")],
-    )
-    made = files.make_dirs(out, flag="--out")
-    new = [p for p in (out / MODELS_FILE, out / model_dir.name) if not p.exists()]
-    try:
-        files.copy_file(source, out / MODELS_FILE, flag="--out")
-        interrupts.check()
-        _copy_tree(model_dir, out / model_dir.name)
-        interrupts.check()
-        # The run file last: a run file never points at a model that is not there.
-        files.copy_file(run_file, out / run_file.name, flag="--out")
-    except BaseException:  # a stop signal or a failed copy: what this call added goes
-        for path in new:
-            files.remove(path)
-        files.remove_made_dirs(made, out)  # and the folders it made, now empty
-        raise
-    return out
+        made = files.make_dirs(out, flag="--out")
+        new = [p for p in (out / MODELS_FILE, out / model_dir.name) if not p.exists()]
+        try:
+            files.copy_file(source, out / MODELS_FILE, flag="--out")
+            interrupts.check()
+            _copy_tree(model_dir, out / model_dir.name)
+            interrupts.check()
+            # The run file last: a run file never points at a model that is not there.
+            files.copy_file(run_file, out / run_file.name, flag="--out")
+        except BaseException:  # a stop signal or a failed copy: what this call added goes
+            for path in new:
+                files.remove(path)
+            files.remove_made_dirs(made, out)  # and the folders it made, now empty
+            raise
+        return out
 
 
 def _tree_size(folder: Path) -> int:
@@ -287,7 +289,7 @@ def check_bundle(
 
     Data problems (a wrong `data_root`) raise `kernel_files.DataError`: the check could not run.
     """
-    bundle = Path(os.path.expanduser(os.fspath(bundle_dir))).resolve()
+    bundle = files.resolve_local(bundle_dir, what="the hand-in folder")
     root = os.path.expanduser(os.fspath(data_root))
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     report = CheckReport(bundle)

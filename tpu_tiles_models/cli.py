@@ -4,12 +4,20 @@ Anything a user can cause ends in one line, `tpu-tiles <cmd>: error: <message>`,
 status 2 (`errors.UserError`); any other exception is our bug and keeps its traceback.
 Ctrl-C, SIGTERM and SIGHUP stop at the next safe point; the run removes what it had
 started and the command exits 130, 143 or 129 (128 + the signal's number, as a shell reports).
+One that comes after the last safe point, the work done, exits the same way with a line
+saying the outputs are complete. Commands write their files before printing, and standard
+output that cannot be written (`| head`, /dev/full) costs no file: a reader that stopped
+reading exits 141 (as SIGPIPE would), any other failure one line and status 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import atexit
+import contextlib
+import errno
 import os
+import signal
 import sys
 import warnings
 from typing import Callable
@@ -99,11 +107,10 @@ def _evaluate(a: argparse.Namespace) -> None:
         progress=not a.no_progress,
         outputs=[files.Output(path, flag) for path, flag in writes if path],
     )
-    print(evaluate.format_table(result))
-    if a.json:
-        print(f"wrote {evaluate.write_json(result, a.json)}")
-    if a.png:
-        print(f"wrote {evaluate.plot(result, a.png)}")
+    written = evaluate.write_outputs(result, json_path=a.json, png_path=a.png)
+    print(evaluate.format_table(result))  # after the files: `| head` loses none of them
+    for path in written:
+        print(f"wrote {path}")
 
 
 def _bundle(a: argparse.Namespace) -> None:
@@ -341,16 +348,31 @@ def main(argv: list[str] | None = None) -> int:
     if extra and args.command not in _ABSL_COMMANDS:  # the subcommand's, which has the flags
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
+    command = args.command
+    # Run as a program (argv None), a stop signal after the work still gets its one line.
+    then = _stopped_when_done(command) if argv is None else None
+    if then:
+        # The last exit handler to run: from there on the interpreter tears itself down and
+        # would put back the default handlers (death without a word): a signal then is
+        # ignored, and the command's own status stands.
+        atexit.register(_ignore_stop_signals)
+    stdout = _Stdout(sys.stdout)
     try:
-        with interrupts.deferred(), warnings.catch_warnings():
-            warnings.showwarning = _one_line_warnings(args.command)
+        with contextlib.ExitStack() as stack:  # (no parenthesized `with`: Python 3.9)
+            stack.enter_context(interrupts.deferred(then=then))
+            stack.enter_context(warnings.catch_warnings())
+            stack.enter_context(contextlib.redirect_stdout(stdout))
+            warnings.showwarning = _one_line_warnings(command)
             args.fn(args)
+            stdout.flush()
+            if interrupts.noted():  # after its last safe point: what it wrote is whole
+                _say(f"tpu-tiles {command}: {_how()} {_WHEN_DONE}")
+                return interrupts.exit_status()
     except KeyboardInterrupt:
-        how = "interrupted" if interrupts.name() == "SIGINT" else f"stopped by {interrupts.name()}"
-        _say(f"tpu-tiles {args.command}: {how}; removed what this run had started")
+        _say(f"tpu-tiles {command}: {_how()}; removed what this run had started")
         return interrupts.exit_status()
     except UserError as e:
-        print(f"tpu-tiles {args.command}: error: {' '.join(str(e).split())}", file=sys.stderr)
+        _say(f"tpu-tiles {command}: error: {' '.join(str(e).split())}")
         return EXIT_USER_ERROR
     except SystemExit as e:  # a models.py's sys.exit() would end the command without a word
         from tpu_tiles_models import registry
@@ -358,9 +380,91 @@ def main(argv: list[str] | None = None) -> int:
         where = registry.exit_site(e)
         if where is None:
             raise
-        print(f"tpu-tiles {args.command}: error: {where}; fix the file", file=sys.stderr)
+        _say(f"tpu-tiles {command}: error: {where}; fix the file")
         return EXIT_USER_ERROR
-    return 0
+    return stdout.status(command)
+
+
+# What a stop signal that came once the work was done says: nothing was removed.
+_WHEN_DONE = "after it had finished; its outputs are complete"
+
+
+def _how() -> str:
+    return "interrupted" if interrupts.name() == "SIGINT" else f"stopped by {interrupts.name()}"
+
+
+def _stopped_when_done(command: str) -> Callable[[int, object], None]:
+    """The stop signals' handler once `main`'s work is done (the interpreter is exiting): one
+    line, and the shell's status for the signal (128 + its number)."""
+
+    def stop(signum: int, frame: object) -> None:
+        interrupts.note(signum)
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+        _say(f"tpu-tiles {command}: {_how()} {_WHEN_DONE}")
+        os._exit(interrupts.exit_status())
+
+    return stop
+
+
+def _ignore_stop_signals() -> None:
+    for signum in interrupts.STOP_SIGNALS:
+        signal.signal(signum, signal.SIG_IGN)
+
+
+class _Stdout:
+    """`sys.stdout` for one command: a failed write (a reader that stopped reading, `| head`;
+    a full disk; /dev/full) is noted once, the rest of the output dropped, and the command
+    runs on to its end, so every file it writes is written; a character the terminal's
+    encoding lacks (PYTHONIOENCODING=ascii) is written escaped (`\\xe9`)."""
+
+    def __init__(self, stream) -> None:
+        self._stream = stream
+        self.error: OSError | None = None
+
+    def write(self, text: str) -> int:
+        if self.error is None:
+            try:
+                self._stream.write(text)
+            except UnicodeEncodeError:
+                enc = getattr(self._stream, "encoding", None) or "ascii"
+                self.write(text.encode(enc, "backslashreplace").decode(enc))
+            except OSError as err:
+                self._failed(err)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.error is None:
+            try:
+                self._stream.flush()
+            except OSError as err:
+                self._failed(err)
+
+    def __getattr__(self, name: str):
+        return getattr(self._stream, name)
+
+    def _failed(self, err: OSError) -> None:
+        self.error = err
+        # What is still buffered would fail again when the interpreter exits, with a
+        # traceback-like "Exception ignored" and status 120: send it nowhere instead.
+        with contextlib.suppress(Exception):
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, self._stream.fileno())
+            os.close(devnull)
+
+    def status(self, command: str) -> int:
+        """The exit status once the command succeeded: 0, or the shell's for SIGPIPE (141)
+        when the reader stopped reading, or 2 with one line for any other failed write."""
+        if self.error is None:
+            return 0
+        if self.error.errno == errno.EPIPE:
+            return 128 + 13  # SIGPIPE's number on every POSIX system
+        reason = self.error.strerror or type(self.error).__name__
+        _say(
+            f"tpu-tiles {command}: error: cannot write to standard output ({reason}); the "
+            "files it writes are complete; send the output where it can be written"
+        )
+        return EXIT_USER_ERROR
 
 
 def _say(line: str) -> None:

@@ -45,7 +45,7 @@ def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
     items = [d for d in dirs.split(",") if d.strip()] if isinstance(dirs, str) else list(dirs)
     found: list[Path] = []
     for item in items:
-        path = Path(os.path.expanduser(str(item).strip())).resolve()
+        path = files.resolve_local(str(item).strip(), what="--dirs")
         if path.is_dir() and not (path / formats.SAVED_MODEL_FILE).is_file():
             children = sorted(p for p in path.glob(formats.MODEL_DIR_GLOB) if p.is_dir())
             if not children:
@@ -251,14 +251,36 @@ def _rankings_table(result: dict[str, Any]) -> list[str]:
 
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
     """Writes `result` as indented JSON atomically; returns the path."""
-    path = Path(os.path.expanduser(os.fspath(path)))
-    with files.atomic_path(path, flag="--json") as tmp:
-        tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
-    return path
+    return write_outputs(result, json_path=path)[0]
+
+
+def write_outputs(
+    result: dict[str, Any],
+    *,
+    json_path: str | os.PathLike | None = None,
+    png_path: str | os.PathLike | None = None,
+) -> list[Path]:
+    """Writes `result` as indented JSON and as a chart (`draw`), those given, together: both
+    or, on a failure or a stop signal, neither (`files.atomic_paths`). Returns their paths."""
+    given = [(p, flag) for p, flag in ((json_path, "--json"), (png_path, "--png")) if p]
+    paths = [Path(os.path.expanduser(os.fspath(p))) for p, _ in given]
+    with files.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
+        for (_, flag), tmp in zip(given, tmps):
+            if flag == "--json":
+                tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
+            else:
+                draw(result, tmp)
+    return paths
 
 
 def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
-    """PNG bar chart: overall score and top-1/5/10 error of every ranking (`rankings`)."""
+    """The chart of `draw`, written to `path` atomically; returns the path."""
+    return write_outputs(result, png_path=path)[0]
+
+
+def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
+    """PNG bar chart: overall score and top-1/5/10 error of every ranking (`rankings`), saved
+    as it is drawn, so `path` is a temp name (`files.atomic_path`; `plot` does both)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI
@@ -281,10 +303,7 @@ def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
     for ax in (ax_score, ax_err):
         ax.set_xticks(x, labels, rotation=20, ha="right", fontsize=8)
     fig.tight_layout()
-    path = Path(os.path.expanduser(os.fspath(path)))
     try:
-        with files.atomic_path(path, flag="--png") as tmp:
-            fig.savefig(tmp, format="png", dpi=90)
+        fig.savefig(path, format="png", dpi=90)
     finally:
         plt.close(fig)
-    return path

@@ -634,10 +634,10 @@ def outputs(args: TrainArgs) -> list[files.Output]:
     places = [
         files.Output(model_dir_path(out, h), "--out_dir", artifact=True),
         files.Output(run_file_path(out, h), "--out_dir", artifact=True),
-        files.Output(curve_path(out, h), "--out_dir"),
+        files.Output(curve_path(out, h), "--out_dir", run=h),
     ]
     if args.test_mode == "predictions":
-        places.append(files.Output(files.expand(args.results_csv), "--results_csv"))
+        places.append(files.Output(files.expand(args.results_csv), "--results_csv", run=h))
     if args.tensorboard:
         places.append(
             files.Output(tensorboard_dir(files.expand(args.tensorboard), h), "--tensorboard")

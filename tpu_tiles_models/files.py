@@ -30,7 +30,7 @@ import tempfile
 from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence
 
-from tpu_tiles_models import formats
+from tpu_tiles_models import formats, interrupts
 from tpu_tiles_models.errors import FlagError, UserError
 
 # Write failures the user fixes by freeing space (or choosing another place).
@@ -39,6 +39,9 @@ _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 _STORAGE_ERRNOS = _FULL_ERRNOS | {errno.EROFS, errno.ENAMETOOLONG}
 # A file name's longest length when the file system does not say (Linux, macOS, Windows).
 _NAME_MAX = 255
+# Free space an output file needs at least, checked before the work (`check_output_path`):
+# our CSVs, JSON reports and charts are a few KB to a few hundred KB.
+MIN_FREE_BYTES = 1_000_000
 # Attempts at a free temp name before giving up (each name has 32 random bits).
 _TEMP_TRIES = 100
 # `gs://`, `ram://`, `s3://`, ...: a file system of tf.io.gfile, not a local path.
@@ -98,6 +101,9 @@ def atomic_path(
         raise
     try:
         yield tmp
+        # The last safe point before the file is in place: a stop signal that arrived while
+        # it was written (a chart drawn, a report dumped) stops here, not after the rename.
+        interrupts.check()
         if path.is_file():  # `open(path, "w")` keeps an existing file's permissions.
             os.chmod(tmp, stat.S_IMODE(path.stat().st_mode))
         os.replace(tmp, path)
@@ -109,17 +115,34 @@ def atomic_path(
         raise
 
 
-def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Path | str:
+@contextlib.contextmanager
+def atomic_paths(
+    targets: Sequence[tuple[str | os.PathLike, str | None]],
+) -> Iterator[list[Path]]:
+    """`atomic_path` for several outputs that stand together (a report and its chart): yields
+    a temp file for each `(path, flag)`; all are put in place when the block succeeds, none
+    if it fails or a stop signal arrived while they were written (the last commit checks it
+    first, and its failure undoes the others)."""
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(atomic_path(path, flag=flag)) for path, flag in targets]
+
+
+def check_output_path(
+    path: str | os.PathLike, *, flag: str | None = None, need_bytes: int = MIN_FREE_BYTES
+) -> Path | str:
     """Fails early, creating nothing, if `atomic_path(path)` could not write there.
 
-    For commands that work a long time before writing (`predict`, `evaluate --json`): call it
-    first. Checks what `atomic_path` would fail on, without writing `path`: a folder at
-    `path`, a file among its parents, a name too long for its file system, and a folder that
-    cannot be created or written (read-only, permissions, full: see `check_folder`).
+    Every command that works a while before writing a file (`predict --out`, `evaluate`'s and
+    `inspect`'s `--json` and `--png`) calls it first. Checks what `atomic_path` would fail
+    on, without writing `path`: a folder at `path`, a file among its parents, a name too long
+    for its file system, a folder that cannot be created or written (read-only,
+    permissions), and a disk with less than `need_bytes` free (see `check_folder`).
 
     Args:
       path: the file that will be written.
       flag: the command-line flag that chose `path`, named in the message.
+      need_bytes: the free space it needs; by default `MIN_FREE_BYTES`, what any of our
+        files takes (0 where a larger check of the same disk comes later, as `train`'s).
 
     Returns:
       `path` as a `Path`, or as a string when remote.
@@ -135,7 +158,7 @@ def check_output_path(path: str | os.PathLike, *, flag: str | None = None) -> Pa
     path = Path(path)
     where = _where(place_of(path), flag)
     _check_file_target(path, where, flag)
-    check_folder(path.parent, flag=flag, where=where)
+    check_folder(path.parent, flag=flag, where=where, need_bytes=need_bytes)
     return path
 
 
@@ -340,6 +363,12 @@ def _create_temp(path: Path, where: str, flag: str | None, mode: int) -> Path:
     raise WriteError(f"cannot write {where}: no free temporary name in {path.parent}")
 
 
+def cannot_write(where: str, err: OSError, *, flag: str | None = None) -> WriteError:
+    """The one-line error for a failed write of `where` (`<flag> <path>`): the reason and the
+    fix for it, as every writer here says it."""
+    return WriteError(_cannot_write(where, err, flag))
+
+
 def _about(err: OSError, tmp: Path) -> bool:
     """Whether `err` is a failure to write `tmp` (or a full or read-only disk)."""
     names = {str(n) for n in (err.filename, err.filename2) if n is not None}
@@ -469,6 +498,9 @@ class Output:
     # A place whose writing only saves time (a cache): one that cannot be written is not
     # refused here; its writer warns and the command goes on.
     best_effort: bool = False
+    # The hash of the training run writing it: that run's own curve and results CSV (named
+    # by its run file) are its to replace on a rerun (`export`), another run's never.
+    run: str = ""
 
 
 class OutputError(FlagError):
@@ -511,22 +543,48 @@ def _same(a: str, b: str) -> bool:
         return False
 
 
-def _finished_run_part(path: str) -> str | None:
-    """What finished training run `path` (local, resolved) belongs to, if any: a run file, or
-    a file or folder in a SavedModel folder."""
-    if formats.run_file_hash(os.path.basename(path)) is not None and os.path.isfile(path):
+def _finished_run_part(path: str, own: str = "") -> str | None:
+    """What finished training run `path` (local, resolved) belongs to, if any: a run file, a
+    file or folder in a SavedModel folder, the training curve of a run beside it, or a file
+    that a run file beside it names (its `results_<ms>.csv`); those of run `own` (the run
+    writing it) excepted."""
+    name, folder = os.path.basename(path), os.path.dirname(path)
+    if formats.run_file_hash(name) is not None and os.path.isfile(path):
         return "a run file"
     for parent in Path(path).parents:
         if (parent / formats.SAVED_MODEL_FILE).is_file():
             return f"inside the model directory {parent}"
+    h = formats.curve_hash(name)
+    if h not in (None, own) and os.path.isfile(os.path.join(folder, formats.run_file_name(h))):
+        return f"the training curve of {formats.run_file_name(h)}, part"
+    if os.path.isfile(path):  # a file not there yet replaces nothing
+        for run_file in sorted(Path(folder).glob(formats.RUN_FILE_GLOB)):
+            if run_file.name != formats.run_file_name(own) and _names_file(run_file, path):
+                return f"the results CSV that {run_file.name} names, part"
     return None
+
+
+def _names_file(run_file: Path, path: str) -> bool:
+    """Whether `run_file` names the existing file `path` (resolved) as its results CSV: at that
+    path, or (a run folder copied from elsewhere) by that name in the run file's folder."""
+    try:
+        named = formats.named_results_csv(run_file.read_bytes())
+    except OSError:  # unreadable: it names nothing we can tell
+        return False
+    if not named or is_remote(named):
+        return False
+    if os.path.basename(named) == os.path.basename(path):
+        return True
+    return _resolved(named) == path
 
 
 def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
     """What every command calls before any work: refuses an output that is one of the inputs
     or lies in an input folder, one whose folder holds an input, two outputs at one path, and
-    an output over a finished run's run file or into its model directory, and a place that
-    cannot be written (a file among its parents, a name too long, a read-only or unwritable
+    an output over a finished run's run file, into its model directory, over the results CSV
+    its run file names or over its training curve (the one rule by which no command replaces
+    another's finished artifact; a training run's own are `export`'s to replace), and a place
+    that cannot be written (a file among its parents, a name too long, a read-only or unwritable
     folder: tried with a probe file; not for a `best_effort` output); then removes what killed
     processes left while writing these outputs (`remove_leftovers`).
 
@@ -582,12 +640,35 @@ def _check_outputs(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
                 f"{where} is also {seen[target].flag}; one file cannot be both, so {fix}"
             )
         seen[target] = out
-        part = None if out.artifact or is_remote(target) else _finished_run_part(target)
+        part = None if out.artifact or is_remote(target) else _finished_run_part(target, out.run)
         if part:
             raise OutputError(
                 f"{where} is {part} of a finished training run; writing it would break that "
                 f"run, so {fix}"
             )
+
+
+# -- link loops ------------------------------------------------------------------------------
+
+
+def resolve_local(path: str | os.PathLike, *, what: str) -> Path:
+    """`path` with `~` expanded, made absolute and its links resolved, as `Path.resolve`;
+    a link that leads back to itself is one line naming `what` (a flag, "the hand-in
+    folder"), not a RuntimeError.
+
+    Raises:
+      FlagError: `path` is, or passes through, a symbolic link loop.
+    """
+    path = Path(os.path.expanduser(os.fspath(path)))
+    try:
+        return path.resolve()
+    except (RuntimeError, OSError) as err:  # RuntimeError up to Python 3.12, then ELOOP
+        if isinstance(err, OSError) and err.errno != errno.ELOOP:
+            raise
+        raise FlagError(
+            f"{what} {path}: a symbolic link that leads back to itself (a loop); point it at "
+            "a real folder, or pass that folder"
+        ) from None
 
 
 # -- local or remote (tf.io.gfile) --------------------------------------------------------

@@ -20,12 +20,17 @@ Train and valid ids look like `<benchmark>_<hash>`; Kaggle names a kernel
 its `--out_dir` a Keras SavedModel `model_<h>/` and a gzip JSON `run_<h>.jsonz` with the same
 `h` (the md5 of its arguments, `train_args.args_hash`), and `results_<ms>.csv`; ours adds
 `train_curve_<h>.png` and a TensorBoard folder `run_<h>/`. Writing and reading them is
-`export`'s job: this module only names them.
+`export`'s job: this module names them, and reads from a run file only the CSV it names
+(`named_results_csv`, for the check that no command writes over it).
 
 It imports only the standard library, so every module can use it, TensorFlow-free ones too.
 """
 
 from __future__ import annotations
+
+import gzip
+import json
+import zlib
 
 # -- the data --------------------------------------------------------------------------------
 
@@ -82,6 +87,28 @@ def run_file_hash(name: str) -> str | None:
 def curve_name(h: str) -> str:
     """`train_curve_<h>.png`: losses, OPA and the validation score per epoch."""
     return f"train_curve_{h}.png"
+
+
+def curve_hash(name: str) -> str | None:
+    """`h` of a `train_curve_<h>.png` file name; None for any other name."""
+    head, tail = curve_name(""), ".png"
+    head = head[: -len(tail)]
+    if not (name.startswith(head) and name.endswith(tail)) or len(name) <= len(head + tail):
+        return None
+    return name[len(head) : -len(tail)]
+
+
+def named_results_csv(run_file: bytes) -> str | None:
+    """The results CSV a run file's bytes name (upstream's `args.results_csv`), or None when
+    they name none or are not a whole run file (`export` reads the rest; this is all that
+    `files` needs, to keep other commands' outputs off a run's CSV)."""
+    try:
+        info = json.loads(gzip.decompress(run_file))
+    except (OSError, EOFError, zlib.error, ValueError, RecursionError):
+        return None
+    args = info.get("args") if isinstance(info, dict) else None
+    csv = args.get("results_csv") if isinstance(args, dict) else None
+    return csv if isinstance(csv, str) and csv else None
 
 
 def results_csv_name(tag: str | int) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import itertools
 import json
 import os
 from importlib import util
@@ -32,7 +33,8 @@ BACKUP_DIR = ".tpu_tiles_backup"
 MANIFEST = "manifest.json"
 # What marks a directory as a tpu_graphs checkout (tiles_train.py imports the package).
 CHECKOUT_MARKERS = ("tiles_train.py", "tpu_graphs/baselines/tiles")
-# A user's edited copy that --force replaces is kept here (relative path + suffix).
+# A user's edited copy that --force replaces is kept here (relative path + suffix; a later
+# --force numbers its copy, `models.py.2.modified`, and never replaces an earlier one).
 MODIFIED_SUFFIX = ".modified"
 
 PathLike = Union[str, "os.PathLike[str]"]
@@ -51,7 +53,7 @@ def default_source_dir() -> Path:
 
 def check_checkout(root: PathLike) -> Path:
     """Returns ``root`` resolved, or raises unless it looks like a tpu_graphs checkout."""
-    path = Path(root).expanduser().resolve()
+    path = files.resolve_local(root, what="ROOT")
     missing = [m for m in CHECKOUT_MARKERS if not (path / m).exists()]
     if missing:
         raise InstallError(
@@ -144,7 +146,8 @@ def install(
     Args:
       root: the upstream checkout.
       force: replace files the user edited since our last install (their copy is kept
-        as ``ROOT/.tpu_tiles_backup/<relpath>.modified``).
+        as ``ROOT/.tpu_tiles_backup/<relpath>.modified``, or ``<relpath>.<n>.modified``
+        when an earlier ``--force`` kept one).
       source_dir: where our files are; defaults to this repository's root.
 
     Returns:
@@ -227,9 +230,8 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
     elif _is_original(root, rel, entry):
         action = f"original saved to {backup}"  # a stopped install's record: finish it
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
-        kept = backup.with_name(backup.name + MODIFIED_SUFFIX)
-        files.copy_file(dst, kept)
-        action = f"--force: your edited copy kept as {kept}"
+        kept, new = _keep_edited_copy(dst, backup)
+        action = f"--force: your edited copy {'kept' if new else 'is already kept'} as {kept}"
     elif not dst.exists():
         action = "it had been deleted"
     else:
@@ -239,6 +241,22 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
     _save_manifest(root, manifest)
     files.copy_file(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
+
+
+def _keep_edited_copy(dst: Path, backup: Path) -> tuple[Path, bool]:
+    """Copies the user's edited ``dst`` into the backup folder without replacing any copy an
+    earlier ``--force`` kept: ``<name>.modified``, then ``<name>.2.modified``, ... Returns the
+    copy and whether it is new (an edit already kept byte for byte is not copied twice)."""
+    sha = _sha256(dst)
+    for number in itertools.count(1):
+        infix = "" if number == 1 else f".{number}"
+        kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
+        if not kept.exists():
+            files.copy_file(dst, kept)
+            return kept, True
+        if kept.is_file() and _sha256(kept) == sha:
+            return kept, False
+    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def _undo_record(root: Path, rel: str, before: dict) -> None:
@@ -258,7 +276,7 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
     Refuses (unless ``force``) when an installed file was edited since, as restoring
     would discard those edits. Returns one line per action.
     """
-    root = Path(root).expanduser().resolve()
+    root = files.resolve_local(root, what="ROOT")
     manifest = _load_manifest(root)
     if not manifest:
         raise InstallError(

@@ -16,7 +16,7 @@ import contextlib
 import signal
 import threading
 import time
-from typing import Iterator
+from typing import Any, Callable, Iterator
 
 # The signals that stop a command; SIGHUP does not exist on Windows.
 STOP_SIGNALS = tuple(
@@ -54,9 +54,15 @@ def _on_signal(signum, frame) -> None:
 
 
 @contextlib.contextmanager
-def deferred() -> Iterator[None]:
+def deferred(*, then: Callable[[int, Any], None] | None = None) -> Iterator[None]:
     """Within the block, a stop signal is noted and raised at the next `check()` (main
-    thread only, where Python runs signal handlers)."""
+    thread only, where Python runs signal handlers).
+
+    Args:
+      then: the handler the stop signals get when the block ends (default: the handlers
+        they had before), so that no moment is left in which a signal kills the process
+        without a word (the command line's, once its work is done: see `cli.main`).
+    """
     _pressed.clear()
     _received.clear()
     previous = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS}
@@ -64,7 +70,7 @@ def deferred() -> Iterator[None]:
         yield
     finally:
         for s, handler in previous.items():
-            signal.signal(s, handler)
+            signal.signal(s, then or handler)
         _pressed.clear()
 
 

@@ -307,7 +307,8 @@ def _kaggle_text(rows: Iterable[tuple[str, str]]) -> str:
 
 
 def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
-    """Refuses an ``--out`` that is a folder or one of ``inputs`` (``files.prepare_outputs``).
+    """Refuses an ``--out`` that is a folder or one of ``inputs`` (``files.prepare_outputs``),
+    or on a disk without room for it (``files.check_output_path``).
 
     Args:
       out_path: the submission to write.
@@ -320,6 +321,7 @@ def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
         [files.Output(out_path, "--out", example="predictions_kaggle.csv")],
         [files.Input(path, f"{flag} file") for flag, path in inputs.items()],
     )
+    files.check_output_path(out_path, flag="--out")  # its disk's free space, before reading
 
 
 def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: PathLike) -> dict:

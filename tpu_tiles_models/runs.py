@@ -229,4 +229,4 @@ def _resolve(model_dir: str | os.PathLike) -> Path | str:
     trailing `/`."""
     if files.is_remote(model_dir):
         return os.fspath(model_dir).rstrip("/")
-    return Path(os.path.expanduser(os.fspath(model_dir))).resolve()
+    return files.resolve_local(model_dir, what="the model directory")

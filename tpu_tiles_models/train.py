@@ -283,7 +283,8 @@ def _check_before_data(args: TrainArgs) -> None:
     parse_losses(args.losses)
     files.check_folder(files.expand(args.out_dir), flag="--out_dir")
     if args.test_mode == "predictions":
-        files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
+        # need_bytes=0: the run's space, CSV included, is checked once its model is built.
+        files.check_output_path(files.expand(args.results_csv), flag="--results_csv", need_bytes=0)
     if args.tensorboard:
         files.check_folder(files.expand(args.tensorboard), flag="--tensorboard")
 

@@ -3,17 +3,18 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import sys
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, locks
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.inspection.render import format_table, plot
+from tpu_tiles_models.inspection.render import draw, format_table
 from tpu_tiles_models.inspection.report import (
     DEFAULT_ROOT,
     TAIL_SIGMAS,
     inspect_root,
-    write_json,
+    json_text,
 )
 
 EPILOG = (
@@ -98,21 +99,34 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    """`tpu-tiles inspect`: checks the outputs, reads the root, prints and writes the report."""
+    """`tpu-tiles inspect`: claims and checks the outputs, reads the root, writes the report's
+    files, then prints it (a reader that stops reading, `| head`, loses no file)."""
     splits = [s.strip() for s in args.splits.split(",") if s.strip()] or None
-    check_outputs(args.root, {"--json": args.json, "--png": args.png}, overwrite=args.overwrite)
-    result = inspect_root(
-        args.root,
-        splits=splits,
-        skip_bad=args.skip_bad,
-        tail_sigmas=args.tail_sigmas,
-        progress=not args.no_progress,
-    )
+    outputs = {"--json": args.json, "--png": args.png}
+    given = {flag: files.expand(p) for flag, p in outputs.items() if p}
+    with contextlib.ExitStack() as claims:
+        claimed = set()
+        for flag, path in given.items():  # one path named twice is check_outputs' to refuse
+            if os.path.abspath(path) not in claimed:
+                claimed.add(os.path.abspath(path))
+                claims.enter_context(locks.claim(path, flag=flag, command="inspect"))
+        check_outputs(args.root, outputs, overwrite=args.overwrite)
+        result = inspect_root(
+            args.root,
+            splits=splits,
+            skip_bad=args.skip_bad,
+            tail_sigmas=args.tail_sigmas,
+            progress=not args.no_progress,
+        )
+        with files.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
+            for (flag, _), tmp in zip(given.items(), tmps):
+                if flag == "--json":
+                    tmp.write_text(json_text(result), encoding="utf-8")
+                else:
+                    draw(result, tmp)
     print(format_table(result))
-    if args.json:
-        print(f"wrote {write_json(result, args.json)}")
-    if args.png:
-        print(f"wrote {plot(result, args.png)}")
+    for path in given.values():
+        print(f"wrote {path}")
     if result["totals"]["bad_files"]:
         print(
             f"tpu-tiles inspect: warning: skipped {result['totals']['bad_files']} bad file(s); "

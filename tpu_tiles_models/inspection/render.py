@@ -217,8 +217,17 @@ def _bin_label(b: dict[str, Any], scale: int) -> str:
 
 
 def plot(result: dict[str, Any], path: str | os.PathLike) -> str:
+    """PNG of the report's histograms (`draw`) written to `path` atomically; returns the path."""
+    path = files.expand(path)
+    with files.atomic_path(path, flag="--png") as tmp:
+        draw(result, tmp)
+    return path
+
+
+def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
     """PNG of the report's histograms, splits side by side: configs, nodes and edges per kernel
-    (share of kernels), runtime / normaliser over all configs and worst / best per kernel."""
+    (share of kernels), runtime / normaliser over all configs and worst / best per kernel;
+    saved as it is drawn, so `path` is a temp name (`files.atomic_path`; `plot` does both)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI
@@ -285,10 +294,7 @@ def plot(result: dict[str, Any], path: str | os.PathLike) -> str:
     ax.set_title("config 0: is the default, is the fastest (share of kernels)")
     fig.suptitle(result["data_root"], fontsize=9)
     fig.tight_layout()
-    path = files.expand(path)
     try:
-        with files.atomic_path(path, flag="--png") as tmp:
-            fig.savefig(tmp, format="png", dpi=80)
+        fig.savefig(path, format="png", dpi=80)
     finally:
         plt.close(fig)
-    return path

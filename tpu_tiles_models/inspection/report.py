@@ -353,11 +353,16 @@ def _overlap(splits: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 
 
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> str:
-    """Writes `result` as indented JSON, atomically; returns the path."""
+    """Writes `result` as indented JSON (`json_text`), atomically; returns the path."""
     path = files.expand(path)
     with files.atomic_path(path, flag="--json") as tmp:
-        tmp.write_text(json.dumps(result, indent=1) + "\n", encoding="utf-8")
+        tmp.write_text(json_text(result), encoding="utf-8")
     return path
+
+
+def json_text(result: dict[str, Any]) -> str:
+    """The report as `write_json` writes it: indented JSON and a newline."""
+    return json.dumps(result, indent=1) + "\n"
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:

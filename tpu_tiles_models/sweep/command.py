@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Sequence
 
-from tpu_tiles_models import export, files, formats, registry
+from tpu_tiles_models import export, files, formats, locks, registry
 from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.sweep import hparams, leaderboard, pipeline, store
 from tpu_tiles_models.sweep.grid import parse_grid
@@ -55,7 +55,16 @@ def run(args: SweepArgs) -> SweepSummary:
       FlagError: a bad grid, before anything is trained.
       SweepFailed: some points failed or did not run; the leaderboard is written anyway.
       KeyboardInterrupt: Ctrl-C; running points removed what they had started.
+      locks.BusyError: another sweep is running on `--out_dir` (a dry run only reads it).
     """
+    if args.dry_run:
+        return _run(args)
+    with locks.claim(args.out_dir, flag="--out_dir", command="sweep"):
+        return _run(args)
+
+
+def _run(args: SweepArgs) -> SweepSummary:
+    """`run`, with `--out_dir` claimed unless a dry run."""
     base, out_dir = args.base, args.out_dir
     grids = parse_grid(args.grid)
     files.check_folder(out_dir, flag="--out_dir")  # before any point trains

@@ -20,7 +20,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from tpu_tiles_models import files, interrupts, pipelines
+from tpu_tiles_models import files, interrupts, locks, pipelines
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.formats import SPLITS, TILE_PREFIX
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, get_family
@@ -212,7 +212,30 @@ def _test_ids(path: str | Path) -> list[str]:
             f"--test_ids_from {path} has no {TILE_PREFIX}* rows; give the competition's "
             "sample_submission.csv"
         )
+    for number, tile_id in enumerate(ids, 1):
+        why = _not_a_name(tile_id)
+        if why:
+            raise FlagError(
+                f"--test_ids_from {path}: id {number}, {TILE_PREFIX + tile_id!r}, {why}; each "
+                "id names a file in test/, so it must be a plain name (no / or \\, no leading "
+                "dot); give the competition's sample_submission.csv"
+            )
     return ids
+
+
+def _not_a_name(tile_id: str) -> str:
+    """Why `tile_id` cannot be a file name in the test folder ('' if it can): each becomes
+    `test/<tile_id>.npz`, so a separator or `..` would write outside OUT, and a leading dot a
+    hidden file that no reader sees."""
+    if not tile_id:
+        return "is empty after the prefix"
+    if "/" in tile_id or "\\" in tile_id or os.path.isabs(tile_id):
+        return "holds a path separator"
+    if tile_id.startswith("."):
+        return "starts with a dot (a hidden file, or a parent folder)"
+    if not tile_id.isprintable():
+        return "holds a control character"
+    return ""
 
 
 def existing_npz(out: Path) -> list[Path]:
@@ -330,6 +353,7 @@ def generate(
       an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
       UnknownFamilyError: `family` is not in `FAMILIES`.
       DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
+      locks.BusyError: another process is writing `out_dir` (`locks.claim`).
     """
     get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
@@ -343,41 +367,44 @@ def generate(
         raise FlagError("--train, --valid and --test are all 0: nothing to generate")
     workers = num_workers or default_workers(sum(counts.values()))
     out = Path(out_dir)
-    old = _prepare_out(out, overwrite)
-    files.check_folder(out, flag="OUT")  # read-only, names too long: before any kernel
-    inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
-    files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
-    made = files.make_dirs(out, flag="OUT")
-    files.remove_leftovers(out)  # staging folders of killed runs
-    staging = files.hidden_path(out / "synth")
-    staging.mkdir()
-    try:
-        job = _Job(str(staging), seed, family, max_configs, min_configs)
-        total_configs = _write_kernels(job, _split_plan(counts, seed, test_ids), progress, workers)
-        _install(staging, out, old)
-    except BaseException as err:
-        shutil.rmtree(staging, ignore_errors=True)
-        files.remove_made_dirs(made, out)
-        if isinstance(err, files.WriteError):  # name the folder given, not the staging one
-            reason = err.__cause__.strerror if isinstance(err.__cause__, OSError) else None
-            raise files.WriteError(
-                f"cannot write OUT {out} ({reason or err}); free some space or pass another OUT"
-            ) from None
-        raise
-    staging.rmdir()
-    usable = usable_valid_kernels(out)
-    _warn_if_valid_unusable(usable, counts["valid"], max_configs)
-    return {
-        **counts,
-        "kernels": sum(counts.values()),
-        "configs": total_configs,
-        "out_dir": str(out),
-        "family": family,
-        "seed": seed,
-        "usable_valid": usable,
-        "replaced": len(old),
-        "workers": workers,
-    }
+    with locks.claim(out, flag="OUT", command="synth"):  # one synth into OUT at a time
+        old = _prepare_out(out, overwrite)
+        files.check_folder(out, flag="OUT")  # read-only, names too long: before any kernel
+        inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
+        files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
+        made = files.make_dirs(out, flag="OUT")
+        files.remove_leftovers(out)  # staging folders of killed runs
+        staging = files.hidden_path(out / "synth")
+        staging.mkdir()
+        try:
+            job = _Job(str(staging), seed, family, max_configs, min_configs)
+            total_configs = _write_kernels(
+                job, _split_plan(counts, seed, test_ids), progress, workers
+            )
+            _install(staging, out, old)
+        except BaseException as err:
+            shutil.rmtree(staging, ignore_errors=True)
+            files.remove_made_dirs(made, out)
+            if isinstance(err, files.WriteError):  # name the folder given, not the staging one
+                reason = err.__cause__.strerror if isinstance(err.__cause__, OSError) else None
+                raise files.WriteError(
+                    f"cannot write OUT {out} ({reason or err}); free some space or pass another OUT"
+                ) from None
+            raise
+        staging.rmdir()
+        usable = usable_valid_kernels(out)
+        _warn_if_valid_unusable(usable, counts["valid"], max_configs)
+        return {
+            **counts,
+            "kernels": sum(counts.values()),
+            "configs": total_configs,
+            "out_dir": str(out),
+            "family": family,
+            "seed": seed,
+            "usable_valid": usable,
+            "replaced": len(old),
+            "workers": workers,
+        }
 
 
 def default_workers(kernels: int) -> int:
