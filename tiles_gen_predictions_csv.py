@@ -91,7 +91,7 @@ def run(args: argparse.Namespace) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     try:
-        from tpu_tiles_models import interrupts
+        from tpu_tiles_models import interrupts, tf_start
         from tpu_tiles_models.errors import UserError
     except ImportError:
         print(INSTALL_HINT, file=sys.stderr)
@@ -100,6 +100,7 @@ def main(argv: list[str] | None = None) -> int:
         # Ctrl-C, SIGTERM, SIGHUP: noted, and acted on at the next safe point (between
         # kernels, before the CSV is put in place), so nothing is left half-written.
         with interrupts.deferred():
+            tf_start.load_tensorflow()  # without TensorFlow's start-up notices on stderr
             line = run(args)
     except KeyboardInterrupt:
         how = "interrupted" if interrupts.name() == "SIGINT" else f"stopped by {interrupts.name()}"

@@ -26,7 +26,7 @@ from typing import Callable
 # oneDNN, TensorRT) would otherwise come before our own output. A user's setting wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tpu_tiles_models import interrupts  # noqa: E402  (after the logging setting)
+from tpu_tiles_models import interrupts, tf_start  # noqa: E402  (after the logging setting)
 from tpu_tiles_models.errors import UserError  # noqa: E402
 
 EXIT_USER_ERROR = 2
@@ -215,6 +215,8 @@ class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
 # Commands whose flags are upstream's absl flags: argparse hands them everything after the
 # command name, and `TrainArgs.from_argv` parses it with absl's rules.
 _ABSL_COMMANDS = ("train", "sweep")
+# Commands that never load TensorFlow; every other loads it first, without its start-up notices.
+_NO_TENSORFLOW = ("synth", "inspect", "kaggle", "install")
 
 
 def build_parser() -> _Parser:
@@ -363,6 +365,8 @@ def main(argv: list[str] | None = None) -> int:
             stack.enter_context(warnings.catch_warnings())
             stack.enter_context(contextlib.redirect_stdout(stdout))
             warnings.showwarning = _one_line_warnings(command)
+            if command not in _NO_TENSORFLOW:
+                tf_start.load_tensorflow()
             args.fn(args)
             stdout.flush()
             if interrupts.noted():  # after its last safe point: what it wrote is whole
