@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
 import tpu_tiles_models
 from tpu_tiles_models import files, formats, interrupts, kaggle
 from tpu_tiles_models.errors import UserError, one_line
-from tpu_tiles_models.train_args import TrainArgs, args_hash
+from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs, args_hash
 
 if TYPE_CHECKING:
     import tensorflow as tf
@@ -146,10 +146,124 @@ def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
     return path if files.is_remote(path) else Path(path)
 
 
-def _read_run_bytes(path: str | os.PathLike) -> dict:
-    """The run file's content. Raises OSError, EOFError, zlib.error or ValueError if it is not
-    whole."""
+def _read_run_bytes(path: str | os.PathLike) -> Any:
+    """The run file's JSON content, of any shape (`run_info_problem` checks it). Raises
+    OSError, EOFError, zlib.error, ValueError or RecursionError (nesting deeper than Python's
+    JSON reader goes) if it is not whole."""
     return json.loads(gzip.decompress(files.read_bytes(path)))
+
+
+# What each key of a run file holds, when it is there (`run_info_problem`). `args` holds
+# upstream's 15 fields; of those, the ones readers use are typed here.
+_NUMBER = (int, float)
+_ARGS_TYPES: dict[str, tuple[type, ...]] = {
+    "model": (str,),
+    "model_kwargs_json": (str,),
+    "configs": (int,),
+    "results_csv": (str,),
+    "test_mode": (str,),
+}
+_EXTRAS_TYPES: dict[str, tuple[type, ...]] = {
+    IDENTITY_KEY: (dict,),
+    KEEP_DEFAULT_KEY: (dict,),
+    "feature_stats": (dict,),
+    "train_args": (dict,),
+    "members": (dict,),  # an ensemble's: each member's folder -> its validation errors
+    "epoch_seconds": (list,),
+    "epoch_cpu_seconds": (list,),
+    "val_score": (list,),
+    "best_epoch": (int,),
+    "select_by": (str,),
+    "data_root": (str,),
+    "toy_data": (bool,),
+}
+
+
+def _kind(value: Any) -> str:
+    """A JSON value's kind, as a message names it."""
+    if value is None:
+        return "null"
+    for kind, name in (
+        (bool, "true/false"),
+        (dict, "an object"),
+        (list, "a list"),
+        (str, "a string"),
+    ):
+        if isinstance(value, kind):
+            return name
+    return "a number" if isinstance(value, _NUMBER) else type(value).__name__
+
+
+def _is(value: Any, kinds: tuple[type, ...]) -> bool:
+    """`isinstance`, where a JSON true/false is no number."""
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+
+
+def _wrong(where: str, value: Any, kinds: tuple[type, ...]) -> str:
+    want = " or ".join(_kind(k()) for k in kinds)
+    return f"{where} is {_kind(value)}, not {want}"
+
+
+def _number_map_problem(where: str, value: Any) -> str | None:
+    """A problem of a `{"1": 0.3, "5": ...}` map (top-k errors), or None."""
+    if not isinstance(value, dict):
+        return _wrong(where, value, (dict,))
+    bad = [k for k, v in value.items() if not _is(v, _NUMBER)]
+    return f"{where}[{bad[0]!r}] is {_kind(value[bad[0]])}, not a number" if bad else None
+
+
+def run_info_problem(info: Any) -> str | None:
+    """What makes `info` not a run file's content, in a few words; None when every key a
+    reader uses has the shape it expects (upstream's keys, and ours under `EXTRAS_KEY`).
+
+    The one check of the format's shape: every reader goes through `read_run`, which calls it.
+    """
+    if not isinstance(info, dict):
+        return f"its content is {_kind(info)}, not an object"
+    args = info.get("args")
+    if not isinstance(args, dict):
+        return "it has no 'args'" if args is None else _wrong("'args'", args, (dict,))
+    missing = [f for f in UPSTREAM_FIELDS if f not in args]
+    if missing:
+        return f"'args' lacks {', '.join(missing)}"
+    for key, kinds in _ARGS_TYPES.items():
+        if not _is(args[key], kinds):
+            return _wrong(f"args.{key}", args[key], kinds)
+    if not args["model"]:
+        return "args.model is empty"
+    try:
+        kwargs = json.loads(args["model_kwargs_json"] or "{}")
+    except ValueError:
+        return "args.model_kwargs_json is not JSON"
+    if not isinstance(kwargs, dict):
+        return _wrong("args.model_kwargs_json", kwargs, (dict,))
+    for key in ("train_curve", "final_error", "test_predictions"):
+        if key in info and not isinstance(info[key], dict):
+            return _wrong(f"'{key}'", info[key], (dict,))
+    for split, errors in (info.get("final_error") or {}).items():
+        if errors is not None and (problem := _number_map_problem(f"final_error.{split}", errors)):
+            return problem
+    for tile_id, top in (info.get("test_predictions") or {}).items():
+        if not isinstance(top, list) or not all(_is(i, (int,)) for i in top):
+            return f"test_predictions[{tile_id!r}] is not a list of config indices"
+    extras = info.get(EXTRAS_KEY)
+    if extras is None:
+        return None
+    if not isinstance(extras, dict):
+        return _wrong(f"'{EXTRAS_KEY}'", extras, (dict,))
+    for key, kinds in _EXTRAS_TYPES.items():
+        if extras.get(key) is not None and not _is(extras[key], kinds):
+            return _wrong(f"{EXTRAS_KEY}.{key}", extras[key], kinds)
+    keep = extras.get(KEEP_DEFAULT_KEY)
+    if keep is not None:
+        if not isinstance(keep.get("chosen"), bool):
+            return f"{EXTRAS_KEY}.{KEEP_DEFAULT_KEY}.chosen is not true or false"
+        for key in ("val", "val_kept"):
+            if key in keep and (
+                problem := _number_map_problem(f"{KEEP_DEFAULT_KEY}.{key}", keep[key])
+            ):
+                return problem
+    return None
 
 
 def read_run(model_dir: str | Path) -> dict:
@@ -159,6 +273,11 @@ def read_run(model_dir: str | Path) -> dict:
       ExportError: missing, truncated or corrupt run file, or one of another model.
     """
     run_file = run_file_for(model_dir)
+    if files.isdir(run_file):
+        raise ExportError(
+            f"{run_file} is a folder, not a run file: copy the run file of "
+            f"{files.basename(model_dir)} again from the training --out_dir"
+        )
     if not files.isfile(run_file):
         raise ExportError(
             f"{run_file} not found: {files.basename(model_dir)} needs its run file beside it "
@@ -166,9 +285,18 @@ def read_run(model_dir: str | Path) -> dict:
         )
     try:
         run_info = _read_run_bytes(run_file)
-        expected = run_info_hash(run_info)
-    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
+    except RecursionError:
+        reason = "nested deeper than a run file is"
+    except (OSError, EOFError, zlib.error, ValueError) as e:
         reason = " ".join(str(e).split()) or type(e).__name__
+    else:
+        reason = run_info_problem(run_info)
+    if reason is None:
+        try:
+            expected = run_info_hash(run_info)
+        except (ValueError, TypeError) as e:  # a value JSON cannot hash
+            reason = " ".join(str(e).split()) or type(e).__name__
+    if reason is not None:
         raise ExportError(
             f"{run_file}: not a readable run file ({reason}); it is truncated or corrupt, "
             "copy it again from the training --out_dir"
@@ -559,8 +687,11 @@ def recover(out_dir: str | os.PathLike) -> None:
         if h is None or left.kind != "tmp":
             continue
         try:
-            csv = _read_run_bytes(left.path)["args"]["results_csv"]
-        except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError):
+            info = _read_run_bytes(left.path)
+            if run_info_problem(info) is not None:
+                continue
+            csv = info["args"]["results_csv"]
+        except (OSError, EOFError, zlib.error, ValueError, RecursionError):
             continue  # not whole: the run had not finished; removed below
         places = [model_dir_path(out, h), curve_path(out, h)]
         if csv and not files.is_remote(csv):

@@ -20,6 +20,7 @@ from typing import Any
 import tensorflow as tf
 
 from tpu_tiles_models import data, export, files, formats, registry
+from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.train_args import TrainArgs
 
 
@@ -88,13 +89,23 @@ class TrainedRun:
     def train_args(self) -> TrainArgs:
         """All training options: ours when stored, else upstream's fields over our defaults."""
         stored = self.extras.get("train_args")
-        return TrainArgs.from_dict(stored if stored else self.args)
+        try:
+            return TrainArgs.from_dict(stored if stored else self.args)
+        except FlagError as e:
+            raise export.ExportError(
+                f"{self.run_file}: its training options do not read ({e})"
+            ) from None
 
     @functools.cached_property
     def stats(self) -> data.FeatureStats | None:
         """The feature statistics it was trained with (our trainer stores them), else None."""
         stored = self.extras.get("feature_stats")
-        return data.FeatureStats.from_json(stored) if stored else None
+        try:
+            return data.FeatureStats.from_json(stored) if stored else None
+        except data.DataError as e:
+            raise export.ExportError(
+                f"{self.run_file}: {e}; copy it again from the training --out_dir"
+            ) from None
 
     @property
     def val_errors(self) -> dict[str, float]:
