@@ -54,6 +54,10 @@ UPSTREAM_TOP = 10  # upstream writes this many indices per kernel into results_*
 # Under `EXTRAS_KEY`: whether the run's validation chose to keep config 0 in the top 5, with
 # the errors both ways (`scoring.KeepDefault.to_json`); `predict` follows it by default.
 KEEP_DEFAULT_KEY = "keep_default"
+# Under `EXTRAS_KEY`: every keyword the model was built with, its class defaults included
+# (`registry.resolved_kwargs`), so that a later change of a default does not change how the run
+# reloads. A run file of ours without it was written before: `registry.earlier_kwargs`.
+MODEL_KWARGS_KEY = "model_kwargs"
 
 
 class ExportError(UserError, RuntimeError):
@@ -173,6 +177,7 @@ _EXTRAS_TYPES: dict[str, tuple[type, ...]] = {
     "epoch_cpu_seconds": (list,),
     "val_score": (list,),
     "best_epoch": (int,),
+    MODEL_KWARGS_KEY: (dict,),
     "select_by": (str,),
     "data_root": (str,),
     "toy_data": (bool,),

@@ -436,6 +436,9 @@ def _train(
     elif candidates.kept:  # none: every epoch's score was NaN; keep the last weights
         _assign(model, candidates.kept[0][2])
     extras["best_epoch"] = best_epoch
+    extras[export.MODEL_KWARGS_KEY] = registry.resolved_kwargs(
+        args.model, registry.parse_model_kwargs(args.model_kwargs_json), module
+    )
     return export.finish(
         args,
         model,
