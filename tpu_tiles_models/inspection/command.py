@@ -6,7 +6,7 @@ import argparse
 import os
 import sys
 
-from tpu_tiles_models import files
+from tpu_tiles_models import defaults, files
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.inspection.render import format_table, plot
 from tpu_tiles_models.inspection.report import (
@@ -61,9 +61,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "root",
         nargs="?",
-        default=DEFAULT_ROOT,
+        default=defaults.data_root(),
         help="data root holding {train,valid,test}/*.npz, local or gs:// (default "
-        f"{DEFAULT_ROOT})",
+        f"{DEFAULT_ROOT}, or {defaults.KAGGLE_DATA_ROOT} when only that exists)",
     )
     parser.add_argument(
         "--splits",
