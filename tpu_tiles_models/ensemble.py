@@ -183,12 +183,19 @@ def build_ensemble(
         model = _assemble(runs, args, ds)
         export.check_space(artifacts, model)
         member_errors = {str(r.model_dir): r.val_errors for r in runs}
+        final = scoring.final_scores(
+            model,
+            ds,
+            test_mode=args.test_mode,
+            scorer=scoring.kernel_scorer(model),
+            progress=not args.no_progress,
+        )
         return export.finish(
             args,
             model,
-            ds,
+            ds.stats,
+            final=final,
             artifacts=artifacts,
-            scorer=scoring.kernel_scorer(model),
             curve=dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[]),
             extras={
                 "members": member_errors,

@@ -34,7 +34,7 @@ import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import tpu_tiles_models
 from tpu_tiles_models import files, formats, interrupts, kaggle
@@ -111,18 +111,45 @@ def run_file_for(model_dir: str | os.PathLike) -> Path | str:
     return files.with_name(model_dir, formats.run_file_name(h))
 
 
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a run's artifacts go: worked out once from its options (`of`), then read by
+    everything that writes, checks or removes them."""
+
+    out_dir: str  # `--out_dir`, `~` expanded (a URL when remote)
+    hash: str  # the run's `h` (`TrainArgs.hash`)
+    model_dir: str
+    run_file: str
+    curve: str
+    results_csv: str  # `--results_csv`, `~` expanded
+    tensorboard: str | None  # the run's folder under `--tensorboard`, if any
+
+    @classmethod
+    def of(cls, args: TrainArgs) -> RunPaths:
+        """The places of a run of `args` (resolved: `results_csv` named)."""
+        out, h = files.expand(args.out_dir), args.hash()
+        board = tensorboard_dir(files.expand(args.tensorboard), h) if args.tensorboard else None
+        return cls(
+            out_dir=out,
+            hash=h,
+            model_dir=model_dir_path(out, h),
+            run_file=run_file_path(out, h),
+            curve=curve_path(out, h),
+            results_csv=files.expand(args.results_csv),
+            tensorboard=board,
+        )
+
+
 def remove_unfinished(args: TrainArgs) -> None:
     """Removes an incomplete run of `args` (see `completed_run`): its run file first (so that
     it no longer looks complete), then its model dir, curve, results CSV and TensorBoard
     folder. For the sweep, whose points are named by their options: a point that is not
     complete (after `recover`) is trained again from nothing."""
-    out, h = files.expand(args.out_dir), args.hash()
-    leftovers = [run_file_path(out, h), model_dir_path(out, h), curve_path(out, h)]
-    leftovers.append(files.expand(args.results_csv))
-    if args.tensorboard:
-        leftovers.append(tensorboard_dir(files.expand(args.tensorboard), h))
-    for path in leftovers:
-        files.remove(path)
+    paths = RunPaths.of(args)
+    leftovers = [paths.run_file, paths.model_dir, paths.curve, paths.results_csv]
+    for path in [*leftovers, paths.tensorboard]:
+        if path is not None:
+            files.remove(path)
 
 
 # -- the run file ----------------------------------------------------------------------------
@@ -538,6 +565,7 @@ class Artifacts:
     """
 
     args: TrainArgs
+    paths: RunPaths
     tag: str = field(default_factory=lambda: files.new_tag())
     staged: dict[Path, str] = field(default_factory=dict)  # hidden or local path -> its place
     paths: list[Path | str] = field(default_factory=list)  # copied to remote places
@@ -551,7 +579,7 @@ class Artifacts:
     @property
     def out_dir(self) -> str:
         """The run's `--out_dir` (`~` expanded; a URL when remote)."""
-        return files.expand(self.args.out_dir)
+        return self.paths.out_dir
 
     def stage(self, place: str) -> Path:
         """The local path to write the artifact whose place is `place` (local or remote)."""
@@ -584,8 +612,10 @@ class Artifacts:
         Raises:
           RunExistsError: a run of the same options finished meanwhile (without --overwrite).
         """
-        run_place = run_file_path(self.out_dir, run_info_hash(run_info))
-        _refuse_to_replace(self.args)
+        run_place = self.paths.run_file
+        if run_info_hash(run_info) != self.paths.hash:  # the content must name this run
+            raise ValueError(f"run file content of another run than {run_place}")
+        _refuse_to_replace(self.args, self.paths)
         remote = {local: place for local, place in self.staged.items() if files.is_remote(place)}
         if files.is_remote(run_place):
             files.remove(run_place)
@@ -604,7 +634,7 @@ class Artifacts:
             files.write_bytes(self._run_tmp, _run_bytes(run_info))  # all written: `recover`
             moves = [(local, Path(p)) for local, p in self.staged.items() if local not in remote]
             with interrupts.critical():
-                _refuse_to_replace(self.args)
+                _refuse_to_replace(self.args, self.paths)
                 _put_in_place(self.tag, moves, self._run_tmp, Path(run_place))
         self._committed = True
         for folder, before in self.logs.items():  # the replaced run's events
@@ -709,7 +739,7 @@ def recover(out_dir: str | os.PathLike) -> None:
     files.remove_leftovers(out)
 
 
-def _refuse_to_replace(args: TrainArgs) -> None:
+def _refuse_to_replace(args: TrainArgs, paths: RunPaths) -> None:
     """Without --overwrite, a finished run of the same options (its run file) or an existing
     --results_csv stops the run before any work.
 
@@ -718,14 +748,14 @@ def _refuse_to_replace(args: TrainArgs) -> None:
     """
     if args.overwrite:
         return
-    out, h = files.expand(args.out_dir), args.hash()
-    if files.exists(run_file_path(out, h)):
+    if files.exists(paths.run_file):
         raise RunExistsError(
-            f"--out_dir {out} already holds {formats.run_file_name(h)}, a run with these same "
+            f"--out_dir {paths.out_dir} already holds {files.basename(paths.run_file)}, a run "
+            "with these same "
             "options; pass --run_id=<tag> to train another beside it, or --overwrite to "
             "replace it once this run has finished"
         )
-    csv = files.expand(args.results_csv)
+    csv = paths.results_csv
     if args.test_mode == "predictions" and files.exists(csv):
         raise RunExistsError(
             f"--results_csv {csv} already exists; pass another --results_csv, or --overwrite "
@@ -733,20 +763,19 @@ def _refuse_to_replace(args: TrainArgs) -> None:
         )
 
 
-def outputs(args: TrainArgs) -> list[files.Output]:
-    """Every path a run of `args` writes, for `files.prepare_outputs`."""
-    out, h = files.expand(args.out_dir), args.hash()
+def outputs(args: TrainArgs, paths: RunPaths | None = None) -> list[files.Output]:
+    """Every path a run of `args` writes (at `paths`, default `RunPaths.of(args)`), for
+    `files.prepare_outputs`."""
+    paths = paths or RunPaths.of(args)
     places = [
-        files.Output(model_dir_path(out, h), "--out_dir", artifact=True),
-        files.Output(run_file_path(out, h), "--out_dir", artifact=True),
-        files.Output(curve_path(out, h), "--out_dir"),
+        files.Output(paths.model_dir, "--out_dir", artifact=True),
+        files.Output(paths.run_file, "--out_dir", artifact=True),
+        files.Output(paths.curve, "--out_dir"),
     ]
     if args.test_mode == "predictions":
-        places.append(files.Output(files.expand(args.results_csv), "--results_csv"))
-    if args.tensorboard:
-        places.append(
-            files.Output(tensorboard_dir(files.expand(args.tensorboard), h), "--tensorboard")
-        )
+        places.append(files.Output(paths.results_csv, "--results_csv"))
+    if paths.tensorboard:
+        places.append(files.Output(paths.tensorboard, "--tensorboard"))
     if args.cache_dir:
         places.append(files.Output(files.expand(args.cache_dir), "--cache_dir", adds_to=True))
     return places
@@ -761,7 +790,9 @@ def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[files.
 
 
 @contextlib.contextmanager
-def writing_into(args: TrainArgs, inputs: Sequence[files.Input] = ()) -> Iterator[Artifacts]:
+def writing_into(
+    args: TrainArgs, inputs: Sequence[files.Input] = (), paths: RunPaths | None = None
+) -> Iterator[Artifacts]:
     """Prepares a run's artifacts, before any work; on any failure or Ctrl-C removes what the
     block wrote, leaving whatever was there before as it was.
 
@@ -773,18 +804,20 @@ def writing_into(args: TrainArgs, inputs: Sequence[files.Input] = ()) -> Iterato
     Args:
       args: the run's options, resolved (`TrainArgs.resolved`: `results_csv` named).
       inputs: what the run reads: data split folders, member runs, a models.py.
+      paths: `RunPaths.of(args)`, if the caller has it already.
 
     Raises:
       WriteError: `--out_dir` is a file, or cannot be created or written (`files.check_folder`).
       files.OutputError: an output clashes with an input.
       RunExistsError: a finished run would be replaced without `--overwrite`.
     """
-    target = files.expand(args.out_dir)
+    paths = paths or RunPaths.of(args)
+    target = paths.out_dir
     files.check_folder(target, flag="--out_dir")
     recover(target)
-    files.prepare_outputs(outputs(args), inputs)
-    _refuse_to_replace(args)
-    artifacts = Artifacts(args)
+    files.prepare_outputs(outputs(args, paths), inputs)
+    _refuse_to_replace(args, paths)
+    artifacts = Artifacts(args, paths)
     try:
         if not files.is_remote(target):
             artifacts.made = files.make_dirs(target, flag="--out_dir")
@@ -826,65 +859,44 @@ def _plot_curve(curve: dict, extras: dict, path: Path) -> None:
 def finish(
     args: TrainArgs,
     model: tf.keras.Model,
-    dataset: data.Dataset,
+    stats: data.FeatureStats,
     *,
+    final: scoring.FinalScores,
     curve: dict[str, list],
     extras: dict[str, Any],
     artifacts: Artifacts,
-    scorer: Callable | None = None,
-    val: scoring.KeepDefault | None = None,
 ) -> TrainResult:
-    """Final validation, test ranking, and upstream's artifacts (model dir first, run file last).
+    """Writes upstream's artifacts (model dir first, run file last) from what the run computed;
+    scores nothing itself.
 
     Args:
-      args: resolved options (they name and hash the artifacts).
+      args: resolved options (they name and hash the artifacts, at `artifacts.paths`).
       model: the model to save, with its final weights.
-      dataset: `valid` and `test` splits (test may be None) and the statistics.
+      stats: the feature statistics it was trained with (stored in the run file).
+      final: its final validation errors, kept-default choice and test ranking or errors
+        (`scoring.final_scores`).
       curve: upstream's `train_curve` (empty lists for an untrained model: no PNG then).
       extras: ours, stored under the run file's `tpu_tiles` key.
-      artifacts: from `writing_into(args.out_dir)`.
-      scorer: a traced `scoring.kernel_scorer(model)` to reuse, if any.
-      val: the model's top-k errors on every config of every validation kernel, without and
-        with config 0 kept in the top 5, if already known (the best epoch's, whose weights
-        these are): not scored again then. Whether its validation chose to keep config 0
-        goes into the extras (`KEEP_DEFAULT_KEY`), and the test ranking follows it.
+      artifacts: from `writing_into(args)`.
     """
-    from tpu_tiles_models import scoring  # TensorFlow
-
-    progress = not args.no_progress
-    if val is None:
-        val = scoring.KeepDefault.measure(
-            scoring.score_split(
-                model, dataset.valid, dataset.stats, scorer=scorer, progress=progress, desc="valid"
-            )
-        )
+    paths, val = artifacts.paths, final.val
     val_errors = val.errors
-    upstream = args.upstream_args()
     run_info: dict[str, Any] = dict(
-        train_curve=curve, final_error=dict(val=val_errors), args=upstream
+        train_curve=curve, final_error=dict(val=val_errors), args=args.upstream_args()
     )
     results_csv = None
-    if dataset.test is not None and len(dataset.test):
-        scored = scoring.score_split(
-            model, dataset.test, dataset.stats, scorer=scorer, progress=progress, desc="test"
-        )
-        if args.test_mode == "metrics":
-            run_info["final_error"]["test"] = scoring.errors(scored)
-        else:
-            ranks = {
-                s.tile_id: scoring.upstream_top(s.scores, UPSTREAM_TOP, keep_default=val.chosen)
-                for s in scored
-            }
-            run_info["test_predictions"] = ranks
-            results_csv = files.expand(args.results_csv)
-            staged = artifacts.stage(results_csv)
-            kaggle.write_predictions_csv(staged, list(ranks.items()), flag="--results_csv")
-    h = args.hash()
+    if final.test_errors is not None:
+        run_info["final_error"]["test"] = final.test_errors
+    if final.test_ranks is not None:
+        run_info["test_predictions"] = final.test_ranks
+        results_csv = paths.results_csv
+        staged = artifacts.stage(results_csv)
+        kaggle.write_predictions_csv(staged, list(final.test_ranks.items()), flag="--results_csv")
     run_info[EXTRAS_KEY] = dict(
         extras,
         version=tpu_tiles_models.__version__,
         select_by=args.select_by,
-        feature_stats=dataset.stats.to_json(),
+        feature_stats=stats.to_json(),
         toy_data=args.toy_data,
         data_root=args.data_root,
         train_args=args.to_dict(),
@@ -892,14 +904,13 @@ def finish(
         **{KEEP_DEFAULT_KEY: val.to_json()},
     )
     interrupts.check()
-    model_dir = model_dir_path(artifacts.out_dir, h)
-    save_model(model, artifacts.stage(model_dir))
+    save_model(model, artifacts.stage(paths.model_dir))
     interrupts.check()  # a Ctrl-C during the save stops here, before anything is in place
     if curve["epoch"]:
-        _plot_curve(curve, extras, artifacts.stage(curve_path(artifacts.out_dir, h)))
+        _plot_curve(curve, extras, artifacts.stage(paths.curve))
     interrupts.check()
     run_file = artifacts.commit(run_info)
-    model_dir = artifacts.final(model_dir)
+    model_dir = artifacts.final(paths.model_dir)
     results_csv = artifacts.final(results_csv) if results_csv else None
     print(
         f"wrote {model_dir}\nwrote {run_file}" + (f"\nwrote {results_csv}" if results_csv else "")
