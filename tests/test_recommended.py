@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tpu_tiles_models import bundle, cli, data, demo, export, formats, registry
+from tpu_tiles_models import bundle, cli, data, demo, export, formats, registry, run_file
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -68,7 +68,7 @@ def test_the_suite_judges_the_model_by_its_name():
 def test_a_new_run_records_its_resolved_kwargs(residual_run):
     run = TrainedRun.open(residual_run.model_dir)
     stored = json.loads(run.args["model_kwargs_json"])
-    assert run.extras[export.MODEL_KWARGS_KEY] == registry.resolved_kwargs("ResidualSAGE", stored)
+    assert run.extras[run_file.MODEL_KWARGS_KEY] == registry.resolved_kwargs("ResidualSAGE", stored)
     assert run.model_kwargs["default_context"] is True  # left out: today's default
 
 
@@ -122,7 +122,7 @@ def old_run(synth_root, tmp_path_factory):
 def test_an_old_run_file_rebuilds_the_earlier_architecture(old_run, synth_root):
     model_dir, saved = old_run
     run = TrainedRun.open(model_dir)
-    assert export.MODEL_KWARGS_KEY not in run.extras and run.stored_kwargs == _OLD_KWARGS
+    assert run_file.MODEL_KWARGS_KEY not in run.extras and run.stored_kwargs == _OLD_KWARGS
     assert run.model_kwargs == {**_OLD_KWARGS, **registry.EARLIER_DEFAULTS["ResidualSAGE"]}
     model, _ = run.load(synth_root, split="valid", progress=False)
     assert model._attention is not None and not model.default_first

@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, registry, scoring, train
+from tpu_tiles_models import data, export, files, registry, run_file, scoring, train
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
@@ -200,7 +200,7 @@ def build_ensemble(
             extras={
                 "members": member_errors,
                 "combine": combine,
-                export.MODEL_KWARGS_KEY: registry.resolved_kwargs(
+                run_file.MODEL_KWARGS_KEY: registry.resolved_kwargs(
                     "Ensemble", registry.parse_model_kwargs(args.model_kwargs_json), runs[0].module
                 ),
             },

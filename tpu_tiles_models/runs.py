@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, formats, registry
+from tpu_tiles_models import data, export, files, formats, registry, run_file
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -128,10 +128,10 @@ class TrainedRun:
     @property
     def model_kwargs(self) -> dict[str, Any]:
         """The keywords its model was built with: as our trainer recorded them
-        (`export.MODEL_KWARGS_KEY`); for a run of ours written before they were recorded, the
+        (`run_file.MODEL_KWARGS_KEY`); for a run of ours written before they were recorded, the
         stored ones over the class defaults of that time (`registry.earlier_kwargs`); for
         upstream's runs, the stored ones (its trainer builds with nothing else)."""
-        recorded = self.extras.get(export.MODEL_KWARGS_KEY)
+        recorded = self.extras.get(run_file.MODEL_KWARGS_KEY)
         if recorded is not None:  # the stored ones are among them (unless edited in memory)
             return {**recorded, **self.stored_kwargs}
         if self.extras:

@@ -32,7 +32,17 @@ import tensorflow as tf
 import tensorflow_ranking as tfr
 import tqdm
 
-from tpu_tiles_models import data, export, files, formats, interrupts, metrics, registry, scoring
+from tpu_tiles_models import (
+    data,
+    export,
+    files,
+    formats,
+    interrupts,
+    metrics,
+    registry,
+    run_file,
+    scoring,
+)
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.losses import CombinedLoss, parse_losses
 from tpu_tiles_models.train_args import TrainArgs
@@ -447,7 +457,7 @@ def _train(
     elif candidates.kept:  # none: every epoch's score was NaN; keep the last weights
         _assign(model, candidates.kept[0][2])
     extras["best_epoch"] = best_epoch
-    extras[export.MODEL_KWARGS_KEY] = registry.resolved_kwargs(
+    extras[run_file.MODEL_KWARGS_KEY] = registry.resolved_kwargs(
         args.model, registry.parse_model_kwargs(args.model_kwargs_json), module
     )
     final = scoring.final_scores(
