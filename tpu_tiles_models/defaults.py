@@ -34,8 +34,9 @@ def data_root(candidates: Sequence[str] | None = None) -> str:
     return candidates[0]
 
 
+# (Kaggle's path is not spelled out: argparse would wrap it at its hyphens.)
 DATA_ROOT_HELP = (
     f"folder holding the train/, valid/ and test/ npz files (default: {HOME_DATA_ROOT}, or "
-    f"{KAGGLE_DATA_ROOT} when only that exists)"
+    "the competition's copy under /kaggle/input when only that exists)"
 )
 CACHE_DIR_HELP = f"cache of loaded arrays; '' for none (default: {CACHE_DIR})"

@@ -438,7 +438,7 @@ class Artifacts:
     """
 
     args: TrainArgs
-    paths: RunPaths
+    places: RunPaths  # where its artifacts go, worked out once
     tag: str = field(default_factory=lambda: files.new_tag())
     staged: dict[Path, str] = field(default_factory=dict)  # hidden or local path -> its place
     paths: list[Path | str] = field(default_factory=list)  # copied to remote places
@@ -452,7 +452,7 @@ class Artifacts:
     @property
     def out_dir(self) -> str:
         """The run's `--out_dir` (`~` expanded; a URL when remote)."""
-        return self.paths.out_dir
+        return self.places.out_dir
 
     def stage(self, place: str) -> Path:
         """The local path to write the artifact whose place is `place` (local or remote)."""
@@ -485,10 +485,10 @@ class Artifacts:
         Raises:
           RunExistsError: a run of the same options finished meanwhile (without --overwrite).
         """
-        run_place = self.paths.run_file
-        if run_info_hash(run_info) != self.paths.hash:  # the content must name this run
+        run_place = self.places.run_file
+        if run_info_hash(run_info) != self.places.hash:  # the content must name this run
             raise ValueError(f"run file content of another run than {run_place}")
-        _refuse_to_replace(self.args, self.paths)
+        _refuse_to_replace(self.args, self.places)
         remote = {local: place for local, place in self.staged.items() if files.is_remote(place)}
         if files.is_remote(run_place):
             files.remove(run_place)
@@ -507,7 +507,7 @@ class Artifacts:
             files.write_bytes(self._run_tmp, _run_bytes(run_info))  # all written: `recover`
             moves = [(local, Path(p)) for local, p in self.staged.items() if local not in remote]
             with interrupts.critical():
-                _refuse_to_replace(self.args, self.paths)
+                _refuse_to_replace(self.args, self.places)
                 _put_in_place(self.tag, moves, self._run_tmp, Path(run_place))
         self._committed = True
         for folder, before in self.logs.items():  # the replaced run's events
@@ -743,7 +743,7 @@ def finish(
     scores nothing itself.
 
     Args:
-      args: resolved options (they name and hash the artifacts, at `artifacts.paths`).
+      args: resolved options (they name and hash the artifacts, at `artifacts.places`).
       model: the model to save, with its final weights.
       stats: the feature statistics it was trained with (stored in the run file).
       final: its final validation errors, kept-default choice and test ranking or errors
@@ -752,7 +752,7 @@ def finish(
       extras: ours, stored under the run file's `tpu_tiles` key.
       artifacts: from `writing_into(args)`.
     """
-    paths, val = artifacts.paths, final.val
+    paths, val = artifacts.places, final.val
     val_errors = val.errors
     run_info: dict[str, Any] = dict(
         train_curve=curve, final_error=dict(val=val_errors), args=args.upstream_args()

@@ -527,7 +527,7 @@ def _tensorboard(args: TrainArgs, artifacts: export.Artifacts):
     folder itself)."""
     if not args.tensorboard:
         return None
-    log_dir = artifacts.log_into(artifacts.paths.tensorboard)
+    log_dir = artifacts.log_into(artifacts.places.tensorboard)
     return tf.summary.create_file_writer(log_dir)
 
 

@@ -98,7 +98,8 @@ class TrainArgs:
     run_id: str = _flag("", "a tag for the run; part of the hash")
     data_root: str = _flag(
         defaults.data_root,
-        f"folder holding train/ valid/ test/ ({defaults.KAGGLE_DATA_ROOT} when only that exists)",
+        "folder holding train/ valid/ test/ (the competition's copy under /kaggle/input when "
+        "only that exists)",
     )
     cache_dir: str = _flag(defaults.CACHE_DIR, "cache of loaded arrays ('': none)")
     toy_data: bool = _flag(False, "first 100 files of each split")

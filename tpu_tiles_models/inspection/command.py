@@ -63,7 +63,7 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
         nargs="?",
         default=defaults.data_root(),
         help="data root holding {train,valid,test}/*.npz, local or gs:// (default "
-        f"{DEFAULT_ROOT}, or {defaults.KAGGLE_DATA_ROOT} when only that exists)",
+        f"{DEFAULT_ROOT}, or the competition's copy under /kaggle/input when only that exists)",
     )
     parser.add_argument(
         "--splits",
