@@ -33,13 +33,31 @@ INSTALL_HINT = (
 )
 
 
+def _defaults():
+    """The package's shared defaults (`tpu_tiles_models.defaults`), or None when it is not
+    installed: `main` then says how to install it."""
+    try:
+        from tpu_tiles_models import defaults
+    except ImportError:
+        return None
+    return defaults
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    """The course script's flags (`--dir`, `--data_root`, `--cache_dir`) and ours."""
+    """The course script's flags (`--dir`, `--data_root`, `--cache_dir`) and ours; the data
+    root and cache default to the package's, as for `tpu-tiles predict`."""
+    shared = _defaults()
     parser = argparse.ArgumentParser(prog=PROG, description=__doc__.splitlines()[0])
     parser.add_argument("--dir", required=True, help="the model_<hash> directory to load")
-    parser.add_argument("--data_root", default="~/data/tpugraphs/npz/tile/xla")
     parser.add_argument(
-        "--cache_dir", default="~/data/tpugraphs/cache/tile", help="'' for no cache"
+        "--data_root",
+        default=shared.data_root() if shared else None,
+        help=shared.DATA_ROOT_HELP if shared else None,
+    )
+    parser.add_argument(
+        "--cache_dir",
+        default=shared.CACHE_DIR if shared else None,
+        help=shared.CACHE_DIR_HELP if shared else "'' for no cache",
     )
     parser.add_argument("--out", default="predictions_model_output.csv", help="CSV to write")
     parser.add_argument("--top_k", type=int, default=5, help="configs listed per kernel")

@@ -54,8 +54,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from tpu_tiles_models import registry  # no TensorFlow at import: the parent stays light
-
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 REPO = Path(__file__).resolve().parents[1]
@@ -682,10 +680,8 @@ def measure(a: argparse.Namespace) -> dict:
     for model in ("EarlyJoinSAGE", "ResidualSAGE"):
         out = work / f"runs_ours_{model}"
         shutil.rmtree(out, ignore_errors=True)
-        kwargs = registry.RECOMMENDED_KWARGS if model == registry.RECOMMENDED_MODEL else "{}"
         argv = [
-            f"--model={model}",
-            f"--model_kwargs_json={kwargs}",
+            f"--model={model}",  # the recommended ResidualSAGE by its name (class defaults)
             f"--data_root={root}",
             f"--cache_dir={caches['ours']}",
             f"--out_dir={out}",

@@ -148,7 +148,16 @@ def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
     empty = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     with pytest.raises(RuntimeError, match="disk full"):
         with export.writing_into(args) as artifacts:
-            export.finish(args, remote_run.model, ds, curve=empty, extras={}, artifacts=artifacts)
+            final = scoring.final_scores(remote_run.model, ds, test_mode=args.test_mode)
+            export.finish(
+                args,
+                remote_run.model,
+                ds.stats,
+                final=final,
+                curve=empty,
+                extras={},
+                artifacts=artifacts,
+            )
     assert _tree(out) == [] and list(tmp_path.iterdir()) == []
 
 

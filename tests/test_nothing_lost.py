@@ -69,6 +69,14 @@ def valid_and_test(mlp_run, short_test_root) -> data.Dataset:
     return data.load_dataset(short_test_root, splits=("valid", "test"), stats=stats, progress=False)
 
 
+def _finish(args, model, ds, artifacts) -> export.TrainResult:
+    """What training does at its end, without training: the final scores, then the writing."""
+    final = scoring.final_scores(model, ds, test_mode=args.test_mode, progress=False)
+    return export.finish(
+        args, model, ds.stats, final=final, curve=EMPTY_CURVE, extras={}, artifacts=artifacts
+    )
+
+
 @pytest.fixture(scope="module")
 def _finished_once(mlp_run, valid_and_test, tmp_path_factory) -> tuple[export.TrainResult, Path]:
     """A finished run of mlp_run's model in its own out_dir, with an explicit --results_csv
@@ -78,9 +86,7 @@ def _finished_once(mlp_run, valid_and_test, tmp_path_factory) -> tuple[export.Tr
     out = base / "out"
     args = mlp_run.args.replace(out_dir=str(out), results_csv=str(out / "res.csv"))
     with export.writing_into(args) as artifacts:
-        result = export.finish(
-            args, mlp_run.model, valid_and_test, curve=EMPTY_CURVE, extras={}, artifacts=artifacts
-        )
+        result = _finish(args, mlp_run.model, valid_and_test, artifacts)
     shutil.copytree(out, base / "copy")
     return result, base
 
@@ -98,7 +104,7 @@ def finished(_finished_once) -> export.TrainResult:
 def _rerun(finished, model, ds, **changes) -> export.TrainResult:
     args = finished.args.replace(overwrite=True, **changes)
     with export.writing_into(args) as artifacts:
-        return export.finish(args, model, ds, curve=EMPTY_CURVE, extras={}, artifacts=artifacts)
+        return _finish(args, model, ds, artifacts)
 
 
 def _disk_full(*_args, **_kwargs):

@@ -9,6 +9,7 @@ split, and compares the top 5 of every kernel with the `test_predictions` stored
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -89,6 +90,7 @@ def make_bundle(
         run.model_class()
     except (ValueError, ImportError, SyntaxError) as e:
         raise BundleError(f"{source} cannot rebuild this model: {e}") from None
+    _require_grader_builds_it(run, source)
     export.check_variables(model_dir)  # a grader could not load a model without them
     _ = run.stats  # nor use NaN statistics (they would rank every kernel in file order)
     if out == model_dir.parent:
@@ -131,6 +133,28 @@ def make_bundle(
             files.remove_made_dirs(made, out)  # and the folders it made, now empty
             raise
         return out
+
+
+def _require_grader_builds_it(run: TrainedRun, source: Path) -> None:
+    """Fails unless `source`'s class, given the run file's `model_kwargs_json` alone (as a
+    grader's course script builds it), is built with the keywords the run was trained with:
+    a run written before a class default changed names only the keywords it moved.
+
+    Raises:
+      BundleError: naming the keywords that differ, and the fix.
+    """
+    name = run.args["model"]
+    grader = registry.resolved_kwargs(name, run.stored_kwargs, run.module)
+    trained = registry.resolved_kwargs(name, run.model_kwargs, run.module)
+    moved = sorted(k for k in set(grader) | set(trained) if grader.get(k) != trained.get(k))
+    if moved:
+        was = ", ".join(f"{k}={json.dumps(trained.get(k))}" for k in moved)
+        now = ", ".join(f"{k}={json.dumps(grader.get(k))}" for k in moved)
+        raise BundleError(
+            f"{run.run_file}: trained as {name} with {was}, but {source} builds {now} from its "
+            f"model_kwargs_json {run.args['model_kwargs_json']}, so a grader would rebuild "
+            "another model; retrain it, or hand in the models.py it was trained with (--models)"
+        )
 
 
 def _tree_size(folder: Path) -> int:
@@ -328,7 +352,7 @@ def check_bundle(
     model = _attempt(
         report,
         "variables copy",
-        lambda: run.build(dataset.test, dataset.stats),
+        lambda: run.build(dataset.test, dataset.stats, as_stored=True),  # as a grader does
         lambda m: f"{len(m.trainable_variables)} variables, count and shapes equal ({where})",
     )
     if model is None:

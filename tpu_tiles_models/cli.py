@@ -26,7 +26,7 @@ from typing import Callable
 # oneDNN, TensorRT) would otherwise come before our own output. A user's setting wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tpu_tiles_models import interrupts, tf_start  # noqa: E402  (after the logging setting)
+from tpu_tiles_models import defaults, interrupts, tf_start  # noqa: E402  (after the logging setting)
 from tpu_tiles_models.errors import UserError  # noqa: E402
 
 EXIT_USER_ERROR = 2
@@ -161,16 +161,17 @@ def _ensemble(a: argparse.Namespace) -> None:
 def _models(a: argparse.Namespace) -> None:
     from tpu_tiles_models import registry
 
-    print(registry.describe())
+    if a.json:
+        import json
+
+        print(json.dumps(registry.describe_json(), indent=1))
+    else:
+        print(registry.describe())
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
-    p.add_argument(
-        "--data_root",
-        default="~/data/tpugraphs/npz/tile/xla",
-        help="folder holding the train/, valid/ and test/ npz files",
-    )
-    p.add_argument("--cache_dir", default="", help="cache of loaded arrays; '' for none")
+    p.add_argument("--data_root", default=defaults.data_root(), help=defaults.DATA_ROOT_HELP)
+    p.add_argument("--cache_dir", default=defaults.CACHE_DIR, help=defaults.CACHE_DIR_HELP)
     p.add_argument("--no_progress", action="store_true", help="no progress bars (logs, CI)")
 
 
@@ -311,7 +312,7 @@ def build_parser() -> _Parser:
 
     p = command("ensemble", _ensemble, "one drop-in model from several trained runs")
     p.add_argument("--dirs", required=True, help="model_<h> dirs, comma-separated (two or more)")
-    p.add_argument("--out_dir", default="~/out/tpugraphs_tiles", help="where its artifacts go")
+    p.add_argument("--out_dir", default=defaults.OUT_DIR, help="where its artifacts go")
     p.add_argument(
         "--results_csv",
         default="",
@@ -329,7 +330,13 @@ def build_parser() -> _Parser:
     p = command("demo", _demo, "the whole journey on synthetic data, in a few minutes")
     demo.add_flags(p)
 
-    command("models", _models, "list the model classes")
+    p = command("models", _models, "list the model classes and the recommended one")
+    p.add_argument(
+        "--json",
+        action="store_true",
+        help='print one JSON object instead: {"models": {name: description}, "recommended": '
+        '{"model", "flags", "kwargs"}}',
+    )
     return parser
 
 

@@ -1,8 +1,8 @@
 """`tpu-tiles demo`: the whole journey on the embedded synthetic data, in a few minutes.
 
-Generates a synthetic tile:xla set, trains the recommended model (`registry.RECOMMENDED_MODEL`
-with its `RECOMMENDED_KWARGS`) and EarlyJoinSAGE briefly with upstream's default flags and
-artifacts, evaluates both on the validation split beside the
+Generates a synthetic tile:xla set, trains the recommended model (`registry.RECOMMENDED_MODEL`,
+by its name alone: its class defaults are the recommendation) and EarlyJoinSAGE briefly
+with upstream's default flags and artifacts, evaluates both on the validation split beside the
 random and default-first baselines and with config 0 kept in their top 5 (`evaluation.csv`,
 `evaluation.png`), ranks the test split from the exported model
 (the course's prediction step) and merges it into a Kaggle submission. Deterministic: the
@@ -17,12 +17,12 @@ import dataclasses
 import time
 from pathlib import Path
 
-from tpu_tiles_models.registry import RECOMMENDED_KWARGS, RECOMMENDED_MODEL
+from tpu_tiles_models.registry import RECOMMENDED_MODEL
 from tpu_tiles_models.train_args import TrainArgs
 
-# The recommended model (with its constructor kwargs) and upstream's baseline, each with
-# upstream's default flags (README, "Choosing flags").
-DEMO_MODELS = {RECOMMENDED_MODEL: RECOMMENDED_KWARGS, "EarlyJoinSAGE": "{}"}
+# The recommended model and upstream's baseline, by their names alone (class defaults), each
+# with upstream's default flags (README, "Choosing flags").
+DEMO_MODELS = {RECOMMENDED_MODEL: "{}", "EarlyJoinSAGE": "{}"}
 DEMO_ARGS = TrainArgs(early_stop=0, cache_dir="")
 DEMO_FAMILY = "alt"
 EVALUATION_COLUMNS = ("model", "top1", "top5", "top10", "score", "opa")

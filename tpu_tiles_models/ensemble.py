@@ -17,7 +17,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, registry, scoring, train
+from tpu_tiles_models import data, export, files, registry, run_file, scoring, train
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
@@ -52,14 +52,10 @@ def _same_data(runs: list[TrainedRun], data_root: str, cache_dir: str | None) ->
 
 
 def members_of(runs: Sequence[TrainedRun]) -> list[dict]:
-    """`Ensemble`'s `members` kwarg: each run's model name and constructor kwargs."""
-    return [
-        {
-            "model": r.args["model"],
-            "kwargs": registry.parse_model_kwargs(r.args["model_kwargs_json"]),
-        }
-        for r in runs
-    ]
+    """`Ensemble`'s `members` kwarg: each run's model name and the keywords it was built with
+    (`TrainedRun.model_kwargs`: class defaults included, so that a grader's copy of models.py
+    rebuilds each member as it was trained, whatever its defaults are by then)."""
+    return [{"model": r.args["model"], "kwargs": r.model_kwargs} for r in runs]
 
 
 def ensemble_args(
@@ -192,14 +188,27 @@ def build_ensemble(
         model = _assemble(runs, args, ds)
         export.check_space(artifacts, model)
         member_errors = {str(r.model_dir): r.val_errors for r in runs}
+        final = scoring.final_scores(
+            model,
+            ds,
+            test_mode=args.test_mode,
+            scorer=scoring.kernel_scorer(model),
+            progress=not args.no_progress,
+        )
         return export.finish(
             args,
             model,
-            ds,
+            ds.stats,
+            final=final,
             artifacts=artifacts,
-            scorer=scoring.kernel_scorer(model),
             curve=dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[]),
-            extras=dict(members=member_errors, combine=combine),
+            extras={
+                "members": member_errors,
+                "combine": combine,
+                run_file.MODEL_KWARGS_KEY: registry.resolved_kwargs(
+                    "Ensemble", registry.parse_model_kwargs(args.model_kwargs_json), runs[0].module
+                ),
+            },
         )
 
 

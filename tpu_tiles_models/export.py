@@ -14,7 +14,8 @@ same folder finishes (if the killed one had written everything) or removes. A fi
 the same options (same `h`) or an existing `--results_csv` is replaced only with `--overwrite`,
 and outputs are checked against the run's inputs (`files.prepare_outputs`) before any work.
 
-Opening a trained run is `runs.TrainedRun`'s job; the low-level readers live here, beside the
+The run file's keys, hash and shape check are `run_file`'s. Opening a trained run is
+`runs.TrainedRun`'s job; the low-level readers live here, beside the
 writers they mirror. Every path may be remote (`gs://...`, see `files`): remote artifacts are
 written locally and copied at the end, the run file last (not atomic: a bucket has no rename).
 
@@ -34,26 +35,26 @@ import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
 
 import tpu_tiles_models
 from tpu_tiles_models import files, formats, interrupts, kaggle
 from tpu_tiles_models.errors import UserError, one_line
-from tpu_tiles_models.train_args import TrainArgs, args_hash
+from tpu_tiles_models.run_file import (
+    EXTRAS_KEY,
+    IDENTITY_KEY,
+    KEEP_DEFAULT_KEY,
+    run_info_hash,
+    run_info_problem,
+)
+from tpu_tiles_models.train_args import TrainArgs
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
     from tpu_tiles_models import data, scoring
 
-EXTRAS_KEY = "tpu_tiles"
-# Under EXTRAS_KEY: our options that entered the hash (`TrainArgs.identity`), so that a run
-# file's name can be checked against its content (`run_info_hash`).
-IDENTITY_KEY = "identity"
 UPSTREAM_TOP = 10  # upstream writes this many indices per kernel into results_*.csv
-# Under `EXTRAS_KEY`: whether the run's validation chose to keep config 0 in the top 5, with
-# the errors both ways (`scoring.KeepDefault.to_json`); `predict` follows it by default.
-KEEP_DEFAULT_KEY = "keep_default"
 
 
 class ExportError(UserError, RuntimeError):
@@ -107,31 +108,48 @@ def run_file_for(model_dir: str | os.PathLike) -> Path | str:
     return files.with_name(model_dir, formats.run_file_name(h))
 
 
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a run's artifacts go: worked out once from its options (`of`), then read by
+    everything that writes, checks or removes them."""
+
+    out_dir: str  # `--out_dir`, `~` expanded (a URL when remote)
+    hash: str  # the run's `h` (`TrainArgs.hash`)
+    model_dir: str
+    run_file: str
+    curve: str
+    results_csv: str  # `--results_csv`, `~` expanded
+    tensorboard: str | None  # the run's folder under `--tensorboard`, if any
+
+    @classmethod
+    def of(cls, args: TrainArgs) -> RunPaths:
+        """The places of a run of `args` (resolved: `results_csv` named)."""
+        out, h = files.expand(args.out_dir), args.hash()
+        board = tensorboard_dir(files.expand(args.tensorboard), h) if args.tensorboard else None
+        return cls(
+            out_dir=out,
+            hash=h,
+            model_dir=model_dir_path(out, h),
+            run_file=run_file_path(out, h),
+            curve=curve_path(out, h),
+            results_csv=files.expand(args.results_csv),
+            tensorboard=board,
+        )
+
+
 def remove_unfinished(args: TrainArgs) -> None:
     """Removes an incomplete run of `args` (see `completed_run`): its run file first (so that
     it no longer looks complete), then its model dir, curve, results CSV and TensorBoard
     folder. For the sweep, whose points are named by their options: a point that is not
     complete (after `recover`) is trained again from nothing."""
-    out, h = files.expand(args.out_dir), args.hash()
-    leftovers = [run_file_path(out, h), model_dir_path(out, h), curve_path(out, h)]
-    leftovers.append(files.expand(args.results_csv))
-    if args.tensorboard:
-        leftovers.append(tensorboard_dir(files.expand(args.tensorboard), h))
-    for path in leftovers:
-        files.remove(path)
+    paths = RunPaths.of(args)
+    leftovers = [paths.run_file, paths.model_dir, paths.curve, paths.results_csv]
+    for path in [*leftovers, paths.tensorboard]:
+        if path is not None:
+            files.remove(path)
 
 
 # -- the run file ----------------------------------------------------------------------------
-
-
-def run_info_hash(run_info: Mapping) -> str:
-    """The `h` a run file's content names: its args with the options it says entered the hash.
-
-    Raises:
-      KeyError, TypeError, ValueError: not a run file's content.
-    """
-    extras = run_info.get(EXTRAS_KEY) or {}
-    return args_hash(run_info["args"], extras.get(IDENTITY_KEY))
 
 
 def _run_bytes(run_info: Mapping) -> bytes:
@@ -146,9 +164,10 @@ def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
     return path if files.is_remote(path) else Path(path)
 
 
-def _read_run_bytes(path: str | os.PathLike) -> dict:
-    """The run file's content. Raises OSError, EOFError, zlib.error or ValueError if it is not
-    whole."""
+def _read_run_bytes(path: str | os.PathLike) -> Any:
+    """The run file's JSON content, of any shape (`run_info_problem` checks it). Raises
+    OSError, EOFError, zlib.error, ValueError or RecursionError (nesting deeper than Python's
+    JSON reader goes) if it is not whole."""
     return json.loads(gzip.decompress(files.read_bytes(path)))
 
 
@@ -159,6 +178,11 @@ def read_run(model_dir: str | Path) -> dict:
       ExportError: missing, truncated or corrupt run file, or one of another model.
     """
     run_file = run_file_for(model_dir)
+    if files.isdir(run_file):
+        raise ExportError(
+            f"{run_file} is a folder, not a run file: copy the run file of "
+            f"{files.basename(model_dir)} again from the training --out_dir"
+        )
     if not files.isfile(run_file):
         raise ExportError(
             f"{run_file} not found: {files.basename(model_dir)} needs its run file beside it "
@@ -166,9 +190,18 @@ def read_run(model_dir: str | Path) -> dict:
         )
     try:
         run_info = _read_run_bytes(run_file)
-        expected = run_info_hash(run_info)
-    except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError) as e:
+    except RecursionError:
+        reason = "nested deeper than a run file is"
+    except (OSError, EOFError, zlib.error, ValueError) as e:
         reason = " ".join(str(e).split()) or type(e).__name__
+    else:
+        reason = run_info_problem(run_info)
+    if reason is None:
+        try:
+            expected = run_info_hash(run_info)
+        except (ValueError, TypeError) as e:  # a value JSON cannot hash
+            reason = " ".join(str(e).split()) or type(e).__name__
+    if reason is not None:
         raise ExportError(
             f"{run_file}: not a readable run file ({reason}); it is truncated or corrupt, "
             "copy it again from the training --out_dir"
@@ -436,6 +469,7 @@ class Artifacts:
     """
 
     args: TrainArgs
+    places: RunPaths  # where its artifacts go, worked out once
     tag: str = field(default_factory=lambda: files.new_tag())
     staged: dict[Path, str] = field(default_factory=dict)  # hidden or local path -> its place
     paths: list[Path | str] = field(default_factory=list)  # copied to remote places
@@ -449,7 +483,7 @@ class Artifacts:
     @property
     def out_dir(self) -> str:
         """The run's `--out_dir` (`~` expanded; a URL when remote)."""
-        return files.expand(self.args.out_dir)
+        return self.places.out_dir
 
     def stage(self, place: str) -> Path:
         """The local path to write the artifact whose place is `place` (local or remote)."""
@@ -482,8 +516,10 @@ class Artifacts:
         Raises:
           RunExistsError: a run of the same options finished meanwhile (without --overwrite).
         """
-        run_place = run_file_path(self.out_dir, run_info_hash(run_info))
-        _refuse_to_replace(self.args)
+        run_place = self.places.run_file
+        if run_info_hash(run_info) != self.places.hash:  # the content must name this run
+            raise ValueError(f"run file content of another run than {run_place}")
+        _refuse_to_replace(self.args, self.places)
         remote = {local: place for local, place in self.staged.items() if files.is_remote(place)}
         if files.is_remote(run_place):
             files.remove(run_place)
@@ -502,7 +538,7 @@ class Artifacts:
             files.write_bytes(self._run_tmp, _run_bytes(run_info))  # all written: `recover`
             moves = [(local, Path(p)) for local, p in self.staged.items() if local not in remote]
             with interrupts.critical():
-                _refuse_to_replace(self.args)
+                _refuse_to_replace(self.args, self.places)
                 _put_in_place(self.tag, moves, self._run_tmp, Path(run_place))
         self._committed = True
         for folder, before in self.logs.items():  # the replaced run's events
@@ -590,8 +626,11 @@ def recover(out_dir: str | os.PathLike) -> None:
         if h is None or left.kind != "tmp":
             continue
         try:
-            csv = _read_run_bytes(left.path)["args"]["results_csv"]
-        except (OSError, EOFError, zlib.error, ValueError, KeyError, TypeError):
+            info = _read_run_bytes(left.path)
+            if run_info_problem(info) is not None:
+                continue
+            csv = info["args"]["results_csv"]
+        except (OSError, EOFError, zlib.error, ValueError, RecursionError):
             continue  # not whole: the run had not finished; removed below
         places = [model_dir_path(out, h), curve_path(out, h)]
         if csv and not files.is_remote(csv):
@@ -604,7 +643,7 @@ def recover(out_dir: str | os.PathLike) -> None:
     files.remove_leftovers(out)
 
 
-def _refuse_to_replace(args: TrainArgs) -> None:
+def _refuse_to_replace(args: TrainArgs, paths: RunPaths) -> None:
     """Without --overwrite, a finished run of the same options (its run file) or an existing
     --results_csv stops the run before any work.
 
@@ -613,14 +652,14 @@ def _refuse_to_replace(args: TrainArgs) -> None:
     """
     if args.overwrite:
         return
-    out, h = files.expand(args.out_dir), args.hash()
-    if files.exists(run_file_path(out, h)):
+    if files.exists(paths.run_file):
         raise RunExistsError(
-            f"--out_dir {out} already holds {formats.run_file_name(h)}, a run with these same "
+            f"--out_dir {paths.out_dir} already holds {files.basename(paths.run_file)}, a run "
+            "with these same "
             "options; pass --run_id=<tag> to train another beside it, or --overwrite to "
             "replace it once this run has finished"
         )
-    csv = files.expand(args.results_csv)
+    csv = paths.results_csv
     if args.test_mode == "predictions" and files.exists(csv):
         raise RunExistsError(
             f"--results_csv {csv} already exists; pass another --results_csv, or --overwrite "
@@ -628,20 +667,19 @@ def _refuse_to_replace(args: TrainArgs) -> None:
         )
 
 
-def outputs(args: TrainArgs) -> list[files.Output]:
-    """Every path a run of `args` writes, for `files.prepare_outputs`."""
-    out, h = files.expand(args.out_dir), args.hash()
+def outputs(args: TrainArgs, paths: RunPaths | None = None) -> list[files.Output]:
+    """Every path a run of `args` writes (at `paths`, default `RunPaths.of(args)`), for
+    `files.prepare_outputs`."""
+    paths = paths or RunPaths.of(args)
     places = [
-        files.Output(model_dir_path(out, h), "--out_dir", artifact=True),
-        files.Output(run_file_path(out, h), "--out_dir", artifact=True),
-        files.Output(curve_path(out, h), "--out_dir", run=h),
+        files.Output(paths.model_dir, "--out_dir", artifact=True),
+        files.Output(paths.run_file, "--out_dir", artifact=True),
+        files.Output(paths.curve, "--out_dir", run=paths.hash),
     ]
     if args.test_mode == "predictions":
-        places.append(files.Output(files.expand(args.results_csv), "--results_csv", run=h))
-    if args.tensorboard:
-        places.append(
-            files.Output(tensorboard_dir(files.expand(args.tensorboard), h), "--tensorboard")
-        )
+        places.append(files.Output(paths.results_csv, "--results_csv", run=paths.hash))
+    if paths.tensorboard:
+        places.append(files.Output(paths.tensorboard, "--tensorboard"))
     if args.cache_dir:
         cache = files.expand(args.cache_dir)  # one that cannot be written: a warning (README)
         places.append(files.Output(cache, "--cache_dir", adds_to=True, best_effort=True))
@@ -657,7 +695,9 @@ def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[files.
 
 
 @contextlib.contextmanager
-def writing_into(args: TrainArgs, inputs: Sequence[files.Input] = ()) -> Iterator[Artifacts]:
+def writing_into(
+    args: TrainArgs, inputs: Sequence[files.Input] = (), paths: RunPaths | None = None
+) -> Iterator[Artifacts]:
     """Prepares a run's artifacts, before any work; on any failure or Ctrl-C removes what the
     block wrote, leaving whatever was there before as it was.
 
@@ -669,18 +709,20 @@ def writing_into(args: TrainArgs, inputs: Sequence[files.Input] = ()) -> Iterato
     Args:
       args: the run's options, resolved (`TrainArgs.resolved`: `results_csv` named).
       inputs: what the run reads: data split folders, member runs, a models.py.
+      paths: `RunPaths.of(args)`, if the caller has it already.
 
     Raises:
       WriteError: `--out_dir` is a file, or cannot be created or written (`files.check_folder`).
       files.OutputError: an output clashes with an input.
       RunExistsError: a finished run would be replaced without `--overwrite`.
     """
-    target = files.expand(args.out_dir)
+    paths = paths or RunPaths.of(args)
+    target = paths.out_dir
     files.check_folder(target, flag="--out_dir")
     recover(target)
-    files.prepare_outputs(outputs(args), inputs)
-    _refuse_to_replace(args)
-    artifacts = Artifacts(args)
+    files.prepare_outputs(outputs(args, paths), inputs)
+    _refuse_to_replace(args, paths)
+    artifacts = Artifacts(args, paths)
     try:
         if not files.is_remote(target):
             artifacts.made = files.make_dirs(target, flag="--out_dir")
@@ -722,65 +764,44 @@ def _plot_curve(curve: dict, extras: dict, path: Path) -> None:
 def finish(
     args: TrainArgs,
     model: tf.keras.Model,
-    dataset: data.Dataset,
+    stats: data.FeatureStats,
     *,
+    final: scoring.FinalScores,
     curve: dict[str, list],
     extras: dict[str, Any],
     artifacts: Artifacts,
-    scorer: Callable | None = None,
-    val: scoring.KeepDefault | None = None,
 ) -> TrainResult:
-    """Final validation, test ranking, and upstream's artifacts (model dir first, run file last).
+    """Writes upstream's artifacts (model dir first, run file last) from what the run computed;
+    scores nothing itself.
 
     Args:
-      args: resolved options (they name and hash the artifacts).
+      args: resolved options (they name and hash the artifacts, at `artifacts.places`).
       model: the model to save, with its final weights.
-      dataset: `valid` and `test` splits (test may be None) and the statistics.
+      stats: the feature statistics it was trained with (stored in the run file).
+      final: its final validation errors, kept-default choice and test ranking or errors
+        (`scoring.final_scores`).
       curve: upstream's `train_curve` (empty lists for an untrained model: no PNG then).
       extras: ours, stored under the run file's `tpu_tiles` key.
-      artifacts: from `writing_into(args.out_dir)`.
-      scorer: a traced `scoring.kernel_scorer(model)` to reuse, if any.
-      val: the model's top-k errors on every config of every validation kernel, without and
-        with config 0 kept in the top 5, if already known (the best epoch's, whose weights
-        these are): not scored again then. Whether its validation chose to keep config 0
-        goes into the extras (`KEEP_DEFAULT_KEY`), and the test ranking follows it.
+      artifacts: from `writing_into(args)`.
     """
-    from tpu_tiles_models import scoring  # TensorFlow
-
-    progress = not args.no_progress
-    if val is None:
-        val = scoring.KeepDefault.measure(
-            scoring.score_split(
-                model, dataset.valid, dataset.stats, scorer=scorer, progress=progress, desc="valid"
-            )
-        )
+    paths, val = artifacts.places, final.val
     val_errors = val.errors
-    upstream = args.upstream_args()
     run_info: dict[str, Any] = dict(
-        train_curve=curve, final_error=dict(val=val_errors), args=upstream
+        train_curve=curve, final_error=dict(val=val_errors), args=args.upstream_args()
     )
     results_csv = None
-    if dataset.test is not None and len(dataset.test):
-        scored = scoring.score_split(
-            model, dataset.test, dataset.stats, scorer=scorer, progress=progress, desc="test"
-        )
-        if args.test_mode == "metrics":
-            run_info["final_error"]["test"] = scoring.errors(scored)
-        else:
-            ranks = {
-                s.tile_id: scoring.upstream_top(s.scores, UPSTREAM_TOP, keep_default=val.chosen)
-                for s in scored
-            }
-            run_info["test_predictions"] = ranks
-            results_csv = files.expand(args.results_csv)
-            staged = artifacts.stage(results_csv)
-            kaggle.write_predictions_csv(staged, list(ranks.items()), flag="--results_csv")
-    h = args.hash()
+    if final.test_errors is not None:
+        run_info["final_error"]["test"] = final.test_errors
+    if final.test_ranks is not None:
+        run_info["test_predictions"] = final.test_ranks
+        results_csv = paths.results_csv
+        staged = artifacts.stage(results_csv)
+        kaggle.write_predictions_csv(staged, list(final.test_ranks.items()), flag="--results_csv")
     run_info[EXTRAS_KEY] = dict(
         extras,
         version=tpu_tiles_models.__version__,
         select_by=args.select_by,
-        feature_stats=dataset.stats.to_json(),
+        feature_stats=stats.to_json(),
         toy_data=args.toy_data,
         data_root=args.data_root,
         train_args=args.to_dict(),
@@ -788,14 +809,13 @@ def finish(
         **{KEEP_DEFAULT_KEY: val.to_json()},
     )
     interrupts.check()
-    model_dir = model_dir_path(artifacts.out_dir, h)
-    save_model(model, artifacts.stage(model_dir))
+    save_model(model, artifacts.stage(paths.model_dir))
     interrupts.check()  # a Ctrl-C during the save stops here, before anything is in place
     if curve["epoch"]:
-        _plot_curve(curve, extras, artifacts.stage(curve_path(artifacts.out_dir, h)))
+        _plot_curve(curve, extras, artifacts.stage(paths.curve))
     interrupts.check()
     run_file = artifacts.commit(run_info)
-    model_dir = artifacts.final(model_dir)
+    model_dir = artifacts.final(paths.model_dir)
     results_csv = artifacts.final(results_csv) if results_csv else None
     print(
         f"wrote {model_dir}\nwrote {run_file}" + (f"\nwrote {results_csv}" if results_csv else "")

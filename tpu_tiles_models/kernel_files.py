@@ -25,7 +25,7 @@ from typing import Any, Iterator, Sequence
 
 import numpy as np
 
-from tpu_tiles_models import files, kaggle
+from tpu_tiles_models import defaults, files, kaggle
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import (
     CONFIG_FEAT_DIM,
@@ -59,7 +59,7 @@ def split_files(root: str | os.PathLike, split: str, *, toy_data: bool = False) 
     if not files.isdir(directory):
         raise DataError(
             f"{directory}: split directory not found; point the data root at the folder "
-            f"holding {'/, '.join(SPLITS)}/ (e.g. ~/data/tpugraphs/npz/tile/xla)"
+            f"holding {'/, '.join(SPLITS)}/ (e.g. {defaults.HOME_DATA_ROOT})"
         )
     # Upstream's order is tf.io.gfile.glob's (unsorted, directory order); toy subsets and the
     # course's predictions depend on it, so use the very same call.

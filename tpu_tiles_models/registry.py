@@ -10,13 +10,14 @@ from __future__ import annotations
 
 import contextlib
 import importlib.util
+import inspect
 import json
 import os
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Iterator
+from typing import Any, Iterator, Mapping
 
 from tpu_tiles_models import files
 from tpu_tiles_models.errors import FlagError, UserError, one_line
@@ -34,11 +35,11 @@ class ModelInfo:
 
 MODELS: dict[str, ModelInfo] = {
     "ResidualSAGE": ModelInfo(
-        "ours: residual directed GraphSAGE, early config join, sum+mean+max pooling, "
-        "cross-config attention"
+        "ours (recommended): residual directed GraphSAGE, early config join, sum+mean+max "
+        "pooling, config 0 read as the compiler's default; cross-config attention optional"
     ),
     "ResidualSAGEPlain": ModelInfo(
-        "ResidualSAGE without cross-config attention (each config scored alone)"
+        "ResidualSAGE as first configured, without attention: 48 wide, no default context"
     ),
     "EarlyJoinSAGE": ModelInfo(
         "paper baseline (upstream's default): config features on every node, GraphSAGE"
@@ -268,27 +269,100 @@ def parameter_limit(
         yield
 
 
-# The model and flags the benchmark suite proved (README, "Choosing flags"): every other flag
-# stays upstream's default. The demo trains it; `tpu-tiles models` names it.
+# The model the benchmark suite proved (README, "Choosing flags"). Its recommended keywords are
+# its class defaults in models.py (`recommended_kwargs` reads them), so `--model=ResidualSAGE`
+# alone trains it; every other flag stays upstream's default. The demo trains it, the suite
+# judges it and `tpu-tiles models` names it, all from here.
 RECOMMENDED_MODEL = "ResidualSAGE"
-RECOMMENDED_KWARGS = '{"default_context": true, "hidden_dim": 32, "config_attention": false}'
+RECOMMENDED_FLAGS = f"--model={RECOMMENDED_MODEL}"
 
 
-def recommended_flags() -> str:
-    """The recommendation as `tpu-tiles train` flags."""
-    return f"--model={RECOMMENDED_MODEL} --model_kwargs_json='{RECOMMENDED_KWARGS}'"
+def resolved_kwargs(name: str, kwargs: Mapping[str, Any], module: ModuleType | None = None) -> dict:
+    """The keywords `name` is built with: `kwargs` over every keyword default of its class
+    (walking its base classes), as JSON values (tuples as lists). An `Ensemble`'s members are
+    resolved each. What a run file records, so that a later change of a class default does
+    not change how the run reloads.
+    """
+    cls = model_class(name, module)
+    resolved: dict[str, Any] = {}
+    for klass in cls.__mro__:
+        init = klass.__dict__.get("__init__")
+        if init is None or klass.__module__ != cls.__module__:
+            continue
+        for param in inspect.signature(init).parameters.values():
+            if param.default is param.empty or param.name in resolved:
+                continue
+            try:  # a default that is code (a function), not a setting, is left out
+                resolved[param.name] = json.loads(json.dumps(param.default))
+            except (TypeError, ValueError):
+                continue
+    resolved.update(kwargs)
+    if name == "Ensemble" and isinstance(resolved.get("members"), list):
+        resolved["members"] = [
+            {
+                "model": m["model"],
+                "kwargs": resolved_kwargs(m["model"], m.get("kwargs") or {}, module),
+            }
+            if isinstance(m, dict) and "model" in m
+            else m
+            for m in resolved["members"]
+        ]
+    return json.loads(json.dumps(resolved))
 
 
-def describe() -> str:
-    """The `tpu-tiles models` table and the recommendation."""
+def recommended_kwargs(module: ModuleType | None = None) -> dict:
+    """`RECOMMENDED_MODEL`'s keywords: its class defaults (see `resolved_kwargs`)."""
+    return resolved_kwargs(RECOMMENDED_MODEL, {}, module)
+
+
+# Class defaults that changed, by class: what a run file that does not record its resolved
+# keywords (written before they were recorded) meant by leaving them out. ResidualSAGE was 48
+# wide with cross-config attention and without the default context until its defaults became
+# the suite's recommendation.
+EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {
+    "ResidualSAGE": {"hidden_dim": 48, "config_attention": True, "default_context": False},
+}
+
+
+def earlier_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict:
+    """The keywords a run file written before runs recorded them meant: `kwargs` over the
+    `EARLIER_DEFAULTS` of `name` (and of each `Ensemble` member's)."""
+    if name == "Ensemble" and isinstance(kwargs.get("members"), list):
+        members = [
+            dict(m, kwargs=earlier_kwargs(m["model"], m.get("kwargs") or {}))
+            if isinstance(m, dict) and isinstance(m.get("model"), str)
+            else m
+            for m in kwargs["members"]
+        ]
+        return dict(kwargs, members=members)
+    return {**EARLIER_DEFAULTS.get(name, {}), **kwargs}
+
+
+def describe(module: ModuleType | None = None) -> str:
+    """The `tpu-tiles models` table, then the recommendation: a line `recommended: <flags>`
+    (the format is stable: scripts read it) and a note on what those defaults are."""
     width = max(map(len, MODELS))
     lines = [f"{name:<{width}}  {info.description}" for name, info in MODELS.items()]
+    kwargs = recommended_kwargs(module)
     lines += [
         "",
-        f"Recommended: {recommended_flags()}",
-        "  (ResidualSAGE reading config 0 as the compiler's default, 32 wide, no cross-config",
-        "  attention; at the benchmark suite's budget it beats EarlyJoinSAGE on every generator",
-        "  family by more than one std, in under 2x its training time;",
-        '  see README, "Choosing flags"). Every other flag: upstream\'s default.',
+        f"recommended: {RECOMMENDED_FLAGS}",
+        f"  its class defaults: {json.dumps(kwargs, sort_keys=True)}",
+        "  (at the benchmark suite's budget it beats EarlyJoinSAGE on every generator family",
+        '  by more than one std, in under 2x its training time; see README, "Choosing flags").',
+        "  Every other flag: upstream's default.",
     ]
     return "\n".join(lines)
+
+
+def describe_json(module: ModuleType | None = None) -> dict:
+    """`tpu-tiles models --json`: `{"models": {name: description}, "recommended": {"model",
+    "flags", "kwargs"}}`, the kwargs being the recommended class's defaults."""
+    return {
+        "models": {name: info.description for name, info in MODELS.items()},
+        "recommended": {
+            "model": RECOMMENDED_MODEL,
+            "flags": RECOMMENDED_FLAGS,
+            "kwargs": recommended_kwargs(module),
+        },
+    }

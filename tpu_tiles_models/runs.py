@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import os
 from pathlib import Path
 from types import ModuleType
@@ -19,7 +20,8 @@ from typing import Any
 
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, registry
+from tpu_tiles_models import data, export, files, registry, run_file
+from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.train_args import TrainArgs
 
 
@@ -86,7 +88,12 @@ class TrainedRun:
     def train_args(self) -> TrainArgs:
         """All training options: ours when stored, else upstream's fields over our defaults."""
         stored = self.extras.get("train_args")
-        return TrainArgs.from_dict(stored if stored else self.args)
+        try:
+            return TrainArgs.from_dict(stored if stored else self.args)
+        except FlagError as e:
+            raise export.ExportError(
+                f"{self.run_file}: its training options do not read ({e})"
+            ) from None
 
     @functools.cached_property
     def stats(self) -> data.FeatureStats | None:
@@ -110,6 +117,24 @@ class TrainedRun:
         None when the run file does not say (upstream's runs, older ones of ours)."""
         record = self.extras.get(export.KEEP_DEFAULT_KEY)
         return bool(record["chosen"]) if record else None
+
+    @property
+    def stored_kwargs(self) -> dict[str, Any]:
+        """Its `model_kwargs_json` as stored in upstream's args: what a grader builds with."""
+        return registry.parse_model_kwargs(self.args["model_kwargs_json"])
+
+    @property
+    def model_kwargs(self) -> dict[str, Any]:
+        """The keywords its model was built with: as our trainer recorded them
+        (`run_file.MODEL_KWARGS_KEY`); for a run of ours written before they were recorded, the
+        stored ones over the class defaults of that time (`registry.earlier_kwargs`); for
+        upstream's runs, the stored ones (its trainer builds with nothing else)."""
+        recorded = self.extras.get(run_file.MODEL_KWARGS_KEY)
+        if recorded is not None:  # the stored ones are among them (unless edited in memory)
+            return {**recorded, **self.stored_kwargs}
+        if self.extras:
+            return registry.earlier_kwargs(self.args["model"], self.stored_kwargs)
+        return self.stored_kwargs
 
     @functools.cached_property
     def module(self) -> ModuleType:
@@ -171,18 +196,24 @@ class TrainedRun:
             progress=progress,
         )
 
-    def build(self, sample: data.Split, stats: data.FeatureStats) -> tf.keras.Model:
+    def build(
+        self, sample: data.Split, stats: data.FeatureStats, *, as_stored: bool = False
+    ) -> tf.keras.Model:
         """The course procedure: fresh class, one `forward` on kernel 0, in-order copy.
+
+        Built with `model_kwargs`, or with `as_stored` the args' `model_kwargs_json` alone, as
+        a grader's copy of the course script builds it (`check`).
 
         Raises:
           ExportError: variable count differs; ShapeMismatch: a shape differs.
         """
         args = self.args
+        kwargs = self.stored_kwargs if as_stored else self.model_kwargs
         model = registry.build_model(
             args["model"],
             args["configs"],
             stats.num_ops,
-            args["model_kwargs_json"],
+            json.dumps(kwargs),
             self.module,
             source=f"the model_kwargs_json of {self.run_file}",
         )

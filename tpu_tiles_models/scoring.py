@@ -17,7 +17,7 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
-from tpu_tiles_models import data, interrupts, kaggle, metrics
+from tpu_tiles_models import data, export, interrupts, kaggle, metrics
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
 
@@ -387,3 +387,47 @@ def prediction_rows(
         )
         for s in scored
     ]
+
+
+@dataclass
+class FinalScores:
+    """A finished model's final figures, as its run file stores them: its validation errors
+    and whether to keep config 0 in the top 5 (`val`), and the test split's errors (`metrics`
+    mode) or upstream's top-`export.UPSTREAM_TOP` ranking per kernel (`predictions` mode)."""
+
+    val: KeepDefault
+    test_errors: dict[int, float] | None = None
+    test_ranks: dict[str, list[int]] | None = None
+
+
+def final_scores(
+    model,
+    dataset,
+    *,
+    test_mode: str,
+    scorer: KernelScorer | None = None,
+    val: KeepDefault | None = None,
+    progress: bool = True,
+) -> FinalScores:
+    """The final validation (every config of every validation kernel; not again when `val`,
+    the best epoch's, is given) and the test split's errors or ranking, which follows
+    validation's choice of keeping config 0 in the top 5. No test split: no test figures."""
+    if val is None:
+        val = KeepDefault.measure(
+            score_split(
+                model, dataset.valid, dataset.stats, scorer=scorer, progress=progress, desc="valid"
+            )
+        )
+    final = FinalScores(val)
+    if dataset.test is not None and len(dataset.test):
+        scored = score_split(
+            model, dataset.test, dataset.stats, scorer=scorer, progress=progress, desc="test"
+        )
+        if test_mode == "metrics":
+            final.test_errors = errors(scored)
+        else:
+            final.test_ranks = {
+                s.tile_id: upstream_top(s.scores, export.UPSTREAM_TOP, keep_default=val.chosen)
+                for s in scored
+            }
+    return final

@@ -24,6 +24,7 @@ import json
 import os
 import tempfile
 import time
+from types import ModuleType
 from typing import Any, Callable
 
 import numpy as np
@@ -39,6 +40,7 @@ from tpu_tiles_models import (
     metrics,
     ranking,
     registry,
+    run_file,
     scoring,
 )
 from tpu_tiles_models.errors import FlagError, UserError
@@ -274,28 +276,32 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
 
 
-def _check_before_data(args: TrainArgs) -> None:
+def _models_module(args: TrainArgs) -> ModuleType:
+    """The models.py the run's class comes from (`--models`, default ours); loaded once per run
+    and handed to every step that needs it."""
+    files.require_local(args.models, flag="--models")  # Python imports local files only
+    return registry.load_models_module(args.models or None)
+
+
+def _check_before_data(args: TrainArgs, module: ModuleType, paths: export.RunPaths) -> None:
     """Fails on a bad model name, kwargs, size or loss, and on an output that cannot be
     written, before any data is read."""
-    files.require_local(args.models, flag="--models")  # Python imports local files only
-    module = registry.load_models_module(args.models or None)
     registry.model_class(args.model, module)
     parse_losses(args.losses)
-    files.check_folder(files.expand(args.out_dir), flag="--out_dir")
+    files.check_folder(paths.out_dir, flag="--out_dir")
     if args.test_mode == "predictions":
         # need_bytes=0: the run's space, CSV included, is checked once its model is built.
-        files.check_output_path(files.expand(args.results_csv), flag="--results_csv", need_bytes=0)
+        files.check_output_path(paths.results_csv, flag="--results_csv", need_bytes=0)
     if args.tensorboard:
         files.check_folder(files.expand(args.tensorboard), flag="--tensorboard")
 
 
-def _check_model_size(args: TrainArgs) -> None:
+def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
     """Builds the model in a `tf.Graph` (which allocates nothing) on a made-up kernel with
     the files' full feature widths, so sizes too big to train fail before any data is read.
     Only for `--model_kwargs_json` sizes: every model's defaults are small."""
     if not registry.parse_model_kwargs(args.model_kwargs_json):
         return
-    module = registry.load_models_module(args.models or None)
     rng = np.random.default_rng(0)
     nodes, configs = 3, args.configs
     kernel = data.Split(
@@ -338,14 +344,16 @@ def train(args: TrainArgs) -> export.TrainResult:
       UserError: bad options or data, in one line; nothing is left behind.
     """
     args = args.resolved()
-    _check_before_data(args)
+    paths = export.RunPaths.of(args)  # the run's places and hash, worked out once
+    module = _models_module(args)
+    _check_before_data(args, module, paths)
     # First TensorFlow work: a multi-worker strategy must exist before any other op.
     strategy = _strategy(args.strategy)
-    _check_model_size(args)
+    _check_model_size(args, module)
     if not _is_chief(strategy):
-        return _train_as_worker(args, strategy)
-    with export.writing_into(args, _inputs(args)) as artifacts:
-        return _train(args, strategy, artifacts)
+        return _train_as_worker(args, strategy, module)
+    with export.writing_into(args, _inputs(args), paths) as artifacts:
+        return _train(args, strategy, artifacts, module)
 
 
 def _inputs(args: TrainArgs) -> list[files.Input]:
@@ -353,7 +361,9 @@ def _inputs(args: TrainArgs) -> list[files.Input]:
     return files.split_inputs(args.data_root) + registry.models_inputs(args.models)
 
 
-def _train_as_worker(args: TrainArgs, strategy: tf.distribute.Strategy) -> export.TrainResult:
+def _train_as_worker(
+    args: TrainArgs, strategy: tf.distribute.Strategy, module: ModuleType
+) -> export.TrainResult:
     """A non-chief worker: trains in step with the chief, saves into a scratch folder that it
     then deletes (every worker must save, TF's multi-worker guide says; only the chief's
     artifacts are kept)."""
@@ -361,11 +371,14 @@ def _train_as_worker(args: TrainArgs, strategy: tf.distribute.Strategy) -> expor
         csv = str(export.results_csv_path(scratch, "worker"))
         mine = args.replace(out_dir=scratch, results_csv=csv, tensorboard="")
         with export.writing_into(mine) as artifacts:
-            return _train(mine, strategy, artifacts)
+            return _train(mine, strategy, artifacts, module)
 
 
 def _train(
-    args: TrainArgs, strategy: tf.distribute.Strategy, artifacts: export.Artifacts
+    args: TrainArgs,
+    strategy: tf.distribute.Strategy,
+    artifacts: export.Artifacts,
+    module: ModuleType,
 ) -> export.TrainResult:
     progress = not args.no_progress
     tf.keras.utils.set_random_seed(args.seed)
@@ -379,7 +392,6 @@ def _train(
         progress=progress,
     )
     interrupts.check()
-    module = registry.load_models_module(args.models or None)
     with strategy.scope(), registry.parameter_limit(args.model, args.model_kwargs_json):
         model = registry.build_model(
             args.model, args.configs, dataset.num_ops, args.model_kwargs_json, module
@@ -453,15 +465,14 @@ def _train(
     elif candidates.kept:  # none: every epoch's score was NaN; keep the last weights
         _assign(model, candidates.kept[0][2])
     extras["best_epoch"] = best_epoch
+    extras[run_file.MODEL_KWARGS_KEY] = registry.resolved_kwargs(
+        args.model, registry.parse_model_kwargs(args.model_kwargs_json), module
+    )
+    final = scoring.final_scores(
+        model, dataset, test_mode=args.test_mode, scorer=scorer, val=best_val, progress=progress
+    )
     return export.finish(
-        args,
-        model,
-        dataset,
-        curve=curve,
-        extras=extras,
-        artifacts=artifacts,
-        scorer=scorer,
-        val=best_val,
+        args, model, dataset.stats, final=final, curve=curve, extras=extras, artifacts=artifacts
     )
 
 
@@ -545,9 +556,7 @@ def _tensorboard(args: TrainArgs, artifacts: export.Artifacts):
     folder itself)."""
     if not args.tensorboard:
         return None
-    log_dir = artifacts.log_into(
-        export.tensorboard_dir(files.expand(args.tensorboard), args.hash())
-    )
+    log_dir = artifacts.log_into(artifacts.places.tensorboard)
     return tf.summary.create_file_writer(log_dir)
 
 

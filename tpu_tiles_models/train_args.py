@@ -22,7 +22,7 @@ from typing import Any, Mapping, Sequence
 
 from absl import flags as absl_flags
 
-from tpu_tiles_models import formats
+from tpu_tiles_models import defaults, formats
 from tpu_tiles_models.errors import FlagError
 
 DEFAULT_LOSSES = "ListMLELoss:1,MSE:0.02"
@@ -56,8 +56,18 @@ UPSTREAM_FIELDS = {
 
 
 def _flag(default: Any, help: str, choices: Sequence[str] = ()) -> Any:
-    """A dataclass field that is also a flag: its help text and, for enums, its choices."""
-    return dataclasses.field(default=default, metadata={"help": help, "choices": tuple(choices)})
+    """A dataclass field that is also a flag: its help text and, for enums, its choices. A
+    function as `default` is called for each default value (the data root looks at the disk).
+    """
+    metadata = {"help": help, "choices": tuple(choices)}
+    if callable(default):
+        return dataclasses.field(default_factory=default, metadata=metadata)
+    return dataclasses.field(default=default, metadata=metadata)
+
+
+def _default(f: dataclasses.Field) -> Any:
+    """A field's default value (calling its factory)."""
+    return f.default_factory() if f.default is dataclasses.MISSING else f.default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,11 +97,15 @@ class TrainArgs:
     test_mode: str = _flag(
         "predictions", "rank the test split or score it", ("predictions", "metrics")
     )
-    out_dir: str = _flag("~/out/tpugraphs_tiles", "where the artifacts go")
+    out_dir: str = _flag(defaults.OUT_DIR, "where the artifacts go")
     results_csv: str = _flag("", "test predictions CSV (default <out_dir>/results_<ms>.csv)")
     run_id: str = _flag("", "a tag for the run; part of the hash")
-    data_root: str = _flag("~/data/tpugraphs/npz/tile/xla", "folder holding train/ valid/ test/")
-    cache_dir: str = _flag("~/data/tpugraphs/cache/tile", "cache of loaded arrays ('': none)")
+    data_root: str = _flag(
+        defaults.data_root,
+        "folder holding train/ valid/ test/ (the competition's copy under /kaggle/input when "
+        "only that exists)",
+    )
+    cache_dir: str = _flag(defaults.CACHE_DIR, "cache of loaded arrays ('': none)")
     toy_data: bool = _flag(False, "first 100 files of each split")
     # Ours.
     skip_bad: bool = _flag(False, "leave out unreadable npz files, with a warning")
@@ -354,7 +368,7 @@ def help_text(prog: str = "tpu-tiles train") -> str:
     lines = [f"usage: {prog} [--flag=value ...]  (absl syntax; booleans: --flag / --noflag)", ""]
     for f in dataclasses.fields(TrainArgs):
         choices = f" {{{','.join(f.metadata['choices'])}}}" if f.metadata["choices"] else ""
-        lines.append(f"  --{f.name}{choices}  (default: {f.default!r})")
+        lines.append(f"  --{f.name}{choices}  (default: {_default(f)!r})")
         lines.append(f"      {f.metadata['help']}")
     lines += [
         "  --seeds=0,1,2  (tpu-tiles train only; default: none, one run of --seed)",

@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 
-from tpu_tiles_models import files, locks
+from tpu_tiles_models import defaults, files, locks
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.inspection.render import draw, format_table
 from tpu_tiles_models.inspection.report import (
@@ -62,9 +62,9 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "root",
         nargs="?",
-        default=DEFAULT_ROOT,
+        default=defaults.data_root(),
         help="data root holding {train,valid,test}/*.npz, local or gs:// (default "
-        f"{DEFAULT_ROOT})",
+        f"{DEFAULT_ROOT}, or the competition's copy under /kaggle/input when only that exists)",
     )
     parser.add_argument(
         "--splits",

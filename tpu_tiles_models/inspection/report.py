@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import files, interrupts
+from tpu_tiles_models import defaults, files, interrupts
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, SPLITS
 from tpu_tiles_models.inspection.stats import (
@@ -29,7 +29,7 @@ from tpu_tiles_models.inspection.stats import (
 from tpu_tiles_models.kernel_files import DataError, benchmark_of, iter_kernels, tile_id_of
 
 FORMAT = "tpu_tiles_models.inspect/1"
-DEFAULT_ROOT = "~/data/tpugraphs/npz/tile/xla"
+DEFAULT_ROOT = defaults.HOME_DATA_ROOT  # named in messages; the flag's default: defaults
 # Inclusive lower bounds of the configs-per-kernel bins: the published histogram of the real
 # valid split (1-1000, ..., 9001-10000), then everything above.
 CONFIG_BINS = (1, 1001, 2001, 3001, 4001, 5001, 6001, 7001, 8001, 9001, 10001)

@@ -1,0 +1,131 @@
+"""A run file of the wrong shape is one line naming it, exit 2, in every command that reads one.
+
+`export.read_run` checks the shape once (`export.run_info_problem`) for every reader: predict,
+evaluate, ensemble, bundle (which then packs nothing), check and the drop-in
+`tiles_gen_predictions_csv.py`. Each damaged file is valid gzip, so only the check catches it.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tpu_tiles_models import cli, export, registry
+
+FIX = "it is truncated or corrupt, copy it again from the training --out_dir"
+
+
+def _with(info: dict, change) -> dict:
+    """A deep copy of `info` with `change` applied to it."""
+    copy = json.loads(json.dumps(info))
+    change(copy)
+    return copy
+
+
+# name -> (the run file's content from a good one's, or None for a folder; the reason named)
+DAMAGES = {
+    "list": (lambda info: [1, 2], "its content is a list, not an object"),
+    "number": (lambda info: 3, "its content is a number, not an object"),
+    "null": (lambda info: None, "its content is null, not an object"),
+    "string": (lambda info: "run", "its content is a string, not an object"),
+    "deep": (lambda info: "deep", "nested deeper than a run file is"),
+    "no_args": (lambda info: {"train_curve": {}}, "it has no 'args'"),
+    "args_lack_a_field": (
+        lambda info: _with(info, lambda i: i["args"].pop("configs")),
+        "'args' lacks configs",
+    ),
+    "args_a_list": (lambda info: dict(info, args=[]), "'args' is a list, not an object"),
+    "kwargs_a_list": (
+        lambda info: _with(info, lambda i: i["args"].update(model_kwargs_json="[1]")),
+        "args.model_kwargs_json is a list, not an object",
+    ),
+    "tpu_tiles_a_list": (
+        lambda info: dict(info, tpu_tiles=[]),
+        "'tpu_tiles' is a list, not an object",
+    ),
+    "keep_default_a_string": (
+        lambda info: _with(info, lambda i: i["tpu_tiles"].update(keep_default="yes")),
+        "tpu_tiles.keep_default is a string, not an object",
+    ),
+    "final_error_null": (
+        lambda info: dict(info, final_error=None),
+        "'final_error' is null, not an object",
+    ),
+    "folder": (None, None),
+}
+
+
+def _damage(run_file: Path, how: str) -> str:
+    """Replaces `run_file` as `how` says; returns the message every command must give."""
+    make, reason = DAMAGES[how]
+    if make is None:
+        run_file.unlink()
+        run_file.mkdir()
+        model = run_file.name.replace("run_", "model_").replace(".jsonz", "")
+        return (
+            f"{run_file} is a folder, not a run file: copy the run file of {model} again from "
+            "the training --out_dir"
+        )
+    content = make(json.loads(gzip.decompress(run_file.read_bytes())))
+    text = "[" * 100_000 + "]" * 100_000 if content == "deep" else json.dumps(content)
+    run_file.write_bytes(gzip.compress(text.encode()))
+    return f"{run_file}: not a readable run file ({reason}); {FIX}"
+
+
+COMMANDS = ["predict", "evaluate", "ensemble", "bundle", "check", "script"]
+
+
+@pytest.mark.parametrize("how", list(DAMAGES))
+@pytest.mark.parametrize("command", COMMANDS)
+def test_every_command_names_a_damaged_run_file(
+    command, how, mlp_seeds, short_test_root, tmp_path, capsys
+):
+    run = mlp_seeds[0]
+    folder = tmp_path / "handin"
+    model_dir = folder / run.model_dir.name
+    shutil.copytree(run.model_dir, model_dir)
+    shutil.copy(run.run_file, folder)
+    if command == "check":
+        shutil.copy(registry.dropin_file("models.py"), folder / "models.py")
+    message = _damage(folder / run.run_file.name, how)
+    root, out = str(short_test_root), str(tmp_path / "out")
+    argv = {
+        "predict": ["predict", "--dir", str(model_dir), "--data_root", root, "--out", out],
+        "evaluate": ["evaluate", "--dirs", str(model_dir), "--data_root", root, "--json", out],
+        "ensemble": [
+            "ensemble",
+            f"--dirs={mlp_seeds[1].model_dir},{model_dir}",
+            f"--out_dir={out}",
+            f"--data_root={root}",
+        ],
+        "bundle": ["bundle", "--dir", str(model_dir), "--out", out],
+        "check": ["check", str(folder), "--data_root", root],
+        "script": ["--dir", str(model_dir), "--data_root", root, "--cache_dir", "", "--out", out],
+    }[command]
+    if command == "script":
+        import tiles_gen_predictions_csv as script
+
+        code, prog = script.main(argv), "tiles_gen_predictions_csv.py"
+    else:
+        code, prog = cli.main(argv), f"tpu-tiles {command}"
+    captured = capsys.readouterr()
+    err = captured.err.strip()
+    assert code == 2 and len(err.splitlines()) == 1, err
+    if command == "check":  # the table says which check failed, the error line why
+        row = next(line for line in captured.out.splitlines() if "hash matches" in line)
+        assert row.split()[:3] == ["FAIL", "hash", "matches"] and row.endswith(message)
+        assert err.startswith(f"{prog}: error: {folder} failed its check: hash matches: ")
+        assert err.endswith(message)
+    else:
+        assert err == f"{prog}: error: {message}"
+    assert not (tmp_path / "out").exists()  # nothing written, bundle packed nothing
+
+
+def test_a_good_run_file_has_no_problem(mlp_seeds):
+    for run in mlp_seeds:
+        info = json.loads(gzip.decompress(Path(run.run_file).read_bytes()))
+        assert export.run_info_problem(info) is None
