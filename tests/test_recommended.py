@@ -82,7 +82,11 @@ def old_run(synth_root, tmp_path_factory):
     that leave the changed defaults out, no `model_kwargs` record; its checkpoint holds a
     model built with the earlier defaults (written by hand: no training needed)."""
     ds = data.load_dataset(synth_root, splits=("train", "valid"), progress=False)
-    earlier = {**registry.EARLIER_DEFAULTS["ResidualSAGE"], **_OLD_KWARGS}
+    earlier = {
+        **registry.EARLIER_DEFAULTS["ResidualSAGE"],
+        **registry.ADDED_KEYWORDS,  # no ranking rule's variable then
+        **_OLD_KWARGS,
+    }
     model = registry.build_model("ResidualSAGE", 4, ds.num_ops, json.dumps(earlier))
     model.forward(data.kernel_graph(ds.train, 0, ds.stats), ds.train.num_configs(0))
     for i, v in enumerate(model.trainable_variables):  # values a fresh build cannot have
@@ -123,9 +127,14 @@ def test_an_old_run_file_rebuilds_the_earlier_architecture(old_run, synth_root):
     model_dir, saved = old_run
     run = TrainedRun.open(model_dir)
     assert run_file.MODEL_KWARGS_KEY not in run.extras and run.stored_kwargs == _OLD_KWARGS
-    assert run.model_kwargs == {**_OLD_KWARGS, **registry.EARLIER_DEFAULTS["ResidualSAGE"]}
+    assert run.model_kwargs == {
+        **_OLD_KWARGS,
+        **registry.EARLIER_DEFAULTS["ResidualSAGE"],
+        **registry.ADDED_KEYWORDS,
+    }
     model, _ = run.load(synth_root, split="valid", progress=False)
     assert model._attention is not None and not model.default_first
+    assert model.keeps_default is None  # built without the ranking rule, as it was trained
     rebuilt = [v.numpy() for v in model.trainable_variables]
     assert [r.shape for r in rebuilt] == [s.shape for s in saved]
     for r, s in zip(rebuilt, saved):
