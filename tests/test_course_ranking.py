@@ -168,9 +168,11 @@ def test_a_run_recorded_before_the_gate_still_reloads(synth_root, tmp_path):
     ds = data.load_dataset(synth_root, splits=("train",), progress=False)
     stored = json.loads(TINY_MLP)
     recorded = registry.resolved_kwargs("MLP", stored)
-    del recorded["keep_default_gate"]
-    model = registry.build_model("MLP", 4, ds.num_ops, json.dumps(recorded))
-    model.forward(data.kernel_graph(ds.train, 0, ds.stats), ds.train.num_configs(0))
+    del recorded["keep_default_gate"]  # as recorded before the keyword existed
+    then = {**recorded, **registry.ADDED_KEYWORDS}  # the model of that time: no gate
+    model = registry.build_model("MLP", 4, ds.num_ops, json.dumps(then))
+    batches = data.training_batches(ds.train, ds.stats, num_configs=4, batch_size=4, seed=0)
+    model(next(iter(batches))[0])  # called like a training batch: Keras then saves it
     assert model.keeps_default is None
     for i, v in enumerate(model.trainable_variables):
         v.assign(tf.fill(v.shape, 0.01 * (i + 1)))
@@ -197,11 +199,7 @@ def test_a_run_recorded_before_the_gate_still_reloads(synth_root, tmp_path):
     }
     export.write_run(tmp_path, info)
     model_dir = tmp_path / formats.model_dir_name(args.hash())
-    (model_dir / "variables").mkdir(parents=True)
-    (model_dir / formats.SAVED_MODEL_FILE).write_bytes(b"")  # never read: the checkpoint fits
-    tf.train.Checkpoint(variables=list(model.trainable_variables)).write(
-        str(model_dir / "variables" / "variables")
-    )
+    export.save_model(model, model_dir)
     run = TrainedRun.open(model_dir)
     assert run.model_kwargs == {**recorded, "keep_default_gate": False}
     rebuilt, _ = run.load(synth_root, split="valid", progress=False)
