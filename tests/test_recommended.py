@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from tensorflow.core.protobuf import saved_model_pb2
 
 from tpu_tiles_models import bundle, cli, data, demo, export, formats, registry, run_file
 from tpu_tiles_models.runs import TrainedRun
@@ -114,7 +115,11 @@ def old_run(synth_root, tmp_path_factory):
     run_file = export.write_run(out, info)
     model_dir = out / formats.model_dir_name(args.hash())
     (model_dir / "variables").mkdir(parents=True)
-    (model_dir / formats.SAVED_MODEL_FILE).write_bytes(b"")  # never read: the checkpoint fits
+    # A SavedModel of one tagged, empty graph: opening checks it, loading never reads it (the
+    # checkpoint fits the rebuilt model).
+    saved = saved_model_pb2.SavedModel()
+    saved.meta_graphs.add().meta_info_def.tags.append("serve")
+    (model_dir / formats.SAVED_MODEL_FILE).write_bytes(saved.SerializeToString())
     # Keras 2's layout of a SavedModel's variables: `variables/<i>` in `model.variables` order.
     tf.train.Checkpoint(variables=list(model.trainable_variables)).write(
         str(model_dir / "variables" / "variables")

@@ -70,10 +70,10 @@ def load_tensorflow() -> None:
 
 
 def _load() -> None:
-    import tensorflow as tf
-    import tensorflow_gnn  # noqa: F401  (its import builds more native state)
-
-    tf.constant(0)  # the first op loads the kernels' library, which prints its own notices
+    # TF-GNN's import reaches tf.keras, which loads the last native library. No op is run:
+    # the first one would set up the runtime, which a multi-worker strategy must still be
+    # able to configure (`--strategy=multi_worker`).
+    import tensorflow_gnn  # noqa: F401
 
 
 @contextlib.contextmanager
