@@ -1374,10 +1374,11 @@ class Ensemble(_RankingRule, tf.keras.Model):
 
     Averaging independently trained rankers is a cheap, reliable gain (as in the Kaggle
     "Fast or Slow?" tile solutions). The members are built exactly as upstream builds a model,
-    `cls(num_configs, num_ops, **kwargs)`, and own every variable: `trainable_variables` are
-    the members' in member order, so upstream's rebuild-then-copy-in-order reload restores an
-    ensemble as it restores any model. `forward` calls each member's own chunked `forward`,
-    so memory stays bounded on 6000-config kernels.
+    `cls(num_configs, num_ops, **kwargs)`, and own every variable but the ensemble's gate:
+    `trainable_variables` are the members' in member order, then the gate, so upstream's
+    rebuild-then-copy-in-order reload restores an ensemble as it restores any model. `forward`
+    combines the members' own chunked `config_scores` (never their rules), then applies its
+    own rule, so memory stays bounded on 6000-config kernels.
 
     Args:
       num_configs: configs per kernel in the training batches (passed to every member).
