@@ -15,6 +15,12 @@ Every model follows upstream's calling convention:
     with all its configs. `num_configs` may be an int or a scalar tensor. Configs are scored
     in chunks, so a 6000-config kernel never builds a `[num_nodes, 6000, dim]` tensor.
   * Lower score = predicted faster (ListMLE on runtimes ranks slow configs high).
+  * The ranking rule (`keep_default_gate`, on by default): one last trainable scalar, 0 or 1,
+    that training leaves as it is and our trainer sets after validation. When it is 1,
+    `forward` returns each config's place in a ranking that keeps config 0 (the compiler's
+    default) among the first `KEEP_DEFAULT_TOP`, so a plain argsort of `forward`, as the course
+    script takes it, ranks as the run did. `config_scores` is `forward` without the rule;
+    `call` (training) never applies it.
   * `default_first`: whether the model reads the config at position 0 as the compiler's
     default (`ResidualSAGE(default_context=True)`). Position is the only carrier upstream's
     GraphTensor has. `forward` gets every config in file order, config 0 (inferred to be the
@@ -80,6 +86,10 @@ OPCODE_VOCAB = 128
 
 # Configs per chunk in `forward`: bounds the [num_nodes, chunk, dim] tensors on big kernels.
 DEFAULT_CHUNK = 512
+
+# The ranking rule keeps config 0 among this many first places: the 5 the Kaggle metric reads
+# (`tpu_tiles_models.metrics.KEEP_TOP`, whose numpy rule this one matches exactly).
+KEEP_DEFAULT_TOP = 5
 
 # Upstream's baselines put this L2 weight on every dense kernel and on the opcode embedding's
 # output (an activity regulariser); Keras adds both to the training loss.
@@ -667,11 +677,79 @@ class ResidualGCNLayer(tf.keras.layers.Layer):
 
 
 # ---------------------------------------------------------------------------------------------
+# The ranking rule a trained model carries in its weights
+# ---------------------------------------------------------------------------------------------
+
+
+@_plain
+def keep_default_places(scores: tf.Tensor, top: int = KEEP_DEFAULT_TOP) -> tf.Tensor:
+    """Each config's place (0 = first) in the ranking of `scores` `[batch, n]` (lowest first,
+    ties in index order) with config 0 moved to place `top - 1` when it ranks lower: the
+    `top - 1` first stay, the configs between move down one. `[batch, n]` float32."""
+    order = tf.argsort(scores, axis=-1, stable=True)
+    place = tf.argsort(order, axis=-1, stable=True)  # [batch, n]
+    first = place[:, :1]  # config 0's place, [batch, 1]
+    between = (place >= top - 1) & (place < first)
+    moved = tf.where(between, place + 1, place)
+    is_first = tf.equal(tf.range(tf.shape(place)[-1]), 0)[tf.newaxis, :]
+    moved = tf.where(is_first, tf.fill(tf.shape(place), top - 1), moved)
+    return tf.cast(tf.where(first >= top, moved, place), tf.float32)
+
+
+class _RankingRule:
+    """Mixin for a `tf.keras.Model`: the keep-default gate and `forward` = rule(`config_scores`).
+
+    The gate is the model's own weight, so Keras lists it after every layer's variables: the
+    other variables keep their order, and the course's in-order copy of `trainable_variables`
+    carries it. It is trainable only so that the copy carries it; `call` adds it times zero,
+    so its gradient is exactly 0 and Adam leaves it as it is (a missing gradient would work too,
+    but Keras warns about it in every upstream training log). The decision is made after
+    training, when a run's hash (its kwargs included) is fixed: hence a weight, not a keyword.
+    """
+
+    def _add_gate(self, keep_default_gate: bool) -> None:
+        if not isinstance(keep_default_gate, bool):
+            raise ValueError(
+                f"{type(self).__name__}: keep_default_gate must be true or false, "
+                f"got {keep_default_gate!r}"
+            )
+        self._gate = None
+        if keep_default_gate:
+            self._gate = self.add_weight(
+                name="keep_default_gate", shape=(), initializer="zeros", trainable=True
+            )
+
+    @property
+    def keeps_default(self) -> bool | None:
+        """Whether `forward` keeps config 0 among the first places; None without a gate."""
+        return None if self._gate is None else bool(self._gate.numpy() > 0.5)
+
+    def set_keeps_default(self, keep: bool) -> None:
+        """Sets the rule (after validation chose); `ValueError` for a model without a gate."""
+        if self._gate is None:
+            raise ValueError(f"{type(self).__name__} was built with keep_default_gate=false")
+        self._gate.assign(1.0 if keep else 0.0)
+
+    def _with_gate(self, scores: tf.Tensor) -> tf.Tensor:
+        """`call`'s scores, tied to the gate with a zero weight (see the class)."""
+        return scores if self._gate is None else scores + 0.0 * self._gate
+
+    @_plain
+    def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+        """`config_scores` ranked by the rule: `[batch, num_configs]`, lowest first. With the
+        gate on, each config's place (`keep_default_places`); otherwise the scores."""
+        scores = self.config_scores(graph, num_configs)
+        if self._gate is None:
+            return scores
+        return tf.where(self._gate > 0.5, keep_default_places(scores), scores)
+
+
+# ---------------------------------------------------------------------------------------------
 # The calling convention shared by every model
 # ---------------------------------------------------------------------------------------------
 
 
-class _TileRanker(tf.keras.Model):
+class _TileRanker(_RankingRule, tf.keras.Model):
     """Upstream's model protocol: `call` on training batches, chunked `forward` on kernels.
 
     Subclasses implement three hooks:
@@ -685,9 +763,17 @@ class _TileRanker(tf.keras.Model):
       num_configs: configs per kernel in the training batches that `call` receives.
       num_ops: 1 + the largest opcode id in the data; must be at most `OPCODE_VOCAB`.
       chunk_size: configs scored at once by `forward`.
+      keep_default_gate: whether the model carries the ranking rule (see `_RankingRule`).
     """
 
-    def __init__(self, num_configs: int, num_ops: int, *, chunk_size: int = DEFAULT_CHUNK):
+    def __init__(
+        self,
+        num_configs: int,
+        num_ops: int,
+        *,
+        chunk_size: int = DEFAULT_CHUNK,
+        keep_default_gate: bool = True,
+    ):
         super().__init__()
         if num_ops > OPCODE_VOCAB:
             raise ValueError(f"num_ops={num_ops} exceeds the opcode vocabulary {OPCODE_VOCAB}")
@@ -695,6 +781,7 @@ class _TileRanker(tf.keras.Model):
         self._num_configs = int(num_configs)
         self._num_ops = int(num_ops)
         self._chunk_size = _check_count(owner, "chunk_size", chunk_size, 1)
+        self._add_gate(keep_default_gate)
 
     @property
     def independent_configs(self) -> bool:
@@ -709,7 +796,8 @@ class _TileRanker(tf.keras.Model):
         return False
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
-        return self._score(graph, _config_features(graph, self._num_configs), training)
+        scores = self._score(graph, _config_features(graph, self._num_configs), training)
+        return self._with_gate(scores)
 
     @_plain
     def _score(self, graph: tfgnn.GraphTensor, configs: tf.Tensor, training: bool) -> tf.Tensor:
@@ -718,7 +806,7 @@ class _TileRanker(tf.keras.Model):
         return self._finish(self._embed(graph, kernel, configs, training), training)
 
     @_plain
-    def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+    def config_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
         """Scores all `num_configs` configs of each component: `[batch, num_configs]`.
 
         `num_configs` may be a Python int (upstream) or a scalar tensor, so one traced
@@ -787,7 +875,7 @@ class ResidualSAGE(_TileRanker):
        chunks and `call` score alike. Then a score.
 
     Args:
-      num_configs, num_ops, chunk_size: see `_TileRanker`.
+      num_configs, num_ops, chunk_size, keep_default_gate: see `_TileRanker`.
       hidden_dim: width of every hidden layer.
       num_layers: GraphSAGE blocks.
       op_embed_dim: opcode embedding width.
@@ -813,8 +901,11 @@ class ResidualSAGE(_TileRanker):
         pooling: Sequence[str] = ("sum", "mean", "max"),
         default_context: bool = True,
         chunk_size: int = DEFAULT_CHUNK,
+        keep_default_gate: bool = True,
     ):
-        super().__init__(num_configs, num_ops, chunk_size=chunk_size)
+        super().__init__(
+            num_configs, num_ops, chunk_size=chunk_size, keep_default_gate=keep_default_gate
+        )
         if not isinstance(default_context, bool):
             raise ValueError(
                 f"ResidualSAGE: default_context must be true or false, got {default_context!r}"
@@ -912,7 +1003,7 @@ class _Baseline(_TileRanker):
     head. Subclasses set `self._head` and define `_gnn(graph, x)` and `self._reduction`.
 
     Args:
-      num_configs, num_ops, chunk_size: see `_TileRanker`.
+      num_configs, num_ops, chunk_size, keep_default_gate: see `_TileRanker`.
       op_embed_dim: opcode embedding width; its output carries an L2 activity regulariser.
       hidden_activation: name of a `tf.nn` (or Keras) activation, used between dense layers.
     """
@@ -927,8 +1018,11 @@ class _Baseline(_TileRanker):
         op_embed_dim: int,
         hidden_activation: str,
         chunk_size: int = DEFAULT_CHUNK,
+        keep_default_gate: bool = True,
     ):
-        super().__init__(num_configs, num_ops, chunk_size=chunk_size)
+        super().__init__(
+            num_configs, num_ops, chunk_size=chunk_size, keep_default_gate=keep_default_gate
+        )
         owner = type(self).__name__
         self._act = _activation(owner, "hidden_activation", hidden_activation)
         self._op_embedding = tf.keras.layers.Embedding(
@@ -990,6 +1084,7 @@ class _SAGEBaseline(_Baseline):
       hidden_dim: width of the GraphSAGE layers and of the head.
       op_embed_dim: opcode embedding width.
       chunk_size: ours: configs scored at once by `forward`.
+      keep_default_gate: ours: whether it carries the ranking rule (see `_RankingRule`).
     """
 
     def __init__(
@@ -1003,6 +1098,7 @@ class _SAGEBaseline(_Baseline):
         hidden_dim: int = 64,
         op_embed_dim: int = 64,
         chunk_size: int = DEFAULT_CHUNK,
+        keep_default_gate: bool = True,
     ):
         super().__init__(
             num_configs,
@@ -1010,6 +1106,7 @@ class _SAGEBaseline(_Baseline):
             op_embed_dim=op_embed_dim,
             hidden_activation=hidden_activation,
             chunk_size=chunk_size,
+            keep_default_gate=keep_default_gate,
         )
         owner = type(self).__name__
         hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
@@ -1059,6 +1156,7 @@ class _ResGCNBaseline(_Baseline):
       directed: separate weights for producers, consumers and the node itself.
       reduction: TF-GNN pooling over the nodes of a kernel (`sum`, `mean`, `max`, ...).
       chunk_size: ours: configs scored at once by `forward`.
+      keep_default_gate: ours: whether it carries the ranking rule (see `_RankingRule`).
     """
 
     def __init__(
@@ -1074,6 +1172,7 @@ class _ResGCNBaseline(_Baseline):
         directed: bool = False,
         reduction: str = "sum",
         chunk_size: int = DEFAULT_CHUNK,
+        keep_default_gate: bool = True,
     ):
         super().__init__(
             num_configs,
@@ -1081,6 +1180,7 @@ class _ResGCNBaseline(_Baseline):
             op_embed_dim=op_embed_dim,
             hidden_activation=hidden_activation,
             chunk_size=chunk_size,
+            keep_default_gate=keep_default_gate,
         )
         owner = type(self).__name__
         hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
@@ -1169,6 +1269,7 @@ class MLP(_Baseline):
       hidden_dim: their width.
       reduction: TF-GNN pooling over the nodes of a kernel (`sum`, `mean`, `max`, ...).
       chunk_size: ours: configs scored at once by `forward`.
+      keep_default_gate: ours: whether it carries the ranking rule (see `_RankingRule`).
     """
 
     EARLY_JOIN = False
@@ -1184,6 +1285,7 @@ class MLP(_Baseline):
         hidden_dim: int = 64,
         reduction: str = "sum",
         chunk_size: int = DEFAULT_CHUNK,
+        keep_default_gate: bool = True,
     ):
         super().__init__(
             num_configs,
@@ -1191,6 +1293,7 @@ class MLP(_Baseline):
             op_embed_dim=op_embed_dim,
             hidden_activation=hidden_activation,
             chunk_size=chunk_size,
+            keep_default_gate=keep_default_gate,
         )
         owner = type(self).__name__
         self._reduction = _check_reduction(owner, "reduction", reduction)
@@ -1266,15 +1369,16 @@ def _member_class_and_kwargs(index: int, spec: Any) -> tuple[type[_TileRanker], 
     return MEMBER_MODELS[name], kwargs
 
 
-class Ensemble(tf.keras.Model):
+class Ensemble(_RankingRule, tf.keras.Model):
     """Several models as one: each member's scores normalised per kernel, then averaged.
 
     Averaging independently trained rankers is a cheap, reliable gain (as in the Kaggle
     "Fast or Slow?" tile solutions). The members are built exactly as upstream builds a model,
-    `cls(num_configs, num_ops, **kwargs)`, and own every variable: `trainable_variables` are
-    the members' in member order, so upstream's rebuild-then-copy-in-order reload restores an
-    ensemble as it restores any model. `forward` calls each member's own chunked `forward`,
-    so memory stays bounded on 6000-config kernels.
+    `cls(num_configs, num_ops, **kwargs)`, and own every variable but the ensemble's gate:
+    `trainable_variables` are the members' in member order, then the gate, so upstream's
+    rebuild-then-copy-in-order reload restores an ensemble as it restores any model. `forward`
+    combines the members' own chunked `config_scores` (never their rules), then applies its
+    own rule, so memory stays bounded on 6000-config kernels.
 
     Args:
       num_configs: configs per kernel in the training batches (passed to every member).
@@ -1283,6 +1387,8 @@ class Ensemble(tf.keras.Model):
         `kwargs` may be left out.
       combine: per-kernel normalisation before averaging, one of `COMBINE_METHODS` (see
         `normalise_scores`); `rank` has no gradient, so train members with another.
+      keep_default_gate: whether the ensemble carries its own ranking rule (`_RankingRule`),
+        applied to the combined scores; the members' own rules are not applied.
     """
 
     def __init__(
@@ -1292,6 +1398,7 @@ class Ensemble(tf.keras.Model):
         *,
         members: Sequence[dict],
         combine: str = "zscore",
+        keep_default_gate: bool = True,
     ):
         super().__init__()
         if combine not in COMBINE_METHODS:
@@ -1312,6 +1419,7 @@ class Ensemble(tf.keras.Model):
             except TypeError as e:  # an unknown keyword: name the member it came from
                 raise ValueError(f"Ensemble: members[{i}] ({spec['model']}): {e}") from None
         self._ensemble_members = built
+        self._add_gate(keep_default_gate)  # after the members: their variables come first
 
     @property
     def independent_configs(self) -> bool:
@@ -1328,12 +1436,15 @@ class Ensemble(tf.keras.Model):
         return any(m.default_first for m in self._ensemble_members)
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
-        return self._average([m(graph, training=training) for m in self._ensemble_members])
+        scores = self._average([m(graph, training=training) for m in self._ensemble_members])
+        return self._with_gate(scores)
 
     @_plain
-    def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
-        """Scores all `num_configs` configs of each component: `[batch, num_configs]`."""
-        return self._average([m.forward(graph, num_configs) for m in self._ensemble_members])
+    def config_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+        """Scores all `num_configs` configs of each component: `[batch, num_configs]`, from
+        the members' own scores (`config_scores`, without their rules)."""
+        members = self._ensemble_members
+        return self._average([m.config_scores(graph, num_configs) for m in members])
 
     def _average(self, member_scores: list[tf.Tensor]) -> tf.Tensor:
         """Members' `[batch, n]` scores -> the mean of their normalised scores `[batch, n]`."""

@@ -10,8 +10,8 @@ anywhere else, from the models.py of the installed `tpu_tiles_models` package. E
 package does the work (`tpu_tiles_models.predict.predict_to_csv`), so it must be installed.
 Unlike the course script it reloads models trained with `--toy_data`, ranks faster, pads
 kernels with fewer than `--top_k` configs with distinct indices instead of repeated zeros, and
-keeps config 0 (the compiler's default) in each top 5 when the run's own validation chose it
-(`--keep_default`, as `tpu-tiles predict`; runs from upstream's trainer never chose it).
+ranks by the model's own rule as the course script does (config 0, the compiler's default, kept
+in each top 5 when the model says so; `--keep_default` overrides it, as for `tpu-tiles predict`).
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--keep_default",
         default="auto",
         choices=("auto", "yes", "no"),
-        help="keep config 0 in each top 5: auto (when the run's validation chose it), yes, no",
+        help="keep config 0 in each top 5: auto (as the model's own rule says), yes, no",
     )
     parser.add_argument("--no_progress", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)

@@ -543,12 +543,15 @@ def markdown(cells: list[dict], a: argparse.Namespace) -> str:
         f"compiler's default) first, the rest random; `<model>{KEPT}`: the model's ranking with "
         f"config 0 kept in its top 5; `<family>{SHUFFLED}`: the family with each kernel's "
         "configs shuffled (config 0 not special). s/run: wall seconds of a run's epochs; CPU "
-        "s/run: its process's CPU seconds over them (the fairer figure on a shared machine).",
+        "s/run: its process's CPU seconds over them (the fairer figure on a shared machine). "
+        "top-1 / default: the mean top-1 error over the family's `default` row's (below 1, the "
+        "single pick beats the compiler's).",
         "",
-        "| family | model | recipe | top-1 err | top-5 err | top-10 err | score | s/run "
-        "| CPU s/run |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| family | model | recipe | top-1 err | top-1 / default | top-5 err | top-10 err "
+        "| score | s/run | CPU s/run |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
+    default_top1 = {c["family"]: c["top1"][0] for c in cells if c["model"] == "default"}
     for c in cells:
         columns = ("top1", "top5", "top10", "score")
         baseline = c["model"] in BASELINE_ROWS  # a mean over draws, not over trained seeds
@@ -556,6 +559,8 @@ def markdown(cells: list[dict], a: argparse.Namespace) -> str:
             pm = [f"{c[k][0]:.3f}" for k in columns]
         else:
             pm = [f"{c[k][0]:.3f} +- {c[k][1]:.3f}" for k in columns]
+        base = default_top1.get(c["family"])
+        pm.insert(1, f"{c['top1'][0] / base:.2f}" if base else "-")
         seconds = "- | -" if baseline else f"{c['seconds']:.0f} | {c['cpu_seconds']:.0f}"
         lines.append(
             f"| {c['family']} | {c['model']} | {c['recipe']} | "

@@ -171,3 +171,37 @@ def test_baselines_and_config_0_kept(trained, eval_root, result):
     for label, row in evaluate.rankings(result):
         line = next(line for line in ranked if line.startswith(label + " "))
         assert f"{row['top5']:.4f}" in line
+
+
+def test_top1_over_the_default_rows(trained, eval_root, result, tmp_path):
+    """Every row's top-1 error over the `default` row's of the same kernels, in the JSON and
+    in the table of every ranking; the demo's table shows the same figure."""
+    default = result["baselines"]["default"]
+    assert default[evaluate.OVERALL][evaluate.RATIO] == pytest.approx(1.0)
+    rows = [*result["baselines"].values()]
+    rows += [m[k] for m in result["models"] for k in ("rows", "kept_rows")]
+    for by_benchmark in rows:
+        for name, row in by_benchmark.items():
+            base = default[name]["top1"]
+            if base > 0:
+                assert row[evaluate.RATIO] == pytest.approx(row["top1"] / base, rel=1e-12)
+            else:
+                assert row[evaluate.RATIO] is None
+    path = evaluate.write_json(result, tmp_path / "eval.json")
+    stored = json.loads(path.read_text())
+    assert stored["models"][0]["rows"][evaluate.OVERALL][evaluate.RATIO] == pytest.approx(
+        result["models"][0]["rows"][evaluate.OVERALL][evaluate.RATIO]
+    )
+    table = evaluate.format_table(result).splitlines()
+    at = next(i for i, line in enumerate(table) if "every ranking" in line)
+    assert table[at + 1].split()[-1] == "top1/def"
+    for label, row in evaluate.rankings(result):
+        line = next(line for line in table[at:] if line.startswith(label + " "))
+        assert f" {row[evaluate.RATIO]:.2f}x" in line
+    from tpu_tiles_models import demo
+
+    side = demo._side_by_side(demo._evaluation_rows(result)).splitlines()
+    assert side[0].split()[-1] == "top1/def"
+    for row in demo._evaluation_rows(result):
+        line = next(line for line in side if line.startswith(row["model"] + " "))
+        assert line.split()[-1] == f"{row[evaluate.RATIO]:.2f}x"

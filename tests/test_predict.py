@@ -111,16 +111,16 @@ def test_top_k_flag(trained, data_root, tmp_path, capsys):
         assert got[kaggle.TILE_PREFIX + tile_id] == kaggle.pad_top_k(ranks[: min(n, 2)], n, 2)
 
 
-def test_keep_default_follows_the_run_unless_told(trained, data_root, tmp_path, capsys):
-    """`auto` follows the run's validation choice, `yes` and `no` override it."""
-    chose = {}
-    for choice in (True, False):
-        run_info = _run_info(trained)
-        run_info[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"] = choice
-        out_dir = tmp_path / f"chose_{choice}"
-        shutil.copytree(trained.model_dir, out_dir / trained.model_dir.name)
-        export.write_run(out_dir, run_info)
-        chose[choice] = out_dir / trained.model_dir.name
+def test_keep_default_follows_the_model_unless_told(trained, data_root, tmp_path, capsys):
+    """`auto` follows the model's own rule (its gate, which training set from the run's
+    validation choice; the run file's record does not override it), as the course script
+    ranks; `yes` and `no` override it."""
+    chosen = _run_info(trained)[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"]
+    edited = _run_info(trained)  # a run file that says the opposite
+    edited[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"] = not chosen
+    out_dir = tmp_path / "edited"
+    shutil.copytree(trained.model_dir, out_dir / trained.model_dir.name)
+    export.write_run(out_dir, edited)
 
     def predict(model_dir: Path, mode: str | None) -> dict[str, list[int]]:
         out = tmp_path / f"{model_dir.parent.name}_{mode}.csv"
@@ -130,18 +130,18 @@ def test_keep_default_follows_the_run_unless_told(trained, data_root, tmp_path, 
         capsys.readouterr()
         return kaggle.read_predictions_csv(out)
 
-    plain = predict(chose[False], None)
+    plain = predict(trained.model_dir, "no")
     kept = {k: v if 0 in v else [*v[:4], 0] for k, v in plain.items()}
     assert any(0 not in v for v in plain.values()), "no kernel where keeping config 0 matters"
-    assert predict(chose[True], None) == kept
-    assert predict(chose[True], "no") == plain
-    assert predict(chose[False], "yes") == kept
+    assert predict(trained.model_dir, "yes") == kept
+    assert predict(trained.model_dir, None) == (kept if chosen else plain)
+    assert predict(out_dir / trained.model_dir.name, None) == (kept if chosen else plain)
     out = tmp_path / "script_yes.csv"  # the prediction script takes the same flag
-    argv = ["--dir", str(chose[False]), "--data_root", str(data_root), "--cache_dir="]
+    argv = ["--dir", str(trained.model_dir), "--data_root", str(data_root), "--cache_dir="]
     assert script.main([*argv, "--out", str(out), "--keep_default=yes", "--no_progress"]) == 0
     capsys.readouterr()
     assert kaggle.read_predictions_csv(out) == kept
-    code = cli.main(["predict", "--dir", str(chose[True]), "--keep_default=maybe"])
+    code = cli.main(["predict", "--dir", str(trained.model_dir), "--keep_default=maybe"])
     assert code == 2 and "--keep_default must be one of auto, yes, no" in capsys.readouterr().err
 
 

@@ -83,7 +83,11 @@ def old_run(synth_root, tmp_path_factory):
     that leave the changed defaults out, no `model_kwargs` record; its checkpoint holds a
     model built with the earlier defaults (written by hand: no training needed)."""
     ds = data.load_dataset(synth_root, splits=("train", "valid"), progress=False)
-    earlier = {**registry.EARLIER_DEFAULTS["ResidualSAGE"], **_OLD_KWARGS}
+    earlier = {
+        **registry.EARLIER_DEFAULTS["ResidualSAGE"],
+        **registry.ADDED_KEYWORDS,  # no ranking rule's variable then
+        **_OLD_KWARGS,
+    }
     model = registry.build_model("ResidualSAGE", 4, ds.num_ops, json.dumps(earlier))
     model.forward(data.kernel_graph(ds.train, 0, ds.stats), ds.train.num_configs(0))
     for i, v in enumerate(model.trainable_variables):  # values a fresh build cannot have
@@ -128,9 +132,14 @@ def test_an_old_run_file_rebuilds_the_earlier_architecture(old_run, synth_root):
     model_dir, saved = old_run
     run = TrainedRun.open(model_dir)
     assert run_file.MODEL_KWARGS_KEY not in run.extras and run.stored_kwargs == _OLD_KWARGS
-    assert run.model_kwargs == {**_OLD_KWARGS, **registry.EARLIER_DEFAULTS["ResidualSAGE"]}
+    assert run.model_kwargs == {
+        **_OLD_KWARGS,
+        **registry.EARLIER_DEFAULTS["ResidualSAGE"],
+        **registry.ADDED_KEYWORDS,
+    }
     model, _ = run.load(synth_root, split="valid", progress=False)
     assert model._attention is not None and not model.default_first
+    assert model.keeps_default is None  # built without the ranking rule, as it was trained
     rebuilt = [v.numpy() for v in model.trainable_variables]
     assert [r.shape for r in rebuilt] == [s.shape for s in saved]
     for r, s in zip(rebuilt, saved):
@@ -150,9 +159,10 @@ def test_an_old_run_is_not_handed_in_with_todays_models_py(old_run, tmp_path):
         bundle.make_bundle(model_dir, tmp_path / "handin")
     assert str(err.value) == (
         f"{run_file}: trained as ResidualSAGE with config_attention=true, "
-        "default_context=false, hidden_dim=48, but "
+        "default_context=false, hidden_dim=48, keep_default_gate=false, but "
         f"{registry.dropin_file('models.py')} builds config_attention=false, "
-        'default_context=true, hidden_dim=32 from its model_kwargs_json {"num_layers": 1, '
+        "default_context=true, hidden_dim=32, keep_default_gate=true from its model_kwargs_json "
+        '{"num_layers": 1, '
         '"op_embed_dim": 8}, so a grader would rebuild another model; retrain it, or hand in '
         "the models.py it was trained with (--models)"
     )

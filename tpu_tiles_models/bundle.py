@@ -377,7 +377,7 @@ def check_bundle(
     except scoring.NonFiniteScores as e:
         report.add("predictions match", FAIL, one_line(e))
         return report
-    keep = bool(run.keep_default)  # the stored ranking kept config 0 if its validation chose so
+    keep = run.keeps_default_in(model)  # the model's rule, which its stored ranking followed
     ok, detail = _compare(stored, scored, keep)
     if keep:
         detail += "; config 0 kept in the top 5, as the run's validation chose"

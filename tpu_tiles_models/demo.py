@@ -87,7 +87,11 @@ def _evaluation_rows(result: dict) -> list[dict]:
     from tpu_tiles_models import evaluate
 
     return [
-        {"model": name, **{c: row[c] for c in EVALUATION_COLUMNS[1:]}}
+        {
+            "model": name,
+            **{c: row[c] for c in EVALUATION_COLUMNS[1:]},
+            evaluate.RATIO: row.get(evaluate.RATIO),
+        }
         for name, row in evaluate.rankings(result, name="model")
     ]
 
@@ -103,16 +107,22 @@ def _write_evaluation_csv(rows: list[dict], path: Path) -> None:
 
 
 def _side_by_side(rows: list[dict]) -> str:
-    """The table the demo ends with: the baselines and the two models on the validation split."""
+    """The table the demo ends with: the baselines and the two models on the validation split,
+    with each one's top-1 error over the `default` row's (`top1/def`)."""
+    from tpu_tiles_models import evaluate
+
     width = max(len(r["model"]) for r in rows) + 2
-    lines = [f"{'':<{width}}" + "".join(f"{c:>8}" for c in EVALUATION_COLUMNS[1:])]
+    lines = [f"{'':<{width}}" + "".join(f"{c:>8}" for c in EVALUATION_COLUMNS[1:]) + "  top1/def"]
     for row in rows:
         lines.append(
-            f"{row['model']:<{width}}" + "".join(f"{row[c]:>8.3f}" for c in EVALUATION_COLUMNS[1:])
+            f"{row['model']:<{width}}"
+            + "".join(f"{row[c]:>8.3f}" for c in EVALUATION_COLUMNS[1:])
+            + f"  {evaluate.ratio_text(row.get(evaluate.RATIO)):>8}"
         )
     lines.append(
         "default: config 0 (the compiler's default) first, the rest random; +default: the "
-        "model's ranking with config 0 kept in its top 5"
+        "model's ranking with config 0 kept in its top 5; top1/def: top-1 error over "
+        "default's (below 1: a better single pick than the compiler's)"
     )
     return "\n".join(lines)
 

@@ -129,7 +129,7 @@ def _assemble(runs: list[TrainedRun], args: TrainArgs, ds: data.Dataset) -> tf.k
         run.copy_into(member)
         # A member that scores NaN would vanish in a `rank` combination and spoil the others
         # in a `zscore` one; one kernel shows it (NaN weights or statistics spoil every one).
-        scores = np.asarray(member.forward(graph, ds.valid.num_configs(largest)))[0]
+        scores = np.asarray(scoring.own_scores(member)(graph, ds.valid.num_configs(largest)))[0]
         scoring.check_finite(scores, ds.valid.tile_ids[largest], who=str(run.model_dir))
     return model
 

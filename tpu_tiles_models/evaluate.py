@@ -7,7 +7,10 @@ kernel. We do the same reload (`runs.TrainedRun`), score with the compiled `scor
 per benchmark and over all kernels, beside the baselines of `metrics.BASELINES` (`random`;
 `default`: config 0, the compiler's default, first, the rest random) and each model's ranking
 with config 0 kept among its 5 first (`+default`), so a user sees on their own validation
-split whether keeping the default pays.
+split whether keeping the default pays. A model's plain row is its scores without its ranking
+rule; the model's own rule (models.py's gate) says which of its two rows a grader sees. Every
+row also gives its top-1 error as a ratio to the `default` baseline's (`top1_vs_default`):
+below 1, the model's single pick beats the compiler's.
 
 The benchmark of a tile id is the id without its last `_part`, as upstream groups them.
 """
@@ -30,6 +33,9 @@ from tpu_tiles_models.runs import TrainedRun
 
 OVERALL = "overall"
 _COLUMNS = ("top1", "top5", "top10", "score", "opa")
+# Each row's top-1 error over the `default` baseline's on the same kernels (None where that is
+# 0: nothing to beat), shown as `top1/def` in the table of every ranking.
+RATIO = "top1_vs_default"
 
 
 class EvaluateError(UserError, ValueError):
@@ -135,8 +141,9 @@ def evaluate_dirs(
     "model", "model_kwargs_json", "run_val_errors", "run_keep_default", "rows", "kept_rows"}`,
     and `baselines`, `{"random": rows, "default": rows}`. Each `rows` maps each benchmark and
     `overall` to `{"kernels", "top1", "top5", "top10", "score", "opa"}`; `kept_rows` are the
-    model's with config 0 kept among its 5 first; `run_keep_default` is what the run's own
-    validation chose (None for runs without that record).
+    model's with config 0 kept among its 5 first; `run_keep_default` is the model's own rule,
+    which of the two it ranks by (for a model without one, what its run's validation chose;
+    None for runs without that record). Every row also has `top1_vs_default` (`RATIO`).
     """
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))
@@ -167,7 +174,7 @@ def evaluate_dirs(
                 "model": args["model"],
                 "model_kwargs_json": args["model_kwargs_json"],
                 "run_val_errors": run.val_errors or None,
-                "run_keep_default": run.keep_default,
+                "run_keep_default": _rule(run, model),
                 "rows": summarize(scored),
                 "kept_rows": summarize(scored, keep_default=True),
             }
@@ -175,12 +182,28 @@ def evaluate_dirs(
         if baselines is None:  # every model sees the same kernels and runtimes
             baselines = summarize_baselines(scored)
         del model  # one model in memory at a time
+    for rows in [*baselines.values(), *(m[k] for m in models for k in ("rows", "kept_rows"))]:
+        _add_ratios(rows, baselines["default"])
     return {
         "data_root": str(Path(root).resolve()),
         "split": "valid",
         "models": models,
         "baselines": baselines,
     }
+
+
+def _rule(run: TrainedRun, model) -> bool | None:
+    """Whether `model` ranks with config 0 kept in its top 5 (`TrainedRun.keeps_default_in`);
+    None for a model without a rule whose run file does not say."""
+    own = scoring.rule_of(model)
+    return run.keep_default if own is None else own
+
+
+def _add_ratios(rows: dict[str, dict[str, Any]], default: dict[str, dict[str, Any]]) -> None:
+    """Sets each row's `RATIO`: its top-1 error over the `default` row's of the same name."""
+    for name, row in rows.items():
+        base = default[name]["top1"]
+        row[RATIO] = row["top1"] / base if base > 0 else None
 
 
 KEPT = "+default"  # the label suffix of a model's ranking with config 0 kept in its top 5
@@ -234,19 +257,34 @@ def format_table(result: dict[str, Any]) -> str:
 
 
 def _rankings_table(result: dict[str, Any]) -> list[str]:
-    """Every ranking's overall row, baselines first, and what each run's validation chose."""
+    """Every ranking's overall row, baselines first, with its top-1 error over the `default`
+    row's (`top1/def`), and which rankings the models rank by."""
     chose = {m["label"] + KEPT: m.get("run_keep_default") for m in result["models"]}
     ranked = rankings(result)
     name_w = max(len("ranking"), *(len(label) for label, _ in ranked))
     lines = [
         "all kernels, every ranking (default: config 0, the compiler's default, first, the "
-        f"rest random; {KEPT}: the model's ranking with config 0 kept in its top 5)",
-        f"{'ranking':<{name_w}} " + " ".join(f"{c:>7}" for c in _COLUMNS),
+        f"rest random; {KEPT}: the model's ranking with config 0 kept in its top 5; top1/def: "
+        "top-1 error over default's, below 1 beats the compiler's pick)",
+        f"{'ranking':<{name_w}} " + " ".join(f"{c:>7}" for c in _COLUMNS) + f" {'top1/def':>8}",
     ]
     for label, row in ranked:
-        note = {True: "  <- its run's validation chose this", False: ""}.get(chose.get(label), "")
-        lines.append(f"{label:<{name_w}} " + " ".join(f"{row[c]:>7.4f}" for c in _COLUMNS) + note)
+        note = {True: "  <- the model ranks by this (its run's validation chose it)"}.get(
+            chose.get(label), ""
+        )
+        ratio = ratio_text(row.get(RATIO))
+        lines.append(
+            f"{label:<{name_w}} "
+            + " ".join(f"{row[c]:>7.4f}" for c in _COLUMNS)
+            + f" {ratio:>8}"
+            + note
+        )
     return lines
+
+
+def ratio_text(ratio: float | None) -> str:
+    """A `RATIO` for a table: `0.87x`, or `-` when the default's top-1 error is 0."""
+    return "-" if ratio is None else f"{ratio:.2f}x"
 
 
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:

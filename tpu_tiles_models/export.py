@@ -369,19 +369,58 @@ def saved_variables(model_dir: str | Path) -> list | None:
     """The saved model's variables in the order Keras 2 lists them, from its checkpoint alone.
 
     A Keras 2 SavedModel keeps `model.variables` (the trainable ones first, in
-    `trainable_variables` order) under `variables/<i>`. Every tensor is read, so missing or
-    truncated files fail here (`check_variables`). None when the checkpoint is laid out
-    otherwise: then only `load_saved_model` can list them.
+    `trainable_variables` order) as its root's list `variables`: its checkpoint's object graph
+    says where each one's value is (`variables/<i>/...`, or a shorter path's key for a variable
+    the model also holds by name, such as models.py's ranking gate). Every tensor is read, so
+    missing or truncated files fail here (`check_variables`). None when the checkpoint is laid
+    out otherwise: then only `load_saved_model` can list them.
     """
     tensors = _read_variables(model_dir)
-    keys = [k for k in tensors if k.startswith("variables/") and k.endswith(_VARIABLE_VALUE)]
-    ordered = [f"variables/{i}/{_VARIABLE_VALUE}" for i in range(len(keys))]
-    if not keys or set(keys) != set(ordered):
+    graph = tensors.get(_OBJECT_GRAPH)
+    ordered = _listed_keys(graph) if graph is not None else None
+    if ordered is None:  # no object graph to read: the plain `variables/<i>` layout only
+        keys = [k for k in tensors if k.startswith("variables/") and k.endswith(_VARIABLE_VALUE)]
+        ordered = [f"variables/{i}/{_VARIABLE_VALUE}" for i in range(len(keys))]
+        if set(keys) != set(ordered):
+            return None
+    if not ordered or any(k not in tensors for k in ordered):
         return None
     return [tensors[k] for k in ordered]
 
 
 _VARIABLE_VALUE = ".ATTRIBUTES/VARIABLE_VALUE"  # a variable's value in a TF2 checkpoint
+_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"  # a TF2 checkpoint's object graph
+
+
+def _listed_keys(graph: Any) -> list[str] | None:
+    """The checkpoint keys of the values of the root's `variables` list, in list order, from
+    a serialized object graph; None when it has no such list of variables."""
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    proto = trackable_object_graph_pb2.TrackableObjectGraph()
+    try:
+        proto.ParseFromString(graph.item() if hasattr(graph, "item") else graph)
+    except (DecodeError, TypeError, ValueError):
+        return None
+    if not proto.nodes:
+        return None
+    listed = [c.node_id for c in proto.nodes[0].children if c.local_name == "variables"]
+    if len(listed) != 1:
+        return None
+    keys: dict[int, str] = {}
+    for child in proto.nodes[listed[0]].children:
+        values = [
+            a.checkpoint_key
+            for a in proto.nodes[child.node_id].attributes
+            if a.name == "VARIABLE_VALUE"
+        ]
+        if not child.local_name.isdigit() or len(values) != 1:
+            return None
+        keys[int(child.local_name)] = values[0]
+    if sorted(keys) != list(range(len(keys))):
+        return None
+    return [keys[i] for i in range(len(keys))]
 
 
 def load_saved_model(model_dir: str | Path) -> tf.keras.Model:

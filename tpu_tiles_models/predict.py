@@ -2,8 +2,10 @@
 
 `tiles_gen_predictions_csv.py` and `tpu-tiles predict` both call `predict_to_csv`: the model is
 reopened with `runs.TrainedRun` (the course's reload procedure) and scored with `scoring`.
-Config 0 (the compiler's default) is kept in each kernel's top 5 when the run's own validation
-chose it (`--keep_default=auto`), or as the user says (`yes`, `no`).
+Each kernel is ranked by the model's own rule (`--keep_default=auto`): config 0 (the compiler's
+default) kept in its top 5 when the model's gate says so (our trainer sets it when the run's
+validation chose it; see models.py), as the course script's `forward` ranks; or as the user says
+(`yes`, `no`), on the model's scores without its rule.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from tpu_tiles_models import export, files, kaggle, registry, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 
-# `--keep_default`: follow the run's validation, always keep config 0 in the top 5, never.
+# `--keep_default`: follow the model's rule, always keep config 0 in the top 5, never.
 KEEP_DEFAULT_MODES = ("auto", "yes", "no")
 
 
@@ -37,8 +39,8 @@ def predict_to_csv(
       data_root: the folder holding `test/` (and, for upstream's runs, `train/` and `valid/`).
       out: the CSV to write.
       top_k: configs listed per kernel (at least 1).
-      keep_default: one of `KEEP_DEFAULT_MODES`: keep config 0 among the 5 first when the
-        run's validation chose it (`auto`; runs without that record: no), always, or never.
+      keep_default: one of `KEEP_DEFAULT_MODES`: keep config 0 among the 5 first as the
+        model's rule says (`auto`, `TrainedRun.keeps_default_in`), always, or never.
       cache_dir: cache of loaded arrays, or None.
       models_path: the models.py or upstream checkout with the class; default ours.
       progress: show progress bars.
@@ -58,8 +60,8 @@ def predict_to_csv(
     files.prepare_outputs(
         [files.Output(out, "--out")], inputs + registry.models_inputs(models_path)
     )
-    keep = bool(run.keep_default) if keep_default == "auto" else keep_default == "yes"
     model, dataset = run.load(data_root, cache_dir=cache_dir, progress=progress)
+    keep = run.keeps_default_in(model) if keep_default == "auto" else keep_default == "yes"
     scored = scoring.score_split(
         model, dataset.test, dataset.stats, progress=progress, desc="test", who=str(run.model_dir)
     )

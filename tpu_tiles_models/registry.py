@@ -324,6 +324,28 @@ EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
+# Keywords our classes gained after runs began recording their keywords, each with the value
+# that builds a model as it was before: a run file whose recorded (or, earlier still, stored)
+# keywords leave one out was trained without it. `keep_default_gate`: the ranking rule's
+# variable (models.py), which the course's in-order copy would otherwise miss.
+ADDED_KEYWORDS: dict[str, Any] = {"keep_default_gate": False}
+
+
+def without_added(name: str, kwargs: Mapping[str, Any], module: ModuleType | None = None) -> dict:
+    """`kwargs` of a run file written before `ADDED_KEYWORDS` existed: each one its class takes
+    and `kwargs` leaves out set to its earlier value (for an `Ensemble`, its members' too)."""
+    takes = resolved_kwargs(name, {}, module)
+    out = {**{k: v for k, v in ADDED_KEYWORDS.items() if k in takes}, **kwargs}
+    if name == "Ensemble" and isinstance(out.get("members"), list):
+        out["members"] = [
+            dict(m, kwargs=without_added(m["model"], m.get("kwargs") or {}, module))
+            if isinstance(m, dict) and isinstance(m.get("model"), str)
+            else m
+            for m in out["members"]
+        ]
+    return out
+
+
 def earlier_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict:
     """The keywords a run file written before runs recorded them meant: `kwargs` over the
     `EARLIER_DEFAULTS` of `name` (and of each `Ensemble` member's)."""

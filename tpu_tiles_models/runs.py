@@ -20,7 +20,7 @@ from typing import Any
 
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, registry, run_file
+from tpu_tiles_models import data, export, files, registry, run_file, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -118,6 +118,13 @@ class TrainedRun:
         record = self.extras.get(export.KEEP_DEFAULT_KEY)
         return bool(record["chosen"]) if record else None
 
+    def keeps_default_in(self, model: tf.keras.Model) -> bool:
+        """Whether `model` (built from this run) ranks with config 0 kept in the top 5: its own
+        rule (`scoring.rule_of`); for a model without one, the run file's `keep_default`
+        (runs of ours from before models carried it ranked their test split by it)."""
+        own = scoring.rule_of(model)
+        return bool(self.keep_default) if own is None else own
+
     @property
     def stored_kwargs(self) -> dict[str, Any]:
         """Its `model_kwargs_json` as stored in upstream's args: what a grader builds with."""
@@ -128,13 +135,18 @@ class TrainedRun:
         """The keywords its model was built with: as our trainer recorded them
         (`run_file.MODEL_KWARGS_KEY`); for a run of ours written before they were recorded, the
         stored ones over the class defaults of that time (`registry.earlier_kwargs`); for
-        upstream's runs, the stored ones (its trainer builds with nothing else)."""
+        upstream's runs, the stored ones (its trainer builds with nothing else). Keywords
+        added to our classes since a run of ours was written keep their earlier values
+        (`registry.without_added`)."""
         recorded = self.extras.get(run_file.MODEL_KWARGS_KEY)
+        name = self.args["model"]
         if recorded is not None:  # the stored ones are among them (unless edited in memory)
-            return {**recorded, **self.stored_kwargs}
-        if self.extras:
-            return registry.earlier_kwargs(self.args["model"], self.stored_kwargs)
-        return self.stored_kwargs
+            kwargs = {**recorded, **self.stored_kwargs}
+        elif self.extras:
+            kwargs = registry.earlier_kwargs(name, self.stored_kwargs)
+        else:
+            return self.stored_kwargs
+        return registry.without_added(name, kwargs, self.module)
 
     @functools.cached_property
     def module(self) -> ModuleType:

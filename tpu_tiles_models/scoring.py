@@ -10,6 +10,7 @@ scores any config NaN or infinite is refused here (`NonFiniteScores`), for every
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -67,11 +68,32 @@ GROUP_WORK = 1 << 18
 GROUP_PADDING = 1.25
 
 
+def own_scores(model: tf.keras.Model):
+    """The model's `forward` without its ranking rule: our models' `config_scores` (the rule
+    is applied once, by whoever ranks: `rule_of`), upstream's `forward`."""
+    return getattr(model, "config_scores", None) or model.forward
+
+
+def rule_of(model: tf.keras.Model) -> bool | None:
+    """Whether `model`'s own ranking keeps config 0 in the top 5 (its gate, see models.py);
+    None for a model that carries no rule (upstream's, older runs of ours)."""
+    return getattr(model, "keeps_default", None)
+
+
+def carry_choice(model: tf.keras.Model, chosen: bool) -> bool:
+    """Puts validation's choice into `model`'s gate; returns whether the run keeps config 0:
+    the choice when the model carries it, else never (a grader ranks by `forward` alone)."""
+    if rule_of(model) is None:
+        return False
+    model.set_keeps_default(chosen)
+    return chosen
+
+
 def _score_next(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
     """Pulls one one-kernel graph; returns (scores [n], tile_id, runtimes [n])."""
     graph = next(iterator)
     n = graph.node_sets["config"].sizes[0]
-    scores = model.forward(graph, n if dynamic else int(n))[0]
+    scores = own_scores(model)(graph, n if dynamic else int(n))[0]
     return scores, graph.node_sets["g"]["tile_id"][0], graph.node_sets["config"]["runtimes"]
 
 
@@ -79,7 +101,7 @@ def _score_group(model: tf.keras.Model, iterator: Iterator):
     """Pulls one graph of B kernels padded to n configs each (`data.kernel_groups`); returns
     (scores [B, n], tile ids [B], runtimes [B, n])."""
     graph = next(iterator)
-    scores = model.forward(graph, graph.node_sets["config"].sizes[0])
+    scores = own_scores(model)(graph, graph.node_sets["config"].sizes[0])
     runtimes = tf.reshape(graph.node_sets["config"]["runtimes"], tf.shape(scores))
     return scores, graph.node_sets["g"]["tile_id"], runtimes
 
@@ -174,7 +196,8 @@ def score_split(
     scores any config NaN or infinite.
 
     Args:
-      model: a built model with upstream's `forward(graph, n)`.
+      model: a built model with upstream's `forward(graph, n)`; scored without its ranking
+        rule (`own_scores`), which the caller applies (`rule_of`).
       split, stats: the kernels and the feature statistics the model was trained with.
       kernels: the indices of the kernels to score, in that order; default all.
       max_configs: score at most this many configs of a kernel, evenly spread in file order
@@ -342,8 +365,9 @@ def errors(
 class KeepDefault:
     """Whether keeping config 0 in the top 5 pays on a validation split, and the figures.
 
-    `chosen` only when it lowers the top-5 error; `errors` and `kept` are the top-k errors
-    without and with it. Stored in the run file (`to_json`) for `predict` to follow.
+    `chosen` only when it lowers the top-5 error (and, once final, only when the model carries
+    it: `carry_choice`); `errors` and `kept` are the top-k errors without and with it. Stored
+    in the run file (`to_json`).
     """
 
     chosen: bool
@@ -410,14 +434,16 @@ def final_scores(
     progress: bool = True,
 ) -> FinalScores:
     """The final validation (every config of every validation kernel; not again when `val`,
-    the best epoch's, is given) and the test split's errors or ranking, which follows
-    validation's choice of keeping config 0 in the top 5. No test split: no test figures."""
+    the best epoch's, is given) and the test split's errors or ranking. Validation's choice of
+    keeping config 0 in the top 5 goes into the model's gate (`carry_choice`), and the test
+    ranking follows the model's rule. No test split: no test figures."""
     if val is None:
         val = KeepDefault.measure(
             score_split(
                 model, dataset.valid, dataset.stats, scorer=scorer, progress=progress, desc="valid"
             )
         )
+    val = dataclasses.replace(val, chosen=carry_choice(model, val.chosen))
     final = FinalScores(val)
     if dataset.test is not None and len(dataset.test):
         scored = score_split(
@@ -427,7 +453,9 @@ def final_scores(
             final.test_errors = errors(scored)
         else:
             final.test_ranks = {
-                s.tile_id: upstream_top(s.scores, export.UPSTREAM_TOP, keep_default=val.chosen)
+                s.tile_id: upstream_top(
+                    s.scores, export.UPSTREAM_TOP, keep_default=bool(rule_of(model))
+                )
                 for s in scored
             }
     return final

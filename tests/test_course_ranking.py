@@ -1,0 +1,208 @@
+"""One ranking from training to the grader: the rule a run ranks by lives in its model.
+
+When a run's validation chooses to keep config 0 (the compiler's default) in the top 5, our
+trainer sets the model's gate (models.py's `_RankingRule`), so the course's prediction script,
+which only calls `forward`, ranks the test split as the run did: single runs and ensembles.
+Runs written before the gate existed still reload, and training never moves it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gzip
+import json
+
+import numpy as np
+import pytest
+import tensorflow as tf
+from conftest import TINY_MLP, tiny_args
+from course_reload import main as course_top5
+
+from tpu_tiles_models import (
+    data,
+    ensemble,
+    export,
+    formats,
+    kaggle,
+    metrics,
+    predict,
+    registry,
+    run_file,
+    scoring,
+    train,
+)
+from tpu_tiles_models.runs import TrainedRun
+from tpu_tiles_models.train_args import TrainArgs
+
+pytestmark = pytest.mark.xdist_group("course_ranking")
+
+
+def _always_keep(original):
+    """`KeepDefault.measure` with `chosen` forced on: validation 'chose' to keep config 0."""
+
+    def measure(scored, weights=None):
+        return dataclasses.replace(original(scored, weights), chosen=True)
+
+    return measure
+
+
+@pytest.fixture(scope="module")
+def kept_runs(synth_root, tmp_path_factory):
+    """Two tiny MLP runs (seeds 0, 1) and their ensemble, each with config 0 kept."""
+    patch = pytest.MonkeyPatch()
+    patch.setattr(scoring.KeepDefault, "measure", _always_keep(scoring.KeepDefault.measure))
+    try:
+        out = tmp_path_factory.mktemp("kept")
+        runs = [
+            train.train(tiny_args(synth_root, out, model="MLP", model_kwargs_json=TINY_MLP, seed=s))
+            for s in (0, 1)
+        ]
+        pair = ensemble.build_ensemble(
+            [r.model_dir for r in runs], out / "ensemble", data_root=synth_root, progress=False
+        )
+    finally:
+        patch.undo()
+    return [*runs, pair]
+
+
+def _stored(result: export.TrainResult) -> dict:
+    return json.loads(gzip.decompress(result.run_file.read_bytes()))
+
+
+@pytest.mark.parametrize("which", [0, 2], ids=["run", "ensemble"])
+def test_the_course_procedure_ranks_as_the_run_did(which, kept_runs, synth_root):
+    result = kept_runs[which]
+    info = _stored(result)
+    assert info[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"] is True
+    course = course_top5(str(result.model_dir), str(synth_root))["top5"]
+    stored = {tile: top[:5] for tile, top in info["test_predictions"].items()}
+    csv = kaggle.read_predictions_csv(result.results_csv)
+    assert course == stored
+    assert {f"tile:xla:{tile}": top for tile, top in course.items()} == {
+        tile: top[:5] for tile, top in csv.items()
+    }
+    assert all(0 in top for top in course.values())
+    # The rule mattered: the model's own scores rank config 0 below the 5th on some kernels.
+    run = TrainedRun.open(result.model_dir)
+    model, ds = run.load(synth_root, progress=False)
+    assert model.keeps_default is True and run.keeps_default_in(model) is True
+    scored = scoring.score_split(model, ds.test, ds.stats, progress=False)
+    plain = {s.tile_id: scoring.upstream_top(s.scores, 5) for s in scored}
+    assert any(0 not in top for top in plain.values())
+    assert plain != course
+
+
+def test_the_gate_follows_the_rule_of_the_metric():
+    """`forward` with the gate on ranks exactly as `metrics.keep_default` on `config_scores`,
+    ties included (stable, in index order)."""
+    rng = np.random.default_rng(0)
+    module = registry.load_models_module()
+    assert module.KEEP_DEFAULT_TOP == metrics.KEEP_TOP
+    for n in (1, 3, 5, 6, 40):
+        scores = rng.integers(0, 4, size=(3, n)).astype(np.float32)  # many ties
+        places = module.keep_default_places(tf.constant(scores)).numpy()
+        for row, got in zip(scores, places):
+            np.testing.assert_array_equal(got, metrics.keep_default(row))
+
+
+def test_predict_follows_the_model_unless_told(kept_runs, synth_root, tmp_path):
+    result = kept_runs[2]
+    stored = {f"tile:xla:{t}": top[:5] for t, top in _stored(result)["test_predictions"].items()}
+    rows = {}
+    for mode in ("auto", "yes", "no"):
+        out = tmp_path / f"{mode}.csv"
+        predict.predict_to_csv(result.model_dir, synth_root, out, keep_default=mode, progress=False)
+        rows[mode] = kaggle.read_predictions_csv(out)
+    assert rows["auto"] == rows["yes"] == stored
+    assert rows["no"] != stored and any(0 not in top for top in rows["no"].values())
+
+
+def test_an_ensemble_applies_its_own_rule_not_its_members(kept_runs, synth_root):
+    """Members kept config 0 too; the ensemble combines their own scores, then its rule."""
+    run = TrainedRun.open(kept_runs[2].model_dir)
+    model, ds = run.load(synth_root, progress=False)
+    assert [m.keeps_default for m in model.members] == [True, True]
+    graph = data.kernel_graph(ds.test, 0, ds.stats)
+    n = ds.test.num_configs(0)
+    members = [m.config_scores(graph, n) for m in model.members]
+    combined = model._average(members).numpy()[0]
+    np.testing.assert_array_equal(model.config_scores(graph, n).numpy()[0], combined)
+    np.testing.assert_array_equal(
+        model.forward(graph, n).numpy()[0], metrics.keep_default(combined)
+    )
+    model.set_keeps_default(False)
+    np.testing.assert_array_equal(model.forward(graph, n).numpy()[0], combined)
+
+
+def test_training_leaves_the_gate_as_it_is(synth_root):
+    """Our trainer's step and Keras `fit` (upstream's trainer), Adam with clipping, and
+    upstream's best-weights snapshot: the gate keeps its value, the other weights move."""
+    ds = data.load_dataset(synth_root, splits=("train",), progress=False)
+    batches = data.training_batches(ds.train, ds.stats, num_configs=4, batch_size=4, seed=0)
+    graph, labels = next(iter(batches))
+    for how in ("ours", "fit"):
+        model = registry.build_model("MLP", 4, ds.num_ops, TINY_MLP)
+        model(graph)
+        model.set_keeps_default(True)
+        before = [v.numpy() for v in model.trainable_variables]
+        if how == "ours":
+            args = TrainArgs(model="MLP", model_kwargs_json=TINY_MLP, configs=4, batch=4)
+            loop = train._Loop(model, args, 3, tf.distribute.get_strategy())
+            loop.run(batches.take(3), train=True, progress=False, desc="", total=None)
+        else:
+            model.compile(loss="mse", optimizer=tf.keras.optimizers.Adam(0.1, clipnorm=0.5))
+            model.fit(batches.take(3), epochs=1, verbose=0)
+            best = {v.ref(): v + 0 for v in model.trainable_variables}
+            for v in model.trainable_variables:
+                v.assign(best[v.ref()])
+        after = [v.numpy() for v in model.trainable_variables]
+        assert model.trainable_variables[-1].name.startswith("keep_default_gate")
+        assert after[-1] == before[-1] == 1.0 and model.keeps_default is True
+        assert any(not np.array_equal(a, b) for a, b in zip(after[:-1], before[:-1]))
+    del labels
+
+
+def test_a_run_recorded_before_the_gate_still_reloads(synth_root, tmp_path):
+    """Recorded kwargs without `keep_default_gate` and a checkpoint without its variable:
+    rebuilt without it, ranked by its run file's record."""
+    ds = data.load_dataset(synth_root, splits=("train",), progress=False)
+    stored = json.loads(TINY_MLP)
+    recorded = registry.resolved_kwargs("MLP", stored)
+    del recorded["keep_default_gate"]  # as recorded before the keyword existed
+    then = {**recorded, **registry.ADDED_KEYWORDS}  # the model of that time: no gate
+    model = registry.build_model("MLP", 4, ds.num_ops, json.dumps(then))
+    batches = data.training_batches(ds.train, ds.stats, num_configs=4, batch_size=4, seed=0)
+    model(next(iter(batches))[0])  # called like a training batch: Keras then saves it
+    assert model.keeps_default is None
+    for i, v in enumerate(model.trainable_variables):
+        v.assign(tf.fill(v.shape, 0.01 * (i + 1)))
+    args = TrainArgs(
+        model="MLP",
+        model_kwargs_json=TINY_MLP,
+        configs=4,
+        out_dir=str(tmp_path),
+        data_root=str(synth_root),
+        cache_dir="",
+    ).resolved(now_ms=1)
+    info = {
+        "train_curve": {"epoch": [0]},
+        "final_error": {"val": {"1": 0.5, "5": 0.2, "10": 0.1}},
+        "args": args.upstream_args(),
+        export.EXTRAS_KEY: {
+            "version": "0.0",
+            "feature_stats": ds.stats.to_json(),
+            "train_args": args.to_dict(),
+            export.IDENTITY_KEY: args.identity(),
+            run_file.MODEL_KWARGS_KEY: recorded,
+            export.KEEP_DEFAULT_KEY: {"chosen": True, "val": {}, "val_kept": {}},
+        },
+    }
+    export.write_run(tmp_path, info)
+    model_dir = tmp_path / formats.model_dir_name(args.hash())
+    export.save_model(model, model_dir)
+    run = TrainedRun.open(model_dir)
+    assert run.model_kwargs == {**recorded, "keep_default_gate": False}
+    rebuilt, _ = run.load(synth_root, split="valid", progress=False)
+    assert rebuilt.keeps_default is None and run.keeps_default_in(rebuilt) is True
+    for a, b in zip(rebuilt.trainable_variables, model.trainable_variables):
+        np.testing.assert_array_equal(a.numpy(), b.numpy())
