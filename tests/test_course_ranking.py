@@ -15,7 +15,7 @@ import json
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import TINY_MLP, tiny_args
+from conftest import TINY_MLP, tiny_args, write_hand_made_run
 from course_reload import main as course_top5
 
 from tpu_tiles_models import (
@@ -184,20 +184,15 @@ def test_a_run_recorded_before_the_gate_still_reloads(synth_root, tmp_path):
         data_root=str(synth_root),
         cache_dir="",
     ).resolved(now_ms=1)
-    info = {
-        "train_curve": {"epoch": [0]},
-        "final_error": {"val": {"1": 0.5, "5": 0.2, "10": 0.1}},
-        "args": args.upstream_args(),
-        export.EXTRAS_KEY: {
-            "version": "0.0",
-            "feature_stats": ds.stats.to_json(),
-            "train_args": args.to_dict(),
-            export.IDENTITY_KEY: args.identity(),
+    write_hand_made_run(
+        tmp_path,
+        args,
+        ds.stats,
+        **{
             run_file.MODEL_KWARGS_KEY: recorded,
             export.KEEP_DEFAULT_KEY: {"chosen": True, "val": {}, "val_kept": {}},
         },
-    }
-    export.write_run(tmp_path, info)
+    )
     model_dir = tmp_path / formats.model_dir_name(args.hash())
     export.save_model(model, model_dir)
     run = TrainedRun.open(model_dir)

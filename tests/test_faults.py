@@ -257,6 +257,16 @@ def test_check_of_a_hand_in_whose_models_file_exits(mlp_run, tmp_path, capsys):
     assert err.strip() == f"tpu-tiles check: error: {hand_in} failed its check: class found: {what}"
 
 
+def _predict_or_train(command, mlp_run, data_root, tmp_path, models) -> list[str]:
+    """`predict` of mlp_run or a tiny `train`, with `--models=models`."""
+    argv = {
+        "predict": ["predict", "--dir", str(mlp_run.model_dir), "--data_root"]
+        + [str(data_root), "--out", str(tmp_path / "p.csv"), "--no_progress"],
+        "train": tiny_cli(data_root, tmp_path / "out"),
+    }[command]
+    return argv + [f"--models={models}"]
+
+
 @pytest.mark.parametrize("command", ["predict", "train"])
 def test_sys_exit_when_a_model_is_built(command, mlp_run, short_test_root, tmp_path, capsys):
     models = _models_file(
@@ -265,11 +275,7 @@ def test_sys_exit_when_a_model_is_built(command, mlp_run, short_test_root, tmp_p
         "    def __init__(self, *args, **kwargs):\n"
         '        sys.exit("not today")\n',
     )
-    argv = {
-        "predict": ["predict", "--dir", str(mlp_run.model_dir), "--data_root"]
-        + [str(short_test_root), "--out", str(tmp_path / "p.csv"), "--no_progress"],
-        "train": tiny_cli(short_test_root, tmp_path / "out"),
-    }[command] + [f"--models={models}"]
+    argv = _predict_or_train(command, mlp_run, short_test_root, tmp_path, models)
     err = _one_line(argv, capsys)
     assert err == (
         f"tpu-tiles {command}: error: {models}: building MLP, it calls sys.exit('not today'); "
@@ -287,11 +293,7 @@ def test_sys_exit_when_a_model_scores(command, mlp_run, short_test_root, tmp_pat
         "class MLP(_ours.MLP):\n    def forward(self, graph, num_configs):\n        sys.exit(4)\n",
     )
     line = models.read_text().splitlines().index("        sys.exit(4)") + 1
-    argv = {
-        "predict": ["predict", "--dir", str(mlp_run.model_dir), "--data_root"]
-        + [str(short_test_root), "--out", str(tmp_path / "p.csv"), "--no_progress"],
-        "train": tiny_cli(short_test_root, tmp_path / "out"),
-    }[command] + [f"--models={models}"]
+    argv = _predict_or_train(command, mlp_run, short_test_root, tmp_path, models)
     err = _one_line(argv, capsys)
     assert err == (
         f"tpu-tiles {command}: error: {models}, line {line}: it calls sys.exit(4); fix the file"

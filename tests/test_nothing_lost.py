@@ -19,7 +19,17 @@ from pathlib import Path
 import pytest
 from conftest import as_dead, dead_pid, tiny_cli
 
-from tpu_tiles_models import cli, data, export, files, kaggle, scoring, synthetic
+from tpu_tiles_models import (
+    cli,
+    data,
+    export,
+    files,
+    kaggle,
+    registry,
+    run_file,
+    scoring,
+    synthetic,
+)
 from tpu_tiles_models.runs import TrainedRun
 
 EMPTY_CURVE = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
@@ -70,10 +80,15 @@ def valid_and_test(mlp_run, short_test_root) -> data.Dataset:
 
 
 def _finish(args, model, ds, artifacts) -> export.TrainResult:
-    """What training does at its end, without training: the final scores, then the writing."""
+    """What training does at its end, without training: the final scores, then the writing
+    (with the model's resolved kwargs recorded, as training records them)."""
     final = scoring.final_scores(model, ds, test_mode=args.test_mode, progress=False)
+    kwargs = registry.resolved_kwargs(
+        args.model, registry.parse_model_kwargs(args.model_kwargs_json)
+    )
+    extras = {run_file.MODEL_KWARGS_KEY: kwargs}
     return export.finish(
-        args, model, ds.stats, final=final, curve=EMPTY_CURVE, extras={}, artifacts=artifacts
+        args, model, ds.stats, final=final, curve=EMPTY_CURVE, extras=extras, artifacts=artifacts
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import write_hand_made_run
 from tensorflow.core.protobuf import saved_model_pb2
 
 from tpu_tiles_models import bundle, cli, data, demo, export, formats, registry, run_file
@@ -101,18 +102,7 @@ def old_run(synth_root, tmp_path_factory):
         data_root=str(synth_root),
         cache_dir="",
     ).resolved(now_ms=1)
-    info = {
-        "train_curve": {"epoch": [0]},
-        "final_error": {"val": {"1": 0.5, "5": 0.2, "10": 0.1}},
-        "args": args.upstream_args(),
-        export.EXTRAS_KEY: {
-            "version": "0.0",
-            "feature_stats": ds.stats.to_json(),
-            "train_args": args.to_dict(),
-            export.IDENTITY_KEY: args.identity(),
-        },
-    }
-    run_file = export.write_run(out, info)
+    run_file = write_hand_made_run(out, args, ds.stats)
     model_dir = out / formats.model_dir_name(args.hash())
     (model_dir / "variables").mkdir(parents=True)
     # A SavedModel of one tagged, empty graph: opening checks it, loading never reads it (the
