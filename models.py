@@ -858,7 +858,7 @@ class _TileRanker(_RankingRule, tf.keras.Model):
 class ResidualSAGE(_TileRanker):
     """Residual GraphSAGE with early config join; optional cross-config attention.
 
-    Its defaults are the benchmark suite's recommendation (README, "Choosing flags"): 32 wide,
+    Its defaults are the benchmark suite's recommendation (docs/choosing.md): 32 wide,
     the default context on, no cross-config attention; a keyword changes one of them. Runs
     record their full keywords (`tpu_tiles_models.registry.resolved_kwargs`), so changing a
     default here changes what later runs train, not how earlier ones reload.

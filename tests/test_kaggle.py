@@ -298,7 +298,7 @@ def test_errors_are_user_errors_and_still_value_errors():
     assert issubclass(KaggleError, UserError) and issubclass(KaggleError, ValueError)
 
 
-# --- --out: folders, inputs, permissions (issue 10, defects 7, 8, 9, 13) ----------------
+# --- --out: folders, inputs, permissions ------------------------------------------------
 
 
 def _good_predictions(folder: Path) -> Path:

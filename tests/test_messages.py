@@ -1,6 +1,6 @@
 """Every fault a user can cause ends in one line, `tpu-tiles <cmd>: error: <what and the fix>`,
 exit status 2, found before the work it would waste, naming the flag the user gave, with
-nothing left behind (issue 25's list, command by command)."""
+nothing left behind (command by command)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ def test_train_malformed_tf_config(
     monkeypatch.setenv("TF_CONFIG", tf_config)
     err = _one_line(tiny_cli(synth_root, tmp_path / "out", "--strategy=multiworker"), capsys)
     assert err.startswith(f"tpu-tiles train: error: {problem}")
-    assert err.endswith("(see README)") and not (tmp_path / "out").exists()
+    assert err.endswith("(see docs/multi_gpu.md)") and not (tmp_path / "out").exists()
 
 
 def test_train_model_too_big_is_refused_before_data(synth_root, tmp_path, no_data, capsys):

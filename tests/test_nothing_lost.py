@@ -1,4 +1,4 @@
-"""Nothing finished is lost (issue 25): a rerun that fails, is interrupted or killed never
+"""Nothing finished is lost: a rerun that fails, is interrupted or killed never
 removes or replaces the earlier finished run; outputs never overwrite inputs; what a killed
 run leaves is finished or cleaned by the next run into the same place."""
 

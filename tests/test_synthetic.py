@@ -329,11 +329,11 @@ def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
 
 
 # sha256 of every array of a tiny set, computed when the families were shaped like the real
-# collection (issue 21: config 0 the default, counts from the search space, programs; roofline
+# collection (config 0 the default, counts from the search space, programs; roofline
 # and alt re-frozen when their runtimes got the real spread: megacore and slow short-run
 # reads; roofline again when its best tile came to depend on the kernel's shapes: output
-# write runs along the layout's minor dim, unseen by the compiler, and resident operands,
-# issue 21 item 2): a family's output changes only deliberately.
+# write runs along the layout's minor dim, unseen by the compiler, and resident operands): a
+# family's output changes only deliberately.
 FROZEN_DIGESTS = {
     "roofline": "b5a79f4869d615c004ecf46cc1e17bdd5bfe233e51a547cd9aca77942c07922c",
     "alt": "7a349896b0dc20a6d2effb952d3d5ea3205ddc6c67a77b8ba32a6794a09ce811",

@@ -71,7 +71,7 @@ def test_bad_values_raise_one_line_flag_errors(argv, message):
 
 
 def test_help_explains_every_flag_with_its_default(capsys):
-    """`tpu-tiles train --help` (issue 25): each flag, `--seeds` and `--ensemble` too, with its
+    """`tpu-tiles train --help`: each flag, `--seeds` and `--ensemble` too, with its
     default on its own line and a meaning on the next; a sentinel default is explained."""
     with pytest.raises(SystemExit) as info:
         TrainArgs.from_argv(["--help"])

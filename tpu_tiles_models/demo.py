@@ -21,7 +21,7 @@ from tpu_tiles_models.registry import RECOMMENDED_MODEL
 from tpu_tiles_models.train_args import TrainArgs
 
 # The recommended model and upstream's baseline, by their names alone (class defaults), each
-# with upstream's default flags (README, "Choosing flags").
+# with upstream's default flags (docs/choosing.md).
 DEMO_MODELS = {RECOMMENDED_MODEL: "{}", "EarlyJoinSAGE": "{}"}
 DEMO_ARGS = TrainArgs(early_stop=0, cache_dir="")
 DEMO_FAMILY = "alt"

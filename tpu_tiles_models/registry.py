@@ -269,7 +269,7 @@ def parameter_limit(
         yield
 
 
-# The model the benchmark suite proved (README, "Choosing flags"). Its recommended keywords are
+# The model the benchmark suite proved (docs/choosing.md). Its recommended keywords are
 # its class defaults in models.py (`recommended_kwargs` reads them), so `--model=ResidualSAGE`
 # alone trains it; every other flag stays upstream's default. The demo trains it, the suite
 # judges it and `tpu-tiles models` names it, all from here.
@@ -371,7 +371,7 @@ def describe(module: ModuleType | None = None) -> str:
         f"recommended: {RECOMMENDED_FLAGS}",
         f"  its class defaults: {json.dumps(kwargs, sort_keys=True)}",
         "  (at the benchmark suite's budget it beats EarlyJoinSAGE on every generator family",
-        '  by more than one std, in under 2x its training time; see README, "Choosing flags").',
+        "  by more than one std, in under 2x its training time; see docs/choosing.md).",
         "  Every other flag: upstream's default.",
     ]
     return "\n".join(lines)

@@ -231,7 +231,7 @@ _TF_CONFIG_EXAMPLE = (
 
 def _check_tf_config(text: str) -> None:
     """`TF_CONFIG` as `--strategy=multiworker` needs it, or one line saying what is wrong."""
-    fix = f"set it on every worker, e.g. TF_CONFIG='{_TF_CONFIG_EXAMPLE}' (see README)"
+    fix = f"set it on every worker, e.g. TF_CONFIG='{_TF_CONFIG_EXAMPLE}' (see docs/multi_gpu.md)"
     if not text.strip():
         raise FlagError(
             "--strategy=multiworker needs TF_CONFIG (the cluster's workers and this task's "
