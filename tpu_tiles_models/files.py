@@ -661,7 +661,13 @@ def resolve_local(path: str | os.PathLike, *, what: str) -> Path:
     """
     path = Path(os.path.expanduser(os.fspath(path)))
     try:
-        return path.resolve()
+        resolved = path.resolve()
+        try:  # Python 3.13's non-strict resolve leaves a loop in place; stat says ELOOP
+            os.stat(resolved)
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                raise
+        return resolved
     except (RuntimeError, OSError) as err:  # RuntimeError up to Python 3.12, then ELOOP
         if isinstance(err, OSError) and err.errno != errno.ELOOP:
             raise
