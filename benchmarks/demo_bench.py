@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import csv
 import os
+import platform
 import resource
 import shutil
 import subprocess
@@ -39,19 +40,30 @@ def main(argv: list[str] | None = None) -> None:
     lines = [
         f"`tpu-tiles demo` (`python benchmarks/demo_bench.py`): {seconds:.0f} s, peak RSS "
         f"{peak_mb:.0f} MB, on {os.cpu_count()} CPU cores (load average {load:.1f} at the "
-        "start); validation split, every config of every kernel:",
+        f"start), Python {platform.python_version()}, TensorFlow {_tensorflow_version()}; "
+        "validation split, every config of every kernel:",
         "",
-        "| model | top-1 err | top-5 err | top-10 err | score (1 - top-5) | OPA |",
-        "|---|---|---|---|---|---|",
+        "| model | top-1 err | top-1 / default | top-5 err | top-10 err | score (1 - top-5) "
+        "| OPA |",
+        "|---|---|---|---|---|---|---|",
     ]
+    default_top1 = next(float(r["top1"]) for r in rows if r["model"] == "default")
     for r in rows:
+        ratio = f"{float(r['top1']) / default_top1:.2f}" if default_top1 else "-"
         lines.append(
-            f"| {r['model']} | {r['top1']} | {r['top5']} | {r['top10']} | {r['score']} | "
-            f"{r['opa']} |"
+            f"| {r['model']} | {r['top1']} | {ratio} | {r['top5']} | {r['top10']} | "
+            f"{r['score']} | {r['opa']} |"
         )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "demo.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def _tensorflow_version() -> str:
+    """The installed TensorFlow's version (the stack the demo ran on), without importing it."""
+    from tpu_tiles_models import tensorflow_version
+
+    return tensorflow_version() or "?"
 
 
 if __name__ == "__main__":
