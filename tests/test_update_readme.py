@@ -197,7 +197,9 @@ def test_readmes_set_up_commands_are_the_ones_ci_runs():
     blocks = re.findall(r"^```sh\n(.*?)\n```", _section("Set up"), re.S | re.M)
     ci = [line for line in (REPO / ".ci" / "run").read_text().splitlines() if "pip install" in line]
     assert len(blocks) == 2 and ci, "README shows two set-up commands; .ci/run runs one"
-    assert blocks[1] in ci  # CI runs README's test command verbatim
+    # CI runs README's test command verbatim (followed by `|| exit 1`, so that its failure
+    # fails CI: set -e does not stop inside an && list).
+    assert blocks[1] + " || exit 1" in ci
     install = 'python3 -m venv .venv && .venv/bin/pip install -q -c constraints.txt -e ".[test]"'
     assert all(b.startswith(install + " && ") for b in blocks)
     assert blocks[0].endswith("&& .venv/bin/tpu-tiles demo")
