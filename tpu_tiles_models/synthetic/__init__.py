@@ -26,10 +26,11 @@ check that a model does not overfit one generator.
 
 Modules: `features` (the npz feature layout), `graph` (building a kernel node by node),
 `geometry` (reading a kernel back from its features), `tiling` (option grids, and the tile
-quantities of `roofline` and `alt`), `autotuner` (a kernel's log from its search space, for
-every family), `kernels` and `analytic` (the HLO fusions and the pipeline `roofline` and
-`alt` share), one module per family (`roofline`, `alt`, and `fusion` with its graph builder
-`fusion_graphs` and search space `fusion_space`), `families` (families by name), `writer`
+quantities of `roofline`, `alt` and `inference`), `autotuner` (a kernel's log from its search
+space, for every family), `kernels` and `analytic` (the HLO fusions and the pipeline
+`roofline`, `alt` and `inference` share), one module per family (`roofline`, `alt`,
+`inference`, and `fusion` with its graph builder `fusion_graphs` and search space
+`fusion_space`), `families` (families by name), `writer`
 (programs, ids, splits, npz files) and `command` (the `tpu-tiles synth` flags).
 """
 

@@ -1,6 +1,7 @@
-"""What the `roofline` and `alt` families share: one HLO fusion per kernel, tile configs
-sampled like an autotuner, and runtimes from an analytic cost model that reads only the
-kernel's features. The two families differ only in their `CostModel`."""
+"""What the `roofline`, `alt` and `inference` families share: one HLO fusion per kernel,
+tile configs sampled like an autotuner, and runtimes from an analytic cost model that reads
+only the kernel's features. The families differ in their `CostModel` (and `inference` in
+its mix of kernels too)."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from tpu_tiles_models.synthetic import autotuner
 from tpu_tiles_models.synthetic.features import MAX_NODES
 from tpu_tiles_models.synthetic.geometry import KernelGeometry, kernel_geometry
 from tpu_tiles_models.synthetic.graph import Graph
-from tpu_tiles_models.synthetic.kernels import KERNEL_KINDS, finish
+from tpu_tiles_models.synthetic.kernels import KERNEL_KINDS, KIND_WEIGHTS, finish
 from tpu_tiles_models.synthetic.tiling import (
     Hardware,
     at_most,
@@ -28,6 +29,7 @@ from tpu_tiles_models.synthetic.tiling import (
 LAYOUT_STYLES = (0.5, 0.35, 0.15, 0.0)  # odds of each `graph.Graph.layout_style`
 MAX_STEPS = 2048  # output tiles per kernel the autotuner tries at most (`tiling.tried`)
 SWAPPED_INPUTS = 0.3  # share of inputs (rank >= 2) stored with their minor dims swapped
+BF16_SHARE = 0.25  # share of kernels in bf16 (the rest f32), unless a family says otherwise
 TimeFn = Callable[[KernelGeometry, dict[str, np.ndarray], Hardware], np.ndarray]
 
 
@@ -39,11 +41,15 @@ class CostModel:
         name: the family's name.
         hw: the core's constants.
         time: `(geometry, tile_terms(...), hw) -> [c]` runtimes in ns.
+        estimate: the compiler's own estimate, `time`'s signature on the same tile
+            quantities; None: `time` on `hw` less the output write runs
+            (`Hardware.out_runs`), which the compiler does not see.
     """
 
     name: str
     hw: Hardware
     time: TimeFn
+    estimate: TimeFn | None = None
 
     def runtime(self, geom: KernelGeometry, config_feat: np.ndarray) -> np.ndarray:
         """Noise-free runtime in ns of each config row `[c, 24]` of a kernel: `[c]` float64."""
@@ -87,10 +93,13 @@ def space_of(geom: KernelGeometry, meta: dict[str, Any], cost: CostModel) -> aut
         terms = tile_terms(geom, cfg, cost.hw)
         return cost.time(geom, terms, cost.hw), terms["ws"]
 
-    # The compiler's own estimate does not see how long the output's write runs are.
+    # The compiler's own estimate does not see how long the output's write runs are (or
+    # whatever else the family's `estimate` leaves out).
     blind = replace(cost.hw, out_runs=False)
 
     def estimate(cfg: np.ndarray) -> np.ndarray:
+        if cost.estimate is not None:
+            return cost.estimate(geom, tile_terms(geom, cfg, cost.hw), cost.hw)
         return cost.time(geom, tile_terms(geom, cfg, blind), blind)
 
     units = -(-geom.out_dims // geom.granule)
@@ -101,7 +110,7 @@ def space_of(geom: KernelGeometry, meta: dict[str, Any], cost: CostModel) -> aut
         cost.hw.vmem,
         compiler_start(geom, meta, opts),
         lambda points: tried(points, units, MAX_STEPS),
-        estimate if cost.hw.out_runs else None,
+        estimate if cost.hw.out_runs or cost.estimate else None,
     )
 
 
@@ -109,33 +118,38 @@ def make_kernel(
     rng: np.random.Generator,
     cost: CostModel,
     *,
-    kind_weights: Sequence[float] = (0.3, 0.2, 0.15, 0.35),
+    kind_weights: Sequence[float] | None = None,
     max_configs: int | None = None,
     min_configs: int = 2,
     labelled: bool = True,
+    bf16_share: float = BF16_SHARE,
 ) -> dict[str, np.ndarray]:
     """Builds one kernel's npz arrays.
 
     Args:
       rng: the kernel's own generator.
       cost: the cost model that times its configs.
-      kind_weights: relative odds of conv, dot, reduce and element-wise fusions.
+      kind_weights: relative odds of conv, dot, reduce and element-wise fusions
+        (`kernels.KIND_WEIGHTS` when None).
       max_configs: cap on configs (`autotuner.MAX_CONFIGS` when None).
       min_configs: floor on configs (re-measured copies fill up tiny search spaces).
       labelled: False writes zero runtimes (the test split).
+      bf16_share: odds of a kernel in bf16 (else f32).
 
     Returns:
       The six npz arrays (`formats.REQUIRED_KEYS`; the format is in `formats`).
     """
 
+    odds = np.asarray(KIND_WEIGHTS if kind_weights is None else kind_weights, np.float64)
+
     def draw() -> tuple[dict[str, np.ndarray], autotuner.Space]:
-        kind = list(KERNEL_KINDS)[rng.choice(4, p=np.asarray(kind_weights) / sum(kind_weights))]
+        kind = list(KERNEL_KINDS)[rng.choice(4, p=odds / sum(odds))]
         target = int(
             np.clip(np.round(36.0 * np.exp(0.6 * rng.standard_normal())), 2, MAX_NODES - 1)
         )
         if rng.random() < 0.08:  # tiny fusions (a parameter and one or two ops) are common too
             target = int(rng.integers(2, 8))
-        dtype = "bf16" if rng.random() < 0.25 else "f32"
+        dtype = "bf16" if rng.random() < bf16_share else "f32"
         g = Graph(
             layout_style=int(rng.choice(4, p=LAYOUT_STYLES)),
             layout_rng=rng,

@@ -9,7 +9,7 @@ from typing import Protocol
 import numpy as np
 
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.synthetic import alt, fusion, fusion_space, roofline
+from tpu_tiles_models.synthetic import alt, fusion, fusion_space, inference, roofline
 
 
 class KernelMaker(Protocol):
@@ -19,7 +19,7 @@ class KernelMaker(Protocol):
         self,
         rng: np.random.Generator,
         *,
-        kind_weights: Sequence[float],
+        kind_weights: Sequence[float] | None,
         max_configs: int | None,
         min_configs: int,
         labelled: bool,
@@ -74,6 +74,12 @@ FAMILIES: dict[str, Family] = {
         fusion_space.make_kernel,
         fusion.runtime,
     ),
+    "inference": Family(
+        "inference",
+        "the same fusions, inference mix; v4i-like core: 4 MXUs, CMEM, pass-pipelined tiles",
+        inference.make_kernel,
+        inference.runtime,
+    ),
 }
 DEFAULT_FAMILY = "roofline"
 
@@ -121,7 +127,7 @@ def noise_free_runtime(
 def make_kernel(
     rng: np.random.Generator,
     *,
-    kind_weights: Sequence[float] = (0.3, 0.2, 0.15, 0.35),
+    kind_weights: Sequence[float] | None = None,
     max_configs: int | None = None,
     min_configs: int = 2,
     family: str = DEFAULT_FAMILY,
@@ -131,7 +137,8 @@ def make_kernel(
 
     Args:
       rng: the kernel's own generator.
-      kind_weights: relative odds of conv, dot, reduce and element-wise main ops.
+      kind_weights: relative odds of conv, dot, reduce and element-wise main ops (the
+        family's own mix when None).
       max_configs: cap on configs (family default when None).
       min_configs: floor on configs.
       family: a key of `FAMILIES`.

@@ -29,6 +29,7 @@ from tpu_tiles_models.synthetic.fusion import (
     view_costs,
 )
 from tpu_tiles_models.synthetic.fusion_graphs import build
+from tpu_tiles_models.synthetic.kernels import KIND_WEIGHTS
 from tpu_tiles_models.synthetic.tiling import (
     MAX_CHUNKS,
     MAX_TILE,
@@ -145,7 +146,7 @@ def space_of(v: FusionView) -> autotuner.Space:
 def make_kernel(
     rng: np.random.Generator,
     *,
-    kind_weights: Sequence[float] = (0.3, 0.2, 0.15, 0.35),
+    kind_weights: Sequence[float] | None = None,
     max_configs: int | None = None,
     min_configs: int = 2,
     labelled: bool = True,
@@ -154,7 +155,8 @@ def make_kernel(
 
     Args:
       rng: the kernel's own generator.
-      kind_weights: relative odds of conv, dot, reduce and element-wise anchors.
+      kind_weights: relative odds of conv, dot, reduce and element-wise anchors
+        (`kernels.KIND_WEIGHTS` when None).
       max_configs: cap on configs (`autotuner.MAX_CONFIGS` when None).
       min_configs: floor on configs (re-measured copies fill up small search spaces).
       labelled: False writes zero runtimes (the test split).
@@ -164,7 +166,7 @@ def make_kernel(
     """
 
     def draw() -> tuple[dict[str, np.ndarray], autotuner.Space]:
-        g, _ = build(rng, kind_weights)
+        g, _ = build(rng, KIND_WEIGHTS if kind_weights is None else kind_weights)
         node_feat, node_opcode, edge_index = g.arrays()
         graph = {"node_feat": node_feat, "node_opcode": node_opcode, "edge_index": edge_index}
         return graph, space_of(read_view(node_feat, node_opcode, edge_index))

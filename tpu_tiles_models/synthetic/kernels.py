@@ -1,5 +1,6 @@
-"""The fused XLA kernels of the `roofline` and `alt` families: one main op (convolution, dot,
-reduce, or none for a loop fusion) fed by parameters, with an element-wise epilogue.
+"""The fused XLA kernels of the `roofline`, `alt` and `inference` families: one main op
+(convolution, dot, reduce, or none for a loop fusion) fed by parameters, with an element-wise
+epilogue.
 
 Each builder takes a `Graph`, a target node count, an element type and an rng, adds the
 kernel's nodes and returns a dict with the root node (`"root"`) and, for reductions,
@@ -202,3 +203,6 @@ KERNEL_KINDS: dict[str, Builder] = {
     "reduce": reduce_kernel,
     "elementwise": elementwise_kernel,
 }
+# The mix of kernel kinds a family draws when its caller gives none (`kind_weights=None`):
+# (conv, dot, reduce, elementwise), the order of `KERNEL_KINDS`.
+KIND_WEIGHTS = (0.3, 0.2, 0.15, 0.35)

@@ -1,7 +1,7 @@
 """Tile configs and what one tile costs. Shared by every family: the 24-wide bounds blocks and
-the autotuner's choice of which measured configs a kernel keeps. For `roofline` and `alt`:
-the option grid, the config features, and per-config tile quantities (tile count, flops,
-bytes streamed and re-read, working set) on a simulated TPU core."""
+the autotuner's choice of which measured configs a kernel keeps. For `roofline`, `alt` and
+`inference`: the option grid, the config features, and per-config tile quantities (tile
+count, flops, bytes streamed and re-read, working set) on a simulated TPU core."""
 
 from __future__ import annotations
 
@@ -35,8 +35,10 @@ class Hardware:
         pass_ns: cost per reduction pass within a tile.
         launch_ns: kernel launch.
         overlap: fraction of min(compute, memory) hidden (alt only).
-        cache: bytes of operand cache (alt only).
-        cache_speedup: how much faster a cached re-read is (alt only).
+        cache: bytes of operand cache (alt), or of the on-chip memory tier between HBM and
+            the scratchpad (inference's CMEM); 0: none.
+        cache_speedup: how much faster a cached re-read is (alt), or the CMEM's bandwidth
+            over HBM's (inference).
         dma_run: contiguous bytes a read needs for full bandwidth ...
         dma_exp: ... its bandwidth share grows as (run / dma_run) ** dma_exp ...
         dma_floor: ... from this share for the shortest runs.
@@ -49,6 +51,7 @@ class Hardware:
             contiguous runs too: a convolution's input (features minor) and filter (output
             features minor), a matmul's lhs (contraction minor); a run goes on into the next
             dim when the tile holds the minor dim whole (side inputs always are).
+        mxus: MXUs that share a tile's rows in blocks of `mxu_dim` (inference only).
     """
 
     mxu_bf16: float
@@ -69,6 +72,7 @@ class Hardware:
     operand_runs: bool = False
     out_runs: bool = False
     resident: float = 0.0
+    mxus: int = 1
 
 
 def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str, np.ndarray]:
@@ -86,7 +90,8 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str,
       (bytes per tile read once / re-read by every tile), `once` (bytes read once for the
       whole grid: a resident operand), `ws` (working set bytes: two
       buffers of everything streamed, so one tile's transfers overlap the previous tile's
-      compute), `f32` (32-bit operands).
+      compute), `f32` (32-bit operands), `rows` (MXU rows per tile: a convolution's
+      output pixels, a matmul's lhs rows; 0 without an MXU op).
     """
     rank, mxu_dim = len(geom.out_dims), hw.mxu_dim
     units = -(-geom.out_dims // geom.granule)
@@ -99,6 +104,7 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str,
     reuse = np.zeros(len(cfg))  # operand bytes re-read by every tile (cacheable)
     chunk = np.zeros(len(cfg))  # bytes resident per pass
     mxu = np.zeros(len(cfg))
+    rows = np.zeros(len(cfg))
     eff = np.ones(len(cfg))
     vpu = geom.vpu_ops * e_t
     mb = geom.main_bytes
@@ -172,6 +178,7 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str,
         "ws": single + chunk + side + out,
         "once": once,
         "f32": np.full(len(cfg), mb >= 4),
+        "rows": rows,
     }
 
 
