@@ -332,12 +332,13 @@ def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
 # collection (config 0 the default, counts from the search space, programs; roofline
 # and alt re-frozen when their runtimes got the real spread: megacore and slow short-run
 # reads; roofline again when its best tile came to depend on the kernel's shapes: output
-# write runs along the layout's minor dim, unseen by the compiler, and resident operands): a
-# family's output changes only deliberately.
+# write runs along the layout's minor dim, unseen by the compiler, and resident operands;
+# inference frozen when it was added): a family's output changes only deliberately.
 FROZEN_DIGESTS = {
     "roofline": "b5a79f4869d615c004ecf46cc1e17bdd5bfe233e51a547cd9aca77942c07922c",
     "alt": "7a349896b0dc20a6d2effb952d3d5ea3205ddc6c67a77b8ba32a6794a09ce811",
     "fusion": "a05423fe2418babd187e1f57c7d50bf6f20df785a927dc9f4f58781ae9907707",
+    "inference": "168d67b2f48cbe62f7478fd88a7aecb48dc57cc059e7a04443eaef97808ef886",
 }
 
 
@@ -359,6 +360,84 @@ def test_family_output_is_frozen(tmp_path: Path, family: str) -> None:
         tmp_path, train=3, valid=2, test=1, seed=5, max_configs=12, family=family, progress=False
     )
     assert _tree_digest(tmp_path) == FROZEN_DIGESTS[family]
+
+
+def _matmul(element_bytes: float, *, n: int, k: int, operand_bytes: float | None = None):
+    """An `[8192, n] = [8192, k] x [k, n]` matmul (row-major, no epilogue) and every config
+    of its option grid: (geometry, `[c, 24]` config features)."""
+    from tpu_tiles_models.synthetic import tiling
+
+    geom = synthetic.KernelGeometry(
+        kind="dot",
+        out_dims=np.array([8192, n]),
+        granule=np.array([8, 128]),
+        out_bytes=element_bytes,
+        vpu_ops=0.0,
+        side_elems=np.zeros(0),
+        side_bytes=np.zeros(0),
+        main_bytes=element_bytes,
+        cin=k,
+        operand_bytes=k * n * element_bytes if operand_bytes is None else operand_bytes,
+    )
+    options = tiling.choices(geom, {})
+    grid = np.stack(np.meshgrid(*options, indexing="ij"), -1).reshape(-1, len(options))
+    return geom, tiling.config_rows(geom, {}, grid.astype(np.float64))
+
+
+def _inference_times(geom, cfg: np.ndarray, **hw_changes) -> np.ndarray:
+    """`inference`'s runtimes of `cfg`, inf where a tile does not fit the scratchpad."""
+    from dataclasses import replace
+
+    from tpu_tiles_models.synthetic import inference, tiling
+
+    hw = replace(inference.COST.hw, **hw_changes)
+    terms = tiling.tile_terms(geom, cfg, hw)
+    return np.where(terms["ws"] <= hw.vmem, inference.COST.time(geom, terms, hw), np.inf)
+
+
+def test_inference_re_reads_from_cmem() -> None:
+    # A memory-bound matmul whose rhs (256 KiB) every row tile re-reads: from the 128 MiB
+    # CMEM at four times HBM's bandwidth it costs less, on the best tile too.
+    geom, cfg = _matmul(2.0, n=128, k=1024)
+    cmem, hbm_only = _inference_times(geom, cfg), _inference_times(geom, cfg, cache=0.0)
+    fits = np.isfinite(cmem)
+    assert fits.sum() >= 50
+    assert np.all(cmem[fits] <= 1.01 * hbm_only[fits])  # a single tile pays CMEM's first fill
+    assert np.sum(cmem[fits] < 0.92 * hbm_only[fits]) >= 5  # 8% to 19% faster
+    assert cmem.min() < 0.96 * hbm_only.min()
+    # An rhs larger than CMEM is re-read from HBM either way.
+    geom, cfg = _matmul(2.0, n=128, k=1024, operand_bytes=200 * 2**20)
+    np.testing.assert_array_equal(
+        _inference_times(geom, cfg), _inference_times(geom, cfg, cache=0.0)
+    )
+
+
+def test_inference_f32_is_far_slower_than_bf16() -> None:
+    # bf16 is the only fast matmul path: a compute-bound f32 matmul's best tile is 8x slower
+    # on the MXUs with twice the bytes, over 6x in all; roofline's and alt's about 3x.
+    best = {b: _inference_times(*_matmul(b, n=1024, k=4096)).min() for b in (2.0, 4.0)}
+    assert 6.0 < best[4.0] / best[2.0] < 8.0
+
+
+def test_inference_draws_its_own_mix(ranked_roots: dict[str, Path]) -> None:
+    # On the same seed and programs, inference draws fewer convolutions and more matmuls than
+    # roofline (the programs' mixes tilted toward an inference graph's), mostly in bf16.
+    from tpu_tiles_models.synthetic.features import COL_ELEM_TYPE, ELEM_TYPES
+
+    bf16_column = COL_ELEM_TYPE + ELEM_TYPES["bf16"][0]
+
+    def mix(family: str) -> tuple[Counter, float]:
+        """Main-op kinds, and the share of kernels whose first input is bf16."""
+        kinds, bf16 = Counter(), []
+        for _, d in _kernels(ranked_roots[family], "train"):
+            geom = synthetic.kernel_geometry(d["node_feat"], d["node_opcode"], d["edge_index"])
+            kinds[geom.kind] += 1
+            bf16.append(d["node_feat"][0, bf16_column] == 1)
+        return kinds, float(np.mean(bf16))
+
+    (ours, our_bf16), (theirs, their_bf16) = mix("inference"), mix("roofline")
+    assert ours["conv"] < 0.8 * theirs["conv"] and ours["dot"] > 1.3 * theirs["dot"]
+    assert our_bf16 >= 0.5 > 0.35 >= their_bf16
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -582,7 +661,7 @@ def test_every_family_is_deterministic_per_seed(
 
 def test_families_differ_on_the_same_seed(family_roots: dict[str, Path]) -> None:
     digests = {_tree_digest(root) for root in family_roots.values()}
-    assert len(digests) == len(synthetic.FAMILIES) == 3
+    assert len(digests) == len(synthetic.FAMILIES) == 4
 
 
 @pytest.fixture(scope="module")
