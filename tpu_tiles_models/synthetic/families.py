@@ -76,7 +76,7 @@ FAMILIES: dict[str, Family] = {
     ),
     "inference": Family(
         "inference",
-        "the same fusions, inference mix; v4i-like core: 4 MXUs, CMEM, pass-pipelined tiles",
+        "the same fusions, inference mix; v4i-like core: 4 MXUs, CMEM, overlap from headroom",
         inference.make_kernel,
         inference.runtime,
     ),
