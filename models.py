@@ -15,12 +15,18 @@ Every model follows upstream's calling convention:
     with all its configs. `num_configs` may be an int or a scalar tensor. Configs are scored
     in chunks, so a 6000-config kernel never builds a `[num_nodes, 6000, dim]` tensor.
   * Lower score = predicted faster (ListMLE on runtimes ranks slow configs high).
-  * The ranking rule (`keep_default_gate`, on by default): one last trainable scalar, 0 or 1,
-    that training leaves as it is and our trainer sets after validation. When it is 1,
-    `forward` returns each config's place in a ranking that keeps config 0 (the compiler's
-    default) among the first `KEEP_DEFAULT_TOP`, so a plain argsort of `forward`, as the course
-    script takes it, ranks as the run did. `config_scores` is `forward` without the rule;
-    `call` (training) never applies it.
+  * The ranking rule, two last trainable scalars that training leaves as they are and our
+    trainer fits on validation afterwards (both on by default):
+      - `default_margin`: subtracted from config 0's (the compiler's default's) score. A
+        positive margin ranks another config above config 0 only where the model prefers it
+        by more than the margin; a negative one puts config 0 first only where the model
+        prefers it by more (for a model that favours the default too much). 0 where it does
+        not lower validation's top-1 error.
+      - `keep_default_gate`, 0 or 1: when 1, `forward` returns each config's place in a
+        ranking that keeps config 0 among the first `KEEP_DEFAULT_TOP`.
+    So a plain argsort of `forward`, as the course script takes it, ranks as the run did.
+    `raw_scores` are the model's own; `config_scores` have the margin applied, `forward` the
+    whole rule; `call` (training) applies neither.
   * `default_first`: whether the model reads the config at position 0 as the compiler's
     default (`ResidualSAGE(default_context=True)`). Position is the only carrier upstream's
     GraphTensor has. `forward` gets every config in file order, config 0 (inferred to be the
@@ -697,27 +703,50 @@ def keep_default_places(scores: tf.Tensor, top: int = KEEP_DEFAULT_TOP) -> tf.Te
 
 
 class _RankingRule:
-    """Mixin for a `tf.keras.Model`: the keep-default gate and `forward` = rule(`config_scores`).
+    """Mixin for a `tf.keras.Model`: the rule's two weights (the margin, the keep-default
+    gate), `config_scores` = `raw_scores` with the margin, `forward` = the gate's rule on those.
 
-    The gate is the model's own weight, so Keras lists it after every layer's variables: the
-    other variables keep their order, and the course's in-order copy of `trainable_variables`
-    carries it. It is trainable only so that the copy carries it; `call` adds it times zero,
-    so its gradient is exactly 0 and Adam leaves it as it is (a missing gradient would work too,
-    but Keras warns about it in every upstream training log). The decision is made after
-    training, when a run's hash (its kwargs included) is fixed: hence a weight, not a keyword.
+    The rule's scalars are the model's own weights, so Keras lists them after every layer's
+    variables (gate, then margin): the other variables keep their order, and the course's
+    in-order copy of `trainable_variables` carries them. They are trainable only so that the
+    copy carries them; `call` adds them times zero, so their gradients are exactly 0 and Adam
+    leaves them as they are (a missing gradient would work too, but Keras warns about it in
+    every upstream training log). They are fitted after training, when a run's hash (its kwargs
+    included) is fixed: hence weights, not keywords.
     """
 
-    def _add_gate(self, keep_default_gate: bool) -> None:
-        if not isinstance(keep_default_gate, bool):
-            raise ValueError(
-                f"{type(self).__name__}: keep_default_gate must be true or false, "
-                f"got {keep_default_gate!r}"
-            )
-        self._gate = None
+    def _add_gate(self, keep_default_gate: bool, default_margin: bool = False) -> None:
+        for name, value in (
+            ("keep_default_gate", keep_default_gate),
+            ("default_margin", default_margin),
+        ):
+            if not isinstance(value, bool):
+                raise ValueError(
+                    f"{type(self).__name__}: {name} must be true or false, got {value!r}"
+                )
+        self._gate = self._margin = None
         if keep_default_gate:
             self._gate = self.add_weight(
                 name="keep_default_gate", shape=(), initializer="zeros", trainable=True
             )
+        if default_margin:
+            self._margin = self.add_weight(
+                name="default_margin", shape=(), initializer="zeros", trainable=True
+            )
+
+    @property
+    def default_margin(self) -> float | None:
+        """What `config_scores` subtracts from config 0's score; None without the weight."""
+        return None if self._margin is None else float(self._margin.numpy())
+
+    def set_default_margin(self, margin: float) -> None:
+        """Sets the margin (after validation fitted it); `ValueError` without the weight or for
+        a margin that is not finite."""
+        if self._margin is None:
+            raise ValueError(f"{type(self).__name__} was built with default_margin=false")
+        if not math.isfinite(margin):
+            raise ValueError(f"{type(self).__name__}: the margin must be finite, got {margin}")
+        self._margin.assign(margin)
 
     @property
     def keeps_default(self) -> bool | None:
@@ -731,8 +760,24 @@ class _RankingRule:
         self._gate.assign(1.0 if keep else 0.0)
 
     def _with_gate(self, scores: tf.Tensor) -> tf.Tensor:
-        """`call`'s scores, tied to the gate with a zero weight (see the class)."""
-        return scores if self._gate is None else scores + 0.0 * self._gate
+        """`call`'s scores, tied to the rule's weights with a zero factor (see the class)."""
+        for weight in (self._gate, self._margin):
+            if weight is not None:
+                scores = scores + 0.0 * weight
+        return scores
+
+    def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+        """The model's own scores of all `num_configs` configs: `[batch, num_configs]`."""
+        raise NotImplementedError
+
+    @_plain
+    def config_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+        """`raw_scores` with the margin subtracted from config 0's: `[batch, num_configs]`."""
+        scores = self.raw_scores(graph, num_configs)
+        if self._margin is None:
+            return scores
+        first = tf.one_hot(0, tf.shape(scores)[-1], dtype=scores.dtype)  # [num_configs]
+        return scores - self._margin * first[tf.newaxis, :]
 
     @_plain
     def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
@@ -763,7 +808,8 @@ class _TileRanker(_RankingRule, tf.keras.Model):
       num_configs: configs per kernel in the training batches that `call` receives.
       num_ops: 1 + the largest opcode id in the data; must be at most `OPCODE_VOCAB`.
       chunk_size: configs scored at once by `forward`.
-      keep_default_gate: whether the model carries the ranking rule (see `_RankingRule`).
+      keep_default_gate: whether the model carries the keep-default gate (`_RankingRule`).
+      default_margin: whether the model carries config 0's margin (`_RankingRule`).
     """
 
     def __init__(
@@ -773,6 +819,7 @@ class _TileRanker(_RankingRule, tf.keras.Model):
         *,
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
+        default_margin: bool = True,
     ):
         super().__init__()
         if num_ops > OPCODE_VOCAB:
@@ -781,7 +828,7 @@ class _TileRanker(_RankingRule, tf.keras.Model):
         self._num_configs = int(num_configs)
         self._num_ops = int(num_ops)
         self._chunk_size = _check_count(owner, "chunk_size", chunk_size, 1)
-        self._add_gate(keep_default_gate)
+        self._add_gate(keep_default_gate, default_margin)
 
     @property
     def independent_configs(self) -> bool:
@@ -806,7 +853,7 @@ class _TileRanker(_RankingRule, tf.keras.Model):
         return self._finish(self._embed(graph, kernel, configs, training), training)
 
     @_plain
-    def config_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+    def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
         """Scores all `num_configs` configs of each component: `[batch, num_configs]`.
 
         `num_configs` may be a Python int (upstream) or a scalar tensor, so one traced
@@ -875,7 +922,8 @@ class ResidualSAGE(_TileRanker):
        chunks and `call` score alike. Then a score.
 
     Args:
-      num_configs, num_ops, chunk_size, keep_default_gate: see `_TileRanker`.
+      num_configs, num_ops, chunk_size, keep_default_gate, default_margin: see
+        `_TileRanker`.
       hidden_dim: width of every hidden layer.
       num_layers: GraphSAGE blocks.
       op_embed_dim: opcode embedding width.
@@ -902,9 +950,14 @@ class ResidualSAGE(_TileRanker):
         default_context: bool = True,
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
+        default_margin: bool = True,
     ):
         super().__init__(
-            num_configs, num_ops, chunk_size=chunk_size, keep_default_gate=keep_default_gate
+            num_configs,
+            num_ops,
+            chunk_size=chunk_size,
+            keep_default_gate=keep_default_gate,
+            default_margin=default_margin,
         )
         if not isinstance(default_context, bool):
             raise ValueError(
@@ -1003,7 +1056,8 @@ class _Baseline(_TileRanker):
     head. Subclasses set `self._head` and define `_gnn(graph, x)` and `self._reduction`.
 
     Args:
-      num_configs, num_ops, chunk_size, keep_default_gate: see `_TileRanker`.
+      num_configs, num_ops, chunk_size, keep_default_gate, default_margin: see
+        `_TileRanker`.
       op_embed_dim: opcode embedding width; its output carries an L2 activity regulariser.
       hidden_activation: name of a `tf.nn` (or Keras) activation, used between dense layers.
     """
@@ -1019,9 +1073,14 @@ class _Baseline(_TileRanker):
         hidden_activation: str,
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
+        default_margin: bool = True,
     ):
         super().__init__(
-            num_configs, num_ops, chunk_size=chunk_size, keep_default_gate=keep_default_gate
+            num_configs,
+            num_ops,
+            chunk_size=chunk_size,
+            keep_default_gate=keep_default_gate,
+            default_margin=default_margin,
         )
         owner = type(self).__name__
         self._act = _activation(owner, "hidden_activation", hidden_activation)
@@ -1084,7 +1143,8 @@ class _SAGEBaseline(_Baseline):
       hidden_dim: width of the GraphSAGE layers and of the head.
       op_embed_dim: opcode embedding width.
       chunk_size: ours: configs scored at once by `forward`.
-      keep_default_gate: ours: whether it carries the ranking rule (see `_RankingRule`).
+      keep_default_gate, default_margin: ours: whether it carries each part of the ranking
+        rule (see `_RankingRule`).
     """
 
     def __init__(
@@ -1099,6 +1159,7 @@ class _SAGEBaseline(_Baseline):
         op_embed_dim: int = 64,
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
+        default_margin: bool = True,
     ):
         super().__init__(
             num_configs,
@@ -1107,6 +1168,7 @@ class _SAGEBaseline(_Baseline):
             hidden_activation=hidden_activation,
             chunk_size=chunk_size,
             keep_default_gate=keep_default_gate,
+            default_margin=default_margin,
         )
         owner = type(self).__name__
         hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
@@ -1156,7 +1218,8 @@ class _ResGCNBaseline(_Baseline):
       directed: separate weights for producers, consumers and the node itself.
       reduction: TF-GNN pooling over the nodes of a kernel (`sum`, `mean`, `max`, ...).
       chunk_size: ours: configs scored at once by `forward`.
-      keep_default_gate: ours: whether it carries the ranking rule (see `_RankingRule`).
+      keep_default_gate, default_margin: ours: whether it carries each part of the ranking
+        rule (see `_RankingRule`).
     """
 
     def __init__(
@@ -1173,6 +1236,7 @@ class _ResGCNBaseline(_Baseline):
         reduction: str = "sum",
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
+        default_margin: bool = True,
     ):
         super().__init__(
             num_configs,
@@ -1181,6 +1245,7 @@ class _ResGCNBaseline(_Baseline):
             hidden_activation=hidden_activation,
             chunk_size=chunk_size,
             keep_default_gate=keep_default_gate,
+            default_margin=default_margin,
         )
         owner = type(self).__name__
         hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
@@ -1269,7 +1334,8 @@ class MLP(_Baseline):
       hidden_dim: their width.
       reduction: TF-GNN pooling over the nodes of a kernel (`sum`, `mean`, `max`, ...).
       chunk_size: ours: configs scored at once by `forward`.
-      keep_default_gate: ours: whether it carries the ranking rule (see `_RankingRule`).
+      keep_default_gate, default_margin: ours: whether it carries each part of the ranking
+        rule (see `_RankingRule`).
     """
 
     EARLY_JOIN = False
@@ -1286,6 +1352,7 @@ class MLP(_Baseline):
         reduction: str = "sum",
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
+        default_margin: bool = True,
     ):
         super().__init__(
             num_configs,
@@ -1294,6 +1361,7 @@ class MLP(_Baseline):
             hidden_activation=hidden_activation,
             chunk_size=chunk_size,
             keep_default_gate=keep_default_gate,
+            default_margin=default_margin,
         )
         owner = type(self).__name__
         self._reduction = _check_reduction(owner, "reduction", reduction)
@@ -1374,10 +1442,10 @@ class Ensemble(_RankingRule, tf.keras.Model):
 
     Averaging independently trained rankers is a cheap, reliable gain (as in the Kaggle
     "Fast or Slow?" tile solutions). The members are built exactly as upstream builds a model,
-    `cls(num_configs, num_ops, **kwargs)`, and own every variable but the ensemble's gate:
-    `trainable_variables` are the members' in member order, then the gate, so upstream's
+    `cls(num_configs, num_ops, **kwargs)`, and own every variable but the ensemble's rule:
+    `trainable_variables` are the members' in member order, then the rule's, so upstream's
     rebuild-then-copy-in-order reload restores an ensemble as it restores any model. `forward`
-    combines the members' own chunked `config_scores` (never their rules), then applies its
+    combines the members' own chunked `raw_scores` (never their rules), then applies its
     own rule, so memory stays bounded on 6000-config kernels.
 
     Args:
@@ -1387,8 +1455,9 @@ class Ensemble(_RankingRule, tf.keras.Model):
         `kwargs` may be left out.
       combine: per-kernel normalisation before averaging, one of `COMBINE_METHODS` (see
         `normalise_scores`); `rank` has no gradient, so train members with another.
-      keep_default_gate: whether the ensemble carries its own ranking rule (`_RankingRule`),
-        applied to the combined scores; the members' own rules are not applied.
+      keep_default_gate, default_margin: whether the ensemble carries each part of its own
+        ranking rule (`_RankingRule`), applied to the combined scores; the members' own rules
+        are not applied.
     """
 
     def __init__(
@@ -1399,6 +1468,7 @@ class Ensemble(_RankingRule, tf.keras.Model):
         members: Sequence[dict],
         combine: str = "zscore",
         keep_default_gate: bool = True,
+        default_margin: bool = True,
     ):
         super().__init__()
         if combine not in COMBINE_METHODS:
@@ -1419,7 +1489,8 @@ class Ensemble(_RankingRule, tf.keras.Model):
             except TypeError as e:  # an unknown keyword: name the member it came from
                 raise ValueError(f"Ensemble: members[{i}] ({spec['model']}): {e}") from None
         self._ensemble_members = built
-        self._add_gate(keep_default_gate)  # after the members: their variables come first
+        # After the members: their variables come first.
+        self._add_gate(keep_default_gate, default_margin)
 
     @property
     def independent_configs(self) -> bool:
@@ -1440,11 +1511,11 @@ class Ensemble(_RankingRule, tf.keras.Model):
         return self._with_gate(scores)
 
     @_plain
-    def config_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+    def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
         """Scores all `num_configs` configs of each component: `[batch, num_configs]`, from
-        the members' own scores (`config_scores`, without their rules)."""
+        the members' own scores (`raw_scores`, without their rules)."""
         members = self._ensemble_members
-        return self._average([m.config_scores(graph, num_configs) for m in members])
+        return self._average([m.raw_scores(graph, num_configs) for m in members])
 
     def _average(self, member_scores: list[tf.Tensor]) -> tf.Tensor:
         """Members' `[batch, n]` scores -> the mean of their normalised scores `[batch, n]`."""

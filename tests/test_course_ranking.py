@@ -1,7 +1,7 @@
 """One ranking from training to the grader: the rule a run ranks by lives in its model.
 
-When a run's validation chooses to keep config 0 (the compiler's default) in the top 5, our
-trainer sets the model's gate (models.py's `_RankingRule`), so the course's prediction script,
+When a run's validation chooses a margin for config 0 (the compiler's default) or to keep it
+in the top 5, our trainer sets the model's weights for them (models.py's `_RankingRule`), so the course's prediction script,
 which only calls `forward`, ranks the test split as the run did: single runs and ensembles.
 Runs written before the gate existed still reload, and training never moves it.
 """
@@ -38,10 +38,15 @@ pytestmark = pytest.mark.xdist_group("course_ranking")
 
 
 def _always_keep(original):
-    """`KeepDefault.measure` with `chosen` forced on: validation 'chose' to keep config 0."""
+    """`KeepDefault.measure` with `chosen` forced on, and a margin that moves config 0 first
+    on about half the kernels: validation 'chose' both parts of the rule."""
 
-    def measure(scored, weights=None):
-        return dataclasses.replace(original(scored, weights), chosen=True)
+    def measure(scored, weights=None, *, fit_margin=False):
+        gaps = [s.scores[0] - s.scores[1:].min() for s in scored if len(s.scores) > 1]
+        forced = float(np.median(gaps)) if fit_margin else 0.0
+        return dataclasses.replace(
+            original(scored, weights, fit_margin=fit_margin), chosen=True, margin=forced
+        )
 
     return measure
 
@@ -86,10 +91,17 @@ def test_the_course_procedure_ranks_as_the_run_did(which, kept_runs, synth_root)
     run = TrainedRun.open(result.model_dir)
     model, ds = run.load(synth_root, progress=False)
     assert model.keeps_default is True and run.keeps_default_in(model) is True
+    record = info[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]
+    assert record["margin"] != 0 and model.default_margin == pytest.approx(record["margin"])
     scored = scoring.score_split(model, ds.test, ds.stats, progress=False)
     plain = {s.tile_id: scoring.upstream_top(s.scores, 5) for s in scored}
     assert any(0 not in top for top in plain.values())
     assert plain != course
+    # The margin mattered too: without it, config 0 comes first on other kernels.
+    model.set_default_margin(0.0)
+    raw = scoring.score_split(model, ds.test, ds.stats, progress=False)
+    first = {s.tile_id: scoring.upstream_top(s.scores, 5, keep_default=True)[0] for s in raw}
+    assert first != {tile: top[0] for tile, top in course.items()}
 
 
 def test_the_gate_follows_the_rule_of_the_metric():
@@ -124,19 +136,27 @@ def test_an_ensemble_applies_its_own_rule_not_its_members(kept_runs, synth_root)
     assert [m.keeps_default for m in model.members] == [True, True]
     graph = data.kernel_graph(ds.test, 0, ds.stats)
     n = ds.test.num_configs(0)
-    members = [m.config_scores(graph, n) for m in model.members]
+    assert all(m.default_margin != 0 for m in model.members)
+    members = [m.raw_scores(graph, n) for m in model.members]
     combined = model._average(members).numpy()[0]
-    np.testing.assert_array_equal(model.config_scores(graph, n).numpy()[0], combined)
+    np.testing.assert_array_equal(model.raw_scores(graph, n).numpy()[0], combined)
+    shifted = combined.copy()
+    shifted[0] -= np.float32(model.default_margin)
+    np.testing.assert_allclose(model.config_scores(graph, n).numpy()[0], shifted, atol=1e-6)
     np.testing.assert_array_equal(
-        model.forward(graph, n).numpy()[0], metrics.keep_default(combined)
+        model.forward(graph, n).numpy()[0],
+        metrics.keep_default(model.config_scores(graph, n).numpy()[0]),
     )
     model.set_keeps_default(False)
-    np.testing.assert_array_equal(model.forward(graph, n).numpy()[0], combined)
+    np.testing.assert_array_equal(
+        model.forward(graph, n).numpy()[0], model.config_scores(graph, n).numpy()[0]
+    )
 
 
-def test_training_leaves_the_gate_as_it_is(synth_root):
+def test_training_leaves_the_rule_as_it_is(synth_root):
     """Our trainer's step and Keras `fit` (upstream's trainer), Adam with clipping, and
-    upstream's best-weights snapshot: the gate keeps its value, the other weights move."""
+    upstream's best-weights snapshot: the rule's two weights keep their values, the others
+    move."""
     ds = data.load_dataset(synth_root, splits=("train",), progress=False)
     batches = data.training_batches(ds.train, ds.stats, num_configs=4, batch_size=4, seed=0)
     graph, labels = next(iter(batches))
@@ -144,6 +164,7 @@ def test_training_leaves_the_gate_as_it_is(synth_root):
         model = registry.build_model("MLP", 4, ds.num_ops, TINY_MLP)
         model(graph)
         model.set_keeps_default(True)
+        model.set_default_margin(0.25)
         before = [v.numpy() for v in model.trainable_variables]
         if how == "ours":
             args = TrainArgs(model="MLP", model_kwargs_json=TINY_MLP, configs=4, batch=4)
@@ -156,24 +177,34 @@ def test_training_leaves_the_gate_as_it_is(synth_root):
             for v in model.trainable_variables:
                 v.assign(best[v.ref()])
         after = [v.numpy() for v in model.trainable_variables]
-        assert model.trainable_variables[-1].name.startswith("keep_default_gate")
-        assert after[-1] == before[-1] == 1.0 and model.keeps_default is True
-        assert any(not np.array_equal(a, b) for a, b in zip(after[:-1], before[:-1]))
+        names = [v.name for v in model.trainable_variables[-2:]]
+        assert [n.split(":")[0].split("/")[-1] for n in names] == [
+            "keep_default_gate",
+            "default_margin",
+        ]
+        assert after[-2] == before[-2] == 1.0 and model.keeps_default is True
+        assert after[-1] == before[-1] == 0.25 and model.default_margin == 0.25
+        assert any(not np.array_equal(a, b) for a, b in zip(after[:-2], before[:-2]))
     del labels
 
 
-def test_a_run_recorded_before_the_gate_still_reloads(synth_root, tmp_path):
-    """Recorded kwargs without `keep_default_gate` and a checkpoint without its variable:
-    rebuilt without it, ranked by its run file's record."""
+@pytest.mark.parametrize("missing", [("keep_default_gate", "default_margin"), ("default_margin",)])
+def test_a_run_recorded_before_the_rule_still_reloads(missing, synth_root, tmp_path):
+    """Recorded kwargs without the rule's keywords (before either existed, or before the
+    margin did) and a checkpoint without their variables: rebuilt without them, ranked by its
+    run file's record."""
     ds = data.load_dataset(synth_root, splits=("train",), progress=False)
     stored = json.loads(TINY_MLP)
     recorded = registry.resolved_kwargs("MLP", stored)
-    del recorded["keep_default_gate"]  # as recorded before the keyword existed
-    then = {**recorded, **registry.ADDED_KEYWORDS}  # the model of that time: no gate
+    for key in missing:
+        del recorded[key]  # as recorded before the keyword existed
+    # The model of that time: without the variables it did not have.
+    then = {**{k: registry.ADDED_KEYWORDS[k] for k in missing}, **recorded}
     model = registry.build_model("MLP", 4, ds.num_ops, json.dumps(then))
     batches = data.training_batches(ds.train, ds.stats, num_configs=4, batch_size=4, seed=0)
     model(next(iter(batches))[0])  # called like a training batch: Keras then saves it
-    assert model.keeps_default is None
+    assert model.keeps_default is (None if "keep_default_gate" in missing else False)
+    assert model.default_margin is None
     for i, v in enumerate(model.trainable_variables):
         v.assign(tf.fill(v.shape, 0.01 * (i + 1)))
     args = TrainArgs(
@@ -196,8 +227,10 @@ def test_a_run_recorded_before_the_gate_still_reloads(synth_root, tmp_path):
     model_dir = tmp_path / formats.model_dir_name(args.hash())
     export.save_model(model, model_dir)
     run = TrainedRun.open(model_dir)
-    assert run.model_kwargs == {**recorded, "keep_default_gate": False}
+    assert run.model_kwargs == {**recorded, **{k: False for k in missing}}
     rebuilt, _ = run.load(synth_root, split="valid", progress=False)
-    assert rebuilt.keeps_default is None and run.keeps_default_in(rebuilt) is True
+    assert rebuilt.default_margin is None
+    if "keep_default_gate" in missing:
+        assert rebuilt.keeps_default is None and run.keeps_default_in(rebuilt) is True
     for a, b in zip(rebuilt.trainable_variables, model.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())

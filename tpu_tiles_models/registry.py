@@ -326,9 +326,9 @@ EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 # Keywords our classes gained after runs began recording their keywords, each with the value
 # that builds a model as it was before: a run file whose recorded (or, earlier still, stored)
-# keywords leave one out was trained without it. `keep_default_gate`: the ranking rule's
-# variable (models.py), which the course's in-order copy would otherwise miss.
-ADDED_KEYWORDS: dict[str, Any] = {"keep_default_gate": False}
+# keywords leave one out was trained without it. `keep_default_gate`, `default_margin`: the
+# ranking rule's variables (models.py), which the course's in-order copy would otherwise miss.
+ADDED_KEYWORDS: dict[str, Any] = {"keep_default_gate": False, "default_margin": False}
 
 
 def without_added(name: str, kwargs: Mapping[str, Any], module: ModuleType | None = None) -> dict:

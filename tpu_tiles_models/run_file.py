@@ -18,8 +18,9 @@ EXTRAS_KEY = "tpu_tiles"
 # Under EXTRAS_KEY: our options that entered the hash (`TrainArgs.identity`), so that a run
 # file's name can be checked against its content (`run_info_hash`).
 IDENTITY_KEY = "identity"
-# Under `EXTRAS_KEY`: whether the run's validation chose to keep config 0 in the top 5, with
-# the errors both ways (`scoring.KeepDefault.to_json`); `predict` follows it by default.
+# Under `EXTRAS_KEY`: the ranking rule the run's validation chose (config 0's margin, whether
+# to keep config 0 in the top 5) with the errors every way (`scoring.KeepDefault.to_json`);
+# `predict` follows it by default.
 KEEP_DEFAULT_KEY = "keep_default"
 # Under `EXTRAS_KEY`: every keyword the model was built with, its class defaults included
 # (`registry.resolved_kwargs`), so that a later change of a default does not change how the run
@@ -143,7 +144,9 @@ def run_info_problem(info: Any) -> str | None:
     if keep is not None:
         if not isinstance(keep.get("chosen"), bool):
             return f"{EXTRAS_KEY}.{KEEP_DEFAULT_KEY}.chosen is not true or false"
-        for key in ("val", "val_kept"):
+        if "margin" in keep and not _is(keep["margin"], _NUMBER):
+            return _wrong(f"{EXTRAS_KEY}.{KEEP_DEFAULT_KEY}.margin", keep["margin"], _NUMBER)
+        for key in ("val", "val_kept", "val_margin", "val_rule"):
             if key in keep and (
                 problem := _number_map_problem(f"{KEEP_DEFAULT_KEY}.{key}", keep[key])
             ):

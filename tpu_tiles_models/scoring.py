@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
-from tpu_tiles_models import data, export, interrupts, kaggle, metrics
+from tpu_tiles_models import data, export, interrupts, kaggle, margin, metrics
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
 
@@ -69,8 +69,9 @@ GROUP_PADDING = 1.25
 
 
 def own_scores(model: tf.keras.Model):
-    """The model's `forward` without its ranking rule: our models' `config_scores` (the rule
-    is applied once, by whoever ranks: `rule_of`), upstream's `forward`."""
+    """The model's `forward` without its keep-default rule: our models' `config_scores` (their
+    fitted margin applied; the keep rule is applied once, by whoever ranks: `rule_of`),
+    upstream's `forward`."""
     return getattr(model, "config_scores", None) or model.forward
 
 
@@ -78,6 +79,11 @@ def rule_of(model: tf.keras.Model) -> bool | None:
     """Whether `model`'s own ranking keeps config 0 in the top 5 (its gate, see models.py);
     None for a model that carries no rule (upstream's, older runs of ours)."""
     return getattr(model, "keeps_default", None)
+
+
+def carries_margin(model: tf.keras.Model) -> bool:
+    """Whether `model` carries config 0's margin (models.py's `default_margin` weight)."""
+    return getattr(model, "default_margin", None) is not None
 
 
 def carry_choice(model: tf.keras.Model, chosen: bool) -> bool:
@@ -363,29 +369,73 @@ def errors(
 
 @dataclass(frozen=True)
 class KeepDefault:
-    """Whether keeping config 0 in the top 5 pays on a validation split, and the figures.
+    """The ranking rule a validation split chooses, and the figures (stored in the run file,
+    `to_json`).
 
-    `chosen` only when it lowers the top-5 error (and, once final, only when the model carries
-    it: `carry_choice`); `errors` and `kept` are the top-k errors without and with it. Stored
-    in the run file (`to_json`).
+    `margin`: config 0's margin (`margin.choose`; 0.0 where it does not pay or the model
+    cannot carry one), `margin_errors` the cross-fitted top-k errors of ranking with it.
+    `chosen`: whether keeping config 0 in the top 5 lowers the top-5 error once the margin is
+    applied (and, once final, only when the model carries the gate: `carry_choice`). `errors`
+    are the model's own top-k errors, `kept` those with the margin and config 0 kept in the
+    top 5; `rule` those of the whole rule the run ranks by (the margin cross-fitted, then the
+    keep rule where chosen).
     """
 
     chosen: bool
     errors: dict[int, float]
     kept: dict[int, float]
+    margin: float = 0.0
+    margin_errors: dict[int, float] | None = None
+    rule: dict[int, float] | None = None
 
     @classmethod
-    def measure(cls, scored: list[Scored], weights: Sequence[float] | None = None) -> KeepDefault:
-        """Both ways on `scored` (weighted means with `weights`, see `errors`)."""
-        plain, kept = errors(scored, weights), errors(scored, weights, keep_default=True)
-        return cls(kept[5] < plain[5], plain, kept)
+    def measure(
+        cls,
+        scored: list[Scored],
+        weights: Sequence[float] | None = None,
+        *,
+        fit_margin: bool = False,
+    ) -> KeepDefault:
+        """Every way on `scored` (weighted means with `weights`, see `errors`); with
+        `fit_margin`, config 0's margin is fitted too (`margin.choose`)."""
+        plain = errors(scored, weights)
+        pairs = [(s.runtimes, s.scores) for s in scored]
+        fitted = margin.choose(pairs, weights) if fit_margin else margin.Margin(0.0, plain)
+        shifted = [
+            dataclasses.replace(s, scores=margin.with_margin(s.scores, fitted.margin))
+            for s in scored
+        ]
+        own, kept = errors(shifted, weights), errors(shifted, weights, keep_default=True)
+        chosen = kept[5] < own[5]
+        rule = fitted.errors
+        if chosen:  # the margin's cross-fitted ranking, then config 0 kept in the top 5
+            folds = margin.fold_margins(pairs, weights) if fitted.margin else [0.0] * len(pairs)
+            rule = metrics.top_k_errors(
+                [
+                    (r, metrics.keep_default(margin.with_margin(sc, m)))
+                    for (r, sc), m in zip(pairs, folds)
+                ],
+                weights=weights,
+            )
+        return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule)
+
+    def without_keep(self) -> KeepDefault:
+        """This record for a model that cannot carry the keep rule: not chosen, and the rule's
+        errors the margin's alone."""
+        return dataclasses.replace(self, chosen=False, rule=self.margin_errors or self.errors)
 
     def to_json(self) -> dict:
-        return {
+        out = {
             "chosen": self.chosen,
             "val": {str(k): v for k, v in self.errors.items()},
             "val_kept": {str(k): v for k, v in self.kept.items()},
+            "margin": self.margin,
         }
+        if self.margin_errors is not None:
+            out["val_margin"] = {str(k): v for k, v in self.margin_errors.items()}
+        if self.rule is not None:
+            out["val_rule"] = {str(k): v for k, v in self.rule.items()}
+        return out
 
 
 def upstream_top(scores: np.ndarray, k: int, *, keep_default: bool = False) -> list[int]:
@@ -434,16 +484,20 @@ def final_scores(
     progress: bool = True,
 ) -> FinalScores:
     """The final validation (every config of every validation kernel; not again when `val`,
-    the best epoch's, is given) and the test split's errors or ranking. Validation's choice of
-    keeping config 0 in the top 5 goes into the model's gate (`carry_choice`), and the test
-    ranking follows the model's rule. No test split: no test figures."""
+    the best epoch's, is given) and the test split's errors or ranking. Validation's choices,
+    config 0's margin and keeping config 0 in the top 5, go into the model's weights, and the
+    test ranking follows the model's rule. No test split: no test figures."""
     if val is None:
         val = KeepDefault.measure(
             score_split(
                 model, dataset.valid, dataset.stats, scorer=scorer, progress=progress, desc="valid"
-            )
+            ),
+            fit_margin=carries_margin(model),
         )
-    val = dataclasses.replace(val, chosen=carry_choice(model, val.chosen))
+    if not carry_choice(model, val.chosen):
+        val = val.without_keep()
+    if val.margin:  # fitted on scores with the model's margin so far (0 after training)
+        model.set_default_margin(model.default_margin + val.margin)
     final = FinalScores(val)
     if dataset.test is not None and len(dataset.test):
         scored = score_split(

@@ -146,7 +146,9 @@ def _val_score(
         who="the model in training",
         fix=DIVERGED_FIX,
     )
-    measured = scoring.KeepDefault.measure(scored, sample.weights)
+    measured = scoring.KeepDefault.measure(
+        scored, sample.weights, fit_margin=scoring.carries_margin(model)
+    )
     score = 1.0 - measured.errors[5]
     if select_by == "top50":
         pairs = ((s.runtimes, s.scores) for s in scored)

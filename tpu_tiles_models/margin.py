@@ -1,0 +1,129 @@
+"""Config 0's margin: how much to favour the compiler's default, fitted on validation (numpy).
+
+A model ranks config 0 (the compiler's default) first where its score is the lowest. The
+margin `m` is subtracted from config 0's score first (`with_margin`), so config 0 comes first
+exactly where `gap = score[0] - min(score[1:]) <= m`: a positive margin keeps the default
+unless the model prefers another config by more than `m`, a negative one keeps it only where
+the model prefers it by more than `-m`. Each kernel's top-1 pick is then one of two configs,
+so the top-1 error of every candidate margin is a cheap vectorised sum (`_pick_errors`).
+
+`fit` chooses the margin with the lowest top-1 error over candidates at quantiles of the gaps
+(0, the model's own ranking, always among them; the smallest `|m|` wins a tie). Fitted and
+measured on the same kernels, any margin looks better than it is, so `choose` first estimates
+the whole procedure's error by cross-fitting (`FOLDS` folds: each fold ranked with the margin
+fitted on the others) and keeps a margin only where that estimate beats the model's own top-1;
+that estimate, not the in-sample one, is what a run reports.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from tpu_tiles_models import metrics
+
+CANDIDATES = 41  # candidate margins: quantiles 0, 1/40, ..., 1 of the kernels' gaps (and 0)
+FOLDS = 5  # of the cross-fitted estimate; kernel i is in fold i % FOLDS
+
+
+def with_margin(scores: np.ndarray, margin: float) -> np.ndarray:
+    """`scores` `[num_configs]` with `margin` subtracted from config 0's (a float64 copy)."""
+    out = np.array(scores, dtype=np.float64)
+    out[metrics.DEFAULT_CONFIG] -= margin
+    return out
+
+
+def _gaps_and_picks(
+    kernels: Sequence[tuple[np.ndarray, np.ndarray]],
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per kernel (`(runtimes, scores)` pairs): the gap, and the top-1 error of config 0 and of
+    the model's best other config. A one-config kernel gets gap -inf (config 0 either way)."""
+    gaps, default, other = [], [], []
+    for runtimes, scores in kernels:
+        runtimes = np.asarray(runtimes, dtype=np.float64)
+        scores = np.asarray(scores, dtype=np.float64)
+        best = runtimes.min()
+        default.append(runtimes[0] / best - 1.0)
+        if len(scores) < 2:
+            gaps.append(-np.inf)
+            other.append(default[-1])
+            continue
+        j = 1 + int(np.argmin(scores[1:]))  # ties to the lower index, as a stable sort
+        gaps.append(scores[0] - scores[j])
+        other.append(runtimes[j] / best - 1.0)
+    return np.asarray(gaps), np.asarray(default), np.asarray(other)
+
+
+def _pick_errors(gaps, default, other, margins: np.ndarray) -> np.ndarray:
+    """`[kernels, margins]` top-1 errors: config 0 where `gap <= margin`, else the other."""
+    return np.where(gaps[:, None] <= margins[None, :], default[:, None], other[:, None])
+
+
+def _fit(gaps, default, other, weights) -> float:
+    finite = gaps[np.isfinite(gaps)]
+    margins = np.unique(
+        np.concatenate([[0.0], np.quantile(finite, np.linspace(0, 1, CANDIDATES))])
+        if len(finite)
+        else [0.0]
+    )
+    errors = np.average(_pick_errors(gaps, default, other, margins), axis=0, weights=weights)
+    best = errors.min()
+    tied = margins[errors <= best + 1e-12]
+    return float(tied[np.argmin(np.abs(tied))])
+
+
+def fit(
+    kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
+) -> float:
+    """The margin with the lowest (weighted) mean top-1 error on `(runtimes, scores)` pairs."""
+    gaps, default, other = _gaps_and_picks(kernels)
+    return _fit(gaps, default, other, None if weights is None else np.asarray(weights))
+
+
+@dataclass(frozen=True)
+class Margin:
+    """A fitted margin and the honest (cross-fitted) top-k errors of ranking with it.
+
+    `margin` is 0.0 where cross-fitting says a margin does not lower the top-1 error; then
+    `errors` are the model's own.
+    """
+
+    margin: float
+    errors: dict[int, float]
+
+
+def fold_margins(
+    kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
+) -> np.ndarray:
+    """`[kernels]`: each kernel's margin fitted on the other folds (kernel i in fold
+    i % `FOLDS`), for the cross-fitted estimate; 0.0 where no other fold exists."""
+    kernels = list(kernels)
+    w = None if weights is None else np.asarray(weights, dtype=np.float64)
+    gaps, default, other = _gaps_and_picks(kernels)
+    folds = np.arange(len(kernels)) % FOLDS
+    out = np.zeros(len(kernels))
+    for f in range(min(FOLDS, len(kernels))):
+        rest = folds != f
+        if rest.any():
+            out[~rest] = _fit(
+                gaps[rest], default[rest], other[rest], None if w is None else w[rest]
+            )
+    return out
+
+
+def choose(
+    kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
+) -> Margin:
+    """Fits the margin on all of `kernels` if its cross-fitted top-1 error beats the model's
+    own (see the module); the errors are the cross-fitted estimate's."""
+    kernels = list(kernels)
+    own = metrics.top_k_errors(kernels, weights=weights)
+    crossed = metrics.top_k_errors(
+        [(r, with_margin(s, m)) for (r, s), m in zip(kernels, fold_margins(kernels, weights))],
+        weights=weights,
+    )
+    if not crossed[1] < own[1]:
+        return Margin(0.0, own)
+    return Margin(fit(kernels, weights), crossed)
