@@ -1,9 +1,10 @@
 """One ranking from training to the grader: the rule a run ranks by lives in its model.
 
 When a run's validation chooses a margin for config 0 (the compiler's default) or to keep it
-in the top 5, our trainer sets the model's weights for them (models.py's `_RankingRule`), so the course's prediction script,
-which only calls `forward`, ranks the test split as the run did: single runs and ensembles.
-Runs written before the gate existed still reload, and training never moves it.
+in the top 5, our trainer sets the model's weights for them (models.py's `_RankingRule`), so
+the course's prediction script, which only calls `forward`, ranks the test split as the run
+did: single runs and ensembles. Runs written before the rule existed still reload, and
+training never moves it.
 """
 
 from __future__ import annotations
