@@ -144,6 +144,14 @@ def add_budget_flags(p: argparse.ArgumentParser) -> None:
     p.add_argument("--early_stop", type=int, default=b["early_stop"], help="0: never")
     p.add_argument("--num_workers", type=int, default=2, help="the sweep's worker processes")
     p.add_argument(
+        "--score_candidates",
+        type=int,
+        default=3,
+        help="the trainer's flag: epochs rescored on every config at the end (1: only the best "
+        "by the epoch sample; each rescoring is a full validation, on 2 cores about as long as "
+        "a run's epochs on the families with many configs)",
+    )
+    p.add_argument(
         "--no_train",
         action="store_true",
         help="train nothing: tabulate the runs already finished under --work (e.g. after a "
@@ -256,6 +264,7 @@ def run_sweep(a: argparse.Namespace, grid: Path, work: Path) -> None:
         str(a.num_workers),
         f"--epochs={a.epochs}",
         f"--early_stop={a.early_stop}",
+        f"--score_candidates={a.score_candidates}",
         f"--cache_dir={work / 'cache'}",
         "--no_progress",
     ]
@@ -582,7 +591,8 @@ def markdown(cells: list[dict], a: argparse.Namespace) -> str:
         f"python benchmarks/suite.py --work {a.work} --families {a.families} --models "
         f"{a.models} --recipes {a.recipes} --seeds {a.seeds} --train {a.train} --valid "
         f"{a.valid} --test {a.test} --data_seed {a.data_seed} --max_configs {a.max_configs} "
-        f"--epochs {a.epochs} --early_stop {a.early_stop} --candidate {a.candidate}"
+        f"--epochs {a.epochs} --early_stop {a.early_stop} --score_candidates "
+        f"{a.score_candidates} --candidate {a.candidate}"
         + (" --shuffled" if a.shuffled else "")
         + (" --no_train" if a.no_train else "")
     )

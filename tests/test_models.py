@@ -78,7 +78,7 @@ UPSTREAM_KWARGS = {
         "reduction": ("sum", "mean", "scores"),
     },
 }
-OURS_ONLY = {"chunk_size", "keep_default_gate"}  # keywords we add to upstream's
+OURS_ONLY = {"chunk_size", "keep_default_gate", "default_margin"}  # keywords we add
 
 
 def build(name: str, num_configs: int = CONFIGS, num_ops: int = 121, **extra):
@@ -186,8 +186,8 @@ def test_baseline_defaults_match_upstream_layer_sizes(kernels):
         gcn.forward(graph, num_configs_of(graph))
         counts[directed] = len(gcn.trainable_variables)
     # embedding + 3 GCN layers x (1 or 3) MLPs x 2 dense x (kernel, bias) + prenet + head,
-    # and ours: the ranking rule's gate
-    assert counts == {False: 1 + 3 * 1 * 4 + 4 + 4 + 1, True: 1 + 3 * 3 * 4 + 4 + 4 + 1}
+    # and ours: the ranking rule's gate and margin
+    assert counts == {False: 1 + 3 * 1 * 4 + 4 + 4 + 2, True: 1 + 3 * 3 * 4 + 4 + 4 + 2}
 
 
 @pytest.mark.parametrize("name", BASELINES)
@@ -540,14 +540,17 @@ def test_ensemble_averages_normalised_member_scores(trained, kernels, batch):
     ensemble, _ = trained("Ensemble")
     members = ensemble.members
     assert [m.__class__.__name__ for m in members] == ["MLP", "LateJoinSAGE"]
-    # The members' variables in member order, then its one own: its ranking rule's gate.
+    # The members' variables in member order, then its own two: its ranking rule's.
     refs = [v.ref() for v in ensemble.trainable_variables]
-    own = ensemble.trainable_variables[-1]
-    assert refs == [v.ref() for m in members for v in m.trainable_variables] + [own.ref()]
-    assert own.name.startswith("keep_default_gate") and ensemble.keeps_default is False
+    own = ensemble.trainable_variables[-2:]
+    assert refs == [v.ref() for m in members for v in m.trainable_variables] + [
+        v.ref() for v in own
+    ]
+    assert [v.name.split(":")[0] for v in own] == ["keep_default_gate", "default_margin"]
+    assert ensemble.keeps_default is False and ensemble.default_margin == 0.0
     graph = kernels[0]
     n = num_configs_of(graph)
-    per_member = [models.normalise_scores(m.config_scores(graph, n), "zscore") for m in members]
+    per_member = [models.normalise_scores(m.raw_scores(graph, n), "zscore") for m in members]
     assert_scores_close(ensemble.forward(graph, n), sum(per_member) / 2)
     per_member = [models.normalise_scores(m(batch), "zscore") for m in members]
     assert_scores_close(ensemble(batch), sum(per_member) / 2)

@@ -149,9 +149,10 @@ def test_an_old_run_is_not_handed_in_with_todays_models_py(old_run, tmp_path):
         bundle.make_bundle(model_dir, tmp_path / "handin")
     assert str(err.value) == (
         f"{run_file}: trained as ResidualSAGE with config_attention=true, "
-        "default_context=false, hidden_dim=48, keep_default_gate=false, but "
-        f"{registry.dropin_file('models.py')} builds config_attention=false, "
-        "default_context=true, hidden_dim=32, keep_default_gate=true from its model_kwargs_json "
+        "default_context=false, default_margin=false, hidden_dim=48, keep_default_gate=false, "
+        f"but {registry.dropin_file('models.py')} builds config_attention=false, "
+        "default_context=true, default_margin=true, hidden_dim=32, keep_default_gate=true from "
+        "its model_kwargs_json "
         '{"num_layers": 1, '
         '"op_embed_dim": 8}, so a grader would rebuild another model; retrain it, or hand in '
         "the models.py it was trained with (--models)"
