@@ -10,8 +10,8 @@ and each figure quoted in running text (README's model table) with an inline pai
 
     <!-- figure:suite:top5:EarlyJoinSAGE -->0.064-0.097<!-- /figure -->
 
-which is replaced by the range over families of the per-family mean (over seeds) of column
-`top5` for model `EarlyJoinSAGE` in benchmarks/results/suite.csv.
+which is replaced by the range over families (not their shuffled copies) of the per-family
+mean (over seeds) of column `top5` for model `EarlyJoinSAGE` in benchmarks/results/suite.csv.
 
 Results files record the commands as they were run; paths local to the machine that ran them
 (/work/scratch/..., /root/..., /home/<user>/...) are written into the pages relative to that
@@ -64,7 +64,8 @@ def figure(results: Path, file: str, column: str, model: str) -> str:
     per_family: dict[str, list[float]] = defaultdict(list)
     with open(results / f"{file}.csv", newline="", encoding="utf-8") as f:
         for row in csv.DictReader(f):
-            if row["model"] == model:
+            # A family's copy with its configs shuffled is a check, not a family.
+            if row["model"] == model and not row["family"].endswith("-shuffled"):
                 per_family[row["family"]].append(float(row[column]))
     if not per_family:
         raise KeyError(f"{file}.csv has no rows for model {model!r}")
