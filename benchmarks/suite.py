@@ -26,7 +26,8 @@ kept): 4,000 steps of 10 kernels, against about 57,000 for upstream's 100 epochs
 5,709 train kernels; scaled so that one run takes minutes on 2 CPU cores.
 
 Writes `benchmarks/results/suite.csv` (one row per run), `suite.md` (mean +- std over seeds per
-family, model and recipe, with the selection rule's verdict) and `suite.png`.
+family, model and recipe, with the selection rule's verdict) and `suite.png` (`--name` names
+them otherwise).
 
 The selection rule (docs/choosing.md): a recipe or model default becomes the recommendation
 only if it beats the alternative on every family by more than one std across seeds.
@@ -126,7 +127,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the model labels (comma-separated) judged against the suite's targets (vs "
         "EarlyJoinSAGE)",
     )
-    p.add_argument("--out", default=str(RESULTS), help="where suite.csv/.md/.png go")
+    p.add_argument("--out", default=str(RESULTS), help="where the results files go")
+    p.add_argument(
+        "--name", default="suite", help="the results files' name: <name>.csv, .md and .png"
+    )
     return p.parse_args(argv)
 
 
@@ -576,14 +580,14 @@ def real_range(by: dict, families: list[str]) -> list[str]:
 
 def write_results(rows: list[dict], cells: list[dict], out: Path, a: argparse.Namespace) -> None:
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "suite.csv", "w", newline="") as f:
+    with open(out / f"{a.name}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=COLUMNS)
         writer.writeheader()
         writer.writerows(
             sorted(rows, key=lambda r: (r["family"], r["model"], r["recipe"], r["seed"]))
         )
-    (out / "suite.md").write_text(markdown(cells, a))
-    plot(cells, out / "suite.png")
+    (out / f"{a.name}.md").write_text(markdown(cells, a))
+    plot(cells, out / f"{a.name}.png")
 
 
 def markdown(cells: list[dict], a: argparse.Namespace) -> str:
@@ -595,6 +599,7 @@ def markdown(cells: list[dict], a: argparse.Namespace) -> str:
         f"{a.score_candidates} --candidate {a.candidate}"
         + (" --shuffled" if a.shuffled else "")
         + (" --no_train" if a.no_train else "")
+        + (f" --name {a.name}" if a.name != "suite" else "")
     )
     lines = [
         f"`{cmd}`",
@@ -679,7 +684,7 @@ def main(argv: list[str] | None = None) -> None:
     rows = collect(work, roots)
     cells = summarize(rows, baseline_rows(roots))
     write_results(rows, cells, Path(a.out), a)
-    print((Path(a.out) / "suite.md").read_text())
+    print((Path(a.out) / f"{a.name}.md").read_text())
     print(f"suite done in {time.perf_counter() - start:.0f} s")
 
 
