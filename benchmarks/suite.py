@@ -291,9 +291,13 @@ def label_of(model: str, model_kwargs: dict) -> str:
     return model
 
 
-def finished_runs(work: Path, roots: dict[str, Path]) -> Iterator[tuple[str, TrainedRun]]:
+def finished_runs(
+    work: Path, roots: dict[str, Path], budget: dict[str, object] | None = None
+) -> Iterator[tuple[str, TrainedRun]]:
     """(family, run) for each finished run of the sweep under `work` whose data root is one of
-    `roots` (`{family: data root}`); unfinished points are named and skipped."""
+    `roots` (`{family: data root}`) and whose training flags match `budget` (the suite's
+    `--epochs`, `--early_stop`, `--score_candidates`: a run of another budget in the same
+    `--work` is named and left out); unfinished points are named and skipped."""
     family_of = {str(r): f for f, r in roots.items()}
     for model_dir in sorted((work / "runs").glob("model_*")):
         try:
@@ -301,15 +305,20 @@ def finished_runs(work: Path, roots: dict[str, Path]) -> Iterator[tuple[str, Tra
         except Exception as e:  # an unfinished point: no run file yet
             print(f"skipping {model_dir.name}: {e}")
             continue
-        if run.train_args.data_root in family_of:
+        other = {k: v for k, v in (budget or {}).items() if getattr(run.train_args, k) != v}
+        if other:
+            print(f"leaving out {model_dir.name}: trained with another budget ({other})")
+        elif run.train_args.data_root in family_of:
             yield family_of[run.train_args.data_root], run
 
 
-def collect(work: Path, roots: dict[str, Path]) -> list[dict]:
+def collect(
+    work: Path, roots: dict[str, Path], budget: dict[str, object] | None = None
+) -> list[dict]:
     """One row per finished run, from its run file, and one for the same run with config 0
     kept in its top 5 (its validation record), labelled `<model>+default`."""
     rows = []
-    for family, run in finished_runs(work, roots):
+    for family, run in finished_runs(work, roots, budget):
         args = run.train_args
         errors, extras = run.val_errors, run.extras
         best = extras.get("best_epoch", -1)
@@ -681,7 +690,8 @@ def main(argv: list[str] | None = None) -> None:
     roots = make_data(a, work)
     if not a.no_train:
         run_sweep(a, grid_file(a, roots, work), work)
-    rows = collect(work, roots)
+    budget = {k: getattr(a, k) for k in ("epochs", "early_stop", "score_candidates")}
+    rows = collect(work, roots, budget)
     cells = summarize(rows, baseline_rows(roots))
     write_results(rows, cells, Path(a.out), a)
     print((Path(a.out) / f"{a.name}.md").read_text())
