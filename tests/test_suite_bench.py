@@ -1,0 +1,76 @@
+"""benchmarks/suite.py's own logic, on hand-made cells (the suite itself runs by hand): which
+runs go on the shuffled copies, and the verdicts on the candidate."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+@pytest.fixture(scope="module")
+def suite():
+    spec = importlib.util.spec_from_file_location("suite", BENCHMARKS / "suite.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_position_blind_baselines_skip_the_shuffled_copies(suite, tmp_path):
+    roots = {"alt": tmp_path / "a", "alt-shuffled": tmp_path / "s"}
+    a = argparse.Namespace(
+        models="EarlyJoinSAGE,ResidualSAGE,ResidualSAGE:first", recipes="upstream", seeds="0,1"
+    )
+    grids = json.loads(suite.grid_file(a, roots, tmp_path).read_text())
+    roots_of = {(g["model"][0], g["model_kwargs_json"][0]): g["data_root"] for g in grids}
+    assert roots_of[("EarlyJoinSAGE", "{}")] == [str(roots["alt"])]
+    assert roots_of[("ResidualSAGE", "{}")] == [str(r) for r in roots.values()]
+    first = json.dumps(suite.VARIANTS["ResidualSAGE:first"][1], sort_keys=True)
+    assert roots_of[("ResidualSAGE", first)] == [str(r) for r in roots.values()]
+
+
+def _cell(family, model, top1, top5, std=0.01, cpu=100.0, recipe="upstream"):
+    return dict(
+        family=family,
+        model=model,
+        recipe=recipe,
+        seeds=3,
+        top1=(top1, std),
+        top5=(top5, std),
+        top10=(top5, std),
+        score=(1 - top5, std),
+        seconds=cpu,
+        cpu_seconds=cpu,
+    )
+
+
+def test_the_verdicts_on_the_candidate(suite):
+    c = "R+rule"
+    cells = [
+        _cell("alt", "EarlyJoinSAGE", 0.30, 0.10, cpu=50),
+        _cell("alt", c, 0.08, 0.04, cpu=90),
+        _cell("alt", "R", 0.13, 0.03, cpu=90),
+        _cell("alt-shuffled", c, 0.50, 0.20),
+        _cell("alt-shuffled", "R", 0.51, 0.10),
+        _cell("alt", "default", 0.14, 0.12, std=0.0, recipe="-"),
+        _cell("alt", "random", 3.0, 0.9, std=0.0, recipe="-"),
+    ]
+    lines = suite.verdicts(cells, c)
+    assert f"{c} / default top-1 error <= 0.6: alt 0.571 (met) -> met on 1/1" in lines
+    assert f"{c} / EarlyJoinSAGE top-5 error <= 0.5: alt 0.400 (met) -> met on 1/1" in lines
+    assert (
+        f"{c} / EarlyJoinSAGE training CPU seconds <= 2.0: alt 1.800 (met) -> met on 1/1" in lines
+    )
+    # Beaten by its own plain ranking at top-5 on alt, and on the shuffled copy.
+    assert (
+        lines[-1] == f"{c} loses by more than one std to: R on alt (top5), R on alt-shuffled (top5)"
+    )
+    assert (
+        "R with its rule vs its own ranking (top5 error): lower on 0/1 families, higher on 1/1"
+        in lines
+    )
