@@ -14,9 +14,9 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import tiny_cli
+from conftest import tiny_args, tiny_cli
 
-from tpu_tiles_models import cli, data, export, kaggle, kernel_files
+from tpu_tiles_models import cli, data, export, kaggle, kernel_files, train
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tiles_gen_predictions_csv.py"
@@ -40,6 +40,15 @@ def data_root(short_test_root) -> Path:
 @pytest.fixture(scope="module")
 def trained(mlp_run) -> export.TrainResult:
     return mlp_run
+
+
+@pytest.fixture(scope="module")
+def without_margin(short_test_root, tmp_path_factory) -> export.TrainResult:
+    """A tiny MLP without config 0's margin, whose ranking leaves config 0 out of some top 5s
+    (a tiny model's fitted margin puts config 0 first nearly everywhere)."""
+    kwargs = '{"hidden_dim": 8, "mlp_layers": 1, "default_margin": false}'
+    out = tmp_path_factory.mktemp("without_margin")
+    return train.train(tiny_args(short_test_root, out, model="MLP", model_kwargs_json=kwargs))
 
 
 def _run_info(result: export.TrainResult) -> dict:
@@ -111,10 +120,11 @@ def test_top_k_flag(trained, data_root, tmp_path, capsys):
         assert got[kaggle.TILE_PREFIX + tile_id] == kaggle.pad_top_k(ranks[: min(n, 2)], n, 2)
 
 
-def test_keep_default_follows_the_model_unless_told(trained, data_root, tmp_path, capsys):
+def test_keep_default_follows_the_model_unless_told(without_margin, data_root, tmp_path, capsys):
     """`auto` follows the model's own rule (its gate, which training set from the run's
     validation choice; the run file's record does not override it), as the course script
     ranks; `yes` and `no` override it."""
+    trained = without_margin
     chosen = _run_info(trained)[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"]
     edited = _run_info(trained)  # a run file that says the opposite
     edited[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"] = not chosen
