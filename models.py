@@ -715,7 +715,7 @@ class _RankingRule:
     included) is fixed: hence weights, not keywords.
     """
 
-    def _add_gate(self, keep_default_gate: bool, default_margin: bool = False) -> None:
+    def _add_rule(self, keep_default_gate: bool, default_margin: bool = False) -> None:
         for name, value in (
             ("keep_default_gate", keep_default_gate),
             ("default_margin", default_margin),
@@ -759,7 +759,7 @@ class _RankingRule:
             raise ValueError(f"{type(self).__name__} was built with keep_default_gate=false")
         self._gate.assign(1.0 if keep else 0.0)
 
-    def _with_gate(self, scores: tf.Tensor) -> tf.Tensor:
+    def _with_rule(self, scores: tf.Tensor) -> tf.Tensor:
         """`call`'s scores, tied to the rule's weights with a zero factor (see the class)."""
         for weight in (self._gate, self._margin):
             if weight is not None:
@@ -828,7 +828,7 @@ class _TileRanker(_RankingRule, tf.keras.Model):
         self._num_configs = int(num_configs)
         self._num_ops = int(num_ops)
         self._chunk_size = _check_count(owner, "chunk_size", chunk_size, 1)
-        self._add_gate(keep_default_gate, default_margin)
+        self._add_rule(keep_default_gate, default_margin)
 
     @property
     def independent_configs(self) -> bool:
@@ -844,7 +844,7 @@ class _TileRanker(_RankingRule, tf.keras.Model):
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
         scores = self._score(graph, _config_features(graph, self._num_configs), training)
-        return self._with_gate(scores)
+        return self._with_rule(scores)
 
     @_plain
     def _score(self, graph: tfgnn.GraphTensor, configs: tf.Tensor, training: bool) -> tf.Tensor:
@@ -1490,7 +1490,7 @@ class Ensemble(_RankingRule, tf.keras.Model):
                 raise ValueError(f"Ensemble: members[{i}] ({spec['model']}): {e}") from None
         self._ensemble_members = built
         # After the members: their variables come first.
-        self._add_gate(keep_default_gate, default_margin)
+        self._add_rule(keep_default_gate, default_margin)
 
     @property
     def independent_configs(self) -> bool:
@@ -1508,7 +1508,7 @@ class Ensemble(_RankingRule, tf.keras.Model):
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
         scores = self._average([m(graph, training=training) for m in self._ensemble_members])
-        return self._with_gate(scores)
+        return self._with_rule(scores)
 
     @_plain
     def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
