@@ -98,6 +98,7 @@ COLUMNS = (
     "epochs",
     "seconds",
     "cpu_seconds",
+    "margin",
 )
 RANDOM_DRAWS = 20
 # The suite's budget (see the module docstring); benchmarks/families.py uses the same.
@@ -337,6 +338,7 @@ def collect(
             seconds=round(sum(extras.get("epoch_seconds", [])), 1),
             # The process's CPU seconds over its epochs: the fairer time on a shared machine.
             cpu_seconds=round(sum(extras.get("epoch_cpu_seconds", [])), 1),
+            margin="",  # the rule's, on the `+rule` row
         )
         rows.append(row)
         record = extras.get(export.KEEP_DEFAULT_KEY)
@@ -355,6 +357,7 @@ def collect(
                     top10=errs["10"],
                     score=1 - errs["5"],
                     val_opa="",
+                    margin=record.get("margin", ""),
                 )
             )
     return rows
