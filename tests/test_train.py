@@ -129,17 +129,21 @@ def test_select_by_top50_keeps_the_epoch_with_the_smoothest_top(synth_root, tmp_
 
 
 def test_validation_chooses_whether_to_keep_config_0(run, synth_root):
-    """Both validation errors, the choice, and a test ranking that follows it."""
+    """The validation errors every way, the rule's choices (config 0's margin, then keeping
+    it in the top 5 on the ranking with the margin), and a test ranking that follows them."""
     info = _run_info(run)
     record = info["tpu_tiles"][export.KEEP_DEFAULT_KEY]
     assert record["val"] == info["final_error"]["val"]
+    assert run.model.default_margin == pytest.approx(record["margin"])
     stats = data.FeatureStats.from_json(info["tpu_tiles"]["feature_stats"])
     valid = data.load_dataset(synth_root, splits=("valid",), stats=stats, progress=False).valid
-    scored = scoring.score_split(run.model, valid, stats, progress=False)
-    kept = scoring.errors(scored, keep_default=True)
+    scored = scoring.score_split(run.model, valid, stats, progress=False)  # with the margin
+    own, kept = scoring.errors(scored), scoring.errors(scored, keep_default=True)
+    if record["margin"] == 0:
+        assert record["val"] == {str(k): pytest.approx(v, abs=1e-9) for k, v in own.items()}
     assert record["val_kept"] == {str(k): pytest.approx(v, abs=1e-9) for k, v in kept.items()}
-    assert record["chosen"] == (record["val_kept"]["5"] < record["val"]["5"])
-    assert record["val_kept"]["1"] == record["val"]["1"]  # the model's top 1 stays
+    assert record["chosen"] == (kept[5] < own[5])
+    assert kept[1] == own[1]  # the top 1 stays
     if record["chosen"]:
         assert all(0 in top[:5] for top in info["test_predictions"].values())
 
