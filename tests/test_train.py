@@ -92,6 +92,7 @@ def test_sample_scores_choose_candidates_rescored_on_every_config(synth_root, tm
     assert sorted(full) == sorted(sorted(range(4), key=lambda e: -ours["val_score"][e])[:2])
     assert ours["best_epoch"] == max(full, key=full.get)
     stats = data.FeatureStats.from_json(ours["feature_stats"])
+    result.model.set_default_margin(0.0)  # the candidates were scored before it was fitted
     errors = scoring.errors(scoring.score_split(result.model, valid, stats, progress=False))
     assert 1 - errors[5] == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
     assert result.val_errors == pytest.approx(errors, abs=1e-9)
@@ -122,6 +123,7 @@ def test_select_by_top50_keeps_the_epoch_with_the_smoothest_top(synth_root, tmp_
     assert sorted(full) == [0, 1, 2] and ours["best_epoch"] == max(full, key=full.get)
     valid = data.load_split(synth_root, "valid", progress=False)
     stats = data.FeatureStats.from_json(ours["feature_stats"])
+    result.model.set_default_margin(0.0)  # the candidates were scored before it was fitted
     scored = scoring.score_split(result.model, valid, stats, progress=False)
     smooth = metrics.mean_top_k_error(((s.runtimes, s.scores) for s in scored), 2)
     assert 1 - smooth == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
