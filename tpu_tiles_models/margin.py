@@ -87,11 +87,13 @@ class Margin:
     """A fitted margin and the honest (cross-fitted) top-k errors of ranking with it.
 
     `margin` is 0.0 where cross-fitting says a margin does not lower the top-1 error; then
-    `errors` are the model's own.
+    `errors` are the model's own and `folds` all 0. `folds`: each kernel's margin in the
+    cross-fitted estimate (`fold_margins`).
     """
 
     margin: float
     errors: dict[int, float]
+    folds: tuple[float, ...] = ()
 
 
 def fold_margins(
@@ -120,10 +122,10 @@ def choose(
     own (see the module); the errors are the cross-fitted estimate's."""
     kernels = list(kernels)
     own = metrics.top_k_errors(kernels, weights=weights)
+    folds = fold_margins(kernels, weights)
     crossed = metrics.top_k_errors(
-        [(r, with_margin(s, m)) for (r, s), m in zip(kernels, fold_margins(kernels, weights))],
-        weights=weights,
+        [(r, with_margin(s, m)) for (r, s), m in zip(kernels, folds)], weights=weights
     )
     if not crossed[1] < own[1]:
-        return Margin(0.0, own)
-    return Margin(fit(kernels, weights), crossed)
+        return Margin(0.0, own, (0.0,) * len(kernels))
+    return Margin(fit(kernels, weights), crossed, tuple(folds.tolist()))

@@ -400,7 +400,11 @@ class KeepDefault:
         `fit_margin`, config 0's margin is fitted too (`margin.choose`)."""
         plain = errors(scored, weights)
         pairs = [(s.runtimes, s.scores) for s in scored]
-        fitted = margin.choose(pairs, weights) if fit_margin else margin.Margin(0.0, plain)
+        fitted = (
+            margin.choose(pairs, weights)
+            if fit_margin
+            else margin.Margin(0.0, plain, (0.0,) * len(pairs))
+        )
         shifted = [
             dataclasses.replace(s, scores=margin.with_margin(s.scores, fitted.margin))
             for s in scored
@@ -409,11 +413,10 @@ class KeepDefault:
         chosen = kept[5] < own[5]
         rule = fitted.errors
         if chosen:  # the margin's cross-fitted ranking, then config 0 kept in the top 5
-            folds = margin.fold_margins(pairs, weights) if fitted.margin else [0.0] * len(pairs)
             rule = metrics.top_k_errors(
                 [
                     (r, metrics.keep_default(margin.with_margin(sc, m)))
-                    for (r, sc), m in zip(pairs, folds)
+                    for (r, sc), m in zip(pairs, fitted.folds)
                 ],
                 weights=weights,
             )
