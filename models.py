@@ -715,7 +715,7 @@ class _RankingRule:
     included) is fixed: hence weights, not keywords.
     """
 
-    def _add_rule(self, keep_default_gate: bool, default_margin: bool = False) -> None:
+    def _add_rule(self, keep_default_gate: bool, default_margin: bool) -> None:
         for name, value in (
             ("keep_default_gate", keep_default_gate),
             ("default_margin", default_margin),

@@ -859,11 +859,15 @@ def finish(
     print(
         f"wrote {model_dir}\nwrote {run_file}" + (f"\nwrote {results_csv}" if results_csv else "")
     )
-    rounded = lambda errors: json.dumps({str(k): round(v, 4) for k, v in errors.items()})  # noqa: E731
     margin = f"config 0's margin {val.margin:.4g}" if val.margin else "no margin for config 0"
     keep = "config 0 kept in the top 5" if val.chosen else "config 0 not kept in the top 5"
     print(
-        f"validation top-k error: {rounded(val_errors)}; ranked by its rule ({margin}, {keep}; "
-        f"the margin cross-fitted): {rounded(val.rule or val.kept)}"
+        f"validation top-k error: {_rounded(val_errors)}; ranked by its rule ({margin}, {keep}; "
+        f"the margin cross-fitted): {_rounded(val.rule or val.kept)}"
     )
     return TrainResult(args, model_dir, run_file, results_csv, val_errors, model)
+
+
+def _rounded(errors: Mapping[int, float]) -> str:
+    """Top-k errors as the closing line prints them: JSON, 4 decimals."""
+    return json.dumps({str(k): round(v, 4) for k, v in errors.items()})

@@ -86,13 +86,17 @@ def carries_margin(model: tf.keras.Model) -> bool:
     return getattr(model, "default_margin", None) is not None
 
 
-def carry_choice(model: tf.keras.Model, chosen: bool) -> bool:
-    """Puts validation's choice into `model`'s gate; returns whether the run keeps config 0:
-    the choice when the model carries it, else never (a grader ranks by `forward` alone)."""
+def carry_rule(model: tf.keras.Model, val: KeepDefault) -> KeepDefault:
+    """Puts validation's choices into `model`'s weights: config 0's margin (fitted on scores
+    with the model's margin so far, 0 after training) and the gate. Returns the record of
+    what the model carries: without a gate, config 0 is never kept (a grader ranks by
+    `forward` alone)."""
+    if val.margin:  # only fitted for a model that carries one (`carries_margin`)
+        model.set_default_margin(model.default_margin + val.margin)
     if rule_of(model) is None:
-        return False
-    model.set_keeps_default(chosen)
-    return chosen
+        return val.without_keep()
+    model.set_keeps_default(val.chosen)
+    return val
 
 
 def _score_next(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
@@ -375,7 +379,7 @@ class KeepDefault:
     `margin`: config 0's margin (`margin.choose`; 0.0 where it does not pay or the model
     cannot carry one), `margin_errors` the cross-fitted top-k errors of ranking with it.
     `chosen`: whether keeping config 0 in the top 5 lowers the top-5 error once the margin is
-    applied (and, once final, only when the model carries the gate: `carry_choice`). `errors`
+    applied (and, once final, only when the model carries the gate: `carry_rule`). `errors`
     are the model's own top-k errors, `kept` those with the margin and config 0 kept in the
     top 5; `rule` those of the whole rule the run ranks by (the margin cross-fitted, then the
     keep rule where chosen).
@@ -497,10 +501,7 @@ def final_scores(
             ),
             fit_margin=carries_margin(model),
         )
-    if not carry_choice(model, val.chosen):
-        val = val.without_keep()
-    if val.margin:  # fitted on scores with the model's margin so far (0 after training)
-        model.set_default_margin(model.default_margin + val.margin)
+    val = carry_rule(model, val)
     final = FinalScores(val)
     if dataset.test is not None and len(dataset.test):
         scored = score_split(
