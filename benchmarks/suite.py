@@ -59,6 +59,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 RECIPES: dict[str, dict[str, object]] = {
     "upstream": {},
     "fastfirst": {"losses": "FastFirstListMLE:1,MSE:0.02"},
+    # 3 of the 10 configs drawn per kernel from its fastest tenth (`--head_configs`).
+    "head": {"head_configs": 3},
 }
 # Models the suite trains besides the classes themselves: label -> (class, model kwargs). Each
 # names every keyword it moves from the class defaults, so that a label means one architecture
@@ -444,6 +446,7 @@ def verdicts(cells: list[dict], candidate: str = "ResidualSAGE") -> list[str]:
                     f"{model}: recipe {recipe} vs upstream flags: wins on "
                     f"{sum(w)}/{len(w)} families -> {verdict}"
                 )
+            lines += _recipe_lines(model, recipe, outcomes, families, shuffled)
     judged = False
     for label in candidate.split(","):
         w = wins((label, "upstream"), ("EarlyJoinSAGE", "upstream"))
@@ -495,6 +498,22 @@ def unbeaten(cells: list[dict], candidate: str, outcomes, among: list[str]) -> l
         return []
     verdict = "none" if not losses else ", ".join(losses)
     return [f"{candidate} loses by more than one std to: {verdict}"]
+
+
+def _recipe_lines(model, recipe, outcomes, families, shuffled) -> list[str]:
+    """A recipe against upstream's flags for one model and its rule, at top-1 and top-5, on
+    the families and on the shuffled copies: lower and higher by more than one std."""
+    lines = []
+    for name in (model, model + RULE):
+        for among, where in ((families, "families"), (shuffled, "shuffled copies")):
+            for column in ("top1", "top5"):
+                o = outcomes((name, recipe), (name, "upstream"), among, column)
+                if o:
+                    lines.append(
+                        f"{name}: recipe {recipe} vs upstream flags on the {where} ({column} "
+                        f"error): lower on {o.count(1)}/{len(o)}, higher on {o.count(-1)}/{len(o)}"
+                    )
+    return lines
 
 
 def _variant_lines(label, cls, recipe, outcomes, families, shuffled) -> list[str]:

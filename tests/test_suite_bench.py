@@ -74,3 +74,21 @@ def test_the_verdicts_on_the_candidate(suite):
         "R with its rule vs its own ranking (top5 error): lower on 0/1 families, higher on 1/1"
         in lines
     )
+
+
+def test_a_recipe_is_judged_at_both_cutoffs_for_the_model_and_its_rule(suite):
+    cells = [
+        _cell("alt", "R", 0.13, 0.03),
+        _cell("alt", "R", 0.10, 0.03, recipe="head"),
+        _cell("alt", "R+rule", 0.09, 0.03),
+        _cell("alt", "R+rule", 0.12, 0.03, recipe="head"),
+        _cell("alt-shuffled", "R", 0.20, 0.05),
+        _cell("alt-shuffled", "R", 0.20, 0.05, recipe="head"),
+    ]
+    lines = suite.verdicts(cells, "R+rule")
+    head = "recipe head vs upstream flags on the"
+    assert f"R: {head} families (top1 error): lower on 1/1, higher on 0/1" in lines
+    assert f"R: {head} families (top5 error): lower on 0/1, higher on 0/1" in lines
+    assert f"R: {head} shuffled copies (top1 error): lower on 0/1, higher on 0/1" in lines
+    assert f"R+rule: {head} families (top1 error): lower on 0/1, higher on 1/1" in lines
+    assert "R: recipe head vs upstream flags: wins on 0/1 families -> reject" in lines

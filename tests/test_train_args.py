@@ -57,6 +57,8 @@ def test_values_with_equals_or_space_and_defaults_as_upstream():
         (["--validate_batches=0"], "--validate_batches must be -1 (all) or positive"),
         (["--score_sample=0"], "--score_sample must be in (0, 1], got 0.0"),
         (["--score_candidates=0"], "--score_candidates must be at least 1"),
+        (["--head_configs=-1"], "--head_configs must be at least 0, got -1"),
+        (["--head_configs=11"], "--head_configs must be at most --configs (10), got 11"),
         (["--epochs=ten"], "flag --epochs=ten"),
         (["--test_mode=both"], "--test_mode=both"),
         (["--batch_size=4"], "Unknown command line flag 'batch_size'"),

@@ -32,6 +32,7 @@ import dataclasses
 import hashlib
 import itertools
 import json
+import math
 import os
 import warnings
 from typing import Any, Callable, Iterator, Sequence
@@ -494,6 +495,11 @@ def _runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray
     return np.divide(runtimes, normalizers, out=out, where=normalizers != 0).astype(np.float32)
 
 
+# The share of a kernel's configs, fastest first, that `--head_configs` draws come from: a
+# tenth holds the configs a top-5 pick competes among on kernels of a few hundred configs.
+HEAD_SHARE = 0.1
+
+
 def _pick_configs(
     c0: int,
     c1: int,
@@ -502,6 +508,8 @@ def _pick_configs(
     spread: int | None = None,
     fill: bool = False,
     default_first: bool = False,
+    head: int = 0,
+    ratios: np.ndarray | None = None,
 ) -> np.ndarray:
     """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
     uniformly without replacement (all of them, shuffled, when the kernel has fewer).
@@ -516,13 +524,20 @@ def _pick_configs(
     (`default_first` of models.py): for the others, which score a config the same wherever it
     stands, it would only change how often config 0 is drawn, so they keep upstream's draw
     and their runs stay as they were.
+
+    `head` (with `ratios`, the kernel's runtime ratios `[c1 - c0]`): that many of the drawn
+    configs come from the kernel's fastest `HEAD_SHARE` (at least `head` of them; config 0
+    left out with `default_first`), the rest uniformly from the others, in random order. Uniform
+    draws see the few configs that decide a top-1 pick rarely; these make the loss order them.
     """
     if num_configs < 0:
         if spread is not None and c1 - c0 > spread:
             return c0 + np.unique(np.linspace(0, c1 - c0 - 1, spread).round().astype(np.int64))
         return np.arange(c0, c1)
     size = min(num_configs, c1 - c0)
-    if default_first and size > 0:
+    if head and ratios is not None and size > 0:
+        picked = c0 + _head_draw(ratios, size, head, rng, default_first)
+    elif default_first and size > 0:
         rest = 1 + rng.choice(c1 - c0 - 1, size=size - 1, replace=False)
         picked = c0 + np.concatenate([[0], rest])
     else:
@@ -530,6 +545,20 @@ def _pick_configs(
     if fill and len(picked) < num_configs:
         picked = np.concatenate([picked, rng.choice(picked, size=num_configs - len(picked))])
     return picked
+
+
+def _head_draw(
+    ratios: np.ndarray, size: int, head: int, rng: np.random.Generator, default_first: bool
+) -> np.ndarray:
+    """Kernel-local indices for `_pick_configs`'s `head` draw (`size` of them)."""
+    first = np.arange(1 if default_first else 0)
+    pool = np.arange(len(first), len(ratios))
+    wanted = min(head, size - len(first))
+    fastest = pool[np.argsort(ratios[pool], kind="stable")]
+    top = fastest[: max(wanted, math.ceil(HEAD_SHARE * len(pool)))]
+    fast = rng.choice(top, size=wanted, replace=False)
+    rest = rng.choice(np.setdiff1d(pool, fast), size=size - len(first) - wanted, replace=False)
+    return np.concatenate([first, rng.permutation(np.concatenate([fast, rest]))])
 
 
 # The runtime label of a `fill` repeat: every loss leaves negative labels out (losses.py).
@@ -547,6 +576,7 @@ def _components(
     fill: bool = False,
     default_first: bool = False,
     rows: Sequence[np.ndarray] | None = None,
+    head: int = 0,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
@@ -557,12 +587,22 @@ def _components(
     kernel's configs are padded to the most any of them has by repeating its first one. With
     `fill`, the repeats that fill up a short kernel (see `_pick_configs`) carry the runtime
     `_FILLER`. `rows`: one array per kernel, the split's config indices to take in place of
-    the draw.
+    the draw. `head`: see `_pick_configs`.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     if rows is None:
         rows = [
-            _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill, default_first)
+            _pick_configs(
+                int(co[i]),
+                int(co[i + 1]),
+                num_configs,
+                rng,
+                spread,
+                fill,
+                default_first,
+                head,
+                _kernel_ratios(split, i) if head else None,
+            )
             for i in kernels
         ]
     picks = list(rows)
@@ -593,6 +633,12 @@ def _components(
         "edge_sizes": edge_sizes,
         "config_sizes": np.array([len(p) for p in picks], np.int32),
     }
+
+
+def _kernel_ratios(split: Split, i: int) -> np.ndarray:
+    """[configs of kernel i] its runtime ratios (the labels), in file order."""
+    c0, c1 = split.config_offsets[i], split.config_offsets[i + 1]
+    return _runtime_ratios(split.config_runtime[c0:c1], split.config_runtime_normalizers[c0:c1])
 
 
 def _signature(stats: FeatureStats, batch: int | None) -> dict[str, tf.TensorSpec]:
@@ -693,14 +739,15 @@ def _batches_dataset(
     spread: int | None = None,
     fill: bool = False,
     default_first: bool = False,
+    head: int = 0,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
 
     Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
     plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
     usable kernel from the i-th on (one worker's share in multi-worker training). `kernels`,
-    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`
-    and `default_first`: see `_components` and `_pick_configs`.
+    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`,
+    `default_first` and `head`: see `_components` and `_pick_configs`.
     """
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
@@ -720,6 +767,7 @@ def _batches_dataset(
                 spread,
                 fill=fill,
                 default_first=default_first,
+                head=head,
             )
 
     signature = _signature(stats, batch_size)
@@ -864,6 +912,7 @@ def training_batches(
     shard: tuple[int, int] = (0, 1),
     fill: bool = False,
     default_first: bool = False,
+    head: int = 0,
 ) -> tf.data.Dataset:
     """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
 
@@ -872,7 +921,8 @@ def training_batches(
     (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out, or
     with `fill` kept: all their configs, then repeats of them labelled `_FILLER` (-1), which
     every loss leaves out. `shard=(i, n)`: only every n-th usable kernel from the i-th on.
-    `default_first`: config 0 at position 0 of every kernel's draw (see `_pick_configs`).
+    `default_first`: config 0 at position 0 of every kernel's draw; `head`: that many of each
+    draw from the kernel's fastest configs (both: see `_pick_configs`).
     """
     if num_configs < 1 or batch_size < 1:
         raise ValueError(
@@ -896,6 +946,7 @@ def training_batches(
         shard=shard,
         fill=fill,
         default_first=default_first,
+        head=head,
     )
     ds = ds.map(_labels(batch_size, num_configs))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -131,6 +131,11 @@ class TrainArgs:
     score_candidates: int = _flag(
         3, "the epochs with the best sample scores, rescored on every config at the end"
     )
+    head_configs: int = _flag(
+        0,
+        "of the --configs drawn per train kernel and step, this many from its fastest tenth, "
+        "the rest uniformly (0: all uniformly, as upstream)",
+    )
     pad_configs: bool = _flag(
         False,
         "train on kernels with fewer than --configs configs too, their lists padded with "
@@ -433,6 +438,7 @@ def _check_values(a: TrainArgs) -> None:
         "eval_every": 1,
         "score_candidates": 1,
         "score_configs": 0,
+        "head_configs": 0,
     }
     for name, low in at_least.items():
         if getattr(a, name) < low:
@@ -444,6 +450,10 @@ def _check_values(a: TrainArgs) -> None:
     loss_weights(a.losses)
     if not 0 <= a.seed <= MAX_SEED:
         raise FlagError(f"--seed must be in 0..{MAX_SEED}, got {a.seed}")
+    if a.head_configs > a.configs:
+        raise FlagError(
+            f"--head_configs must be at most --configs ({a.configs}), got {a.head_configs}"
+        )
     if not 0 < a.score_sample <= 1:
         raise FlagError(f"--score_sample must be in (0, 1], got {a.score_sample}")
     if a.validate_batches == 0:
