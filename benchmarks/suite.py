@@ -101,6 +101,7 @@ COLUMNS = (
     "seconds",
     "cpu_seconds",
     "margin",
+    "top1_vs_default",
 )
 RANDOM_DRAWS = 20
 # The suite's budget (see the module docstring); benchmarks/families.py uses the same.
@@ -377,6 +378,18 @@ def baseline_rows(roots: dict[str, Path]) -> dict[tuple[str, str], dict[int, flo
             out[family, baseline] = metrics.baseline_top_k_errors(
                 runtimes, baseline, draws=RANDOM_DRAWS
             )
+    return out
+
+
+def with_default_ratio(
+    rows: list[dict], baselines: dict[tuple[str, str], dict[int, float]]
+) -> list[dict]:
+    """`rows` with `top1_vs_default`: each run's top-1 error over its family's `default` row's
+    (below 1, its single pick beats the compiler's; empty where that error is 0)."""
+    out = []
+    for r in rows:
+        base = baselines[r["family"], "default"][1]
+        out.append(dict(r, top1_vs_default=round(r["top1"] / base, 4) if base > 0 else ""))
     return out
 
 
@@ -713,8 +726,9 @@ def main(argv: list[str] | None = None) -> None:
     if not a.no_train:
         run_sweep(a, grid_file(a, roots, work), work)
     budget = {k: getattr(a, k) for k in ("epochs", "early_stop", "score_candidates")}
-    rows = collect(work, roots, budget)
-    cells = summarize(rows, baseline_rows(roots))
+    baselines = baseline_rows(roots)
+    rows = with_default_ratio(collect(work, roots, budget), baselines)
+    cells = summarize(rows, baselines)
     write_results(rows, cells, Path(a.out), a)
     print((Path(a.out) / f"{a.name}.md").read_text())
     print(f"suite done in {time.perf_counter() - start:.0f} s")

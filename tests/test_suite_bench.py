@@ -92,3 +92,11 @@ def test_a_recipe_is_judged_at_both_cutoffs_for_the_model_and_its_rule(suite):
     assert f"R: {head} shuffled copies (top1 error): lower on 0/1, higher on 0/1" in lines
     assert f"R+rule: {head} families (top1 error): lower on 0/1, higher on 1/1" in lines
     assert "R: recipe head vs upstream flags: wins on 0/1 families -> reject" in lines
+
+
+def test_each_run_row_carries_its_top1_over_the_default(suite):
+    rows = [dict(family="alt", top1=0.07), dict(family="fusion", top1=0.2)]
+    baselines = {("alt", "default"): {1: 0.14, 5: 0.1}, ("fusion", "default"): {1: 0.0, 5: 0.1}}
+    out = suite.with_default_ratio(rows, baselines)
+    assert [r["top1_vs_default"] for r in out] == [0.5, ""]
+    assert "top1_vs_default" in suite.COLUMNS and "top1_vs_default" not in rows[0]
