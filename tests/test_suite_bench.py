@@ -100,3 +100,15 @@ def test_each_run_row_carries_its_top1_over_the_default(suite):
     out = suite.with_default_ratio(rows, baselines)
     assert [r["top1_vs_default"] for r in out] == [0.5, ""]
     assert "top1_vs_default" in suite.COLUMNS and "top1_vs_default" not in rows[0]
+
+
+def test_only_the_models_and_recipes_asked_for_are_tabulated(suite):
+    rows = [
+        dict(model="R", recipe="upstream"),
+        dict(model="R+rule", recipe="upstream"),
+        dict(model="R", recipe="head"),
+        dict(model="E+default", recipe="upstream"),
+        dict(model="R:first", recipe="upstream"),
+    ]
+    kept = suite.asked_for(rows, "R,E", "upstream")
+    assert [r["model"] for r in kept] == ["R", "R+rule", "E+default"]
