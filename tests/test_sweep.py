@@ -411,3 +411,17 @@ def test_remote_paths_go_through_gfile():
     assert files.glob(f"{root}/points/*.json") == [f"{root}/points/a.json"]
     files.remove(f"{root}/points")
     assert store.read_bytes(f"{root}/points/a.json") is None
+
+
+def test_a_points_key_outlives_options_added_after_it():
+    """A sweep started before an option existed resumes after it is added: at its "as before"
+    value (`ADDED_FLAGS`) it does not enter the point's key (this key was taken before
+    `--head_configs` existed); away from it, it does."""
+    from tpu_tiles_models.sweep.points import point_key
+    from tpu_tiles_models.train_args import TrainArgs
+
+    args = TrainArgs(
+        model="ResidualSAGE", epochs=40, out_dir="/runs", data_root="/data/alt", seed=2
+    )
+    assert point_key(args) == "26dd1c5458ec80cb"
+    assert point_key(args.replace(head_configs=3)) != "26dd1c5458ec80cb"

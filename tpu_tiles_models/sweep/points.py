@@ -20,7 +20,7 @@ from tpu_tiles_models import export, files
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.sweep.grid import Grid
 from tpu_tiles_models.sweep.values import KWARGS_PREFIX
-from tpu_tiles_models.train_args import NOT_IN_HASH, TrainArgs
+from tpu_tiles_models.train_args import ADDED_FLAGS, NOT_IN_HASH, TrainArgs
 
 SEED_AXIS = "seed"
 # Options that change where things are cached or shown, not the run (`train_args.NOT_IN_HASH`),
@@ -116,8 +116,13 @@ def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
 
 
 def point_key(args: TrainArgs) -> str:
-    """16 hex digits naming a point: md5 of every option that shapes the model."""
-    kept = {k: v for k, v in args.to_dict().items() if k not in NOT_IN_KEY}
+    """16 hex digits naming a point: md5 of every option that shapes the model (an option in
+    `ADDED_FLAGS` only when it is not at its "as before" value)."""
+    kept = {
+        k: v
+        for k, v in args.to_dict().items()
+        if k not in NOT_IN_KEY and not (k in ADDED_FLAGS and v == ADDED_FLAGS[k])
+    }
     return hashlib.md5(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
 
 
