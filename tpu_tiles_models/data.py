@@ -535,7 +535,9 @@ def _pick_configs(
             return c0 + np.unique(np.linspace(0, c1 - c0 - 1, spread).round().astype(np.int64))
         return np.arange(c0, c1)
     size = min(num_configs, c1 - c0)
-    if head and ratios is not None and size > 0:
+    if head and size > 0:
+        if ratios is None:
+            raise ValueError("head draws need the kernel's runtime ratios (ratios=None)")
         picked = c0 + _head_draw(ratios, size, head, rng, default_first)
     elif default_first and size > 0:
         rest = 1 + rng.choice(c1 - c0 - 1, size=size - 1, replace=False)
