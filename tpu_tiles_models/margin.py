@@ -95,6 +95,11 @@ class Margin:
     errors: dict[int, float]
     folds: tuple[float, ...] = ()
 
+    @classmethod
+    def none(cls, errors: dict[int, float], count: int) -> Margin:
+        """No margin on `count` kernels whose own top-k errors are `errors`."""
+        return cls(0.0, errors, (0.0,) * count)
+
 
 def fold_margins(
     kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
@@ -127,5 +132,5 @@ def choose(
         [(r, with_margin(s, m)) for (r, s), m in zip(kernels, folds)], weights=weights
     )
     if not crossed[1] < own[1]:
-        return Margin(0.0, own, (0.0,) * len(kernels))
+        return Margin.none(own, len(kernels))
     return Margin(fit(kernels, weights), crossed, tuple(folds.tolist()))

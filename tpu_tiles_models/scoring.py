@@ -405,9 +405,7 @@ class KeepDefault:
         plain = errors(scored, weights)
         pairs = [(s.runtimes, s.scores) for s in scored]
         fitted = (
-            margin.choose(pairs, weights)
-            if fit_margin
-            else margin.Margin(0.0, plain, (0.0,) * len(pairs))
+            margin.choose(pairs, weights) if fit_margin else margin.Margin.none(plain, len(pairs))
         )
         shifted = [
             dataclasses.replace(s, scores=margin.with_margin(s.scores, fitted.margin))
