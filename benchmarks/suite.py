@@ -50,7 +50,10 @@ from pathlib import Path
 import numpy as np
 
 from tpu_tiles_models import data, export, metrics, registry, synthetic
-from tpu_tiles_models.evaluate import KEPT  # a model's rows with config 0 kept in its top 5
+from tpu_tiles_models.evaluate import (
+    KEPT,  # a model's rows with config 0 kept in its top 5
+    RATIO,  # a row's top-1 error over the default's, as `tpu-tiles evaluate` names it
+)
 from tpu_tiles_models.runs import TrainedRun
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -101,7 +104,7 @@ COLUMNS = (
     "seconds",
     "cpu_seconds",
     "margin",
-    "top1_vs_default",
+    RATIO,
 )
 RANDOM_DRAWS = 20
 # The suite's budget (see the module docstring); benchmarks/families.py uses the same.
@@ -384,12 +387,12 @@ def baseline_rows(roots: dict[str, Path]) -> dict[tuple[str, str], dict[int, flo
 def with_default_ratio(
     rows: list[dict], baselines: dict[tuple[str, str], dict[int, float]]
 ) -> list[dict]:
-    """`rows` with `top1_vs_default`: each run's top-1 error over its family's `default` row's
-    (below 1, its single pick beats the compiler's; empty where that error is 0)."""
+    """`rows` with `RATIO`: each run's top-1 error over its family's `default` row's (below 1,
+    its single pick beats the compiler's; empty where that error is 0)."""
     out = []
     for r in rows:
         base = baselines[r["family"], "default"][1]
-        out.append(dict(r, top1_vs_default=round(r["top1"] / base, 4) if base > 0 else ""))
+        out.append({**r, RATIO: round(r["top1"] / base, 4) if base > 0 else ""})
     return out
 
 
