@@ -64,6 +64,16 @@ RECIPES: dict[str, dict[str, object]] = {
     "fastfirst": {"losses": "FastFirstListMLE:1,MSE:0.02"},
     # 3 of the 10 configs drawn per kernel from its fastest tenth (`--head_configs`).
     "head": {"head_configs": 3},
+    # Targets relative to the default: upstream's MSE on runtime / normaliser swapped for an
+    # MSE on its log, so a score difference reads as a log speed-up over config 0.
+    "logmse": {"losses": "ListMLELoss:1,LogMSE:0.1"},
+    # LambdaLoss with NDCG weights on speedup gains: each mis-ordered pair weighted by what
+    # swapping it would gain at the top of the list.
+    "lambda": {"losses": "LambdaNDCG:1,MSE:0.02"},
+    # ListMLE from the fastest config, truncated at 5: only the head's order counts.
+    "toplist": {"losses": "TopListMLE:1,MSE:0.02"},
+    # That loss on draws with 3 of the 10 configs from the head, where its 5 places fall.
+    "headtop": {"head_configs": 3, "losses": "TopListMLE:1,MSE:0.02"},
 }
 # Models the suite trains besides the classes themselves: label -> (class, model kwargs). Each
 # names every keyword it moves from the class defaults, so that a label means one architecture

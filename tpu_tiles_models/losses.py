@@ -31,11 +31,16 @@ class FastFirstListMLE(tf.keras.losses.Loss):
     its signal is about spotting slow tiles; the metric (best of the top 5) is about the
     fastest ones. Ranking `-score` by `1 / runtime` (same order, and positive: a negative
     label marks padding) puts the fastest config first in the sequence.
+
+    Args:
+      temperature: the scores are divided by it.
+      top_k: count only the likelihood of the order of the `top_k` fastest configs (see
+        `ranking.ListMLE`); None for the whole list.
     """
 
-    def __init__(self, temperature: float = 10.0, **kwargs):
+    def __init__(self, temperature: float = 10.0, top_k: int | None = None, **kwargs):
         super().__init__(**kwargs)
-        self._list_mle = ranking.ListMLE(temperature=temperature)
+        self._list_mle = ranking.ListMLE(temperature=temperature, top_k=top_k)
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         y_true = tf.cast(y_true, y_pred.dtype)
@@ -46,6 +51,12 @@ class FastFirstListMLE(tf.keras.losses.Loss):
 def _fast_first_list_mle() -> tf.keras.losses.Loss:
     """ListMLE from the fastest config down: the metric's end of the list."""
     return FastFirstListMLE(temperature=10)
+
+
+def _top_list_mle() -> tf.keras.losses.Loss:
+    """ListMLE from the fastest config, truncated at the metric's 5: only the order of each
+    list's 5 fastest configs counts, each one picked against every slower one."""
+    return FastFirstListMLE(temperature=10, top_k=5)
 
 
 def _pairwise_hinge() -> tf.keras.losses.Loss:
@@ -172,6 +183,7 @@ def _mse() -> tf.keras.losses.Loss:
 LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
     "ListMLELoss": _list_mle,
     "FastFirstListMLE": _fast_first_list_mle,
+    "TopListMLE": _top_list_mle,
     "PairwiseHingeLoss": _pairwise_hinge,
     "StandardisedHinge": StandardisedHinge,
     "ApproxNDCG": _approx_ndcg,
