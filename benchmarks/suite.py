@@ -74,6 +74,10 @@ RECIPES: dict[str, dict[str, object]] = {
     "toplist": {"losses": "TopListMLE:1,MSE:0.02"},
     # That loss on draws with 3 of the 10 configs from the head, where its 5 places fall.
     "headtop": {"head_configs": 3, "losses": "TopListMLE:1,MSE:0.02"},
+    # The head draw from a tighter pool: each kernel's 3 fastest configs themselves (share
+    # 0), or its fastest hundredth, so a draw holds the configs config 0 must beat at test.
+    "headbest": {"head_configs": 3, "head_share": 0.0},
+    "head1pc": {"head_configs": 3, "head_share": 0.01},
 }
 # Models the suite trains besides the classes themselves: label -> (class, model kwargs). Each
 # names every keyword it moves from the class defaults, so that a label means one architecture

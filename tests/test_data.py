@@ -551,6 +551,25 @@ def test_head_draw_takes_that_many_from_the_fastest_tenth():
     assert a.tolist() == b.tolist()
 
 
+def test_head_share_sets_the_pool_of_the_head_draw():
+    """`head_share` 0: the head is exactly the kernel's `head` fastest configs (after config
+    0 with `default_first`), in every draw; 0.3: any of its fastest 30."""
+    ratios = np.linspace(1.0, 2.0, 100)[np.random.default_rng(3).permutation(100)]
+    rng = np.random.default_rng(1)
+    three = set((np.argsort(ratios[1:])[:3] + 1).tolist())
+    thirty = set(np.argsort(ratios)[:30].tolist())
+    seen = set()
+    for _ in range(100):
+        first = data._pick_configs(
+            0, 100, 10, rng, default_first=True, head=3, ratios=ratios, head_share=0.0
+        )
+        assert first[0] == 0 and three <= set(first[1:].tolist())
+        picks = data._pick_configs(0, 100, 10, rng, head=3, ratios=ratios, head_share=0.3)
+        assert len(thirty & set(picks.tolist())) >= 3
+        seen |= thirty & set(picks.tolist())
+    assert len(seen) > 20  # the pool is the thirty, not the first tenth of them
+
+
 def test_training_batches_with_head_label_the_fast_configs(synth_root: Path):
     """Through `training_batches`: every kernel's row of labels holds at least `head` of its
     fastest tenth of runtime ratios."""

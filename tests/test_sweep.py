@@ -425,3 +425,4 @@ def test_a_points_key_outlives_options_added_after_it():
     )
     assert point_key(args) == "26dd1c5458ec80cb"
     assert point_key(args.replace(head_configs=3)) != "26dd1c5458ec80cb"
+    assert point_key(args.replace(head_share=0.0)) != "26dd1c5458ec80cb"

@@ -59,6 +59,8 @@ def test_values_with_equals_or_space_and_defaults_as_upstream():
         (["--score_candidates=0"], "--score_candidates must be at least 1"),
         (["--head_configs=-1"], "--head_configs must be at least 0, got -1"),
         (["--head_configs=11"], "--head_configs must be at most --configs (10), got 11"),
+        (["--head_share=1.5"], "--head_share must be in [0, 1], got 1.5"),
+        (["--head_share=-0.1"], "--head_share must be in [0, 1], got -0.1"),
         (["--epochs=ten"], "flag --epochs=ten"),
         (["--test_mode=both"], "--test_mode=both"),
         (["--batch_size=4"], "Unknown command line flag 'batch_size'"),

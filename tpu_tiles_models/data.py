@@ -45,6 +45,7 @@ import tqdm
 from tpu_tiles_models import cache, files, interrupts, kernel_files
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, REQUIRED_KEYS, SPLITS
 from tpu_tiles_models.kernel_files import DataError, split_files, tile_id_of
+from tpu_tiles_models.train_args import HEAD_SHARE
 
 _CACHE_VERSION = 2  # 2: the `cache` module's compressed format
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
@@ -495,11 +496,6 @@ def _runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray
     return np.divide(runtimes, normalizers, out=out, where=normalizers != 0).astype(np.float32)
 
 
-# The share of a kernel's configs, fastest first, that `--head_configs` draws come from: a
-# tenth holds the configs a top-5 pick competes among on kernels of a few hundred configs.
-HEAD_SHARE = 0.1
-
-
 def _pick_configs(
     c0: int,
     c1: int,
@@ -510,6 +506,7 @@ def _pick_configs(
     default_first: bool = False,
     head: int = 0,
     ratios: np.ndarray | None = None,
+    head_share: float = HEAD_SHARE,
 ) -> np.ndarray:
     """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
     uniformly without replacement (all of them, shuffled, when the kernel has fewer).
@@ -526,7 +523,7 @@ def _pick_configs(
     and their runs stay as they were.
 
     `head` (with `ratios`, the kernel's runtime ratios `[c1 - c0]`): that many of the drawn
-    configs come from the kernel's fastest `HEAD_SHARE` (at least `head` of them; config 0
+    configs come from the kernel's fastest `head_share` (at least `head` of them; config 0
     left out with `default_first`), the rest uniformly from the others, in random order. Uniform
     draws see the few configs that decide a top-1 pick rarely; these make the loss order them.
     """
@@ -538,7 +535,7 @@ def _pick_configs(
     if head and size > 0:
         if ratios is None:
             raise ValueError("head draws need the kernel's runtime ratios (ratios=None)")
-        picked = c0 + _head_draw(ratios, size, head, rng, default_first)
+        picked = c0 + _head_draw(ratios, size, head, rng, default_first, head_share)
     elif default_first and size > 0:
         rest = 1 + rng.choice(c1 - c0 - 1, size=size - 1, replace=False)
         picked = c0 + np.concatenate([[0], rest])
@@ -550,14 +547,19 @@ def _pick_configs(
 
 
 def _head_draw(
-    ratios: np.ndarray, size: int, head: int, rng: np.random.Generator, default_first: bool
+    ratios: np.ndarray,
+    size: int,
+    head: int,
+    rng: np.random.Generator,
+    default_first: bool,
+    share: float,
 ) -> np.ndarray:
     """Kernel-local indices for `_pick_configs`'s `head` draw (`size` of them)."""
     first = np.arange(1 if default_first else 0)
     pool = np.arange(len(first), len(ratios))
     wanted = min(head, size - len(first))
     fastest = pool[np.argsort(ratios[pool], kind="stable")]
-    top = fastest[: max(wanted, math.ceil(HEAD_SHARE * len(pool)))]
+    top = fastest[: max(wanted, math.ceil(share * len(pool)))]
     fast = rng.choice(top, size=wanted, replace=False)
     rest = rng.choice(np.setdiff1d(pool, fast), size=size - len(first) - wanted, replace=False)
     return np.concatenate([first, rng.permutation(np.concatenate([fast, rest]))])
@@ -579,6 +581,7 @@ def _components(
     default_first: bool = False,
     rows: Sequence[np.ndarray] | None = None,
     head: int = 0,
+    head_share: float = HEAD_SHARE,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
@@ -589,7 +592,7 @@ def _components(
     kernel's configs are padded to the most any of them has by repeating its first one. With
     `fill`, the repeats that fill up a short kernel (see `_pick_configs`) carry the runtime
     `_FILLER`. `rows`: one array per kernel, the split's config indices to take in place of
-    the draw. `head`: see `_pick_configs`.
+    the draw. `head`, `head_share`: see `_pick_configs`.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     if rows is None:
@@ -604,6 +607,7 @@ def _components(
                 default_first,
                 head,
                 _kernel_ratios(split, i) if head else None,
+                head_share,
             )
             for i in kernels
         ]
@@ -742,6 +746,7 @@ def _batches_dataset(
     fill: bool = False,
     default_first: bool = False,
     head: int = 0,
+    head_share: float = HEAD_SHARE,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
 
@@ -749,7 +754,7 @@ def _batches_dataset(
     plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
     usable kernel from the i-th on (one worker's share in multi-worker training). `kernels`,
     if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`,
-    `default_first` and `head`: see `_components` and `_pick_configs`.
+    `default_first`, `head` and `head_share`: see `_components` and `_pick_configs`.
     """
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
@@ -770,6 +775,7 @@ def _batches_dataset(
                 fill=fill,
                 default_first=default_first,
                 head=head,
+                head_share=head_share,
             )
 
     signature = _signature(stats, batch_size)
@@ -915,6 +921,7 @@ def training_batches(
     fill: bool = False,
     default_first: bool = False,
     head: int = 0,
+    head_share: float = HEAD_SHARE,
 ) -> tf.data.Dataset:
     """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
 
@@ -924,7 +931,7 @@ def training_batches(
     with `fill` kept: all their configs, then repeats of them labelled `_FILLER` (-1), which
     every loss leaves out. `shard=(i, n)`: only every n-th usable kernel from the i-th on.
     `default_first`: config 0 at position 0 of every kernel's draw; `head`: that many of each
-    draw from the kernel's fastest configs (both: see `_pick_configs`).
+    draw from the kernel's fastest `head_share` of its configs (all: see `_pick_configs`).
     """
     if num_configs < 1 or batch_size < 1:
         raise ValueError(
@@ -949,6 +956,7 @@ def training_batches(
         fill=fill,
         default_first=default_first,
         head=head,
+        head_share=head_share,
     )
     ds = ds.map(_labels(batch_size, num_configs))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -535,6 +535,7 @@ def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
             # why only for those); models from another models.py may not say: not then.
             default_first=getattr(model, "default_first", False),
             head=args.head_configs if train else 0,
+            head_share=args.head_share,
         ).take(count * local)
 
     if replicas == 1:

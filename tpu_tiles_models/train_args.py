@@ -34,7 +34,11 @@ NOT_IN_HASH = frozenset({"cache_dir", "no_progress", "tensorboard", "overwrite"}
 # Options added after runs and sweep points were first named, with the value that means "as
 # before": at it, they are left out of what names a sweep point, so a sweep started before
 # them resumes. (The run's hash `h` leaves every option at its default out already.)
-ADDED_FLAGS: dict[str, Any] = {"head_configs": 0}
+# `--head_share`'s default: the share of a kernel's configs, fastest first, that
+# `--head_configs` draws come from. A tenth holds the configs a top-5 pick competes among on
+# kernels of a few hundred configs.
+HEAD_SHARE = 0.1
+ADDED_FLAGS: dict[str, Any] = {"head_configs": 0, "head_share": HEAD_SHARE}
 
 # numpy's and TensorFlow's seeds are unsigned 32-bit integers.
 MAX_SEED = 2**32 - 1
@@ -139,6 +143,11 @@ class TrainArgs:
         0,
         "of the --configs drawn per train kernel and step, this many from its fastest tenth, "
         "the rest uniformly (0: all uniformly, as upstream)",
+    )
+    head_share: float = _flag(
+        HEAD_SHARE,
+        "the share of a train kernel's configs, its fastest, that --head_configs draws from "
+        "(at least --head_configs of them; 0: exactly its --head_configs fastest)",
     )
     pad_configs: bool = _flag(
         False,
@@ -458,6 +467,8 @@ def _check_values(a: TrainArgs) -> None:
         raise FlagError(
             f"--head_configs must be at most --configs ({a.configs}), got {a.head_configs}"
         )
+    if not 0 <= a.head_share <= 1:
+        raise FlagError(f"--head_share must be in [0, 1], got {a.head_share}")
     if not 0 < a.score_sample <= 1:
         raise FlagError(f"--score_sample must be in (0, 1], got {a.score_sample}")
     if a.validate_batches == 0:
