@@ -410,17 +410,22 @@ def with_default_ratio(
     return out
 
 
-def asked_for(rows: list[dict], models: str, recipes: str) -> list[dict]:
-    """The rows of the `--models` and `--recipes` asked for (with their rule rows): other runs
-    in the same `--work` (another suite's) stay out of this one's table."""
+def asked_for(rows: list[dict], models: str, recipes: str, seeds: str) -> list[dict]:
+    """The rows of the `--models`, `--recipes` and `--seeds` asked for (with their rule rows):
+    other runs in the same `--work` (another suite's) stay out of this one's table."""
     labels, wanted = models.split(","), recipes.split(",")
+    drawn = {int(s) for s in seeds.split(",")}
 
     def label(model: str) -> str:
         for suffix in (RULE, KEPT):
             model = model.removesuffix(suffix)
         return model
 
-    return [r for r in rows if label(r["model"]) in labels and r["recipe"] in wanted]
+    return [
+        r
+        for r in rows
+        if label(r["model"]) in labels and r["recipe"] in wanted and r["seed"] in drawn
+    ]
 
 
 def _mean_std(values: list[float]) -> tuple[float, float]:
@@ -757,7 +762,7 @@ def main(argv: list[str] | None = None) -> None:
         run_sweep(a, grid_file(a, roots, work), work)
     budget = {k: getattr(a, k) for k in ("epochs", "early_stop", "score_candidates")}
     baselines = baseline_rows(roots)
-    rows = asked_for(collect(work, roots, budget), a.models, a.recipes)
+    rows = asked_for(collect(work, roots, budget), a.models, a.recipes, a.seeds)
     rows = with_default_ratio(rows, baselines)
     cells = summarize(rows, baselines)
     write_results(rows, cells, Path(a.out), a)

@@ -102,13 +102,14 @@ def test_each_run_row_carries_its_top1_over_the_default(suite):
     assert "top1_vs_default" in suite.COLUMNS and "top1_vs_default" not in rows[0]
 
 
-def test_only_the_models_and_recipes_asked_for_are_tabulated(suite):
+def test_only_the_models_recipes_and_seeds_asked_for_are_tabulated(suite):
     rows = [
-        dict(model="R", recipe="upstream"),
-        dict(model="R+rule", recipe="upstream"),
-        dict(model="R", recipe="head"),
-        dict(model="E+default", recipe="upstream"),
-        dict(model="R:first", recipe="upstream"),
+        dict(model="R", recipe="upstream", seed=0),
+        dict(model="R+rule", recipe="upstream", seed=0),
+        dict(model="R", recipe="head", seed=0),
+        dict(model="E+default", recipe="upstream", seed=0),
+        dict(model="R:first", recipe="upstream", seed=0),
+        dict(model="R", recipe="upstream", seed=3),
     ]
-    kept = suite.asked_for(rows, "R,E", "upstream")
+    kept = suite.asked_for(rows, "R,E", "upstream", "0,1,2")
     assert [r["model"] for r in kept] == ["R", "R+rule", "E+default"]
