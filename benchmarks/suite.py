@@ -244,6 +244,11 @@ def shuffle_configs(source: Path, target: Path, seed: int = 0) -> None:
     staging.rename(target)
 
 
+def seed_list(seeds: str) -> list[int]:
+    """`--seeds` (`"0,1,2"`) as integers: the grid's and the table's."""
+    return [int(s) for s in seeds.split(",")]
+
+
 def grid_file(a: argparse.Namespace, roots: dict[str, Path], work: Path) -> Path:
     """The sweep's grid: one grid per recipe (its name as `run_id`), crossed with the rest."""
     grids = []
@@ -263,7 +268,7 @@ def grid_file(a: argparse.Namespace, roots: dict[str, Path], work: Path) -> Path
                 run_id=[recipe],
                 model=names,
                 model_kwargs_json=[kwargs_json],
-                seed=[int(s) for s in a.seeds.split(",")],
+                seed=seed_list(a.seeds),
                 data_root=[
                     str(r) for f, r in roots.items() if not (blind and f.endswith(SHUFFLED))
                 ],
@@ -414,7 +419,7 @@ def asked_for(rows: list[dict], models: str, recipes: str, seeds: str) -> list[d
     """The rows of the `--models`, `--recipes` and `--seeds` asked for (with their rule rows):
     other runs in the same `--work` (another suite's) stay out of this one's table."""
     labels, wanted = models.split(","), recipes.split(",")
-    drawn = {int(s) for s in seeds.split(",")}
+    drawn = set(seed_list(seeds))
 
     def label(model: str) -> str:
         for suffix in (RULE, KEPT):

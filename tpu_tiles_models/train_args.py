@@ -31,13 +31,13 @@ HASH_KEY = "tpu_tiles"
 # Options that only say where things are cached or shown, or how a rerun treats an earlier
 # run: two runs that differ only in these are the same run (same hash).
 NOT_IN_HASH = frozenset({"cache_dir", "no_progress", "tensorboard", "overwrite"})
-# Options added after runs and sweep points were first named, with the value that means "as
-# before": at it, they are left out of what names a sweep point, so a sweep started before
-# them resumes. (The run's hash `h` leaves every option at its default out already.)
 # `--head_share`'s default: the share of a kernel's configs, fastest first, that
 # `--head_configs` draws come from. A tenth holds the configs a top-5 pick competes among on
 # kernels of a few hundred configs.
 HEAD_SHARE = 0.1
+# Options added after runs and sweep points were first named, with the value that means "as
+# before": at it, they are left out of what names a sweep point, so a sweep started before
+# them resumes. (The run's hash `h` leaves every option at its default out already.)
 ADDED_FLAGS: dict[str, Any] = {"head_configs": 0, "head_share": HEAD_SHARE}
 
 # numpy's and TensorFlow's seeds are unsigned 32-bit integers.
