@@ -78,6 +78,9 @@ RECIPES: dict[str, dict[str, object]] = {
     # 0), or its fastest hundredth, so a draw holds the configs config 0 must beat at test.
     "headbest": {"head_configs": 3, "head_share": 0.0},
     "head1pc": {"head_configs": 3, "head_share": 0.01},
+    # 40 configs per kernel in a step, not 10: each step orders more of a kernel's configs
+    # against each other, the fast ones among them, at about the cost of more configs.
+    "configs40": {"configs": 40},
 }
 # Models the suite trains besides the classes themselves: label -> (class, model kwargs). Each
 # names every keyword it moves from the class defaults, so that a label means one architecture
@@ -194,12 +197,23 @@ def budget_text(a: argparse.Namespace) -> str:
     )
 
 
-def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
-    """One data set per family, and with `--shuffled` its shuffled copy (reused when present)."""
+def family_roots(a: argparse.Namespace, work: Path) -> dict[str, Path]:
+    """Where `make_data` puts each family's data set under `work` (`{family: data root}`),
+    with `--shuffled` (where `a` has it) the shuffled copies too; nothing is made."""
     roots = {}
     for family in a.families.split(","):
         name = f"{family}_{a.train}_{a.valid}_{a.test}_{a.data_seed}"
-        root = work / "data" / (name + (f"_cap{a.max_configs}" if a.max_configs else ""))
+        roots[family] = work / "data" / (name + (f"_cap{a.max_configs}" if a.max_configs else ""))
+        if getattr(a, "shuffled", False):
+            roots[family + SHUFFLED] = work / "data" / (family + SHUFFLED)
+    return roots
+
+
+def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
+    """One data set per family, and with `--shuffled` its shuffled copy (reused when present)."""
+    roots = family_roots(a, work)
+    for family in a.families.split(","):
+        root = roots[family]
         if not (root / "test").is_dir():
             start = time.perf_counter()
             synthetic.generate(
@@ -213,12 +227,9 @@ def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
                 progress=False,
             )
             print(f"{family}: generated in {time.perf_counter() - start:.0f} s", flush=True)
-        roots[family] = root
-        if a.shuffled:
-            shuffled = work / "data" / (family + SHUFFLED)
-            if not (shuffled / "valid").is_dir():
-                shuffle_configs(root, shuffled)
-            roots[family + SHUFFLED] = shuffled
+        shuffled = roots.get(family + SHUFFLED)
+        if shuffled is not None and not (shuffled / "valid").is_dir():
+            shuffle_configs(root, shuffled)
     return roots
 
 

@@ -1,0 +1,182 @@
+"""How far any rule on top of a trained model can take its single pick, run by hand.
+
+A default-aware ranking chooses, per kernel, between config 0 (the compiler's default) and the
+model's first other config: a margin for config 0 (the suite's `+rule` rows) only moves where
+that choice falls. So no such rule beats the per-kernel better of the two, which this script
+measures on the suite's finished runs (every config of every validation kernel):
+
+- `default`: config 0's top-1 error (the compiler's pick);
+- `rule`: the run's own top-1 error by its rule, cross-fitted (its run file, as the suite);
+- `other`: the model's first config other than config 0;
+- `either`: the better of config 0 and `other` in each kernel, the bound on any such rule;
+- `best other`: the truly fastest config other than config 0 (a perfect ranking's reach).
+
+A `rule` near `either` means the rule is not what holds the pick back; an `either` above the
+target means only a better ranking of the other configs can reach it.
+
+    python benchmarks/pick_bound.py --work /tmp/suite     # the suite's --work, after the suite
+    python benchmarks/pick_bound.py --work /tmp/suite --tabulate   # the table from the json
+
+Writes `benchmarks/results/<name>.json` (one row per run) and `<name>.md` (mean +- std over seeds
+per family, model and recipe, and the ratio of each mean to the family's `default`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+# benchmarks/suite.py, beside this script: its data sets, runs and labels are the ones measured.
+from suite import BUDGET, RESULTS, RULE, family_roots, finished_runs, label_of, seed_list
+
+from tpu_tiles_models import scoring
+from tpu_tiles_models.run_file import KEEP_DEFAULT_KEY
+
+# The columns, in the table's order; `rule` comes from the run file, the others from scores.
+COLUMNS = ("default", "rule", "other", "either", "best_other")
+HEADERS = ("default", "rule", "model's first other", "better of the two", "best other")
+
+
+def kernel_errors(scores: np.ndarray, runtimes: np.ndarray) -> dict[str, float]:
+    """One kernel's top-1 errors (runtime over the fastest's, minus 1) of `COLUMNS`' picks but
+    `rule`. `scores`, `runtimes`: `[num_configs]`, lower score = ranked faster; config 0 is
+    row 0. A kernel with one config has no other: its `other` is config 0."""
+    runtimes = np.asarray(runtimes, np.float64)
+    errors = runtimes / runtimes.min() - 1.0
+    if len(runtimes) == 1:
+        return dict.fromkeys(("default", "other", "either", "best_other"), float(errors[0]))
+    other = 1 + int(np.argmin(np.asarray(scores)[1:]))
+    return dict(
+        default=float(errors[0]),
+        other=float(errors[other]),
+        either=float(min(errors[0], errors[other])),
+        best_other=float(errors[1:].min()),
+    )
+
+
+def split_errors(scored: list[scoring.Scored]) -> dict[str, float]:
+    """Means over the kernels of `kernel_errors` (each kernel weighs the same, as the suite)."""
+    per_kernel = [kernel_errors(s.scores, s.runtimes) for s in scored]
+    return {k: statistics.fmean(e[k] for e in per_kernel) for k in per_kernel[0]}
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--work", required=True, help="the suite's --work (its data and runs)")
+    p.add_argument("--families", default="alt,inference,roofline,fusion")
+    p.add_argument("--models", default="ResidualSAGE", help="the suite's model labels")
+    p.add_argument("--recipes", default="upstream", help="the suite's recipes")
+    p.add_argument("--seeds", default="0,1,2")
+    for flag in ("train", "valid", "test", "data_seed", "max_configs", "epochs", "early_stop"):
+        p.add_argument(f"--{flag}", type=int, default=BUDGET[flag], help="the suite's")
+    p.add_argument("--score_candidates", type=int, default=1, help="the suite's")
+    p.add_argument("--out", default=str(RESULTS), help="where the results files go")
+    p.add_argument("--name", default="pick_bound", help="the results files' name")
+    p.add_argument(
+        "--tabulate", action="store_true", help="score nothing: the table from <name>.json"
+    )
+    return p.parse_args(argv)
+
+
+def measure(a: argparse.Namespace) -> list[dict]:
+    """One row per finished run asked for: its family, label, recipe, seed and errors."""
+    work = Path(a.work)
+    roots = family_roots(a, work)
+    missing = [f for f, root in roots.items() if not (root / "valid").is_dir()]
+    if missing:
+        sys.exit(f"error: no data for {', '.join(missing)} under {work}; run the suite first")
+    budget = {k: getattr(a, k) for k in ("epochs", "early_stop", "score_candidates")}
+    labels, recipes, seeds = a.models.split(","), a.recipes.split(","), set(seed_list(a.seeds))
+    rows = []
+    for family, run in finished_runs(work, roots, budget):
+        args = run.train_args
+        label = label_of(args.model, run.model_kwargs)
+        if label not in labels or args.run_id not in recipes or args.seed not in seeds:
+            continue
+        print(f"{family} {label} {args.run_id} seed {args.seed}", flush=True)
+        model, dataset = run.load(args.data_root, split="valid", progress=False)
+        scored = scoring.score_split(model, dataset.valid, dataset.stats, progress=False)
+        record = run.extras.get(KEEP_DEFAULT_KEY) or {}
+        rule = record.get("val_rule", run.val_errors)["1"]
+        errors = split_errors(scored)
+        rows.append(
+            dict(family=family, model=label, recipe=args.run_id, seed=args.seed, rule=rule)
+            | {k: round(v, 5) for k, v in errors.items()}
+        )
+    return sorted(rows, key=lambda r: (r["family"], r["model"], r["recipe"], r["seed"]))
+
+
+def markdown(rows: list[dict], command: str) -> str:
+    """The table: per family, model and recipe, each column's mean +- std over seeds and its
+    ratio to the family's `default` (the same on every run: its kernels are the family's)."""
+    groups = defaultdict(list)
+    for r in rows:
+        groups[(r["family"], r["model"], r["recipe"])].append(r)
+    lines = [
+        f"`{command}`",
+        "",
+        "Top-1 error on every config of every validation kernel, mean +- std over seeds "
+        "(the runs' count in brackets), and in brackets after it its ratio to the family's "
+        "`default`. default: config 0, the compiler's pick; rule: the run's own pick by its "
+        f"rule, cross-fitted (the suite's `{RULE}` row); model's first other: the config other "
+        "than config 0 that the model ranks first; better of the two: per kernel, the better "
+        "of config 0 and that one, the best any rule choosing between them can do; best "
+        "other: the truly fastest config other than config 0.",
+        "",
+        "| family | model | recipe | " + " | ".join(HEADERS) + " |",
+        "|---|---|---|" + "---|" * len(HEADERS),
+    ]
+    for (family, model, recipe), runs in sorted(groups.items()):
+        base = statistics.fmean(r["default"] for r in runs)
+        cells = []
+        for column in COLUMNS:
+            values = [r[column] for r in runs]
+            mean = statistics.fmean(values)
+            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            ratio = f" ({mean / base:.2f}x)" if base > 0 else ""
+            cells.append(
+                f"{mean:.3f}{ratio}"
+                if column in ("default", "best_other")
+                else f"{mean:.3f} +- {std:.3f}{ratio}"
+            )
+        lines.append(f"| {family} | {model} | {recipe} ({len(runs)}) | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _write(path: Path, text: str) -> None:
+    """`text` into `path` whole: written beside it, then renamed over it."""
+    staging = path.with_name(f".{path.name}.tmp")
+    staging.write_text(text)
+    staging.replace(path)
+
+
+def main(argv: list[str] | None = None) -> None:
+    a = parse_args(argv)
+    out = Path(a.out)
+    path = out / f"{a.name}.json"
+    if a.tabulate:
+        saved = json.loads(path.read_text())
+        rows, command = saved["rows"], saved["command"]
+    else:
+        rows = measure(a)
+        if not rows:
+            sys.exit(f"error: no finished runs of {a.models} ({a.recipes}) under {a.work}")
+        command = (
+            f"python benchmarks/pick_bound.py --work {Path(a.work).name} --families "
+            f"{a.families} --models {a.models} --recipes {a.recipes} --seeds {a.seeds} "
+            f"--epochs {a.epochs} --score_candidates {a.score_candidates}"
+        )
+        out.mkdir(parents=True, exist_ok=True)
+        _write(path, json.dumps(dict(command=command, rows=rows), indent=1) + "\n")
+    _write(out / f"{a.name}.md", markdown(rows, command))
+    print((out / f"{a.name}.md").read_text())
+
+
+if __name__ == "__main__":
+    main()
