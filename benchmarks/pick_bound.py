@@ -121,9 +121,9 @@ def markdown(rows: list[dict], command: str) -> str:
     lines = [
         f"`{command}`",
         "",
-        "Top-1 error on every config of every validation kernel, mean +- std over seeds "
-        "(the runs' count in brackets), and in brackets after it its ratio to the family's "
-        "`default`. default: config 0, the compiler's pick; rule: the run's own pick by its "
+        "Top-1 error on every config of every validation kernel, mean +- std over seeds (how "
+        "many runs: after the recipe), then the mean's ratio to the family's `default`. "
+        "default: config 0, the compiler's pick; rule: the run's own pick by its "
         f"rule, cross-fitted (the suite's `{RULE}` row); model's first other: the config other "
         "than config 0 that the model ranks first; better of the two: per kernel, the better "
         "of config 0 and that one, the best any rule choosing between them can do; best "

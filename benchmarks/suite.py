@@ -95,6 +95,8 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
         "ResidualSAGE",
         dict(_FIRST, default_context=True, hidden_dim=32),
     ),
+    # Twice as wide (64): whether capacity is what limits its order among the fastest configs.
+    "ResidualSAGE:hidden64": ("ResidualSAGE", dict(hidden_dim=64)),
 }
 # The candidate the suite judges: the recommended model by its name alone (its class defaults).
 RECOMMENDED = registry.RECOMMENDED_MODEL
