@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> None:
             f"python benchmarks/pick_bound.py --work {Path(a.work).name} --families "
             f"{a.families} --models {a.models} --recipes {a.recipes} --seeds {a.seeds} "
             f"--epochs {a.epochs} --score_candidates {a.score_candidates}"
+            + (f" --name {a.name}" if a.name != "pick_bound" else "")
         )
         out.mkdir(parents=True, exist_ok=True)
         _write(path, json.dumps(dict(command=command, rows=rows), indent=1) + "\n")
