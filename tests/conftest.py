@@ -5,12 +5,15 @@ and how the tests are shared out between two workers."""
 from __future__ import annotations
 
 import errno
+import importlib.util
 import os
 import shutil
 import stat
 import subprocess
+import sys
 import warnings
 from pathlib import Path
+from types import ModuleType
 
 import numpy as np
 import pytest
@@ -27,6 +30,20 @@ SHORT_KERNELS = {0: 3, 1: 1}
 # runs, not the architecture (test_models and the demo cover attention), and it halves tracing.
 TINY_RESIDUAL = '{"hidden_dim": 8, "num_layers": 1, "config_attention": false}'
 TINY_MLP = '{"hidden_dim": 8, "mlp_layers": 1}'
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """`benchmarks/<name>.py` as a module; the benchmarks folder is on `sys.path` while it
+    loads, since a benchmark imports `suite.py` from beside it."""
+    folder = str(REPO / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    finally:
+        sys.path.remove(folder)
+    return module
 
 
 @pytest.fixture(scope="session")

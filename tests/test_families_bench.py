@@ -3,27 +3,17 @@ leave-one-kernel-out ridge (the benchmark itself runs by hand)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def families():
-    sys.path.insert(0, str(BENCHMARKS))  # families.py imports suite.py from beside it
-    try:
-        spec = importlib.util.spec_from_file_location("families", BENCHMARKS / "families.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_benchmark("families")
 
 
 def _run(tile: float, ns: float, *, default=False, error=False) -> dict:

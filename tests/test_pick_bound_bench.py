@@ -4,27 +4,16 @@ picks it measures, their means and the table written from its results file."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def pick_bound():
-    sys.path.insert(0, str(BENCHMARKS))  # pick_bound.py imports suite.py from beside it
-    try:
-        spec = importlib.util.spec_from_file_location("pick_bound", BENCHMARKS / "pick_bound.py")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-    finally:
-        sys.path.remove(str(BENCHMARKS))
-    return module
+    return load_benchmark("pick_bound")
 
 
 def test_each_pick_of_one_kernel(pick_bound):

@@ -4,21 +4,15 @@ runs go on the shuffled copies, and the verdicts on the candidate."""
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
-
-BENCHMARKS = Path(__file__).resolve().parents[1] / "benchmarks"
+from conftest import load_benchmark
 
 
 @pytest.fixture(scope="module")
 def suite():
-    spec = importlib.util.spec_from_file_location("suite", BENCHMARKS / "suite.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return load_benchmark("suite")
 
 
 def test_position_blind_baselines_skip_the_shuffled_copies(suite, tmp_path):
