@@ -35,7 +35,8 @@ import numpy as np
 # benchmarks/suite.py, beside this script: its data sets, runs and labels are the ones measured.
 from suite import BUDGET, RESULTS, RULE, family_roots, finished_runs, label_of, seed_list
 
-from tpu_tiles_models import scoring
+from tpu_tiles_models import metrics, scoring
+from tpu_tiles_models.metrics import DEFAULT_CONFIG
 from tpu_tiles_models.run_file import KEEP_DEFAULT_KEY
 
 # The columns, in the table's order; `rule` comes from the run file, the others from scores.
@@ -44,19 +45,24 @@ HEADERS = ("default", "rule", "model's first other", "better of the two", "best 
 
 
 def kernel_errors(scores: np.ndarray, runtimes: np.ndarray) -> dict[str, float]:
-    """One kernel's top-1 errors (runtime over the fastest's, minus 1) of `COLUMNS`' picks but
-    `rule`. `scores`, `runtimes`: `[num_configs]`, lower score = ranked faster; config 0 is
-    row 0. A kernel with one config has no other: its `other` is config 0."""
+    """One kernel's top-1 errors (`metrics.kernel_top_k_error`) of `COLUMNS`' picks but
+    `rule`. `scores`, `runtimes`: `[num_configs]`, lower score = ranked faster. A kernel with
+    one config has no other: its `other` is config 0."""
     runtimes = np.asarray(runtimes, np.float64)
-    errors = runtimes / runtimes.min() - 1.0
     if len(runtimes) == 1:
-        return dict.fromkeys(("default", "other", "either", "best_other"), float(errors[0]))
-    other = 1 + int(np.argmin(np.asarray(scores)[1:]))
+        return dict.fromkeys(("default", "other", "either", "best_other"), 0.0)
+
+    def top1(ranking: np.ndarray, default_place: float) -> float:
+        ranking = np.array(ranking, np.float64)
+        ranking[DEFAULT_CONFIG] = default_place
+        return metrics.kernel_top_k_error(runtimes, ranking, 1)
+
+    default, other = top1(scores, -np.inf), top1(scores, np.inf)
     return dict(
-        default=float(errors[0]),
-        other=float(errors[other]),
-        either=float(min(errors[0], errors[other])),
-        best_other=float(errors[1:].min()),
+        default=default,
+        other=other,
+        either=min(default, other),
+        best_other=top1(runtimes, np.inf),
     )
 
 
