@@ -90,13 +90,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def _fail(message: str) -> None:
+    """One line on standard error, exit 2 (bad input, as the `tpu-tiles` commands)."""
+    print(f"pick_bound: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def measure(a: argparse.Namespace) -> list[dict]:
     """One row per finished run asked for: its family, label, recipe, seed and errors."""
     work = Path(a.work)
     roots = family_roots(a, work)
     missing = [f for f, root in roots.items() if not (root / "valid").is_dir()]
     if missing:
-        sys.exit(f"error: no data for {', '.join(missing)} under {work}; run the suite first")
+        _fail(f"no data for {', '.join(missing)} under {work}: run benchmarks/suite.py there first")
     budget = {k: getattr(a, k) for k in ("epochs", "early_stop", "score_candidates")}
     labels, recipes, seeds = a.models.split(","), a.recipes.split(","), set(seed_list(a.seeds))
     rows = []
@@ -167,12 +173,14 @@ def main(argv: list[str] | None = None) -> None:
     out = Path(a.out)
     path = out / f"{a.name}.json"
     if a.tabulate:
+        if not path.is_file():
+            _fail(f"no results file {path}: run without --tabulate first")
         saved = json.loads(path.read_text())
         rows, command = saved["rows"], saved["command"]
     else:
         rows = measure(a)
         if not rows:
-            sys.exit(f"error: no finished runs of {a.models} ({a.recipes}) under {a.work}")
+            _fail(f"no finished runs of {a.models} ({a.recipes}) under {a.work}: run the suite")
         command = (
             f"python benchmarks/pick_bound.py --work {Path(a.work).name} --families "
             f"{a.families} --models {a.models} --recipes {a.recipes} --seeds {a.seeds} "

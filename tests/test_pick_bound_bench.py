@@ -67,9 +67,23 @@ def test_the_table_comes_from_the_results_file(pick_bound, tmp_path):
     ) in table
 
 
-def test_it_asks_for_the_suite_first_where_there_is_no_data(pick_bound, tmp_path):
-    with pytest.raises(SystemExit, match=r"no data for alt under .*; run the suite first"):
+def test_it_asks_for_the_suite_first_where_there_is_no_data(pick_bound, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
         pick_bound.measure(pick_bound.parse_args(["--work", str(tmp_path), "--families", "alt"]))
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        f"pick_bound: no data for alt under {tmp_path}: run benchmarks/suite.py there first\n"
+    )
+
+
+def test_tabulating_needs_the_results_file(pick_bound, tmp_path, capsys):
+    with pytest.raises(SystemExit) as exit_:
+        pick_bound.main(["--work", str(tmp_path), "--out", str(tmp_path), "--tabulate"])
+    assert exit_.value.code == 2
+    assert capsys.readouterr().err == (
+        f"pick_bound: no results file {tmp_path / 'pick_bound.json'}: run without --tabulate "
+        "first\n"
+    )
 
 
 def test_the_roots_are_the_suites(pick_bound, tmp_path):
