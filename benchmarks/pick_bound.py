@@ -35,7 +35,7 @@ import numpy as np
 # benchmarks/suite.py, beside this script: its data sets, runs and labels are the ones measured.
 from suite import BUDGET, RESULTS, RULE, family_roots, finished_runs, label_of, seed_list
 
-from tpu_tiles_models import metrics, scoring
+from tpu_tiles_models import metrics, scoring, synthetic
 from tpu_tiles_models.metrics import DEFAULT_CONFIG
 from tpu_tiles_models.run_file import KEEP_DEFAULT_KEY
 
@@ -75,13 +75,13 @@ def split_errors(scored: list[scoring.Scored]) -> dict[str, float]:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--work", required=True, help="the suite's --work (its data and runs)")
-    p.add_argument("--families", default="alt,inference,roofline,fusion")
+    p.add_argument("--families", default=",".join(synthetic.FAMILIES))
     p.add_argument("--models", default="ResidualSAGE", help="the suite's model labels")
     p.add_argument("--recipes", default="upstream", help="the suite's recipes")
     p.add_argument("--seeds", default="0,1,2")
     for flag in ("train", "valid", "test", "data_seed", "max_configs", "epochs", "early_stop"):
         p.add_argument(f"--{flag}", type=int, default=BUDGET[flag], help="the suite's")
-    p.add_argument("--score_candidates", type=int, default=1, help="the suite's")
+    p.add_argument("--score_candidates", type=int, default=3, help="the suite's (its default)")
     p.add_argument("--out", default=str(RESULTS), help="where the results files go")
     p.add_argument("--name", default="pick_bound", help="the results files' name")
     p.add_argument(
