@@ -54,6 +54,7 @@ from suite import (
     finished_runs,
     grid_file,
     make_data,
+    mean_std,
     run_sweep,
 )
 
@@ -268,9 +269,8 @@ def model_rows(
     for (family, model), rows in sorted(runs.items()):
         cell: dict[str, Any] = {"seeds": len(rows)}
         for k in ("top1", "top5"):
-            values = [r[k] for r in rows]
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
-            cell[k] = [round(statistics.fmean(values), 4), round(std, 4)]
+            mean, std = mean_std([r[k] for r in rows])
+            cell[k] = [round(mean, 4), round(std, 4)]
         cell["seconds"] = round(statistics.fmean(r["seconds"] for r in rows))
         out.setdefault(family, {})[model] = cell
     return out

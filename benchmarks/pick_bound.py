@@ -33,7 +33,16 @@ from pathlib import Path
 import numpy as np
 
 # benchmarks/suite.py, beside this script: its data sets, runs and labels are the ones measured.
-from suite import BUDGET, RESULTS, RULE, family_roots, finished_runs, label_of, seed_list
+from suite import (
+    BUDGET,
+    RESULTS,
+    RULE,
+    family_roots,
+    finished_runs,
+    label_of,
+    mean_std,
+    seed_list,
+)
 
 from tpu_tiles_models import metrics, scoring, synthetic
 from tpu_tiles_models.metrics import DEFAULT_CONFIG
@@ -112,7 +121,10 @@ def measure(a: argparse.Namespace) -> list[dict]:
         if label not in labels or args.run_id not in recipes or args.seed not in seeds:
             continue
         print(f"{family} {label} {args.run_id} seed {args.seed}", flush=True)
-        model, dataset = run.load(args.data_root, split="valid", progress=False)
+        # The sweep's cache (suite.py's --cache_dir): each split is read once, not once a run.
+        model, dataset = run.load(
+            args.data_root, split="valid", cache_dir=str(work / "cache"), progress=False
+        )
         scored = scoring.score_split(model, dataset.valid, dataset.stats, progress=False)
         record = run.extras.get(KEEP_DEFAULT_KEY) or {}
         rule = record.get("val_rule", run.val_errors)["1"]
@@ -148,9 +160,7 @@ def markdown(rows: list[dict], command: str) -> str:
         base = statistics.fmean(r["default"] for r in runs)
         cells = []
         for column in COLUMNS:
-            values = [r[column] for r in runs]
-            mean = statistics.fmean(values)
-            std = statistics.stdev(values) if len(values) > 1 else 0.0
+            mean, std = mean_std([r[column] for r in runs])
             ratio = f" ({mean / base:.2f}x)" if base > 0 else ""
             cells.append(
                 f"{mean:.3f}{ratio}"

@@ -446,7 +446,8 @@ def asked_for(rows: list[dict], models: str, recipes: str, seeds: str) -> list[d
     ]
 
 
-def _mean_std(values: list[float]) -> tuple[float, float]:
+def mean_std(values: list[float]) -> tuple[float, float]:
+    """Mean and sample std of `values` (std 0 for one value): a cell over seeds."""
     return statistics.fmean(values), (statistics.stdev(values) if len(values) > 1 else 0.0)
 
 
@@ -459,7 +460,7 @@ def summarize(rows: list[dict], baselines: dict[tuple[str, str], dict[int, float
     for (family, model, recipe), runs in sorted(groups.items()):
         cell = dict(family=family, model=model, recipe=recipe, seeds=len(runs))
         for column in ("top1", "top5", "top10", "score"):
-            cell[column] = _mean_std([r[column] for r in runs])
+            cell[column] = mean_std([r[column] for r in runs])
         cell["seconds"] = statistics.fmean(r["seconds"] for r in runs)
         cell["cpu_seconds"] = statistics.fmean(r["cpu_seconds"] for r in runs)
         cells.append(cell)

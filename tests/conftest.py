@@ -33,16 +33,18 @@ TINY_MLP = '{"hidden_dim": 8, "mlp_layers": 1}'
 
 
 def load_benchmark(name: str) -> ModuleType:
-    """`benchmarks/<name>.py` as a module; the benchmarks folder is on `sys.path` while it
-    loads, since a benchmark imports `suite.py` from beside it."""
-    folder = str(REPO / "benchmarks")
-    sys.path.insert(0, folder)
+    """`benchmarks/<name>.py` as the module `name`, registered in `sys.modules` (dataclasses
+    look their module up there); the benchmarks folder is on `sys.path` while it loads, since
+    a benchmark imports `suite.py` from beside it."""
+    folder = REPO / "benchmarks"
+    sys.path.insert(0, str(folder))
     try:
-        spec = importlib.util.spec_from_file_location(name, REPO / "benchmarks" / f"{name}.py")
+        spec = importlib.util.spec_from_file_location(name, folder / f"{name}.py")
         module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
         spec.loader.exec_module(module)
     finally:
-        sys.path.remove(folder)
+        sys.path.remove(str(folder))
     return module
 
 

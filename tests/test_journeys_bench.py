@@ -3,23 +3,20 @@ the world it runs them in (HOME, checkout copy, `.venv`, the clone URL) is the o
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import load_benchmark
 
 from tpu_tiles_models.synthetic.writer import read_test_ids
 
 REPO = Path(__file__).resolve().parents[1]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
-spec = importlib.util.spec_from_file_location("journeys", REPO / "benchmarks" / "journeys.py")
-journeys = importlib.util.module_from_spec(spec)
-sys.modules["journeys"] = journeys  # dataclasses look their module up there
-spec.loader.exec_module(journeys)
+journeys = load_benchmark("journeys")
 
 FAKE_README = """# x
 

@@ -141,8 +141,8 @@ class TrainArgs:
     )
     head_configs: int = _flag(
         0,
-        "of the --configs drawn per train kernel and step, this many from its fastest tenth, "
-        "the rest uniformly (0: all uniformly, as upstream)",
+        "of the --configs drawn per train kernel and step, this many from its fastest "
+        "--head_share, the rest uniformly (0: all uniformly, as upstream)",
     )
     head_share: float = _flag(
         HEAD_SHARE,
