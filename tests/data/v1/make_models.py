@@ -5,13 +5,17 @@ Stores the variables and scores of every model class on a few tiny kernels (thei
 included), so that a rewritten models.py can be checked to rebuild and score them identically.
 """
 
-import os, sys, json
+import json
+import os
+import sys
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-import numpy as np
 import warnings
 from pathlib import Path
+
+import numpy as np
 import tensorflow as tf
+
 from tpu_tiles_models import data, registry, synthetic
 
 out = Path(sys.argv[1])
@@ -37,7 +41,6 @@ for k, v in p.items():
 
 
 def graph(prefix):
-    spec_b = None
     d = {k.split("/", 1)[1]: v for k, v in pieces.items() if k.startswith(prefix + "/")}
     return data._to_graph({k: tf.convert_to_tensor(v) for k, v in d.items()})
 

@@ -4,10 +4,13 @@
 "num_layers": 1}' --epochs 2 --data_root d1 --out_dir run1 --cache_dir= --configs 6 --batch 2`):
 every valid and test kernel's `forward` of the reloaded run."""
 
-import os, sys, glob, numpy as np
+import glob
+import os
+
+import numpy as np
 
 os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-from tpu_tiles_models import runs, data
+from tpu_tiles_models import data, runs
 
 d = glob.glob("run1/model_*")[0]
 run = runs.TrainedRun.open(d)
