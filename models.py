@@ -4,51 +4,32 @@ A drop-in replacement for `tpu_graphs/baselines/tiles/models.py`: copy this one 
 and upstream's `tiles_train.py --model=<Name>` and the course prediction script keep working.
 It imports TensorFlow, TF-GNN and the standard library only.
 
-Every model follows upstream's calling convention:
-  * `Model(num_configs, num_ops, **kwargs)`; `num_ops` is checked but never shapes a variable
-    (the opcode embedding always has `OPCODE_VOCAB` rows), so a model trained on a subset of
-    the data reloads on all of it. No variable depends on `num_configs` either, and no model
-    keeps non-trainable state: the course's in-order copy of `trainable_variables` is complete.
-  * `call(graph, training=False)` -> `[batch, num_configs]` scores for a batch of kernels
-    merged into graph components, each with `num_configs` configs.
-  * `forward(graph, num_configs)` -> `[batch, num_configs]`; upstream calls it on one kernel
-    with all its configs. `num_configs` may be an int or a scalar tensor. Configs are scored
-    in chunks, so a 6000-config kernel never builds a `[num_nodes, 6000, dim]` tensor.
-  * Lower score = predicted faster (ListMLE on runtimes ranks slow configs high).
-  * The ranking rule, two last trainable scalars that training leaves as they are and our
-    trainer fits on validation afterwards (both on by default):
-      - `default_margin`: subtracted from config 0's (the compiler's default's) score. A
-        positive margin ranks another config above config 0 only where the model prefers it
-        by more than the margin; a negative one puts config 0 first only where the model
-        prefers it by more (for a model that favours the default too much). 0 where it does
-        not lower validation's top-1 error.
-      - `keep_default_gate`, 0 or 1: when 1, `forward` returns each config's place in a
-        ranking that keeps config 0 among the first `KEEP_DEFAULT_TOP`.
-    So a plain argsort of `forward`, as the course script takes it, ranks as the run did.
-    `raw_scores` are the model's own; `config_scores` have the margin applied, `forward` the
-    whole rule; `call` (training) applies neither.
-  * `default_first`: whether the model reads the config at position 0 as the compiler's
-    default (`ResidualSAGE(default_context=True)`). Position is the only carrier upstream's
-    GraphTensor has. `forward` gets every config in file order, config 0 (inferred to be the
-    default in the real collection) first; `tpu-tiles train` samples config 0 first for such a
-    model; upstream's `tiles_train.py` samples configs in random order, so under it the model
-    learns that position 0 is not special: it stays correct, it just cannot use the default.
+Upstream's protocol, which every model follows:
+  * `Model(num_configs, num_ops, **kwargs)`. No variable depends on `num_configs` or `num_ops`
+    (the opcode embedding has `OPCODE_VOCAB` rows), and no model keeps non-trainable state, so
+    the course's in-order copy of `trainable_variables` restores a model completely.
+  * `call(graph, training=False)` -> `[batch, num_configs]` scores of a training batch (kernels
+    merged into graph components, `num_configs` configs each); lower = predicted faster.
+  * `forward(graph, num_configs)` -> `[batch, num_configs]`, on whole kernels; configs are
+    scored in chunks, so a 6000-config kernel never builds `[num_nodes, 6000, dim]` tensors.
 
-The `GraphTensor` has node sets `op` (features `op`: opcode, `feats`: normalised floats),
-`config` (`feats`), `g`; edge set `feed` runs from consumer (source) to producer (target).
+A model is three steps, so that `forward` can chunk the configs (`_TileRanker`):
+    kernel = encode(graph)               what does not depend on the configs
+    h = embed(graph, kernel, configs)    [batch, c, dim], each config on its own
+    scores = head(h)                     [batch, c], may look at all configs of a kernel
+then `forward` applies the ranking rule (`RankingRule`), two scalars that our trainer fits on
+validation after training: config 0's margin and the keep-default gate. `raw_scores` are the
+model's own scores, `config_scores` have the margin applied, `forward` the whole rule; `call`
+(training) neither. A plain argsort of `forward`, as the course script takes it, ranks as the
+run did.
 
-Models (`MEMBER_MODELS` names them all):
-  * `ResidualSAGE`: residual, layer-normalised GraphSAGE over the directed dataflow graph
-    with the configs joined onto every node, sum+mean+max pooling, reading config 0 as the
-    compiler's default, optionally an attention block through which the configs of one kernel
-    see each other. Its defaults are the configuration the benchmark suite recommends, so
-    `--model=ResidualSAGE` alone trains it.
-  * `ResidualSAGEPlain`: ResidualSAGE's first configuration without the attention: 48 wide,
-    no default context.
-  * `EarlyJoinSAGE`, `LateJoinSAGE`, `EarlyJoinResGCN`, `LateJoinResGCN`, `MLP`: our own
-    implementations of the baselines of the TpuGraphs paper, with upstream's constructor
-    arguments, defaults, layer structure and L2 regularisation.
-  * `Ensemble`: several of the above as one model; per-kernel normalised scores, averaged.
+Config 0 is the compiler's default in the real collection (inferred); a model whose
+`default_first` is true reads position 0 as that default. `tpu-tiles train` samples config 0
+first for such a model; upstream's trainer samples in random order, so there it learns that
+position 0 is not special.
+
+The GraphTensor has node sets `op` (features `op`: opcode, `feats`: normalised floats),
+`config` (`feats`) and `g`; edge set `feed` runs from consumer (source) to producer (target).
 
 References: TpuGraphs, Phothilimthana et al., NeurIPS 2023 Datasets and Benchmarks;
 GraphSAGE, Hamilton et al., NeurIPS 2017; GCN, Kipf & Welling, ICLR 2017; Set Transformer
@@ -67,9 +48,9 @@ from typing import Any, Callable, Sequence
 def _prefer_keras_2() -> None:
     """Makes tf.keras mean Keras 2 where TensorFlow >= 2.16 would give Keras 3.
 
-    TF-GNN 1.0.3 runs on Keras 2 only, which TF >= 2.16 takes from the `tf-keras` package when
+    TF-GNN 1.0.3 runs on Keras 2 only, which TF >= 2.16 takes from `tf-keras` when
     `TF_USE_LEGACY_KERAS=1` is set before TensorFlow's first import. Where TensorFlow is
-    already imported, it is too late: TF-GNN's import then names the fix.
+    already imported it is too late: TF-GNN's import then names the fix.
     """
     if "tensorflow" in sys.modules or util.find_spec("tf_keras") is None:
         return
@@ -107,48 +88,182 @@ _plain = tf.autograph.experimental.do_not_convert
 
 
 # ---------------------------------------------------------------------------------------------
-# Argument checks (one `ValueError` naming the argument, as for every Keras layer)
+# Keyword checks: each keyword is declared once, in a signature, and checked here by its name
+# ---------------------------------------------------------------------------------------------
+
+# Least values of the integer keywords.
+_MINIMUM = {
+    "units": 1,
+    "hidden_dim": 1,
+    "op_embed_dim": 1,
+    "num_layers": 1,
+    "attention_heads": 1,
+    "inducing_points": 1,
+    "chunk_size": 1,
+    "num_gnns": 0,
+    "final_mlp_layers": 0,
+    "mlp_layers": 0,
+}
+_SWITCHES = ("config_attention", "default_context", "directed", "keep_default_gate")
+_ACTIVATIONS = ("relu", "leaky_relu", "gelu", "elu", "selu", "silu", "swish", "tanh", "sigmoid")
+_REDUCTIONS = tuple(sorted(tfgnn.get_registered_reduce_operation_names()))
+
+
+def _check(owner: str, values: dict[str, Any]) -> None:
+    """`ValueError` naming `owner`'s first keyword in `values` (a `locals()`) that is wrong."""
+    for name, value in values.items():
+        if name in _MINIMUM and (
+            isinstance(value, bool) or not isinstance(value, int) or value < _MINIMUM[name]
+        ):
+            raise ValueError(
+                f"{owner}: {name} must be an integer >= {_MINIMUM[name]}, got {value!r}"
+            )
+        if (name in _SWITCHES or name == "default_margin") and not isinstance(value, bool):
+            raise ValueError(f"{owner}: {name} must be true or false, got {value!r}")
+        if name in ("activation", "hidden_activation") and value not in _ACTIVATIONS:
+            raise ValueError(
+                f"{owner}: {name}={value!r} is not an activation; one of {_ACTIVATIONS}"
+            )
+        for reduction in [value] if name == "reduction" else value if name == "pooling" else []:
+            if not isinstance(reduction, str) or set(reduction.split("|")) - set(_REDUCTIONS):
+                raise ValueError(
+                    f"{owner}: {name}={value!r} is not a TF-GNN reduction; one of "
+                    f"{_REDUCTIONS} or several joined by '|'"
+                )
+
+
+def _tf_nn(name: str) -> Callable[[tf.Tensor], tf.Tensor]:
+    """The activation `tf.nn.<name>`, as upstream's baselines take it."""
+    return getattr(tf.nn, name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Functions of the GraphTensor (no variables)
 # ---------------------------------------------------------------------------------------------
 
 
-def _check_count(owner: str, name: str, value: Any, minimum: int) -> int:
-    """`value` as an int, or `ValueError` naming `owner`'s argument `name`."""
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ValueError(f"{owner}: {name} must be an integer >= {minimum}, got {value!r}")
-    return value
+@_plain
+def _opcodes(graph: tfgnn.GraphTensor) -> tf.Tensor:
+    """Opcode ids `[num_nodes]` as int32, clipped into the embedding's vocabulary."""
+    return tf.clip_by_value(tf.cast(graph.node_sets["op"]["op"], tf.int32), 0, OPCODE_VOCAB - 1)
 
 
-def _activation(owner: str, name: str, value: Any) -> Callable[[tf.Tensor], tf.Tensor]:
-    """The activation called `value`: `tf.nn.<value>` as upstream, else a Keras activation."""
-    if isinstance(value, str) and callable(getattr(tf.nn, value, None)):
-        return getattr(tf.nn, value)
-    try:
-        return tf.keras.activations.get(value)
-    except (ValueError, TypeError):
-        raise ValueError(
-            f"{owner}: {name}={value!r} is not an activation; e.g. 'leaky_relu', 'relu', 'gelu'"
-        ) from None
+@_plain
+def _node_features(graph: tfgnn.GraphTensor) -> tf.Tensor:
+    """Normalised node features `[num_nodes, node_dim]` float32."""
+    return tf.cast(graph.node_sets["op"]["feats"], tf.float32)
 
 
-def _check_reduction(owner: str, name: str, value: Any) -> str:
-    """A TF-GNN pooling name such as `"sum"` or `"mean|max"`, or `ValueError`."""
-    known = tfgnn.get_registered_reduce_operation_names()
-    if not isinstance(value, str) or not all(part in known for part in value.split("|")):
-        raise ValueError(
-            f"{owner}: {name}={value!r} is not a TF-GNN reduction; one of {sorted(known)} "
-            "or several joined by '|'"
-        )
-    return value
+@_plain
+def _config_features(graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
+    """Config features of each component: `[batch, num_configs, config_dim]` float32."""
+    feats = tf.cast(graph.node_sets["config"]["feats"], tf.float32)
+    batch = tf.shape(graph.node_sets["config"].sizes)[0]
+    return tf.reshape(feats, [batch, num_configs, feats.shape[-1]])
+
+
+@_plain
+def _adjacency(graph: tfgnn.GraphTensor, receivers: Sequence[str]) -> tf.sparse.SparseTensor:
+    """`[num_nodes, num_nodes]` with a 1 at (v, u) for each `feed` edge with v at one of its
+    `receivers` ends and u at the other (both ends given: each edge counts both ways)."""
+    adjacency = graph.edge_sets["feed"].adjacency
+    ends = {tfgnn.SOURCE: adjacency.source, tfgnn.TARGET: adjacency.target}
+    pairs = [tf.stack([ends[r], ends[tfgnn.reverse_tag(r)]], axis=1) for r in receivers]
+    indices = tf.cast(tf.concat(pairs, axis=0), tf.int64)
+    n = tf.cast(graph.node_sets["op"].total_size, tf.int64)
+    return tf.sparse.SparseTensor(indices, tf.ones([tf.shape(indices)[0]]), tf.stack([n, n]))
+
+
+@_plain
+def _matmul_rows(adjacency: tf.sparse.SparseTensor, h: tf.Tensor) -> tf.Tensor:
+    """`adjacency @ h` on `h` `[num_nodes, ...]`: one sparse-dense product on
+    `[num_nodes, prod(...)]`, a third of the cost of one message per edge on `[n, c, d]`."""
+    flat = tf.reshape(h, tf.stack([tf.shape(h)[0], -1]))
+    out = tf.reshape(tf.sparse.sparse_dense_matmul(adjacency, flat), tf.shape(h))
+    out.set_shape(h.shape)
+    return out
+
+
+@_plain
+def _neighbour_sum(
+    graph: tfgnn.GraphTensor, h: tf.Tensor, receivers: Sequence[str] = (tfgnn.TARGET, tfgnn.SOURCE)
+) -> tf.Tensor:
+    """`S h`: each node's sum of `h` `[num_nodes, ...]` over its `feed` neighbours, producers
+    (receiver SOURCE), consumers (TARGET) or, by default, both."""
+    return _matmul_rows(_adjacency(graph, receivers), h)
+
+
+@_plain
+def _neighbour_mean(graph: tfgnn.GraphTensor, h: tf.Tensor, receiver: str) -> tf.Tensor:
+    """Mean of `h` over producers (receiver SOURCE) or consumers (TARGET); 0 without any."""
+    adjacency = _adjacency(graph, (receiver,))
+    rows = adjacency.indices[:, 0]
+    count = tf.math.unsorted_segment_sum(adjacency.values, rows, adjacency.dense_shape[0])
+    weights = tf.gather(1.0 / count, rows)  # every row gathered has count >= 1
+    return _matmul_rows(adjacency.with_values(weights), h)
+
+
+@_plain
+def _to_ops(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
+    """`[batch, ...]` per-component values -> `[num_nodes, ...]` on each component's op nodes."""
+    return tfgnn.broadcast_context_to_nodes(graph, "op", feature_value=per_kernel)
+
+
+@_plain
+def _per_op(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
+    """`_to_ops`, or `per_kernel` itself (`[1, ...]` broadcasts without a copy per node) when
+    the graph has one component."""
+    if graph.node_sets["op"].sizes.shape[0] == 1:
+        return per_kernel
+    return _to_ops(graph, per_kernel)
+
+
+@_plain
+def _pool(graph: tfgnn.GraphTensor, h: tf.Tensor, reductions: Sequence[str]) -> tf.Tensor:
+    """Pools `h` `[num_nodes, ..., d]` per component -> `[batch, ..., d * len(reductions)]`."""
+    pooled = [tfgnn.pool_nodes_to_context(graph, "op", r, feature_value=h) for r in reductions]
+    return tf.concat(pooled, axis=-1)
+
+
+def _per_config(x: tf.Tensor, num_configs: tf.Tensor) -> tf.Tensor:
+    """`[rows, d]` -> `[rows, num_configs, d]`, the same row for every config."""
+    return tf.tile(x[:, tf.newaxis, :], [1, num_configs, 1])
+
+
+@_plain
+def _times(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
+    """`x` `[..., d]` times `w` `[d, u]` -> `[..., u]`, as one 2-D product (a Dense's kernel)."""
+    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), w)
+    out = tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [w.shape[-1]]], axis=0))
+    out.set_shape(x.shape[:-1].concatenate([w.shape[-1]]))
+    return out
+
+
+@_plain
+def _in_chunks(embed: Callable, configs: tf.Tensor, size: int) -> tf.Tensor:
+    """`embed` (`[batch, c, d]` -> `[batch, c, e]`, each config on its own) on at most `size`
+    configs at a time: equal chunks, the last one padded and its padding dropped."""
+    batch, n = tf.shape(configs)[0], tf.shape(configs)[1]
+    num_chunks = (n + size - 1) // size
+    chunk = (n + num_chunks - 1) // num_chunks
+    padded = tf.pad(configs, [[0, 0], [0, num_chunks * chunk - n], [0, 0]])
+    shape = [batch, num_chunks, chunk, configs.shape[-1]]
+    chunks = tf.transpose(tf.reshape(padded, shape), [1, 0, 2, 3])  # [num_chunks, batch, ...]
+    # One chunk at a time: a traced map_fn runs 10 at once by default, 10x the peak memory.
+    out = tf.map_fn(embed, chunks, fn_output_signature=tf.float32, parallel_iterations=1)
+    out = tf.reshape(tf.transpose(out, [1, 0, 2, 3]), [batch, num_chunks * chunk, -1])
+    return out[:, :n]
+
+
+# ---------------------------------------------------------------------------------------------
+# Layers (registered for Keras serialisation, with `get_config`)
+# ---------------------------------------------------------------------------------------------
 
 
 class _DenseStack(tf.keras.layers.Layer):
-    """Dense layers applied in order: what `tf.keras.Sequential` does, minus its InputLayer.
-
-    A Sequential built on a known shape records an `InputLayer` in the SavedModel's metadata;
-    Keras 2.16+ (tf-keras) writes an `optional` key into it that Keras 2.13-2.15's
-    `load_model` rejects, so a model saved on the modern stack would not reload on the
-    course's. The variables and their order are those of the Sequential it replaces.
-    """
+    """Dense layers of widths `dims`, `activation` between them (none after the last); L2 of
+    weight `l2` on every kernel when positive. What `tf.keras.Sequential` does without its
+    InputLayer, whose metadata Keras 2.16+ writes in a form that 2.13-2.15 cannot reload."""
 
     def __init__(self, dims: Sequence[int], activation: Any, l2: float = 0.0, **kwargs):
         super().__init__(**kwargs)
@@ -165,7 +280,6 @@ class _DenseStack(tf.keras.layers.Layer):
 
     @property
     def layers(self) -> list[tf.keras.layers.Dense]:
-        """The Dense layers, first to last (as `Sequential.layers`)."""
         return list(self._dense_layers)
 
     def build(self, input_shape: tf.TensorShape) -> None:
@@ -190,187 +304,13 @@ class _DenseStack(tf.keras.layers.Layer):
         }
 
 
-def _mlp(dims: Sequence[int], activation: Any, l2: float = 0.0) -> _DenseStack:
-    """Dense layers of widths `dims` with `activation` between them (none after the last).
-
-    `l2` > 0 puts an L2 regulariser of that weight on every kernel. No `dims`: the identity.
-    """
-    return _DenseStack(dims, activation, l2)
-
-
-# ---------------------------------------------------------------------------------------------
-# Graph helpers (functions of the GraphTensor; no variables)
-# ---------------------------------------------------------------------------------------------
-
-
-@_plain
-def _mean_over_neighbours(graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: str) -> tf.Tensor:
-    """Means `h` over `feed` neighbours: producers for receiver=SOURCE, consumers for TARGET.
-
-    `h` `[num_nodes, ...]` -> `[num_nodes, ...]`; nodes without such neighbours get zeros.
-    """
-    adjacency = _adjacency(graph, (receiver,))
-    rows = adjacency.indices[:, 0]
-    count = tf.math.unsorted_segment_sum(adjacency.values, rows, adjacency.dense_shape[0])
-    weights = tf.gather(1.0 / count, rows)  # every row gathered has count >= 1
-    return _sum_over_adjacency(adjacency.with_values(weights), h)
-
-
-@_plain
-def _adjacency(graph: tfgnn.GraphTensor, receivers: Sequence[str]) -> tf.sparse.SparseTensor:
-    """`[num_nodes, num_nodes]` with a 1 at (v, u) for each `feed` edge with v at one of its
-    `receivers` ends and u at the other (both ends given: each edge counts both ways)."""
-    adjacency = graph.edge_sets["feed"].adjacency
-    ends = {tfgnn.SOURCE: adjacency.source, tfgnn.TARGET: adjacency.target}
-    pairs = [tf.stack([ends[r], ends[tfgnn.reverse_tag(r)]], axis=1) for r in receivers]
-    indices = tf.cast(tf.concat(pairs, axis=0), tf.int64)
-    n = tf.cast(graph.node_sets["op"].total_size, tf.int64)
-    return tf.sparse.SparseTensor(indices, tf.ones([tf.shape(indices)[0]]), tf.stack([n, n]))
-
-
-@_plain
-def _sum_over_adjacency(adjacency: tf.sparse.SparseTensor, h: tf.Tensor) -> tf.Tensor:
-    """`adjacency @ h` on `h` `[num_nodes, ...]`: each node's sum over its neighbours' rows.
-
-    One sparse-dense product on `[num_nodes, prod(...)]`; gathering one message per edge and
-    summing them (TF-GNN's broadcast and pool) builds `[num_edges, ...]` first and costs about
-    three times as much on `[num_nodes, c, d]` states.
-    """
-    flat = tf.reshape(h, tf.stack([tf.shape(h)[0], -1]))
-    out = tf.reshape(tf.sparse.sparse_dense_matmul(adjacency, flat), tf.shape(h))
-    out.set_shape(h.shape)
-    return out
-
-
-@_plain
-def _sum_over_edges(
-    graph: tfgnn.GraphTensor, h: tf.Tensor, *, receiver: str, on_edges: bool = False
-) -> tf.Tensor:
-    """Sums over the `feed` edges into each node at their `receiver` end.
-
-    `h` `[num_nodes, ...]` is taken from the other end of each edge, or, with `on_edges`,
-    `h` `[num_edges, ...]` is already one value per edge. Returns `[num_nodes, ...]`.
-    """
-    if on_edges:
-        return tfgnn.pool_edges_to_node(graph, "feed", receiver, "sum", feature_value=h)
-    return _sum_over_adjacency(_adjacency(graph, (receiver,)), h)
-
-
-@_plain
-def _sum_both_ways(graph: tfgnn.GraphTensor, h: tf.Tensor) -> tf.Tensor:
-    """Sums `h` `[num_nodes, ...]` over each node's producers and consumers together."""
-    return _sum_over_adjacency(_adjacency(graph, (tfgnn.TARGET, tfgnn.SOURCE)), h)
-
-
-@_plain
-def _opcodes(graph: tfgnn.GraphTensor) -> tf.Tensor:
-    """Opcode ids `[num_nodes]` as int32, clipped into the embedding's vocabulary."""
-    ops = tf.cast(graph.node_sets["op"]["op"], tf.int32)
-    return tf.clip_by_value(ops, 0, OPCODE_VOCAB - 1)
-
-
-@_plain
-def _node_features(graph: tfgnn.GraphTensor) -> tf.Tensor:
-    """Normalised node features `[num_nodes, node_dim]` as float32."""
-    return tf.cast(graph.node_sets["op"]["feats"], tf.float32)
-
-
-@_plain
-def _config_features(graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
-    """Config features of each component: `[batch, num_configs, config_dim]` float32."""
-    feats = tf.cast(graph.node_sets["config"]["feats"], tf.float32)
-    batch = tf.shape(graph.node_sets["config"].sizes)[0]
-    return tf.reshape(feats, [batch, num_configs, feats.shape[-1]])
-
-
-@_plain
-def _broadcast_to_ops(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
-    """`[batch, ...]` per-component values -> `[num_nodes, ...]` on each component's op nodes."""
-    return tfgnn.broadcast_context_to_nodes(graph, "op", feature_value=per_kernel)
-
-
-@_plain
-def _per_op(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
-    """`[batch, ...]` per-component values, broadcastable against `[num_nodes, ...]`.
-
-    `_broadcast_to_ops` when there are several components; `[1, ...]` itself when the graph
-    has one (known when traced), which arithmetic broadcasts without a copy per node.
-    """
-    if graph.node_sets["op"].sizes.shape[0] == 1:
-        return per_kernel
-    return _broadcast_to_ops(graph, per_kernel)
-
-
-@_plain
-def _pool_ops(graph: tfgnn.GraphTensor, h: tf.Tensor, reductions: Sequence[str]) -> tf.Tensor:
-    """Pools `h` `[num_nodes, ..., d]` per component -> `[batch, ..., d * len(reductions)]`."""
-    pooled = [tfgnn.pool_nodes_to_context(graph, "op", r, feature_value=h) for r in reductions]
-    return tf.concat(pooled, axis=-1)
-
-
-@_plain
-def _times(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
-    """`x` `[..., d]` times `w` `[d, u]` -> `[..., u]`, as one 2-D product (a Dense's kernel)."""
-    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), w)
-    out = tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [w.shape[-1]]], axis=0))
-    out.set_shape(x.shape[:-1].concatenate([w.shape[-1]]))
-    return out
-
-
-def _config_width(graph: tfgnn.GraphTensor) -> int:
-    """Width of the config features (static)."""
-    return int(graph.node_sets["config"]["feats"].shape[-1])
-
-
-def _row_blocks(mlp: _DenseStack, widths: Sequence[int]) -> list[tf.Tensor]:
-    """The kernel of `mlp`'s first Dense cut into row blocks of `widths`.
-
-    `dense(concat(parts))` is `sum(part_i @ block_i) + bias` before the activation, so a part
-    shared by many rows can be multiplied once. `mlp` is built for inputs of `sum(widths)`
-    if it was not yet (its variables are those a call on the joined input creates).
-    """
-    if not mlp.built:
-        mlp.build(tf.TensorShape([None, sum(widths)]))
-    return tf.split(mlp.layers[0].kernel, list(widths), axis=0)
-
-
-@_plain
-def _early_join(
-    graph: tfgnn.GraphTensor, left: tf.Tensor, configs: tf.Tensor, right: tf.Tensor
-) -> tf.Tensor:
-    """`[left || config || right]` on every op node and config: `[num_nodes, c, a + d + b]`.
-
-    `left` `[num_nodes, a]`, `configs` `[batch, c, d]` (each component's own), `right`
-    `[num_nodes, b]`. Models split their first layer instead where they can (`_row_blocks`).
-    """
-    c = tf.shape(configs)[1]
-    joined = [_repeat_per_config(left, c), _broadcast_to_ops(graph, configs)]
-    return tf.concat([*joined, _repeat_per_config(right, c)], axis=-1)
-
-
-@_plain
-def _repeat_per_config(x: tf.Tensor, num_configs: tf.Tensor) -> tf.Tensor:
-    """`[rows, d]` -> `[rows, num_configs, d]`, the same row for every config."""
-    return tf.tile(x[:, tf.newaxis, :], [1, num_configs, 1])
-
-
-# ---------------------------------------------------------------------------------------------
-# Layers (each registered for Keras serialisation, with `get_config`)
-# ---------------------------------------------------------------------------------------------
-
-
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class LogStretch(tf.keras.layers.Layer):
-    """Appends a log-like stretch of each feature to the feature itself.
+    """`x` `[..., d]` -> `[x || asinh(scale x) / asinh(scale)]` `[..., 2d]`.
 
-    Upstream min-max scales every column to [0, 1], which squashes heavy-tailed columns
-    (shape products reach 1e9) to about zero for all but the largest kernels. The stretch
-    `asinh(scale * x) / asinh(scale)` gives their small values back a usable range.
-
-    Args:
-      scale: how strongly small values are magnified; must be positive.
-
-    Call: `x` `[..., d]` -> `[..., 2 * d]`.
+    Upstream min-max scales every column to [0, 1], which squashes heavy-tailed columns (shape
+    products reach 1e9) to about zero for all but the largest kernels; the stretch gives their
+    small values back a usable range.
     """
 
     def __init__(self, *, scale: float = 1e4, **kwargs):
@@ -381,8 +321,7 @@ class LogStretch(tf.keras.layers.Layer):
 
     def call(self, x: tf.Tensor) -> tf.Tensor:
         x = tf.cast(x, tf.float32)
-        stretched = tf.math.asinh(self.scale * x) / math.asinh(self.scale)
-        return tf.concat([x, stretched], axis=-1)
+        return tf.concat([x, tf.math.asinh(self.scale * x) / math.asinh(self.scale)], axis=-1)
 
     def get_config(self) -> dict:
         return {**super().get_config(), "scale": self.scale}
@@ -390,23 +329,18 @@ class LogStretch(tf.keras.layers.Layer):
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class DirectedSAGEBlock(tf.keras.layers.Layer):
-    """One residual GraphSAGE block over the `feed` edges, direction-aware.
+    """A pre-norm residual GraphSAGE block over the `feed` edges, direction-aware:
 
-    `h <- h + W_out act(W_self z + W_prod mean_producers(z) + W_cons mean_consumers(z))`
-    with `z = LayerNorm(h)` (pre-norm residual). Producers and consumers get separate weights
-    because data flows one way: a node's cost depends on what feeds it and what it feeds.
+    `h <- h + W_out act(W_self z + W_prod mean_producers(z) + W_cons mean_consumers(z))`,
+    `z = LayerNorm(h)`. Producers and consumers get their own weights because data flows one
+    way: a node's cost depends on what feeds it and on what it feeds.
 
-    Args:
-      units: width of `h`.
-      activation: name of a Keras activation.
-
-    Call: `(graph, h)` with `h` `[num_nodes, num_configs, units]` -> same shape.
+    Call: `(graph, h)` with `h` `[num_nodes, num_configs, units]` -> the same shape.
     """
 
     def __init__(self, *, units: int, activation: str = "gelu", **kwargs):
         super().__init__(**kwargs)
-        self.units = units
-        self.activation = activation
+        self.units, self.activation = units, activation
         self._norm = tf.keras.layers.LayerNormalization()
         self._self = tf.keras.layers.Dense(units)
         self._prod = tf.keras.layers.Dense(units, use_bias=False)
@@ -416,10 +350,11 @@ class DirectedSAGEBlock(tf.keras.layers.Layer):
 
     def call(self, graph: tfgnn.GraphTensor, h: tf.Tensor) -> tf.Tensor:
         z = self._norm(h)
-        from_producers = _mean_over_neighbours(graph, z, receiver=tfgnn.SOURCE)
-        from_consumers = _mean_over_neighbours(graph, z, receiver=tfgnn.TARGET)
-        update = self._self(z) + self._prod(from_producers) + self._cons(from_consumers)
-        return h + self._out(self._act(update))
+        producers = _neighbour_mean(graph, z, tfgnn.SOURCE)
+        consumers = _neighbour_mean(graph, z, tfgnn.TARGET)
+        return h + self._out(
+            self._act(self._self(z) + self._prod(producers) + self._cons(consumers))
+        )
 
     def get_config(self) -> dict:
         return {**super().get_config(), "units": self.units, "activation": self.activation}
@@ -427,19 +362,14 @@ class DirectedSAGEBlock(tf.keras.layers.Layer):
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class ConfigSetAttention(tf.keras.layers.Layer):
-    """Lets the configs of one kernel see each other (induced set attention).
+    """Lets the configs of one kernel see each other (induced set attention, Lee et al.):
 
-    A few learned inducing points first attend over all configs of the kernel, then every
-    config attends over the inducing points: O(num_configs * num_points) memory, so it runs on
-    a 6000-config kernel at once, and its softmax averages do not change scale with the
-    number of configs (10 sampled in training, all of them at inference).
+    `s = MHA(P, z)` (learned points `P` `[num_points, units]` summarise the configs, `z =
+    LayerNorm(h)`), `h <- h + MHA(z, s)`, `h <- h + FFN(LayerNorm(h))`. Memory grows as
+    configs x points, so a 6000-config kernel runs at once, and the softmax averages keep their
+    scale whether 10 configs are sampled (training) or all are scored.
 
-    Args:
-      units: width of the config embeddings.
-      num_heads: attention heads.
-      num_points: inducing points.
-
-    Call: `h` `[batch, num_configs, units]` -> same shape.
+    Call: `h` `[batch, num_configs, units]` -> the same shape.
     """
 
     def __init__(self, *, units: int, num_heads: int = 4, num_points: int = 8, **kwargs):
@@ -459,37 +389,24 @@ class ConfigSetAttention(tf.keras.layers.Layer):
 
     def call(self, h: tf.Tensor) -> tf.Tensor:
         z = self._norm_in(h)
-        batch = tf.shape(h)[0]
-        points = tf.tile(self._points[tf.newaxis], [batch, 1, 1])
-        summary = self._summarise(points, z)  # [batch, num_points, units]
-        h = h + self._broadcast(z, summary)
+        points = tf.tile(self._points[tf.newaxis], [tf.shape(h)[0], 1, 1])
+        h = h + self._broadcast(z, self._summarise(points, z))
         return h + self._ffn(self._norm_out(h))
 
     def get_config(self) -> dict:
-        return {
-            **super().get_config(),
-            "units": self.units,
-            "num_heads": self.num_heads,
-            "num_points": self.num_points,
-        }
+        config = {"units": self.units, "num_heads": self.num_heads, "num_points": self.num_points}
+        return {**super().get_config(), **config}
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class DefaultContext(tf.keras.layers.Layer):
-    """Marks the config at position 0 as the compiler's default and shows it to every config.
+    """Shows every config the compiler's default, read at position 0:
 
-    Config 0 is the default tile in the real collection (inferred), and the normaliser every
-    runtime is divided by is the default's runtime, so how a tile compares with the default
-    is what the targets measure. Each config sees the default's embedding beside its own and
-    an indicator of being the default itself:
-    `h_i <- h_i + W_out act(W [z_i || z_0 || 1{i = 0}])` with `z = LayerNorm(h)`. What both
-    are worth is learned from the training data: where position 0 is not special, that too.
+    `h_i <- h_i + W_out act(W [z_i || z_0 || 1{i = 0}])`, `z = LayerNorm(h)`. Every runtime is
+    divided by the default's, so how a tile compares with the default is what the targets
+    measure; what both inputs are worth is learned (where position 0 is not special, that too).
 
-    Args:
-      units: width of the config embeddings.
-      activation: name of a Keras activation.
-
-    Call: `h` `[batch, num_configs, units]` -> same shape; position 0 is the default.
+    Call: `h` `[batch, num_configs, units]` -> the same shape.
     """
 
     def __init__(self, *, units: int, activation: str = "gelu", **kwargs):
@@ -512,16 +429,12 @@ class DefaultContext(tf.keras.layers.Layer):
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class BidirectionalSAGELayer(tf.keras.layers.Layer):
-    """The GraphSAGE layer of the TpuGraphs baselines, with `feed` edges taken both ways.
+    """The GraphSAGE layer of the TpuGraphs baselines (Hamilton et al., as used by
+    Phothilimthana et al.), the `feed` edges taken both ways:
 
-    `x <- l2_normalize(act(W [sum_{neighbours} x || x] + b))`: sum aggregation over the
-    producers and consumers of each node together, concatenated with the node's own state
-    (GraphSAGE, Hamilton et al., NeurIPS 2017, as used by Phothilimthana et al., 2023).
-
-    Args:
-      units: output width.
-      activation: name of a `tf.nn` (or Keras) activation.
-      l2_regularization: L2 weight on `W`.
+    `x <- l2_normalize(act(W [S x || x] + b))`, `S x` the sum over producers and consumers.
+    Computed as `S (x W_n) + x W_self`: the sum runs on `units` columns, and no
+    `[num_nodes, ..., 2d]` concatenation is built.
 
     Call: `(graph, x)` with `x` `[num_nodes, ..., d]` -> `[num_nodes, ..., units]`.
     """
@@ -535,101 +448,41 @@ class BidirectionalSAGELayer(tf.keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.units = _check_count("BidirectionalSAGELayer", "units", units, 1)
-        self.activation = activation
-        self.l2_regularization = l2_regularization
-        self._act = _activation("BidirectionalSAGELayer", "activation", activation)
-        self._dense = _mlp([units], None, l2_regularization)
+        _check("BidirectionalSAGELayer", {"units": units, "activation": activation})
+        self.units, self.activation, self.l2_regularization = units, activation, l2_regularization
+        self._dense = _DenseStack([units], None, l2_regularization)
+
+    @property
+    def dense(self) -> tf.keras.layers.Dense:
+        """`W` and `b`, whose input is `[S x || x]`."""
+        return self._dense.layers[0]
 
     def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
-        # W [S x || x] = S (x W_n) + x W_self: the product first, so the neighbour sum runs on
-        # `units` columns and no [num_nodes, ..., 2d] concatenation is built.
         d = x.shape[-1]
         w_neighbours, w_own = _row_blocks(self._dense, [d, d])
-        from_neighbours = _sum_both_ways(graph, _times(x, w_neighbours))
-        return self._output(from_neighbours + _times(x, w_own) + self._dense.layers[0].bias)
+        return self.finish(
+            _neighbour_sum(graph, _times(x, w_neighbours)) + _times(x, w_own) + self.dense.bias
+        )
 
-    def _output(self, pre_activation: tf.Tensor) -> tf.Tensor:
-        return tf.math.l2_normalize(self._act(pre_activation), axis=-1)
-
-    # `call` on an early join, x[v, j] = [left[v] || config_j || right[v]] (config j of v's
-    # kernel), without building x: W [S x || x] is linear in x's parts (S sums over both
-    # directions), and the neighbours' copies of one config sum to deg(v) times it, so
-    #   W [S x || x] = W_node [S left || S right || left || right] + deg(v) config_j W_sc
-    #                  + config_j W_c,
-    # the first term once per kernel (`node_half`), the others once per config (`joined`).
-    # Same result up to float rounding, without the [num_nodes, c, a + d + b] input and its
-    # [num_edges, c, a + d + b] messages, which cost more than the rest of the model.
-
-    def _joined_blocks(self, a: int, d: int, b: int) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """W's rows for (the node parts, neighbours' configs, own config)."""
-        sl, sc, sr, ol, oc, or_ = _row_blocks(self._dense, [a, d, b] * 2)
-        self.built = True  # its variables exist, though `call` never ran (saving checks it)
-        return tf.concat([sl, sr, ol, or_], axis=0), sc, oc
-
-    def node_half(
-        self, graph: tfgnn.GraphTensor, left: tf.Tensor, right: tf.Tensor, config_width: int
-    ) -> tuple[tf.Tensor, tf.Tensor]:
-        """The per-node part of the early join: (`[num_nodes, units]`, degrees `[num_nodes, 1]`).
-
-        `left` `[num_nodes, a]` and `right` `[num_nodes, b]` flank configs of `config_width`.
-        """
-        w_node, _, _ = self._joined_blocks(left.shape[-1], config_width, right.shape[-1])
-        parts = [_sum_both_ways(graph, left), _sum_both_ways(graph, right), left, right]
-        term = tf.matmul(tf.concat(parts, axis=-1), w_node) + self._dense.layers[0].bias
-        degree = _sum_both_ways(graph, tf.ones_like(left[:, :1]))
-        return term, degree
-
-    def joined(
-        self,
-        graph: tfgnn.GraphTensor,
-        node_half: tuple[tf.Tensor, tf.Tensor],
-        configs: tf.Tensor,
-        left_width: int,
-    ) -> tf.Tensor:
-        """`call` on the early join of `node_half`'s nodes and `configs` `[batch, c, d]`.
-
-        Returns `[num_nodes, c, units]`, as `call(graph, x)` on the joined x.
-        """
-        term, degree = node_half
-        d = configs.shape[-1]
-        right_width = self._dense.layers[0].kernel.shape[0] // 2 - left_width - d
-        _, w_neighbours, w_own = self._joined_blocks(left_width, d, right_width)
-        # Per node v, `[config_j || 1] @ [[deg(v) W_sc + W_c], [term(v)]]`: one small product
-        # per node builds the [num_nodes, c, units] pre-activation in one pass over it.
-        per_node = degree[:, :, tf.newaxis] * w_neighbours + w_own  # [num_nodes, d, units]
-        weights = tf.concat([per_node, term[:, tf.newaxis, :]], axis=1)
-        configs = tf.concat([configs, tf.ones_like(configs[..., :1])], axis=-1)
-        return self._output(tf.matmul(_per_op(graph, configs), weights))
+    def finish(self, pre_activation: tf.Tensor) -> tf.Tensor:
+        """`l2_normalize(act(.))` of `W [S x || x] + b`."""
+        return tf.math.l2_normalize(_tf_nn(self.activation)(pre_activation), axis=-1)
 
     def get_config(self) -> dict:
-        return {
-            **super().get_config(),
-            "units": self.units,
-            "activation": self.activation,
-            "l2_regularization": self.l2_regularization,
-        }
+        config = {"units": self.units, "activation": self.activation}
+        return {**super().get_config(), **config, "l2_regularization": self.l2_regularization}
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class ResidualGCNLayer(tf.keras.layers.Layer):
-    """The residual graph-convolution layer of the TpuGraphs baselines.
-
-    With `P = D^-1 (A + I)`, where `A[i, j] = 1` for a `feed` edge from source `j` to target
-    `i` and `D` holds the row sums of `A + I` (GCN propagation, Kipf & Welling, ICLR 2017,
-    normalised by rows), and `y = act(x)`:
+    """The residual graph-convolution layer of the TpuGraphs baselines (Kipf & Welling,
+    normalised by rows). With `P = D^-1 (A + I)`, `A[i, j] = 1` for a `feed` edge from source
+    `j` to target `i`, `D` the row sums of `A + I`, and `y = act(x)`:
       * undirected: `x <- x + f(P y + P^T y + y)`;
-      * directed: `x <- x + f_fwd(P y) + f_rev(P^T y) + f_self(y)`.
-    Each `f` is `mlp_layers` dense layers of width `units` with `activation` between them.
+      * directed: `x <- x + f_fwd(P y) + f_rev(P^T y) + f_self(y)`;
+    each `f` `mlp_layers` dense layers of width `units`, `act` between them.
 
-    Args:
-      units: width of `x` (input and output).
-      mlp_layers: dense layers in each `f` (0: `f` is the identity).
-      activation: name of a `tf.nn` (or Keras) activation.
-      directed: separate weights for the two edge directions and the node itself.
-      l2_regularization: L2 weight on every kernel.
-
-    Call: `(graph, x)` with `x` `[num_nodes, ..., units]` -> same shape.
+    Call: `(graph, x)` with `x` `[num_nodes, ..., units]` -> the same shape.
     """
 
     def __init__(
@@ -643,47 +496,104 @@ class ResidualGCNLayer(tf.keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        self.units = _check_count("ResidualGCNLayer", "units", units, 1)
-        self.mlp_layers = _check_count("ResidualGCNLayer", "mlp_layers", mlp_layers, 0)
-        self.activation = activation
-        self.directed = bool(directed)
-        self.l2_regularization = l2_regularization
-        self._act = _activation("ResidualGCNLayer", "activation", activation)
-        # One f undirected; f_fwd, f_rev, f_self (in this order) when directed.
+        _check(
+            "ResidualGCNLayer", {"units": units, "mlp_layers": mlp_layers, "activation": activation}
+        )
+        self.units, self.mlp_layers, self.activation = units, mlp_layers, activation
+        self.directed, self.l2_regularization = bool(directed), l2_regularization
+        self._act = _tf_nn(activation)
+        # f undirected; f_fwd, f_rev, f_self (in this order) when directed.
         self._fs = [
-            _mlp([units] * mlp_layers, self._act, l2_regularization)
+            _DenseStack([units] * mlp_layers, self._act, l2_regularization)
             for _ in range(3 if self.directed else 1)
         ]
 
     def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
         y = self._act(x)
-        # The row sums of A + I: 1 + the number of edges into each node as their target.
-        targets = graph.edge_sets["feed"].adjacency.target
-        degree = 1.0 + _sum_over_edges(
-            graph, tf.ones_like(targets, tf.float32), receiver=tfgnn.TARGET, on_edges=True
-        )
-        degree = tf.reshape(degree, [-1] + [1] * (y.shape.rank - 1))
-        forward = (_sum_over_edges(graph, y, receiver=tfgnn.TARGET) + y) / degree  # P y
+        ones = tf.ones(tf.stack([tf.shape(y)[0], 1]))
+        into = _neighbour_sum(graph, ones, (tfgnn.TARGET,))  # edges into each node as target
+        degree = tf.reshape(1.0 + into, [-1] + [1] * (y.shape.rank - 1))  # rows of A + I
+        forward = (_neighbour_sum(graph, y, (tfgnn.TARGET,)) + y) / degree  # P y
         scaled = y / degree
-        reverse = _sum_over_edges(graph, scaled, receiver=tfgnn.SOURCE) + scaled  # P^T y
+        reverse = _neighbour_sum(graph, scaled, (tfgnn.SOURCE,)) + scaled  # P^T y
         if self.directed:
             f_fwd, f_rev, f_self = self._fs
             return x + f_fwd(forward) + f_rev(reverse) + f_self(y)
         return x + self._fs[0](forward + reverse + y)
 
     def get_config(self) -> dict:
-        return {
-            **super().get_config(),
-            "units": self.units,
-            "mlp_layers": self.mlp_layers,
-            "activation": self.activation,
-            "directed": self.directed,
-            "l2_regularization": self.l2_regularization,
-        }
+        config = {"units": self.units, "mlp_layers": self.mlp_layers, "activation": self.activation}
+        config.update(directed=self.directed, l2_regularization=self.l2_regularization)
+        return {**super().get_config(), **config}
+
+
+def _row_blocks(stack: _DenseStack, widths: Sequence[int]) -> list[tf.Tensor]:
+    """The kernel of `stack`'s first Dense cut into row blocks of `widths` (building it for
+    inputs of `sum(widths)` if it was not yet): `W [p_1 || p_2] = W_1 p_1 + W_2 p_2`."""
+    if not stack.built:
+        stack.build(tf.TensorShape([None, sum(widths)]))
+    return tf.split(stack.layers[0].kernel, list(widths), axis=0)
+
+
+class EarlyJoin:
+    """A model's first dense layer on the early join, without building the join.
+
+    The early join puts config j of a node's kernel between the node's own parts,
+    `x[v, j] = [left(v) || config_j || right(v)]`, `[num_nodes, c, a + d + b]`. A dense layer
+    is linear in the parts, so with its kernel cut into row blocks (`W [p || q] = W_p p + W_q q`)
+      * plain (`neighbours=False`):
+        `W x[v, j] + b = node(v) + W_c config_j`, `node(v) = W_l left(v) + W_r right(v) + b`;
+      * in a GraphSAGE layer, `S` summing over the neighbours, whose copies of config j add up
+        to `deg(v) config_j` (`W [S x || x] = S(x W_n) + x W_s`):
+        `W [S x || x][v, j] + b = node(v) + (deg(v) W_Sc + W_c) config_j`,
+        `node(v) = W_Sl S left + W_Sr S right + W_l left + W_r right + b`.
+    `node(v)` is computed once per kernel (`node_part`, outside `forward`'s chunks), the rest
+    per config (`__call__`): the same pre-activation up to float rounding, without the joined
+    input and its per-edge messages, which cost more than the rest of the model. `stack` None
+    builds the join itself (a model without that layer).
+    """
+
+    def __init__(self, stack: _DenseStack | None, widths: Sequence[int], *, neighbours: bool):
+        self.stack, self.widths, self.neighbours = stack, list(widths), neighbours
+        if stack is not None:
+            self.blocks = _row_blocks(stack, self.widths * (2 if neighbours else 1))
+            self.bias = stack.layers[0].bias
+
+    def node_part(self, graph: tfgnn.GraphTensor, left: tf.Tensor, right: tf.Tensor) -> tuple:
+        """`left` `[num_nodes, a]`, `right` `[num_nodes, b]` -> (`node(v)` `[num_nodes, units]`,
+        `deg(v)` `[num_nodes, 1]` or None)."""
+        if self.stack is None:
+            return left, right
+        if not self.neighbours:
+            w_l, _, w_r = self.blocks
+            return tf.matmul(left, w_l) + tf.matmul(right, w_r) + self.bias, None
+        sl, _, sr, ol, _, or_ = self.blocks
+        parts = [_neighbour_sum(graph, left), _neighbour_sum(graph, right), left, right]
+        node = (
+            tf.matmul(tf.concat(parts, axis=-1), tf.concat([sl, sr, ol, or_], axis=0)) + self.bias
+        )
+        return node, _neighbour_sum(graph, tf.ones_like(left[:, :1]))
+
+    def __call__(self, graph: tfgnn.GraphTensor, node_part: tuple, configs: tf.Tensor) -> tf.Tensor:
+        """`configs` `[batch, c, d]` -> the pre-activation `[num_nodes, c, units]` (or, without
+        a layer, the joined input `[num_nodes, c, a + d + b]`)."""
+        if self.stack is None:
+            (left, right), c = node_part, tf.shape(configs)[1]
+            joined = [_per_config(left, c), _to_ops(graph, configs), _per_config(right, c)]
+            return tf.concat(joined, axis=-1)
+        node, degree = node_part
+        if not self.neighbours:
+            return node[:, tf.newaxis, :] + _per_op(graph, tf.matmul(configs, self.blocks[1]))
+        # Per node v, `[config_j || 1] @ [[deg(v) W_Sc + W_c], [node(v)]]`: one small product
+        # per node builds the [num_nodes, c, units] pre-activation in one pass.
+        per_node = degree[:, :, tf.newaxis] * self.blocks[1] + self.blocks[4]
+        weights = tf.concat([per_node, node[:, tf.newaxis, :]], axis=1)  # [num_nodes, d + 1, units]
+        configs = tf.concat([configs, tf.ones_like(configs[..., :1])], axis=-1)
+        return tf.matmul(_per_op(graph, configs), weights)
 
 
 # ---------------------------------------------------------------------------------------------
-# The ranking rule a trained model carries in its weights
+# The ranking rule, and the protocol every model shares
 # ---------------------------------------------------------------------------------------------
 
 
@@ -695,76 +605,56 @@ def keep_default_places(scores: tf.Tensor, top: int = KEEP_DEFAULT_TOP) -> tf.Te
     order = tf.argsort(scores, axis=-1, stable=True)
     place = tf.argsort(order, axis=-1, stable=True)  # [batch, n]
     first = place[:, :1]  # config 0's place, [batch, 1]
-    between = (place >= top - 1) & (place < first)
-    moved = tf.where(between, place + 1, place)
+    moved = tf.where((place >= top - 1) & (place < first), place + 1, place)
     is_first = tf.equal(tf.range(tf.shape(place)[-1]), 0)[tf.newaxis, :]
     moved = tf.where(is_first, tf.fill(tf.shape(place), top - 1), moved)
     return tf.cast(tf.where(first >= top, moved, place), tf.float32)
 
 
-class _RankingRule:
-    """Mixin for a `tf.keras.Model`: the rule's two weights (the margin, the keep-default
-    gate), `config_scores` = `raw_scores` with the margin, `forward` = the gate's rule on those.
+class RankingRule(tf.keras.layers.Layer):
+    """The rule applied last: `rank(s) = places(s - m e_0)` if the gate is on, else `s - m e_0`.
 
-    The rule's scalars are the model's own weights, so Keras lists them after every layer's
-    variables (gate, then margin): the other variables keep their order, and the course's
-    in-order copy of `trainable_variables` carries them. They are trainable only so that the
-    copy carries them; `call` adds them times zero, so their gradients are exactly 0 and Adam
-    leaves them as they are (a missing gradient would work too, but Keras warns about it in
-    every upstream training log). They are fitted after training, when a run's hash (its kwargs
-    included) is fixed: hence weights, not keywords.
+    `m` (`default_margin`) is subtracted from config 0's score: another config ranks above the
+    compiler's default only where the model prefers it by more. The gate (`keep_default_gate`,
+    0 or 1) keeps config 0 among the first `KEEP_DEFAULT_TOP` places (`keep_default_places`).
+    Both are fitted on validation after training, once a run's hash is fixed: hence weights,
+    not keywords. The rule is the model's last layer, so its weights (gate, then margin) come
+    after all others, and the course's in-order copy carries them. They are trainable only for
+    that copy: `tie` adds them to `call`'s scores times 0, so their gradients are exactly 0
+    and Adam leaves them as they are.
     """
 
-    def _add_rule(self, keep_default_gate: bool, default_margin: bool) -> None:
-        for name, value in (
-            ("keep_default_gate", keep_default_gate),
-            ("default_margin", default_margin),
-        ):
-            if not isinstance(value, bool):
-                raise ValueError(
-                    f"{type(self).__name__}: {name} must be true or false, got {value!r}"
-                )
-        self._gate = self._margin = None
-        if keep_default_gate:
-            self._gate = self.add_weight(
-                name="keep_default_gate", shape=(), initializer="zeros", trainable=True
-            )
-        if default_margin:
-            self._margin = self.add_weight(
-                name="default_margin", shape=(), initializer="zeros", trainable=True
-            )
+    def __init__(self, *, keep_default_gate: bool = True, default_margin: bool = True, **kwargs):
+        super().__init__(**kwargs)
+        add = lambda name: self.add_weight(name=name, shape=(), initializer="zeros")  # noqa: E731
+        self.gate = add("keep_default_gate") if keep_default_gate else None
+        self.margin = add("default_margin") if default_margin else None
+        self.built = True  # its variables exist, though Keras never calls it (saving checks it)
 
-    @property
-    def default_margin(self) -> float | None:
-        """What `config_scores` subtracts from config 0's score; None without the weight."""
-        return None if self._margin is None else float(self._margin.numpy())
-
-    def set_default_margin(self, margin: float) -> None:
-        """Sets the margin (after validation fitted it); `ValueError` without the weight or for
-        a margin that is not finite."""
-        if self._margin is None:
-            raise ValueError(f"{type(self).__name__} was built with default_margin=false")
-        if not math.isfinite(margin):
-            raise ValueError(f"{type(self).__name__}: the margin must be finite, got {margin}")
-        self._margin.assign(margin)
-
-    @property
-    def keeps_default(self) -> bool | None:
-        """Whether `forward` keeps config 0 among the first places; None without a gate."""
-        return None if self._gate is None else bool(self._gate.numpy() > 0.5)
-
-    def set_keeps_default(self, keep: bool) -> None:
-        """Sets the rule (after validation chose); `ValueError` for a model without a gate."""
-        if self._gate is None:
-            raise ValueError(f"{type(self).__name__} was built with keep_default_gate=false")
-        self._gate.assign(1.0 if keep else 0.0)
-
-    def _with_rule(self, scores: tf.Tensor) -> tf.Tensor:
-        """`call`'s scores, tied to the rule's weights with a zero factor (see the class)."""
-        for weight in (self._gate, self._margin):
+    def tie(self, scores: tf.Tensor) -> tf.Tensor:
+        """`scores` plus 0 times each weight (see the class)."""
+        for weight in (self.gate, self.margin):
             if weight is not None:
                 scores = scores + 0.0 * weight
         return scores
+
+    def with_margin(self, scores: tf.Tensor) -> tf.Tensor:
+        """`[batch, n]` -> `s - m e_0`."""
+        if self.margin is None:
+            return scores
+        first = tf.one_hot(0, tf.shape(scores)[-1], dtype=scores.dtype)  # [n]
+        return scores - self.margin * first[tf.newaxis, :]
+
+    def rank(self, scores: tf.Tensor) -> tf.Tensor:
+        """`[batch, n]` scores with the margin -> what `forward` returns."""
+        if self.gate is None:
+            return scores
+        return tf.where(self.gate > 0.5, keep_default_places(scores), scores)
+
+
+class _Ranker(tf.keras.Model):
+    """A model that ranks whole kernels: `raw_scores`, then the rule (`self.rule`, which its
+    constructor sets last). Subclasses define `raw_scores`."""
 
     def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
         """The model's own scores of all `num_configs` configs: `[batch, num_configs]`."""
@@ -772,128 +662,87 @@ class _RankingRule:
 
     @_plain
     def config_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
-        """`raw_scores` with the margin subtracted from config 0's: `[batch, num_configs]`."""
-        scores = self.raw_scores(graph, num_configs)
-        if self._margin is None:
-            return scores
-        first = tf.one_hot(0, tf.shape(scores)[-1], dtype=scores.dtype)  # [num_configs]
-        return scores - self._margin * first[tf.newaxis, :]
+        """`raw_scores` with config 0's margin: `[batch, num_configs]`."""
+        return self.rule.with_margin(self.raw_scores(graph, num_configs))
 
     @_plain
     def forward(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
-        """`config_scores` ranked by the rule: `[batch, num_configs]`, lowest first. With the
-        gate on, each config's place (`keep_default_places`); otherwise the scores."""
-        scores = self.config_scores(graph, num_configs)
-        if self._gate is None:
-            return scores
-        return tf.where(self._gate > 0.5, keep_default_places(scores), scores)
+        """`[batch, num_configs]`, lowest first: the scores with the margin or, with the gate
+        on, each config's place. `num_configs` may be an int or a scalar tensor."""
+        return self.rule.rank(self.config_scores(graph, num_configs))
+
+    @property
+    def default_margin(self) -> float | None:
+        """What `config_scores` subtracts from config 0's score; None without the weight."""
+        return None if self.rule.margin is None else float(self.rule.margin.numpy())
+
+    def set_default_margin(self, margin: float) -> None:
+        """Sets the fitted margin; `ValueError` without the weight or for one not finite."""
+        if self.rule.margin is None:
+            raise ValueError(f"{type(self).__name__} was built with default_margin=false")
+        if not math.isfinite(margin):
+            raise ValueError(f"{type(self).__name__}: the margin must be finite, got {margin}")
+        self.rule.margin.assign(margin)
+
+    @property
+    def keeps_default(self) -> bool | None:
+        """Whether `forward` keeps config 0 among the first places; None without a gate."""
+        return None if self.rule.gate is None else bool(self.rule.gate.numpy() > 0.5)
+
+    def set_keeps_default(self, keep: bool) -> None:
+        """Sets the chosen rule; `ValueError` for a model without a gate."""
+        if self.rule.gate is None:
+            raise ValueError(f"{type(self).__name__} was built with keep_default_gate=false")
+        self.rule.gate.assign(1.0 if keep else 0.0)
 
 
-# ---------------------------------------------------------------------------------------------
-# The calling convention shared by every model
-# ---------------------------------------------------------------------------------------------
+class _TileRanker(_Ranker):
+    """One model: `encode`, `embed`, `head` (see the module), `call` and chunked `forward`.
 
-
-class _TileRanker(_RankingRule, tf.keras.Model):
-    """Upstream's model protocol: `call` on training batches, chunked `forward` on kernels.
-
-    Subclasses implement three hooks:
-      * `_encode_kernel(graph, training)`: whatever does not depend on the configs, computed
-        once per `call` or `forward` (any nest of tensors);
-      * `_embed(graph, kernel, configs, training)`: embeds each config of
-        `[batch, c, config_dim]` on its own, so `forward` may split the configs into chunks;
-      * `_finish(embeddings, training)`: sees all configs of a kernel at once and scores them.
-
-    Args:
-      num_configs: configs per kernel in the training batches that `call` receives.
-      num_ops: 1 + the largest opcode id in the data; must be at most `OPCODE_VOCAB`.
-      chunk_size: configs scored at once by `forward`.
-      keep_default_gate: whether the model carries the keep-default gate (`_RankingRule`).
-      default_margin: whether the model carries config 0's margin (`_RankingRule`).
+    `num_configs`: configs per kernel in the batches `call` gets; `num_ops`: 1 + the largest
+    opcode id in the data, at most `OPCODE_VOCAB`; `chunk_size`: configs `forward` embeds at
+    once. Whether a config's score ignores the kernel's other configs (`independent_configs`:
+    then padding a kernel with more configs leaves the others' scores as they are), and whether
+    position 0 is read as the compiler's default (`default_first`), are the subclass's to say.
     """
 
-    def __init__(
-        self,
-        num_configs: int,
-        num_ops: int,
-        *,
-        chunk_size: int = DEFAULT_CHUNK,
-        keep_default_gate: bool = True,
-        default_margin: bool = True,
-    ):
+    independent_configs = True
+    default_first = False
+
+    def __init__(self, num_configs: int, num_ops: int, chunk_size: int):
         super().__init__()
         if num_ops > OPCODE_VOCAB:
             raise ValueError(f"num_ops={num_ops} exceeds the opcode vocabulary {OPCODE_VOCAB}")
-        owner = type(self).__name__
-        self._num_configs = int(num_configs)
-        self._num_ops = int(num_ops)
-        self._chunk_size = _check_count(owner, "chunk_size", chunk_size, 1)
-        self._add_rule(keep_default_gate, default_margin)
-
-    @property
-    def independent_configs(self) -> bool:
-        """Whether a config's score ignores the kernel's other configs: then configs appended
-        to a kernel (padding, so that kernels of other sizes are scored together) leave the
-        others' scores as they are. True unless `_finish` mixes configs."""
-        return True
-
-    @property
-    def default_first(self) -> bool:
-        """Whether the config at position 0 is read as the compiler's default (see module)."""
-        return False
+        self._num_configs, self._num_ops, self._chunk_size = (
+            int(num_configs),
+            int(num_ops),
+            chunk_size,
+        )
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
-        scores = self._score(graph, _config_features(graph, self._num_configs), training)
-        return self._with_rule(scores)
+        return self.rule.tie(self._scores(graph))
 
     @_plain
-    def _score(self, graph: tfgnn.GraphTensor, configs: tf.Tensor, training: bool) -> tf.Tensor:
-        """The three hooks on `configs` `[batch, c, config_dim]` -> `[batch, c]`."""
-        kernel = self._encode_kernel(graph, training)
-        return self._finish(self._embed(graph, kernel, configs, training), training)
+    def _scores(self, graph: tfgnn.GraphTensor) -> tf.Tensor:
+        configs = _config_features(graph, self._num_configs)
+        return self.head(self.embed(graph, self.encode(graph), configs))
 
     @_plain
     def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
-        """Scores all `num_configs` configs of each component: `[batch, num_configs]`.
+        kernel = self.encode(graph)
+        embed = lambda chunk: self.embed(graph, kernel, chunk)  # noqa: E731
+        return self.head(_in_chunks(embed, _config_features(graph, num_configs), self._chunk_size))
 
-        `num_configs` may be a Python int (upstream) or a scalar tensor, so one traced
-        `tf.function` serves kernels of every size. Configs are embedded in chunks of at most
-        `chunk_size`; the last chunk is padded and its padding dropped before `_finish`.
-        """
-        configs = _config_features(graph, num_configs)  # [batch, n, config_dim]
-        kernel = self._encode_kernel(graph, False)
-        batch, n = tf.shape(configs)[0], tf.shape(configs)[1]
-        # Chunks of equal size, at most `chunk_size`: padding fewer than `num_chunks` configs.
-        num_chunks = (n + self._chunk_size - 1) // self._chunk_size
-        chunk = (n + num_chunks - 1) // num_chunks
-        padded = tf.pad(configs, [[0, 0], [0, num_chunks * chunk - n], [0, 0]])
-        # [num_chunks, batch, chunk, config_dim]: map_fn walks the chunks one at a time (a
-        # traced map_fn runs 10 at once by default, which multiplies the peak memory).
-        chunks = tf.transpose(
-            tf.reshape(padded, [batch, num_chunks, chunk, configs.shape[-1]]), [1, 0, 2, 3]
-        )
-        embedded = tf.map_fn(
-            lambda c: self._embed(graph, kernel, c, False),
-            chunks,
-            fn_output_signature=tf.float32,
-            parallel_iterations=1,
-        )  # [num_chunks, batch, chunk, d]
-        embedded = tf.transpose(embedded, [1, 0, 2, 3])
-        embedded = tf.reshape(embedded, [batch, num_chunks * chunk, -1])
-        return self._finish(embedded[:, :n], False)
-
-    def _encode_kernel(self, graph: tfgnn.GraphTensor, training: bool) -> Any:
-        """Config-independent work, done once per call; passed to every `_embed`."""
+    def encode(self, graph: tfgnn.GraphTensor) -> Any:
+        """What does not depend on the configs, once per `call` or `forward` (any nest)."""
         raise NotImplementedError
 
-    def _embed(
-        self, graph: tfgnn.GraphTensor, kernel: Any, configs: tf.Tensor, training: bool
-    ) -> tf.Tensor:
-        """`[batch, c, config_dim]` -> per-config embeddings `[batch, c, d]`."""
+    def embed(self, graph: tfgnn.GraphTensor, kernel: Any, configs: tf.Tensor) -> tf.Tensor:
+        """`configs` `[batch, c, config_dim]` -> embeddings `[batch, c, dim]`, each on its own."""
         raise NotImplementedError
 
-    def _finish(self, embeddings: tf.Tensor, training: bool) -> tf.Tensor:
-        """`[batch, num_configs, d]` -> scores `[batch, num_configs]`."""
+    def head(self, h: tf.Tensor) -> tf.Tensor:
+        """`[batch, num_configs, dim]` -> scores `[batch, num_configs]`."""
         raise NotImplementedError
 
 
@@ -903,35 +752,27 @@ class _TileRanker(_RankingRule, tf.keras.Model):
 
 
 class ResidualSAGE(_TileRanker):
-    """Residual GraphSAGE with early config join; optional cross-config attention.
+    """Residual directed GraphSAGE over the kernel with every config joined onto every node.
 
-    Its defaults are the benchmark suite's recommendation (docs/choosing.md): 32 wide,
-    the default context on, no cross-config attention; a keyword changes one of them. Runs
-    record their full keywords (`tpu_tiles_models.registry.resolved_kwargs`), so changing a
-    default here changes what later runs train, not how earlier ones reload.
+        n(v) = W_in [E op(v) || stretch(x_v)]                       [num_nodes, hidden]
+        c_j = MLP(stretch(config_j))                                [batch, c, hidden]
+        h(v, j) = n(v) + c_j; num_layers x DirectedSAGEBlock        [num_nodes, c, hidden]
+        e_j = MLP([sum || mean || max of LayerNorm(h)(., j) || c_j]) [batch, c, hidden]
+        score_j = MLP(DefaultContext(ConfigSetAttention(e))_j)      both blocks optional
 
-    1. Nodes: opcode embedding + stretched node features -> `[num_nodes, hidden_dim]`; configs:
-       stretched config features -> `[batch, c, hidden_dim]`. Their sum on every op node of
-       the kernel is the early join, `[num_nodes, c, hidden_dim]`, at the cost of an add.
-    2. `num_layers` `DirectedSAGEBlock`s over the dataflow graph.
-    3. Sum, mean and max pooling over the nodes of each kernel, concatenated with the config
-       embedding (a direct path for the tile itself) -> MLP -> `[batch, c, hidden_dim]`.
-    4. If `config_attention`, a `ConfigSetAttention` block across the configs.
-    5. If `default_context`, a `DefaultContext` block: position 0 is the compiler's default,
-       its embedding beside every config's. It sees only the embeddings, so `forward`'s
-       chunks and `call` score alike. Then a score.
+    Its defaults are the benchmark suite's recommendation (docs/choosing.md): 32 wide, the
+    default context on (position 0 read as the compiler's default), no attention across
+    configs. Runs record their resolved keywords, so a later default changes later runs only.
 
     Args:
-      num_configs, num_ops, chunk_size, keep_default_gate, default_margin: see
-        `_TileRanker`.
-      hidden_dim: width of every hidden layer.
-      num_layers: GraphSAGE blocks.
-      op_embed_dim: opcode embedding width.
-      activation: Keras activation name.
-      config_attention: whether the configs of a kernel see each other.
-      attention_heads, inducing_points: see `ConfigSetAttention`.
-      pooling: reductions over the nodes of a kernel (`sum`, `mean`, `max`).
-      default_context: whether position 0 is read as the compiler's default (`default_first`).
+      num_configs, num_ops, chunk_size: see `_TileRanker`.
+      hidden_dim: width of every hidden layer. num_layers: GraphSAGE blocks.
+      op_embed_dim: opcode embedding width. activation: Keras activation name.
+      config_attention: whether the configs of a kernel see each other (`ConfigSetAttention`,
+        `attention_heads` heads, `inducing_points` points).
+      pooling: reductions over the nodes of a kernel.
+      default_context: whether position 0 is read as the compiler's default.
+      keep_default_gate, default_margin: whether it carries each part of the `RankingRule`.
     """
 
     def __init__(
@@ -952,28 +793,18 @@ class ResidualSAGE(_TileRanker):
         keep_default_gate: bool = True,
         default_margin: bool = True,
     ):
-        super().__init__(
-            num_configs,
-            num_ops,
-            chunk_size=chunk_size,
-            keep_default_gate=keep_default_gate,
-            default_margin=default_margin,
-        )
-        if not isinstance(default_context, bool):
-            raise ValueError(
-                f"ResidualSAGE: default_context must be true or false, got {default_context!r}"
-            )
-        self._pooling = tuple(_check_reduction("ResidualSAGE", "pooling", p) for p in pooling)
-        _check_count("ResidualSAGE", "num_layers", num_layers, 1)
+        _check(type(self).__name__, locals())
+        super().__init__(num_configs, num_ops, chunk_size)
+        self._pooling = tuple(pooling)
         self._op_embedding = tf.keras.layers.Embedding(OPCODE_VOCAB, op_embed_dim)
         self._stretch = LogStretch()
         self._node_in = tf.keras.layers.Dense(hidden_dim)
-        self._config_in = _mlp([hidden_dim, hidden_dim], activation)
+        self._config_in = _DenseStack([hidden_dim, hidden_dim], activation)
         self._blocks = [
             DirectedSAGEBlock(units=hidden_dim, activation=activation) for _ in range(num_layers)
         ]
         self._pool_norm = tf.keras.layers.LayerNormalization()
-        self._readout = _mlp([hidden_dim, hidden_dim], activation)
+        self._readout = _DenseStack([hidden_dim, hidden_dim], activation)
         self._attention = (
             ConfigSetAttention(
                 units=hidden_dim, num_heads=attention_heads, num_points=inducing_points
@@ -984,41 +815,36 @@ class ResidualSAGE(_TileRanker):
         self._default_context = (
             DefaultContext(units=hidden_dim, activation=activation) if default_context else None
         )
-        self._score_head = _mlp([hidden_dim, 1], activation)
-
-    def _encode_kernel(self, graph, training):
-        nodes = [self._op_embedding(_opcodes(graph)), self._stretch(_node_features(graph))]
-        return self._node_in(tf.concat(nodes, axis=-1))  # [num_nodes, hidden]
-
-    def _embed(self, graph, kernel, configs, training):
-        config_h = self._config_in(self._stretch(configs))  # [batch, c, hidden]
-        h = kernel[:, tf.newaxis, :] + _broadcast_to_ops(graph, config_h)
-        for block in self._blocks:
-            h = block(graph, h)  # [num_nodes, c, hidden]
-        pooled = _pool_ops(graph, self._pool_norm(h), self._pooling)
-        return self._readout(tf.concat([pooled, config_h], axis=-1))  # [batch, c, hidden]
-
-    @property
-    def independent_configs(self) -> bool:
+        self._score_head = _DenseStack([hidden_dim, 1], activation)
+        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
         # The attention mixes a kernel's configs; the default context reads only position 0,
         # which configs appended as padding leave in place.
-        return self._attention is None
+        self.independent_configs = not config_attention
+        self.default_first = default_context
 
-    @property
-    def default_first(self) -> bool:
-        return self._default_context is not None
+    def encode(self, graph):
+        nodes = [self._op_embedding(_opcodes(graph)), self._stretch(_node_features(graph))]
+        return self._node_in(tf.concat(nodes, axis=-1))  # n: [num_nodes, hidden]
 
-    def _finish(self, embeddings, training):
+    def embed(self, graph, nodes, configs):
+        c = self._config_in(self._stretch(configs))  # [batch, c, hidden]
+        h = nodes[:, tf.newaxis, :] + _to_ops(graph, c)  # [num_nodes, c, hidden]
+        for block in self._blocks:
+            h = block(graph, h)
+        pooled = _pool(graph, self._pool_norm(h), self._pooling)  # [batch, c, 3 hidden]
+        return self._readout(tf.concat([pooled, c], axis=-1))
+
+    def head(self, h):
         if self._attention is not None:
-            embeddings = self._attention(embeddings)
+            h = self._attention(h)
         if self._default_context is not None:  # after attention: straight into the score
-            embeddings = self._default_context(embeddings)
-        return tf.squeeze(self._score_head(embeddings), -1)
+            h = self._default_context(h)
+        return tf.squeeze(self._score_head(h), -1)
 
 
 class ResidualSAGEPlain(ResidualSAGE):
-    """`ResidualSAGE` as first configured, without cross-config attention: 48 wide, no default
-    context; each config is scored on its own. Its defaults stay as they were."""
+    """`ResidualSAGE` as first configured, without the attention: 48 wide and no default
+    context, so each config is scored on its own and position 0 is not special."""
 
     def __init__(
         self,
@@ -1041,111 +867,47 @@ class ResidualSAGEPlain(ResidualSAGE):
 
 
 # ---------------------------------------------------------------------------------------------
-# Baselines of the TpuGraphs paper, under upstream's names, arguments and defaults
+# The baselines of the TpuGraphs paper, under upstream's names, keywords and defaults
 # ---------------------------------------------------------------------------------------------
 
 
 class _Baseline(_TileRanker):
-    """What the paper's baselines share: a regularised opcode embedding and an L2 head.
+    """What the paper's baselines share: an opcode embedding whose output carries an L2
+    activity penalty of `BASELINE_L2`, and a dense head (`self._head`) to one score. Their
+    keywords are upstream's, plus ours: `chunk_size` (`_TileRanker`), `keep_default_gate` and
+    `default_margin` (`RankingRule`)."""
 
-    Early join (`EARLY_JOIN = True`) puts the config features on every op node before the GNN
-    (`[opcode embedding || config features || node features]`), so the GNN runs once per
-    config on `[num_nodes, c, d]` (its linear first layer split into a per-node half, done
-    once per kernel, and a per-config half); late join runs it once per kernel on
-    `[opcode embedding || node features]` and puts `[pooled || config features]` into the
-    head. Subclasses set `self._head` and define `_gnn(graph, x)` and `self._reduction`.
-
-    Args:
-      num_configs, num_ops, chunk_size, keep_default_gate, default_margin: see
-        `_TileRanker`.
-      op_embed_dim: opcode embedding width; its output carries an L2 activity regulariser.
-      hidden_activation: name of a `tf.nn` (or Keras) activation, used between dense layers.
-    """
-
-    EARLY_JOIN = True
-
-    def __init__(
-        self,
-        num_configs: int,
-        num_ops: int,
-        *,
-        op_embed_dim: int,
-        hidden_activation: str,
-        chunk_size: int = DEFAULT_CHUNK,
-        keep_default_gate: bool = True,
-        default_margin: bool = True,
-    ):
-        super().__init__(
-            num_configs,
-            num_ops,
-            chunk_size=chunk_size,
-            keep_default_gate=keep_default_gate,
-            default_margin=default_margin,
-        )
-        owner = type(self).__name__
-        self._act = _activation(owner, "hidden_activation", hidden_activation)
+    def __init__(self, num_configs: int, num_ops: int, chunk_size: int, op_embed_dim: int):
+        super().__init__(num_configs, num_ops, chunk_size)
+        regularizer = tf.keras.regularizers.l2(BASELINE_L2)
         self._op_embedding = tf.keras.layers.Embedding(
-            OPCODE_VOCAB,
-            _check_count(owner, "op_embed_dim", op_embed_dim, 1),
-            activity_regularizer=tf.keras.regularizers.l2(BASELINE_L2),
+            OPCODE_VOCAB, op_embed_dim, activity_regularizer=regularizer
         )
 
-    def _encode_kernel(self, graph, training):
-        op_e, feats = self._op_embedding(_opcodes(graph)), _node_features(graph)
-        if self.EARLY_JOIN:
-            return self._node_half(graph, op_e, feats)
-        x = self._gnn(graph, tf.concat([op_e, feats], axis=-1))
-        return _pool_ops(graph, x, (self._reduction,))
+    def _node_parts(self, graph: tfgnn.GraphTensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(opcode embeddings `[num_nodes, op_embed_dim]`, node features `[num_nodes, f]`)."""
+        return self._op_embedding(_opcodes(graph)), _node_features(graph)
 
-    def _embed(self, graph, kernel, configs, training):
-        if not self.EARLY_JOIN:  # kernel: pooled GNN output [batch, hidden]
-            c = tf.shape(configs)[1]
-            return tf.concat([_repeat_per_config(kernel, c), configs], axis=-1)
-        x = self._joined_gnn(graph, kernel, configs)  # [num_nodes, c, hidden]
-        return _pool_ops(graph, x, (self._reduction,))
+    def _late_join(self, graph: tfgnn.GraphTensor) -> tf.Tensor:
+        """`reduction(GNN([E op || x]))` per kernel `[batch, hidden]`: the late-join encoding."""
+        return _pool(
+            graph, self._gnn(graph, tf.concat(self._node_parts(graph), axis=-1)), [self._reduction]
+        )
 
-    # Early join: the GNN's input is `[opcode embedding || config || node features]` on every
-    # op node and config. Its first layer is linear in these parts, so subclasses compute its
-    # node-only part once per kernel (`_node_half`, in `_encode_kernel`, outside `forward`'s
-    # config chunks) and add the config part per config (`_joined_gnn`). The defaults build
-    # the joined input.
+    def embed(self, graph, pooled, configs):  # late join: [pooled || config_j]
+        return tf.concat([_per_config(pooled, tf.shape(configs)[1]), configs], axis=-1)
 
-    def _node_half(self, graph: tfgnn.GraphTensor, op_e: tf.Tensor, feats: tf.Tensor) -> Any:
-        """Early join's once-per-kernel work on the opcode embeddings and node features."""
-        return op_e, feats
-
-    def _joined_gnn(self, graph: tfgnn.GraphTensor, half: Any, configs: tf.Tensor) -> tf.Tensor:
-        """`_gnn` on the early join of `_node_half`'s output and `configs` `[batch, c, d]`."""
-        op_e, feats = half
-        return self._gnn(graph, _early_join(graph, op_e, configs, feats))
-
-    def _gnn(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
-        """Node inputs `[num_nodes, ..., d_in]` -> node states `[num_nodes, ..., hidden]`."""
-        raise NotImplementedError
-
-    def _finish(self, embeddings, training):
-        return tf.squeeze(self._head(embeddings), -1)
+    def head(self, h):
+        return tf.squeeze(self._head(h), -1)
 
 
 class _SAGEBaseline(_Baseline):
-    """The paper's GraphSAGE baselines; `EarlyJoinSAGE` and `LateJoinSAGE` pick the join.
+    """The paper's GraphSAGE baselines: opcode embedding -> `num_gnns`
+    `BidirectionalSAGELayer`s of width `hidden_dim` -> sum over the nodes of each kernel ->
+    `final_mlp_layers` dense layers of width `hidden_dim` -> one score; L2 `BASELINE_L2` on
+    every dense kernel. `hidden_activation` is a `tf.nn` activation's name."""
 
-    Opcode embedding -> `num_gnns` `BidirectionalSAGELayer`s -> sum over the nodes of each
-    kernel -> `final_mlp_layers` dense layers of width `hidden_dim` -> one score. Every dense
-    kernel and the opcode embedding's output carry an L2 penalty of `BASELINE_L2`.
-
-    Args:
-      num_configs: configs per kernel in the training batches.
-      num_ops: 1 + the largest opcode id in the data (checked, never shapes a variable).
-      num_gnns: GraphSAGE layers.
-      final_mlp_layers: hidden dense layers of the scoring head.
-      hidden_activation: name of a `tf.nn` activation (Keras names work too).
-      hidden_dim: width of the GraphSAGE layers and of the head.
-      op_embed_dim: opcode embedding width.
-      chunk_size: ours: configs scored at once by `forward`.
-      keep_default_gate, default_margin: ours: whether it carries each part of the ranking
-        rule (see `_RankingRule`).
-    """
+    _reduction = "sum"
 
     def __init__(
         self,
@@ -1161,66 +923,64 @@ class _SAGEBaseline(_Baseline):
         keep_default_gate: bool = True,
         default_margin: bool = True,
     ):
-        super().__init__(
-            num_configs,
-            num_ops,
-            op_embed_dim=op_embed_dim,
-            hidden_activation=hidden_activation,
-            chunk_size=chunk_size,
-            keep_default_gate=keep_default_gate,
-            default_margin=default_margin,
-        )
-        owner = type(self).__name__
-        hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
-        self._reduction = "sum"
+        _check(type(self).__name__, locals())
+        super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
         self._gnn_layers = [
             BidirectionalSAGELayer(units=hidden_dim, activation=hidden_activation)
-            for _ in range(_check_count(owner, "num_gnns", num_gnns, 0))
+            for _ in range(num_gnns)
         ]
-        depth = _check_count(owner, "final_mlp_layers", final_mlp_layers, 0)
-        self._head = _mlp([hidden_dim] * depth + [1], self._act, BASELINE_L2)
+        self._head = _DenseStack(
+            [hidden_dim] * final_mlp_layers + [1], _tf_nn(hidden_activation), BASELINE_L2
+        )
+        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
 
     def _gnn(self, graph, x):
         for layer in self._gnn_layers:
             x = layer(graph, x)
         return x
 
-    def _node_half(self, graph, op_e, feats):
-        if not self._gnn_layers:
-            return super()._node_half(graph, op_e, feats)
-        return self._gnn_layers[0].node_half(graph, op_e, feats, _config_width(graph))
 
-    def _joined_gnn(self, graph, half, configs):
-        if not self._gnn_layers:
-            return super()._joined_gnn(graph, half, configs)
-        x = self._gnn_layers[0].joined(graph, half, configs, self._op_embedding.output_dim)
+class EarlyJoinSAGE(_SAGEBaseline):
+    """The paper's best tile baseline: config features on every node, then GraphSAGE.
+
+    `score_j = MLP(sum_v SAGE^L([E op(v) || config_j || x_v]))`: the GNN runs once per config,
+    its first layer split by `EarlyJoin` into a once-per-kernel part and a per-config part.
+    """
+
+    def encode(self, graph):
+        ops, feats = self._node_parts(graph)
+        first = self._gnn_layers[0]._dense if self._gnn_layers else None
+        join = EarlyJoin(
+            first, [ops.shape[-1], _config_width(graph), feats.shape[-1]], neighbours=True
+        )
+        if self._gnn_layers:
+            self._gnn_layers[0].built = True  # its variables exist, though Keras never calls it
+        return join, join.node_part(graph, ops, feats)
+
+    def embed(self, graph, kernel, configs):
+        join, node_part = kernel
+        x = join(graph, node_part, configs)  # layer 1's pre-activation: [num_nodes, c, hidden]
+        if self._gnn_layers:
+            x = self._gnn_layers[0].finish(x)
         for layer in self._gnn_layers[1:]:
             x = layer(graph, x)
-        return x
+        return _pool(graph, x, [self._reduction])  # [batch, c, hidden]
+
+
+class LateJoinSAGE(_SAGEBaseline):
+    """GraphSAGE on the kernel alone; config features join after pooling:
+    `score_j = MLP([sum_v SAGE^L([E op(v) || x_v]) || config_j])`."""
+
+    def encode(self, graph):
+        return self._late_join(graph)
 
 
 class _ResGCNBaseline(_Baseline):
-    """The paper's residual GCN baselines; `EarlyJoinResGCN` and `LateJoinResGCN` pick the join.
-
-    Opcode embedding -> a two-layer dense prenet to `hidden_dim` -> `num_gnns`
-    `ResidualGCNLayer`s -> activation -> `reduction` over the nodes of each kernel -> a
-    two-layer dense head -> one score. Every dense kernel and the opcode embedding's output
-    carry an L2 penalty of `BASELINE_L2`.
-
-    Args:
-      num_configs: configs per kernel in the training batches.
-      num_ops: 1 + the largest opcode id in the data (checked, never shapes a variable).
-      num_gnns: residual GCN layers.
-      mlp_layers: dense layers inside each GCN layer (see `ResidualGCNLayer`).
-      hidden_activation: name of a `tf.nn` activation (Keras names work too).
-      hidden_dim: width of the node states and of the head.
-      op_embed_dim: opcode embedding width.
-      directed: separate weights for producers, consumers and the node itself.
-      reduction: TF-GNN pooling over the nodes of a kernel (`sum`, `mean`, `max`, ...).
-      chunk_size: ours: configs scored at once by `forward`.
-      keep_default_gate, default_margin: ours: whether it carries each part of the ranking
-        rule (see `_RankingRule`).
-    """
+    """The paper's residual GCN baselines: opcode embedding -> a two-layer dense prenet to
+    `hidden_dim` -> `num_gnns` `ResidualGCNLayer`s -> activation -> `reduction` over the nodes
+    of each kernel -> a two-layer dense head -> one score; L2 `BASELINE_L2` on every dense
+    kernel. `hidden_activation` is a `tf.nn` activation's name; `directed` gives producers,
+    consumers and the node itself their own weights."""
 
     def __init__(
         self,
@@ -1238,19 +998,9 @@ class _ResGCNBaseline(_Baseline):
         keep_default_gate: bool = True,
         default_margin: bool = True,
     ):
-        super().__init__(
-            num_configs,
-            num_ops,
-            op_embed_dim=op_embed_dim,
-            hidden_activation=hidden_activation,
-            chunk_size=chunk_size,
-            keep_default_gate=keep_default_gate,
-            default_margin=default_margin,
-        )
-        owner = type(self).__name__
-        hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
-        _check_count(owner, "mlp_layers", mlp_layers, 0)
-        self._reduction = _check_reduction(owner, "reduction", reduction)
+        _check(type(self).__name__, locals())
+        super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
+        self._reduction, self._act = reduction, _tf_nn(hidden_activation)
         # Attribute order fixes variable order; this is upstream's (GCN layers before prenet).
         self._gc_layers = [
             ResidualGCNLayer(
@@ -1259,86 +1009,54 @@ class _ResGCNBaseline(_Baseline):
                 activation=hidden_activation,
                 directed=directed,
             )
-            for _ in range(_check_count(owner, "num_gnns", num_gnns, 0))
+            for _ in range(num_gnns)
         ]
-        self._prenet = _mlp([hidden_dim, hidden_dim], self._act, BASELINE_L2)
-        self._head = _mlp([hidden_dim, 1], self._act, BASELINE_L2)
+        self._prenet = _DenseStack([hidden_dim, hidden_dim], self._act, BASELINE_L2)
+        self._head = _DenseStack([hidden_dim, 1], self._act, BASELINE_L2)
+        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
 
     def _gnn(self, graph, x):
         return self._gcn(graph, self._prenet(x))
 
     def _gcn(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
-        """The GCN layers and activation after the prenet."""
+        """The GCN layers, then the activation, on the prenet's output."""
         for layer in self._gc_layers:
             x = layer(graph, x)
         return self._act(x)
 
-    def _prenet_blocks(self, graph: tfgnn.GraphTensor, node_width: int) -> list[tf.Tensor]:
-        """The prenet's first kernel as rows for (opcode embedding, config, node features)."""
-        widths = [self._op_embedding.output_dim, _config_width(graph), node_width]
-        return _row_blocks(self._prenet, widths)
-
-    def _node_half(self, graph, op_e, feats):
-        first = self._prenet.layers[0]
-        w_ops, _, w_feats = self._prenet_blocks(graph, feats.shape[-1])
-        return tf.matmul(op_e, w_ops) + tf.matmul(feats, w_feats) + first.bias
-
-    def _joined_gnn(self, graph, half, configs):
-        first, rest = self._prenet.layers[0], self._prenet.layers[1:]
-        node_width = first.kernel.shape[0] - self._op_embedding.output_dim - configs.shape[-1]
-        _, w_configs, _ = self._prenet_blocks(graph, node_width)
-        per_config = _per_op(graph, tf.matmul(configs, w_configs))
-        x = first.activation(half[:, tf.newaxis, :] + per_config)  # [num_nodes, c, hidden]
-        for layer in rest:
-            x = layer(x)
-        return self._gcn(graph, x)
-
-
-class EarlyJoinSAGE(_SAGEBaseline):
-    """The paper's best tile baseline: config features on every node, then GraphSAGE."""
-
-    EARLY_JOIN = True
-
-
-class LateJoinSAGE(_SAGEBaseline):
-    """GraphSAGE on the kernel alone; config features join after pooling."""
-
-    EARLY_JOIN = False
-
 
 class EarlyJoinResGCN(_ResGCNBaseline):
-    """Config features on every node, then a residual GCN."""
+    """Config features on every node, then a residual GCN:
+    `score_j = MLP(reduction_v GCN^L(prenet([E op(v) || config_j || x_v])))`, the prenet's
+    first layer split by `EarlyJoin`."""
 
-    EARLY_JOIN = True
+    def encode(self, graph):
+        ops, feats = self._node_parts(graph)
+        join = EarlyJoin(
+            self._prenet, [ops.shape[-1], _config_width(graph), feats.shape[-1]], neighbours=False
+        )
+        return join, join.node_part(graph, ops, feats)
+
+    def embed(self, graph, kernel, configs):
+        join, node_part = kernel
+        first, rest = self._prenet.layers[0], self._prenet.layers[1:]
+        x = first.activation(join(graph, node_part, configs))  # [num_nodes, c, hidden]
+        for layer in rest:
+            x = layer(x)
+        return _pool(graph, self._gcn(graph, x), [self._reduction])
 
 
 class LateJoinResGCN(_ResGCNBaseline):
-    """Residual GCN on the kernel alone; config features join after pooling."""
+    """Residual GCN on the kernel alone; config features join after pooling:
+    `score_j = MLP([reduction_v GCN^L(prenet([E op(v) || x_v])) || config_j])`."""
 
-    EARLY_JOIN = False
+    def encode(self, graph):
+        return self._late_join(graph)
 
 
 class MLP(_Baseline):
-    """The paper's graph-free baseline: pooled node features, config features, an MLP.
-
-    `[reduction(node features) || reduction(opcode embeddings) || config features]` ->
-    `mlp_layers` dense layers of width `hidden_dim` -> one score, with the L2 penalties of
-    the other baselines.
-
-    Args:
-      num_configs: configs per kernel in the training batches.
-      num_ops: 1 + the largest opcode id in the data (checked, never shapes a variable).
-      op_embed_dim: opcode embedding width.
-      mlp_layers: hidden dense layers.
-      hidden_activation: name of a `tf.nn` activation (Keras names work too).
-      hidden_dim: their width.
-      reduction: TF-GNN pooling over the nodes of a kernel (`sum`, `mean`, `max`, ...).
-      chunk_size: ours: configs scored at once by `forward`.
-      keep_default_gate, default_margin: ours: whether it carries each part of the ranking
-        rule (see `_RankingRule`).
-    """
-
-    EARLY_JOIN = False
+    """The paper's graph-free baseline: `score_j = MLP([reduction_v x_v || reduction_v E op(v)
+    || config_j])`, `mlp_layers` dense layers of width `hidden_dim`, L2 as the others."""
 
     def __init__(
         self,
@@ -1354,25 +1072,22 @@ class MLP(_Baseline):
         keep_default_gate: bool = True,
         default_margin: bool = True,
     ):
-        super().__init__(
-            num_configs,
-            num_ops,
-            op_embed_dim=op_embed_dim,
-            hidden_activation=hidden_activation,
-            chunk_size=chunk_size,
-            keep_default_gate=keep_default_gate,
-            default_margin=default_margin,
+        _check(type(self).__name__, locals())
+        super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
+        self._reduction = reduction
+        self._head = _DenseStack(
+            [hidden_dim] * mlp_layers + [1], _tf_nn(hidden_activation), BASELINE_L2
         )
-        owner = type(self).__name__
-        self._reduction = _check_reduction(owner, "reduction", reduction)
-        depth = _check_count(owner, "mlp_layers", mlp_layers, 0)
-        hidden_dim = _check_count(owner, "hidden_dim", hidden_dim, 1)
-        self._head = _mlp([hidden_dim] * depth + [1], self._act, BASELINE_L2)
+        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
 
-    def _encode_kernel(self, graph, training):
-        op_e, feats = self._op_embedding(_opcodes(graph)), _node_features(graph)
-        pooled = [_pool_ops(graph, x, (self._reduction,)) for x in (feats, op_e)]
-        return tf.concat(pooled, axis=-1)  # [batch, node_dim + op_embed_dim]
+    def encode(self, graph):
+        ops, feats = self._node_parts(graph)
+        return tf.concat([_pool(graph, x, [self._reduction]) for x in (feats, ops)], axis=-1)
+
+
+def _config_width(graph: tfgnn.GraphTensor) -> int:
+    """Width of the config features (static)."""
+    return int(graph.node_sets["config"]["feats"].shape[-1])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -1398,17 +1113,9 @@ _EPSILON = 1e-12  # keeps a kernel whose scores are all equal finite (it normali
 
 @_plain
 def normalise_scores(scores: tf.Tensor, method: str) -> tf.Tensor:
-    """Puts the scores of each kernel on a common scale, keeping their order.
-
-    Args:
-      scores: `[batch, num_configs]`, one row per kernel.
-      method: `zscore` (minus the row's mean, over its standard deviation), `minmax` (onto
-        [0, 1] by the row's extremes) or `rank` (the rank within the row over
-        `num_configs - 1`; it has no gradient, so it is for combining trained models).
-
-    Returns:
-      `[batch, num_configs]` float32, non-decreasing in `scores` within each row.
-    """
+    """Puts each kernel's scores `[batch, n]` on a common scale, keeping their order: `zscore`
+    (minus the row's mean, over its standard deviation), `minmax` (onto [0, 1]) or `rank` (the
+    rank over `n - 1`; no gradient, so for combining trained models). `[batch, n]` float32."""
     scores = tf.cast(scores, tf.float32)
     if method == "zscore":
         mean, variance = tf.nn.moments(scores, axes=[-1], keepdims=True)
@@ -1418,47 +1125,30 @@ def normalise_scores(scores: tf.Tensor, method: str) -> tf.Tensor:
         high = tf.reduce_max(scores, axis=-1, keepdims=True)
         return (scores - low) / (high - low + _EPSILON)
     if method == "rank":
-        order = tf.argsort(scores, axis=-1, stable=True)
-        ranks = tf.cast(tf.argsort(order, axis=-1, stable=True), tf.float32)
+        ranks = tf.cast(
+            tf.argsort(tf.argsort(scores, axis=-1, stable=True), axis=-1, stable=True), tf.float32
+        )
         return ranks / tf.cast(tf.maximum(tf.shape(scores)[-1] - 1, 1), tf.float32)
     raise ValueError(f"combine={method!r} is not one of {', '.join(COMBINE_METHODS)}")
 
 
-def _member_class_and_kwargs(index: int, spec: Any) -> tuple[type[_TileRanker], dict]:
-    """Checks `members[index]`, `{"model": name, "kwargs": {...}}`; returns class and kwargs."""
-    where = f"Ensemble: members[{index}]"
-    if not isinstance(spec, dict) or "model" not in spec or set(spec) - {"model", "kwargs"}:
-        raise ValueError(f"{where} must be {{'model': <name>, 'kwargs': {{...}}}}, got {spec!r}")
-    name, kwargs = spec["model"], spec.get("kwargs") or {}
-    if name not in MEMBER_MODELS:
-        raise ValueError(f"{where}: unknown model {name!r}; known: {', '.join(MEMBER_MODELS)}")
-    if not isinstance(kwargs, dict):
-        raise ValueError(f"{where}: kwargs must be a dict, got {kwargs!r}")
-    return MEMBER_MODELS[name], kwargs
+class Ensemble(_Ranker):
+    """Several models as one: `raw = mean_m normalise(raw_m)`, per kernel, then its own rule.
 
-
-class Ensemble(_RankingRule, tf.keras.Model):
-    """Several models as one: each member's scores normalised per kernel, then averaged.
-
-    Averaging independently trained rankers is a cheap, reliable gain (as in the Kaggle
-    "Fast or Slow?" tile solutions). The members are built exactly as upstream builds a model,
-    `cls(num_configs, num_ops, **kwargs)`, and own every variable but the ensemble's rule:
-    `trainable_variables` are the members' in member order, then the rule's, so upstream's
-    rebuild-then-copy-in-order reload restores an ensemble as it restores any model. `forward`
-    combines the members' own chunked `raw_scores` (never their rules), then applies its
-    own rule, so memory stays bounded on 6000-config kernels.
+    Averaging independently trained rankers is a cheap, reliable gain (as in the Kaggle "Fast
+    or Slow?" tile solutions). Members are built as upstream builds a model,
+    `cls(num_configs, num_ops, **kwargs)`, and hold every variable but the ensemble's rule, in
+    member order, so upstream's rebuild-then-copy-in-order reload restores an ensemble too.
+    `forward` combines the members' chunked `raw_scores` (never their rules).
 
     Args:
-      num_configs: configs per kernel in the training batches (passed to every member).
-      num_ops: 1 + the largest opcode id in the data (passed to every member).
-      members: `[{"model": <name in MEMBER_MODELS>, "kwargs": {...}}, ...]`, at least one;
-        `kwargs` may be left out.
-      combine: per-kernel normalisation before averaging, one of `COMBINE_METHODS` (see
-        `normalise_scores`); `rank` has no gradient, so train members with another.
-      keep_default_gate, default_margin: whether the ensemble carries each part of its own
-        ranking rule (`_RankingRule`), applied to the combined scores; the members' own rules
-        are not applied.
+      num_configs, num_ops: passed to every member.
+      members: `[{"model": <name in MEMBER_MODELS>, "kwargs": {...}}, ...]`, at least one.
+      combine: one of `COMBINE_METHODS` (`normalise_scores`); `rank` has no gradient.
+      keep_default_gate, default_margin: whether it carries each part of its `RankingRule`.
     """
+
+    independent_configs = False  # scores are normalised over each kernel's configs
 
     def __init__(
         self,
@@ -1470,6 +1160,7 @@ class Ensemble(_RankingRule, tf.keras.Model):
         keep_default_gate: bool = True,
         default_margin: bool = True,
     ):
+        _check("Ensemble", locals())
         super().__init__()
         if combine not in COMBINE_METHODS:
             raise ValueError(
@@ -1481,20 +1172,10 @@ class Ensemble(_RankingRule, tf.keras.Model):
                 f"{{'model': <name>, 'kwargs': {{...}}}}, got {members!r}"
             )
         self._combine = combine
-        built = []
-        for i, spec in enumerate(members):
-            cls, kwargs = _member_class_and_kwargs(i, spec)
-            try:
-                built.append(cls(num_configs, num_ops, **kwargs))
-            except TypeError as e:  # an unknown keyword: name the member it came from
-                raise ValueError(f"Ensemble: members[{i}] ({spec['model']}): {e}") from None
-        self._ensemble_members = built
-        # After the members: their variables come first.
-        self._add_rule(keep_default_gate, default_margin)
-
-    @property
-    def independent_configs(self) -> bool:
-        return False  # scores are normalised over each kernel's configs
+        self._ensemble_members = [
+            _member(i, spec, num_configs, num_ops) for i, spec in enumerate(members)
+        ]
+        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
 
     @property
     def members(self) -> list[tf.keras.Model]:
@@ -1507,17 +1188,30 @@ class Ensemble(_RankingRule, tf.keras.Model):
         return any(m.default_first for m in self._ensemble_members)
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
-        scores = self._average([m(graph, training=training) for m in self._ensemble_members])
-        return self._with_rule(scores)
+        return self.rule.tie(
+            self._average([m(graph, training=training) for m in self._ensemble_members])
+        )
 
     @_plain
     def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
-        """Scores all `num_configs` configs of each component: `[batch, num_configs]`, from
-        the members' own scores (`raw_scores`, without their rules)."""
-        members = self._ensemble_members
-        return self._average([m.raw_scores(graph, num_configs) for m in members])
+        return self._average([m.raw_scores(graph, num_configs) for m in self._ensemble_members])
 
     def _average(self, member_scores: list[tf.Tensor]) -> tf.Tensor:
-        """Members' `[batch, n]` scores -> the mean of their normalised scores `[batch, n]`."""
         normalised = [normalise_scores(s, self._combine) for s in member_scores]
         return tf.add_n(normalised) / float(len(normalised))
+
+
+def _member(index: int, spec: Any, num_configs: int, num_ops: int) -> _TileRanker:
+    """`members[index]`, `{"model": name, "kwargs": {...}}`, built; `ValueError` naming it."""
+    where = f"Ensemble: members[{index}]"
+    if not isinstance(spec, dict) or "model" not in spec or set(spec) - {"model", "kwargs"}:
+        raise ValueError(f"{where} must be {{'model': <name>, 'kwargs': {{...}}}}, got {spec!r}")
+    name, kwargs = spec["model"], spec.get("kwargs") or {}
+    if name not in MEMBER_MODELS:
+        raise ValueError(f"{where}: unknown model {name!r}; known: {', '.join(MEMBER_MODELS)}")
+    if not isinstance(kwargs, dict):
+        raise ValueError(f"{where}: kwargs must be a dict, got {kwargs!r}")
+    try:
+        return MEMBER_MODELS[name](num_configs, num_ops, **kwargs)
+    except TypeError as e:  # an unknown keyword: name the member it came from
+        raise ValueError(f"{where} ({name}): {e}") from None

@@ -110,8 +110,8 @@ def test_a_diverged_loss_stops_training_in_one_line(synth_root, tmp_path, capsys
     models = _models_file(
         tmp_path,
         "class NaNMLP(_ours.MLP):\n"
-        "    def _finish(self, embeddings, training):\n"
-        '        return super()._finish(embeddings, training) * float("nan")\n',
+        "    def head(self, h):\n"
+        '        return super().head(h) * float("nan")\n',
     )
     out = tmp_path / "out"
     argv = [*tiny_cli(synth_root, out), "--model=NaNMLP", f"--models={models}"]

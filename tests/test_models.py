@@ -268,10 +268,11 @@ def test_forward_chunks_agree_with_one_chunk_and_with_call(name, kernels):
 def _joined_reference(model, graph, n: int) -> np.ndarray:
     """Scores through the joined `[op_e || config || feats]` input and unsplit layers, as the
     early-join baselines computed them before their first layer was split."""
-    op_e, feats = model._op_embedding(models._opcodes(graph)), models._node_features(graph)
+    op_e, feats = model._node_parts(graph)
     configs = models._config_features(graph, n)
-    x = model._gnn(graph, models._early_join(graph, op_e, configs, feats))
-    return model._finish(models._pool_ops(graph, x, (model._reduction,)), False).numpy()
+    join = models.EarlyJoin(None, [], neighbours=False)  # the join itself, built
+    x = model._gnn(graph, join(graph, (op_e, feats), configs))
+    return model.head(models._pool(graph, x, [model._reduction])).numpy()
 
 
 def _assert_same_ranking(scores: np.ndarray, ref: np.ndarray, k: int = 5) -> None:
@@ -303,7 +304,7 @@ def test_sage_layer_sums_neighbours_after_its_product_as_before(kernels):
     layer = models.BidirectionalSAGELayer(units=8)
     got = layer(graph, x).numpy()
     dense = layer._dense.layers[0]
-    concatenated = dense(tf.concat([models._sum_both_ways(graph, x), x], axis=-1))
+    concatenated = dense(tf.concat([models._neighbour_sum(graph, x), x], axis=-1))
     ref = tf.math.l2_normalize(tf.nn.leaky_relu(concatenated), axis=-1).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
@@ -331,12 +332,12 @@ def test_sums_over_edges_match_tf_gnn_pooling():
         return tfgnn.pool_edges_to_node(graph, "feed", receiver, reduction, feature_value=messages)
 
     for receiver in (tfgnn.SOURCE, tfgnn.TARGET):
-        got = models._sum_over_edges(graph, h, receiver=receiver)
+        got = models._neighbour_sum(graph, h, (receiver,))
         np.testing.assert_allclose(got, pooled(receiver), rtol=1e-6)
-        got = models._mean_over_neighbours(graph, h, receiver=receiver)
+        got = models._neighbour_mean(graph, h, receiver)
         np.testing.assert_allclose(got, pooled(receiver, "mean"), rtol=1e-6)
     both = pooled(tfgnn.SOURCE) + pooled(tfgnn.TARGET)
-    np.testing.assert_allclose(models._sum_both_ways(graph, h), both, rtol=1e-6)
+    np.testing.assert_allclose(models._neighbour_sum(graph, h), both, rtol=1e-6)
 
 
 def _with_configs_in_order(graph, order: np.ndarray):
