@@ -1,68 +1,42 @@
 """Graph neural networks that rank the tile configurations of TpuGraphs tile:xla kernels.
 
-A drop-in replacement for `tpu_graphs/baselines/tiles/models.py`: copy this one file over it
-and upstream's `tiles_train.py --model=<Name>` and the course prediction script keep working.
-It imports TensorFlow, TF-GNN and the standard library only.
-
-Upstream's protocol, which every model follows:
-  * `Model(num_configs, num_ops, **kwargs)`. No variable depends on `num_configs` or `num_ops`
-    (the opcode embedding has `OPCODE_VOCAB` rows), and no model keeps non-trainable state, so
-    the course's in-order copy of `trainable_variables` restores a model completely.
-  * `call(graph, training=False)` -> `[batch, num_configs]` scores of a training batch (kernels
-    merged into graph components, `num_configs` configs each); lower = predicted faster.
-  * `forward(graph, num_configs)` -> `[batch, num_configs]`, on whole kernels; configs are
-    scored in chunks, so a 6000-config kernel never builds `[num_nodes, 6000, dim]` tensors.
-
-A model is three steps, so that `forward` can chunk the configs (`_TileRanker`):
-    kernel = encode(graph)               what does not depend on the configs
-    h = embed(graph, kernel, configs)    [batch, c, dim], each config on its own
-    scores = head(h)                     [batch, c], may look at all configs of a kernel
-then `forward` applies the ranking rule (`RankingRule`), two scalars that our trainer fits on
-validation after training: config 0's margin and the keep-default gate. `raw_scores` are the
-model's own scores, `config_scores` have the margin applied, `forward` the whole rule; `call`
-(training) neither. A plain argsort of `forward`, as the course script takes it, ranks as the
-run did.
-
-Config 0 is the compiler's default in the real collection (inferred); a model whose
-`default_first` is true reads position 0 as that default. `tpu-tiles train` samples config 0
-first for such a model; upstream's trainer samples in random order, so there it learns that
-position 0 is not special.
+A drop-in replacement for `tpu_graphs/baselines/tiles/models.py` (TensorFlow, TF-GNN and the
+standard library only): upstream's `tiles_train.py --model=<Name>` and the course prediction
+script use it as they use upstream's. Upstream's protocol:
+  * `Model(num_configs, num_ops, **kwargs)`; no variable depends on either count, and no model
+    keeps non-trainable state, so the course's in-order copy of `trainable_variables` restores
+    a model completely;
+  * `call(graph, training=False)` -> `[batch, num_configs]` scores of a training batch
+    (kernels as graph components); lower = predicted faster;
+  * `forward(graph, num_configs)` -> `[batch, num_configs]` on whole kernels, in chunks of
+    configs, so a 6000-config kernel never builds `[num_nodes, 6000, dim]` tensors.
+Each model is `encode` (what does not depend on the configs) -> `embed` (each config on its
+own, `[batch, c, dim]`) -> `head` (scores, `[batch, c]`), then `forward` applies the ranking
+rule (`RankingRule`) that our trainer fits on validation. `default_first` models read config 0
+as the compiler's default (it is, in the real collection).
 
 The GraphTensor has node sets `op` (features `op`: opcode, `feats`: normalised floats),
 `config` (`feats`) and `g`; edge set `feed` runs from consumer (source) to producer (target).
-
-References: TpuGraphs, Phothilimthana et al., NeurIPS 2023 Datasets and Benchmarks;
-GraphSAGE, Hamilton et al., NeurIPS 2017; GCN, Kipf & Welling, ICLR 2017; Set Transformer
-(induced set attention), Lee et al., ICML 2019.
+References: TpuGraphs, Phothilimthana et al., NeurIPS 2023; GraphSAGE, Hamilton et al.,
+NeurIPS 2017; GCN, Kipf & Welling, ICLR 2017; Set Transformer, Lee et al., ICML 2019.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import sys
 from importlib import metadata, util
 from typing import Any, Callable, Sequence
 
-
-def _prefer_keras_2() -> None:
-    """Makes tf.keras mean Keras 2 where TensorFlow >= 2.16 would give Keras 3.
-
-    TF-GNN 1.0.3 runs on Keras 2 only, which TF >= 2.16 takes from `tf-keras` when
-    `TF_USE_LEGACY_KERAS=1` is set before TensorFlow's first import. Where TensorFlow is
-    already imported it is too late: TF-GNN's import then names the fix.
-    """
-    if "tensorflow" in sys.modules or util.find_spec("tf_keras") is None:
-        return
-    try:
-        keras_3 = metadata.version("keras").startswith("3.")
-    except metadata.PackageNotFoundError:
-        return
-    if keras_3:
-        os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
-
-
-_prefer_keras_2()
+# TF-GNN 1.0.3 runs on Keras 2 only, which TF >= 2.16 takes from `tf-keras` when
+# TF_USE_LEGACY_KERAS=1 is set before TensorFlow's first import (once it is imported, too late:
+# TF-GNN's import then names the fix).
+if "tensorflow" not in sys.modules and util.find_spec("tf_keras") is not None:
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        if metadata.version("keras").startswith("3."):
+            os.environ.setdefault("TF_USE_LEGACY_KERAS", "1")
 
 import tensorflow as tf  # noqa: E402  (after the Keras choice above)
 import tensorflow_gnn as tfgnn  # noqa: E402
@@ -82,29 +56,19 @@ KEEP_DEFAULT_TOP = 5
 # output (an activity regulariser); Keras adds both to the training loss.
 BASELINE_L2 = 1e-4
 
+BOTH_WAYS = (tfgnn.TARGET, tfgnn.SOURCE)  # a node's producers and its consumers
+
 # Marks code without tensor-dependent Python control flow. Autograph then leaves it (and the
 # TF-GNN functions it calls) unconverted, which makes tracing for `fit` and `save` cheaper.
 _plain = tf.autograph.experimental.do_not_convert
 
 
-# ---------------------------------------------------------------------------------------------
-# Keyword checks: each keyword is declared once, in a signature, and checked here by its name
-# ---------------------------------------------------------------------------------------------
+# --- Keyword checks: each keyword is declared once, in a signature, and checked here by name ---
 
-# Least values of the integer keywords.
-_MINIMUM = {
-    "units": 1,
-    "hidden_dim": 1,
-    "op_embed_dim": 1,
-    "num_layers": 1,
-    "attention_heads": 1,
-    "inducing_points": 1,
-    "chunk_size": 1,
-    "num_gnns": 0,
-    "final_mlp_layers": 0,
-    "mlp_layers": 0,
-}
-_SWITCHES = ("config_attention", "default_context", "directed", "keep_default_gate")
+_MINIMUM = {k: 1 for k in "units hidden_dim op_embed_dim num_layers attention_heads".split()}
+_MINIMUM |= {"inducing_points": 1, "chunk_size": 1, "num_gnns": 0, "final_mlp_layers": 0}
+_MINIMUM |= {"mlp_layers": 0}
+_SWITCHES = "config_attention default_context directed keep_default_gate default_margin".split()
 _ACTIVATIONS = ("relu", "leaky_relu", "gelu", "elu", "selu", "silu", "swish", "tanh", "sigmoid")
 _REDUCTIONS = tuple(sorted(tfgnn.get_registered_reduce_operation_names()))
 
@@ -112,46 +76,29 @@ _REDUCTIONS = tuple(sorted(tfgnn.get_registered_reduce_operation_names()))
 def _check(owner: str, values: dict[str, Any]) -> None:
     """`ValueError` naming `owner`'s first keyword in `values` (a `locals()`) that is wrong."""
     for name, value in values.items():
-        if name in _MINIMUM and (
-            isinstance(value, bool) or not isinstance(value, int) or value < _MINIMUM[name]
-        ):
-            raise ValueError(
-                f"{owner}: {name} must be an integer >= {_MINIMUM[name]}, got {value!r}"
-            )
-        if (name in _SWITCHES or name == "default_margin") and not isinstance(value, bool):
+        least = _MINIMUM.get(name, -1)
+        if least >= 0 and (type(value) is not int or value < least):
+            raise ValueError(f"{owner}: {name} must be an integer >= {least}, got {value!r}")
+        if name in _SWITCHES and not isinstance(value, bool):
             raise ValueError(f"{owner}: {name} must be true or false, got {value!r}")
         if name in ("activation", "hidden_activation") and value not in _ACTIVATIONS:
-            raise ValueError(
-                f"{owner}: {name}={value!r} is not an activation; one of {_ACTIVATIONS}"
-            )
-        for reduction in [value] if name == "reduction" else value if name == "pooling" else []:
-            if not isinstance(reduction, str) or set(reduction.split("|")) - set(_REDUCTIONS):
-                raise ValueError(
-                    f"{owner}: {name}={value!r} is not a TF-GNN reduction; one of "
-                    f"{_REDUCTIONS} or several joined by '|'"
-                )
+            raise ValueError(f"{owner}: {name}={value!r} is not an activation: {_ACTIVATIONS}")
+        if name == "combine" and value not in COMBINE_METHODS:
+            raise ValueError(f"{owner}: combine={value!r} is not one of {COMBINE_METHODS}")
+        if name == "members" and (not isinstance(value, (list, tuple)) or not value):
+            raise ValueError(f"{owner}: members must be a non-empty list of {_SPEC}, got {value!r}")
+        for part in [value] if name == "reduction" else value if name == "pooling" else []:
+            if not isinstance(part, str) or set(part.split("|")) - set(_REDUCTIONS):
+                message = f"is not a TF-GNN reduction: {_REDUCTIONS} or several joined by '|'"
+                raise ValueError(f"{owner}: {name}={value!r} {message}")
 
 
-def _tf_nn(name: str) -> Callable[[tf.Tensor], tf.Tensor]:
-    """The activation `tf.nn.<name>`, as upstream's baselines take it."""
-    return getattr(tf.nn, name)
-
-
-# ---------------------------------------------------------------------------------------------
-# Functions of the GraphTensor (no variables)
-# ---------------------------------------------------------------------------------------------
-
-
+# --- Functions of the GraphTensor (no variables) ------------------------------------------------
 @_plain
-def _opcodes(graph: tfgnn.GraphTensor) -> tf.Tensor:
-    """Opcode ids `[num_nodes]` as int32, clipped into the embedding's vocabulary."""
-    return tf.clip_by_value(tf.cast(graph.node_sets["op"]["op"], tf.int32), 0, OPCODE_VOCAB - 1)
-
-
-@_plain
-def _node_features(graph: tfgnn.GraphTensor) -> tf.Tensor:
-    """Normalised node features `[num_nodes, node_dim]` float32."""
-    return tf.cast(graph.node_sets["op"]["feats"], tf.float32)
+def _nodes(graph: tfgnn.GraphTensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """(opcode ids `[num_nodes]` int32 within `OPCODE_VOCAB`, features `[num_nodes, f]`)."""
+    ops = tf.clip_by_value(tf.cast(graph.node_sets["op"]["op"], tf.int32), 0, OPCODE_VOCAB - 1)
+    return ops, tf.cast(graph.node_sets["op"]["feats"], tf.float32)
 
 
 @_plain
@@ -185,9 +132,7 @@ def _matmul_rows(adjacency: tf.sparse.SparseTensor, h: tf.Tensor) -> tf.Tensor:
 
 
 @_plain
-def _neighbour_sum(
-    graph: tfgnn.GraphTensor, h: tf.Tensor, receivers: Sequence[str] = (tfgnn.TARGET, tfgnn.SOURCE)
-) -> tf.Tensor:
+def _neighbour_sum(graph: tfgnn.GraphTensor, h: tf.Tensor, receivers=BOTH_WAYS) -> tf.Tensor:
     """`S h`: each node's sum of `h` `[num_nodes, ...]` over its `feed` neighbours, producers
     (receiver SOURCE), consumers (TARGET) or, by default, both."""
     return _matmul_rows(_adjacency(graph, receivers), h)
@@ -204,18 +149,12 @@ def _neighbour_mean(graph: tfgnn.GraphTensor, h: tf.Tensor, receiver: str) -> tf
 
 
 @_plain
-def _to_ops(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
-    """`[batch, ...]` per-component values -> `[num_nodes, ...]` on each component's op nodes."""
-    return tfgnn.broadcast_context_to_nodes(graph, "op", feature_value=per_kernel)
-
-
-@_plain
-def _per_op(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor) -> tf.Tensor:
-    """`_to_ops`, or `per_kernel` itself (`[1, ...]` broadcasts without a copy per node) when
-    the graph has one component."""
-    if graph.node_sets["op"].sizes.shape[0] == 1:
+def _to_ops(graph: tfgnn.GraphTensor, per_kernel: tf.Tensor, *, copy: bool = True) -> tf.Tensor:
+    """`[batch, ...]` per-component values -> `[num_nodes, ...]` on each component's op nodes;
+    without `copy`, a one-component graph's `[1, ...]` itself (it broadcasts)."""
+    if not copy and graph.node_sets["op"].sizes.shape[0] == 1:
         return per_kernel
-    return _to_ops(graph, per_kernel)
+    return tfgnn.broadcast_context_to_nodes(graph, "op", feature_value=per_kernel)
 
 
 @_plain
@@ -255,57 +194,35 @@ def _in_chunks(embed: Callable, configs: tf.Tensor, size: int) -> tf.Tensor:
     return out[:, :n]
 
 
-# ---------------------------------------------------------------------------------------------
-# Layers (registered for Keras serialisation, with `get_config`)
-# ---------------------------------------------------------------------------------------------
+# --- Layers (the registered ones reload by name from a SavedModel) ------------------------------
+def _mlp(dims: Sequence[int], activation: Any, l2: float = 0.0) -> list[tf.keras.layers.Dense]:
+    """Dense layers of widths `dims`, `activation` between them (none after the last), an L2
+    penalty of weight `l2` on every kernel when positive; applied by `_apply`. A list, not a
+    `tf.keras.Sequential`, whose InputLayer Keras 2.16+ saves in a form 2.13-2.15 cannot load."""
+    reg = tf.keras.regularizers.l2(l2) if l2 else None
+    acts = [activation] * (len(dims) - 1) + [None]
+    dense = tf.keras.layers.Dense
+    return [dense(d, activation=a, kernel_regularizer=reg) for d, a in zip(dims, acts)]
 
 
-class _DenseStack(tf.keras.layers.Layer):
-    """Dense layers of widths `dims`, `activation` between them (none after the last); L2 of
-    weight `l2` on every kernel when positive. What `tf.keras.Sequential` does without its
-    InputLayer, whose metadata Keras 2.16+ writes in a form that 2.13-2.15 cannot reload."""
+def _apply(layers: Sequence[tf.keras.layers.Layer], x: tf.Tensor) -> tf.Tensor:
+    """`layers` applied in order (none: the identity)."""
+    for layer in layers:
+        x = layer(x)
+    return x
 
-    def __init__(self, dims: Sequence[int], activation: Any, l2: float = 0.0, **kwargs):
-        super().__init__(**kwargs)
-        self._dims, self._activation, self._l2 = list(dims), activation, l2
-        regularizer = tf.keras.regularizers.l2(l2) if l2 else None
-        self._dense_layers = [
-            tf.keras.layers.Dense(
-                dim,
-                activation=None if i == len(dims) - 1 else activation,
-                kernel_regularizer=regularizer,
-            )
-            for i, dim in enumerate(dims)
-        ]
 
-    @property
-    def layers(self) -> list[tf.keras.layers.Dense]:
-        return list(self._dense_layers)
+class _Configured(tf.keras.layers.Layer):
+    """A layer whose `get_config` is its keywords named in `CONFIG`, stored as attributes."""
 
-    def build(self, input_shape: tf.TensorShape) -> None:
-        shape = tf.TensorShape(input_shape)
-        for layer in self._dense_layers:
-            layer.build(shape)
-            shape = layer.compute_output_shape(shape)
-        super().build(input_shape)
+    CONFIG: tuple[str, ...] = ()
 
-    def call(self, x: tf.Tensor) -> tf.Tensor:
-        for layer in self._dense_layers:
-            x = layer(x)
-        return x
-
-    def get_config(self) -> dict[str, Any]:
-        activation = tf.keras.activations.serialize(tf.keras.activations.get(self._activation))
-        return {
-            **super().get_config(),
-            "dims": self._dims,
-            "activation": activation,
-            "l2": self._l2,
-        }
+    def get_config(self) -> dict:
+        return {**super().get_config(), **{k: getattr(self, k) for k in self.CONFIG}}
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class LogStretch(tf.keras.layers.Layer):
+class LogStretch(_Configured):
     """`x` `[..., d]` -> `[x || asinh(scale x) / asinh(scale)]` `[..., 2d]`.
 
     Upstream min-max scales every column to [0, 1], which squashes heavy-tailed columns (shape
@@ -313,30 +230,28 @@ class LogStretch(tf.keras.layers.Layer):
     small values back a usable range.
     """
 
+    CONFIG = ("scale",)
+
     def __init__(self, *, scale: float = 1e4, **kwargs):
         super().__init__(**kwargs)
-        if scale <= 0:
-            raise ValueError(f"LogStretch: scale must be positive, got {scale}")
         self.scale = float(scale)
 
     def call(self, x: tf.Tensor) -> tf.Tensor:
         x = tf.cast(x, tf.float32)
         return tf.concat([x, tf.math.asinh(self.scale * x) / math.asinh(self.scale)], axis=-1)
 
-    def get_config(self) -> dict:
-        return {**super().get_config(), "scale": self.scale}
-
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class DirectedSAGEBlock(tf.keras.layers.Layer):
+class DirectedSAGEBlock(_Configured):
     """A pre-norm residual GraphSAGE block over the `feed` edges, direction-aware:
 
     `h <- h + W_out act(W_self z + W_prod mean_producers(z) + W_cons mean_consumers(z))`,
     `z = LayerNorm(h)`. Producers and consumers get their own weights because data flows one
     way: a node's cost depends on what feeds it and on what it feeds.
-
     Call: `(graph, h)` with `h` `[num_nodes, num_configs, units]` -> the same shape.
     """
+
+    CONFIG = ("units", "activation")
 
     def __init__(self, *, units: int, activation: str = "gelu", **kwargs):
         super().__init__(**kwargs)
@@ -350,40 +265,35 @@ class DirectedSAGEBlock(tf.keras.layers.Layer):
 
     def call(self, graph: tfgnn.GraphTensor, h: tf.Tensor) -> tf.Tensor:
         z = self._norm(h)
-        producers = _neighbour_mean(graph, z, tfgnn.SOURCE)
-        consumers = _neighbour_mean(graph, z, tfgnn.TARGET)
-        return h + self._out(
-            self._act(self._self(z) + self._prod(producers) + self._cons(consumers))
-        )
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "units": self.units, "activation": self.activation}
+        producers = self._prod(_neighbour_mean(graph, z, tfgnn.SOURCE))
+        consumers = self._cons(_neighbour_mean(graph, z, tfgnn.TARGET))
+        return h + self._out(self._act(self._self(z) + producers + consumers))
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class ConfigSetAttention(tf.keras.layers.Layer):
+class ConfigSetAttention(_Configured):
     """Lets the configs of one kernel see each other (induced set attention, Lee et al.):
 
     `s = MHA(P, z)` (learned points `P` `[num_points, units]` summarise the configs, `z =
     LayerNorm(h)`), `h <- h + MHA(z, s)`, `h <- h + FFN(LayerNorm(h))`. Memory grows as
     configs x points, so a 6000-config kernel runs at once, and the softmax averages keep their
     scale whether 10 configs are sampled (training) or all are scored.
-
     Call: `h` `[batch, num_configs, units]` -> the same shape.
     """
+
+    CONFIG = ("units", "num_heads", "num_points")
 
     def __init__(self, *, units: int, num_heads: int = 4, num_points: int = 8, **kwargs):
         super().__init__(**kwargs)
         if units % num_heads:
             raise ValueError(f"ConfigSetAttention: units={units} not divisible by num_heads")
         self.units, self.num_heads, self.num_points = units, num_heads, num_points
-        key_dim = units // num_heads
         self._points = self.add_weight(
             name="inducing_points", shape=[num_points, units], initializer="glorot_uniform"
         )
         self._norm_in = tf.keras.layers.LayerNormalization()
-        self._summarise = tf.keras.layers.MultiHeadAttention(num_heads, key_dim)
-        self._broadcast = tf.keras.layers.MultiHeadAttention(num_heads, key_dim)
+        self._summarise = tf.keras.layers.MultiHeadAttention(num_heads, units // num_heads)
+        self._broadcast = tf.keras.layers.MultiHeadAttention(num_heads, units // num_heads)
         self._norm_out = tf.keras.layers.LayerNormalization()
         self._ffn = tf.keras.layers.Dense(units, activation="gelu")
 
@@ -393,21 +303,18 @@ class ConfigSetAttention(tf.keras.layers.Layer):
         h = h + self._broadcast(z, self._summarise(points, z))
         return h + self._ffn(self._norm_out(h))
 
-    def get_config(self) -> dict:
-        config = {"units": self.units, "num_heads": self.num_heads, "num_points": self.num_points}
-        return {**super().get_config(), **config}
-
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class DefaultContext(tf.keras.layers.Layer):
+class DefaultContext(_Configured):
     """Shows every config the compiler's default, read at position 0:
 
     `h_i <- h_i + W_out act(W [z_i || z_0 || 1{i = 0}])`, `z = LayerNorm(h)`. Every runtime is
     divided by the default's, so how a tile compares with the default is what the targets
     measure; what both inputs are worth is learned (where position 0 is not special, that too).
-
     Call: `h` `[batch, num_configs, units]` -> the same shape.
     """
+
+    CONFIG = ("units", "activation")
 
     def __init__(self, *, units: int, activation: str = "gelu", **kwargs):
         super().__init__(**kwargs)
@@ -423,67 +330,50 @@ class DefaultContext(tf.keras.layers.Layer):
         is_default = tf.broadcast_to(is_default[tf.newaxis, :, tf.newaxis], tf.shape(z[..., :1]))
         return h + self._out(self._mix(tf.concat([z, default, is_default], axis=-1)))
 
-    def get_config(self) -> dict:
-        return {**super().get_config(), "units": self.units, "activation": self.activation}
-
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class BidirectionalSAGELayer(tf.keras.layers.Layer):
+class BidirectionalSAGELayer(_Configured):
     """The GraphSAGE layer of the TpuGraphs baselines (Hamilton et al., as used by
     Phothilimthana et al.), the `feed` edges taken both ways:
 
-    `x <- l2_normalize(act(W [S x || x] + b))`, `S x` the sum over producers and consumers.
-    Computed as `S (x W_n) + x W_self`: the sum runs on `units` columns, and no
+    `x <- l2_normalize(act(W [S x || x] + b))`, `S x` the sum over producers and consumers,
+    computed as `S (x W_n) + x W_self`: the sum runs on `units` columns, and no
     `[num_nodes, ..., 2d]` concatenation is built.
-
     Call: `(graph, x)` with `x` `[num_nodes, ..., d]` -> `[num_nodes, ..., units]`.
     """
 
+    CONFIG = ("units", "activation", "l2_regularization")
+
     def __init__(
-        self,
-        *,
-        units: int,
-        activation: str = "leaky_relu",
-        l2_regularization: float = BASELINE_L2,
-        **kwargs,
+        self, *, units: int, activation: str = "leaky_relu", l2_regularization=BASELINE_L2, **kw
     ):
-        super().__init__(**kwargs)
+        super().__init__(**kw)
         _check("BidirectionalSAGELayer", {"units": units, "activation": activation})
         self.units, self.activation, self.l2_regularization = units, activation, l2_regularization
-        self._dense = _DenseStack([units], None, l2_regularization)
-
-    @property
-    def dense(self) -> tf.keras.layers.Dense:
-        """`W` and `b`, whose input is `[S x || x]`."""
-        return self._dense.layers[0]
+        self.dense = _mlp([units], None, l2_regularization)[0]  # W and b
 
     def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
-        d = x.shape[-1]
-        w_neighbours, w_own = _row_blocks(self._dense, [d, d])
-        return self.finish(
-            _neighbour_sum(graph, _times(x, w_neighbours)) + _times(x, w_own) + self.dense.bias
-        )
+        w_neighbours, w_own = _row_blocks(self.dense, [x.shape[-1]] * 2)
+        pre = _neighbour_sum(graph, _times(x, w_neighbours)) + _times(x, w_own) + self.dense.bias
+        return self.finish(pre)
 
     def finish(self, pre_activation: tf.Tensor) -> tf.Tensor:
         """`l2_normalize(act(.))` of `W [S x || x] + b`."""
-        return tf.math.l2_normalize(_tf_nn(self.activation)(pre_activation), axis=-1)
-
-    def get_config(self) -> dict:
-        config = {"units": self.units, "activation": self.activation}
-        return {**super().get_config(), **config, "l2_regularization": self.l2_regularization}
+        return tf.math.l2_normalize(getattr(tf.nn, self.activation)(pre_activation), axis=-1)
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class ResidualGCNLayer(tf.keras.layers.Layer):
+class ResidualGCNLayer(_Configured):
     """The residual graph-convolution layer of the TpuGraphs baselines (Kipf & Welling,
     normalised by rows). With `P = D^-1 (A + I)`, `A[i, j] = 1` for a `feed` edge from source
     `j` to target `i`, `D` the row sums of `A + I`, and `y = act(x)`:
       * undirected: `x <- x + f(P y + P^T y + y)`;
       * directed: `x <- x + f_fwd(P y) + f_rev(P^T y) + f_self(y)`;
     each `f` `mlp_layers` dense layers of width `units`, `act` between them.
-
     Call: `(graph, x)` with `x` `[num_nodes, ..., units]` -> the same shape.
     """
+
+    CONFIG = ("units", "mlp_layers", "activation", "directed", "l2_regularization")
 
     def __init__(
         self,
@@ -496,43 +386,32 @@ class ResidualGCNLayer(tf.keras.layers.Layer):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check(
-            "ResidualGCNLayer", {"units": units, "mlp_layers": mlp_layers, "activation": activation}
-        )
+        _check("ResidualGCNLayer", dict(units=units, mlp_layers=mlp_layers, activation=activation))
         self.units, self.mlp_layers, self.activation = units, mlp_layers, activation
         self.directed, self.l2_regularization = bool(directed), l2_regularization
-        self._act = _tf_nn(activation)
+        self._act = getattr(tf.nn, activation)
         # f undirected; f_fwd, f_rev, f_self (in this order) when directed.
-        self._fs = [
-            _DenseStack([units] * mlp_layers, self._act, l2_regularization)
-            for _ in range(3 if self.directed else 1)
-        ]
+        f = lambda: _mlp([units] * mlp_layers, self._act, l2_regularization)  # noqa: E731
+        self._fs = [f() for _ in range(3 if self.directed else 1)]
 
     def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
         y = self._act(x)
-        ones = tf.ones(tf.stack([tf.shape(y)[0], 1]))
-        into = _neighbour_sum(graph, ones, (tfgnn.TARGET,))  # edges into each node as target
+        into = _neighbour_sum(graph, tf.ones(tf.stack([tf.shape(y)[0], 1])), [tfgnn.TARGET])
         degree = tf.reshape(1.0 + into, [-1] + [1] * (y.shape.rank - 1))  # rows of A + I
-        forward = (_neighbour_sum(graph, y, (tfgnn.TARGET,)) + y) / degree  # P y
+        forward = (_neighbour_sum(graph, y, [tfgnn.TARGET]) + y) / degree  # P y
         scaled = y / degree
-        reverse = _neighbour_sum(graph, scaled, (tfgnn.SOURCE,)) + scaled  # P^T y
+        reverse = _neighbour_sum(graph, scaled, [tfgnn.SOURCE]) + scaled  # P^T y
         if self.directed:
             f_fwd, f_rev, f_self = self._fs
-            return x + f_fwd(forward) + f_rev(reverse) + f_self(y)
-        return x + self._fs[0](forward + reverse + y)
-
-    def get_config(self) -> dict:
-        config = {"units": self.units, "mlp_layers": self.mlp_layers, "activation": self.activation}
-        config.update(directed=self.directed, l2_regularization=self.l2_regularization)
-        return {**super().get_config(), **config}
+            return x + _apply(f_fwd, forward) + _apply(f_rev, reverse) + _apply(f_self, y)
+        return x + _apply(self._fs[0], forward + reverse + y)
 
 
-def _row_blocks(stack: _DenseStack, widths: Sequence[int]) -> list[tf.Tensor]:
-    """The kernel of `stack`'s first Dense cut into row blocks of `widths` (building it for
-    inputs of `sum(widths)` if it was not yet): `W [p_1 || p_2] = W_1 p_1 + W_2 p_2`."""
-    if not stack.built:
-        stack.build(tf.TensorShape([None, sum(widths)]))
-    return tf.split(stack.layers[0].kernel, list(widths), axis=0)
+def _row_blocks(dense: tf.keras.layers.Dense, widths: Sequence[int]) -> list[tf.Tensor]:
+    """`dense`'s kernel cut into row blocks of `widths`: `W [p || q] = W_p p + W_q q`."""
+    if not dense.built:
+        dense.build(tf.TensorShape([None, sum(widths)]))
+    return tf.split(dense.kernel, list(widths), axis=0)
 
 
 class EarlyJoin:
@@ -549,61 +428,53 @@ class EarlyJoin:
         `node(v) = W_Sl S left + W_Sr S right + W_l left + W_r right + b`.
     `node(v)` is computed once per kernel (`node_part`, outside `forward`'s chunks), the rest
     per config (`__call__`): the same pre-activation up to float rounding, without the joined
-    input and its per-edge messages, which cost more than the rest of the model. `stack` None
-    builds the join itself (a model without that layer).
+    input and its per-edge messages, which cost more than the rest of the model. With `dense`
+    None it builds the join itself (a model without such a layer).
     """
 
-    def __init__(self, stack: _DenseStack | None, widths: Sequence[int], *, neighbours: bool):
-        self.stack, self.widths, self.neighbours = stack, list(widths), neighbours
-        if stack is not None:
-            self.blocks = _row_blocks(stack, self.widths * (2 if neighbours else 1))
-            self.bias = stack.layers[0].bias
+    def __init__(self, dense: Any, widths: Sequence[int], *, neighbours: bool):
+        self.dense, self.neighbours = dense, neighbours
+        if dense is not None:
+            self.blocks = _row_blocks(dense, list(widths) * (2 if neighbours else 1))
 
     def node_part(self, graph: tfgnn.GraphTensor, left: tf.Tensor, right: tf.Tensor) -> tuple:
-        """`left` `[num_nodes, a]`, `right` `[num_nodes, b]` -> (`node(v)` `[num_nodes, units]`,
-        `deg(v)` `[num_nodes, 1]` or None)."""
-        if self.stack is None:
+        """`[num_nodes, a]`, `[num_nodes, b]` -> (`node` `[num_nodes, units]`, `deg` or None)."""
+        if self.dense is None:
             return left, right
         if not self.neighbours:
             w_l, _, w_r = self.blocks
-            return tf.matmul(left, w_l) + tf.matmul(right, w_r) + self.bias, None
+            return tf.matmul(left, w_l) + tf.matmul(right, w_r) + self.dense.bias, None
         sl, _, sr, ol, _, or_ = self.blocks
-        parts = [_neighbour_sum(graph, left), _neighbour_sum(graph, right), left, right]
-        node = (
-            tf.matmul(tf.concat(parts, axis=-1), tf.concat([sl, sr, ol, or_], axis=0)) + self.bias
-        )
+        sums = [_neighbour_sum(graph, left), _neighbour_sum(graph, right)]
+        parts = tf.concat([*sums, left, right], axis=-1)
+        node = tf.matmul(parts, tf.concat([sl, sr, ol, or_], axis=0)) + self.dense.bias
         return node, _neighbour_sum(graph, tf.ones_like(left[:, :1]))
 
     def __call__(self, graph: tfgnn.GraphTensor, node_part: tuple, configs: tf.Tensor) -> tf.Tensor:
-        """`configs` `[batch, c, d]` -> the pre-activation `[num_nodes, c, units]` (or, without
-        a layer, the joined input `[num_nodes, c, a + d + b]`)."""
-        if self.stack is None:
+        """`configs` `[batch, c, d]` -> pre-activations `[num_nodes, c, units]` (or the join)."""
+        if self.dense is None:
             (left, right), c = node_part, tf.shape(configs)[1]
             joined = [_per_config(left, c), _to_ops(graph, configs), _per_config(right, c)]
             return tf.concat(joined, axis=-1)
         node, degree = node_part
         if not self.neighbours:
-            return node[:, tf.newaxis, :] + _per_op(graph, tf.matmul(configs, self.blocks[1]))
+            per_config = tf.matmul(configs, self.blocks[1])  # [batch, c, units]
+            return node[:, tf.newaxis, :] + _to_ops(graph, per_config, copy=False)
         # Per node v, `[config_j || 1] @ [[deg(v) W_Sc + W_c], [node(v)]]`: one small product
         # per node builds the [num_nodes, c, units] pre-activation in one pass.
         per_node = degree[:, :, tf.newaxis] * self.blocks[1] + self.blocks[4]
-        weights = tf.concat([per_node, node[:, tf.newaxis, :]], axis=1)  # [num_nodes, d + 1, units]
+        weights = tf.concat([per_node, node[:, tf.newaxis, :]], axis=1)  # [n, d + 1, units]
         configs = tf.concat([configs, tf.ones_like(configs[..., :1])], axis=-1)
-        return tf.matmul(_per_op(graph, configs), weights)
+        return tf.matmul(_to_ops(graph, configs, copy=False), weights)
 
 
-# ---------------------------------------------------------------------------------------------
-# The ranking rule, and the protocol every model shares
-# ---------------------------------------------------------------------------------------------
-
-
+# --- The ranking rule, and the protocol every model shares ---------------------------------------
 @_plain
 def keep_default_places(scores: tf.Tensor, top: int = KEEP_DEFAULT_TOP) -> tf.Tensor:
     """Each config's place (0 = first) in the ranking of `scores` `[batch, n]` (lowest first,
     ties in index order) with config 0 moved to place `top - 1` when it ranks lower: the
     `top - 1` first stay, the configs between move down one. `[batch, n]` float32."""
-    order = tf.argsort(scores, axis=-1, stable=True)
-    place = tf.argsort(order, axis=-1, stable=True)  # [batch, n]
+    place = tf.argsort(tf.argsort(scores, axis=-1, stable=True), axis=-1, stable=True)
     first = place[:, :1]  # config 0's place, [batch, 1]
     moved = tf.where((place >= top - 1) & (place < first), place + 1, place)
     is_first = tf.equal(tf.range(tf.shape(place)[-1]), 0)[tf.newaxis, :]
@@ -612,16 +483,13 @@ def keep_default_places(scores: tf.Tensor, top: int = KEEP_DEFAULT_TOP) -> tf.Te
 
 
 class RankingRule(tf.keras.layers.Layer):
-    """The rule applied last: `rank(s) = places(s - m e_0)` if the gate is on, else `s - m e_0`.
+    """The rule applied last: `places(s - m e_0)` with the gate on, else `s - m e_0`, where
+    another config ranks above config 0 (the compiler's default) only where the model prefers
+    it by more than `m`, and the gate keeps config 0 in the first `KEEP_DEFAULT_TOP` places.
 
-    `m` (`default_margin`) is subtracted from config 0's score: another config ranks above the
-    compiler's default only where the model prefers it by more. The gate (`keep_default_gate`,
-    0 or 1) keeps config 0 among the first `KEEP_DEFAULT_TOP` places (`keep_default_places`).
-    Both are fitted on validation after training, once a run's hash is fixed: hence weights,
-    not keywords. The rule is the model's last layer, so its weights (gate, then margin) come
-    after all others, and the course's in-order copy carries them. They are trainable only for
-    that copy: `tie` adds them to `call`'s scores times 0, so their gradients are exactly 0
-    and Adam leaves them as they are.
+    Both are fitted on validation once a run's hash is fixed: hence weights, not keywords. As
+    the model's last layer, its weights (gate, margin) come last in the course's in-order copy;
+    `tie` adds them times 0 to `call`'s scores, so their gradients are 0 and Adam keeps them.
     """
 
     def __init__(self, *, keep_default_gate: bool = True, default_margin: bool = True, **kwargs):
@@ -634,16 +502,29 @@ class RankingRule(tf.keras.layers.Layer):
     def tie(self, scores: tf.Tensor) -> tf.Tensor:
         """`scores` plus 0 times each weight (see the class)."""
         for weight in (self.gate, self.margin):
-            if weight is not None:
-                scores = scores + 0.0 * weight
+            scores = scores if weight is None else scores + 0.0 * weight
         return scores
 
     def with_margin(self, scores: tf.Tensor) -> tf.Tensor:
         """`[batch, n]` -> `s - m e_0`."""
         if self.margin is None:
             return scores
-        first = tf.one_hot(0, tf.shape(scores)[-1], dtype=scores.dtype)  # [n]
-        return scores - self.margin * first[tf.newaxis, :]
+        return scores - self.margin * tf.one_hot(0, tf.shape(scores)[-1], dtype=scores.dtype)
+
+    def value(self, name: str) -> float | None:
+        """The weight `name` ("gate" or "margin") as a float; None without it."""
+        weight = getattr(self, name)
+        return None if weight is None else float(weight.numpy())
+
+    def assign(self, name: str, value: float, *, owner: str) -> None:
+        """Sets the weight `name` of `owner`'s rule; `ValueError` without it or if not finite."""
+        weight = getattr(self, name)
+        if weight is None:
+            keyword = "keep_default_gate" if name == "gate" else "default_margin"
+            raise ValueError(f"{owner} was built with {keyword}=false")
+        if not math.isfinite(value):
+            raise ValueError(f"{owner}: the {name} must be finite, got {value}")
+        weight.assign(value)
 
     def rank(self, scores: tf.Tensor) -> tf.Tensor:
         """`[batch, n]` scores with the margin -> what `forward` returns."""
@@ -653,12 +534,8 @@ class RankingRule(tf.keras.layers.Layer):
 
 
 class _Ranker(tf.keras.Model):
-    """A model that ranks whole kernels: `raw_scores`, then the rule (`self.rule`, which its
-    constructor sets last). Subclasses define `raw_scores`."""
-
-    def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
-        """The model's own scores of all `num_configs` configs: `[batch, num_configs]`."""
-        raise NotImplementedError
+    """A model that ranks whole kernels: its `raw_scores`, then `self.rule` (set last by its
+    constructor, so that the rule's variables come last)."""
 
     @_plain
     def config_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
@@ -671,40 +548,28 @@ class _Ranker(tf.keras.Model):
         on, each config's place. `num_configs` may be an int or a scalar tensor."""
         return self.rule.rank(self.config_scores(graph, num_configs))
 
+    # The rule's settings (None: built without that weight); setting one the model was built
+    # without, or a margin that is not finite, is a `ValueError`.
     @property
     def default_margin(self) -> float | None:
-        """What `config_scores` subtracts from config 0's score; None without the weight."""
-        return None if self.rule.margin is None else float(self.rule.margin.numpy())
+        return self.rule.value("margin")
 
     def set_default_margin(self, margin: float) -> None:
-        """Sets the fitted margin; `ValueError` without the weight or for one not finite."""
-        if self.rule.margin is None:
-            raise ValueError(f"{type(self).__name__} was built with default_margin=false")
-        if not math.isfinite(margin):
-            raise ValueError(f"{type(self).__name__}: the margin must be finite, got {margin}")
-        self.rule.margin.assign(margin)
+        self.rule.assign("margin", margin, owner=type(self).__name__)
 
     @property
-    def keeps_default(self) -> bool | None:
-        """Whether `forward` keeps config 0 among the first places; None without a gate."""
-        return None if self.rule.gate is None else bool(self.rule.gate.numpy() > 0.5)
+    def keeps_default(self) -> bool | None:  # whether `forward` keeps config 0 in the top 5
+        return None if self.rule.gate is None else self.rule.value("gate") > 0.5
 
     def set_keeps_default(self, keep: bool) -> None:
-        """Sets the chosen rule; `ValueError` for a model without a gate."""
-        if self.rule.gate is None:
-            raise ValueError(f"{type(self).__name__} was built with keep_default_gate=false")
-        self.rule.gate.assign(1.0 if keep else 0.0)
+        self.rule.assign("gate", 1.0 if keep else 0.0, owner=type(self).__name__)
 
 
 class _TileRanker(_Ranker):
-    """One model: `encode`, `embed`, `head` (see the module), `call` and chunked `forward`.
-
-    `num_configs`: configs per kernel in the batches `call` gets; `num_ops`: 1 + the largest
-    opcode id in the data, at most `OPCODE_VOCAB`; `chunk_size`: configs `forward` embeds at
-    once. Whether a config's score ignores the kernel's other configs (`independent_configs`:
-    then padding a kernel with more configs leaves the others' scores as they are), and whether
-    position 0 is read as the compiler's default (`default_first`), are the subclass's to say.
-    """
+    """One model: `encode`, `embed`, `head` (see the module); `call`, and `forward` in chunks
+    of `chunk_size` configs. `num_ops`: 1 + the largest opcode id, at most `OPCODE_VOCAB`.
+    `independent_configs`: a config's score ignores the others (so padding is harmless);
+    `default_first`: position 0 is read as the compiler's default."""
 
     independent_configs = True
     default_first = False
@@ -713,11 +578,7 @@ class _TileRanker(_Ranker):
         super().__init__()
         if num_ops > OPCODE_VOCAB:
             raise ValueError(f"num_ops={num_ops} exceeds the opcode vocabulary {OPCODE_VOCAB}")
-        self._num_configs, self._num_ops, self._chunk_size = (
-            int(num_configs),
-            int(num_ops),
-            chunk_size,
-        )
+        self._num_configs, self._chunk_size = int(num_configs), chunk_size
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
         return self.rule.tie(self._scores(graph))
@@ -733,46 +594,20 @@ class _TileRanker(_Ranker):
         embed = lambda chunk: self.embed(graph, kernel, chunk)  # noqa: E731
         return self.head(_in_chunks(embed, _config_features(graph, num_configs), self._chunk_size))
 
-    def encode(self, graph: tfgnn.GraphTensor) -> Any:
-        """What does not depend on the configs, once per `call` or `forward` (any nest)."""
-        raise NotImplementedError
 
-    def embed(self, graph: tfgnn.GraphTensor, kernel: Any, configs: tf.Tensor) -> tf.Tensor:
-        """`configs` `[batch, c, config_dim]` -> embeddings `[batch, c, dim]`, each on its own."""
-        raise NotImplementedError
-
-    def head(self, h: tf.Tensor) -> tf.Tensor:
-        """`[batch, num_configs, dim]` -> scores `[batch, num_configs]`."""
-        raise NotImplementedError
-
-
-# ---------------------------------------------------------------------------------------------
-# Our models
-# ---------------------------------------------------------------------------------------------
-
-
+# --- Our models -----------------------------------------------------------------------------------
 class ResidualSAGE(_TileRanker):
-    """Residual directed GraphSAGE over the kernel with every config joined onto every node.
+    """Residual directed GraphSAGE over the kernel, every config joined onto every node:
 
-        n(v) = W_in [E op(v) || stretch(x_v)]                       [num_nodes, hidden]
-        c_j = MLP(stretch(config_j))                                [batch, c, hidden]
-        h(v, j) = n(v) + c_j; num_layers x DirectedSAGEBlock        [num_nodes, c, hidden]
-        e_j = MLP([sum || mean || max of LayerNorm(h)(., j) || c_j]) [batch, c, hidden]
-        score_j = MLP(DefaultContext(ConfigSetAttention(e))_j)      both blocks optional
+        n(v) = W_in [E op(v) || stretch(x_v)]                          [num_nodes, hidden]
+        c_j = MLP(stretch(config_j))                                   [batch, c, hidden]
+        h(v, j) = n(v) + c_j, then num_layers DirectedSAGEBlocks       [num_nodes, c, hidden]
+        e_j = MLP([sum || mean || max over v of LayerNorm(h)(v, j) || c_j])  [batch, c, hidden]
+        score_j = MLP(DefaultContext(ConfigSetAttention(e))_j), both blocks optional
 
-    Its defaults are the benchmark suite's recommendation (docs/choosing.md): 32 wide, the
-    default context on (position 0 read as the compiler's default), no attention across
-    configs. Runs record their resolved keywords, so a later default changes later runs only.
-
-    Args:
-      num_configs, num_ops, chunk_size: see `_TileRanker`.
-      hidden_dim: width of every hidden layer. num_layers: GraphSAGE blocks.
-      op_embed_dim: opcode embedding width. activation: Keras activation name.
-      config_attention: whether the configs of a kernel see each other (`ConfigSetAttention`,
-        `attention_heads` heads, `inducing_points` points).
-      pooling: reductions over the nodes of a kernel.
-      default_context: whether position 0 is read as the compiler's default.
-      keep_default_gate, default_margin: whether it carries each part of the `RankingRule`.
+    `activation` is a Keras activation's name. Its defaults are the benchmark suite's
+    recommendation (docs/choosing.md); runs record their resolved keywords, so a later default
+    changes later runs only.
     """
 
     def __init__(
@@ -795,56 +630,47 @@ class ResidualSAGE(_TileRanker):
     ):
         _check(type(self).__name__, locals())
         super().__init__(num_configs, num_ops, chunk_size)
+        width = dict(units=hidden_dim, activation=activation)
         self._pooling = tuple(pooling)
         self._op_embedding = tf.keras.layers.Embedding(OPCODE_VOCAB, op_embed_dim)
         self._stretch = LogStretch()
         self._node_in = tf.keras.layers.Dense(hidden_dim)
-        self._config_in = _DenseStack([hidden_dim, hidden_dim], activation)
-        self._blocks = [
-            DirectedSAGEBlock(units=hidden_dim, activation=activation) for _ in range(num_layers)
-        ]
+        self._config_in = _mlp([hidden_dim, hidden_dim], activation)
+        self._blocks = [DirectedSAGEBlock(**width) for _ in range(num_layers)]
         self._pool_norm = tf.keras.layers.LayerNormalization()
-        self._readout = _DenseStack([hidden_dim, hidden_dim], activation)
-        self._attention = (
-            ConfigSetAttention(
-                units=hidden_dim, num_heads=attention_heads, num_points=inducing_points
-            )
-            if config_attention
-            else None
-        )
-        self._default_context = (
-            DefaultContext(units=hidden_dim, activation=activation) if default_context else None
-        )
-        self._score_head = _DenseStack([hidden_dim, 1], activation)
+        self._readout = _mlp([hidden_dim, hidden_dim], activation)
+        attention = dict(units=hidden_dim, num_heads=attention_heads, num_points=inducing_points)
+        self._attention = ConfigSetAttention(**attention) if config_attention else None
+        self._default_context = DefaultContext(**width) if default_context else None
+        self._score_head = _mlp([hidden_dim, 1], activation)
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
-        # The attention mixes a kernel's configs; the default context reads only position 0,
+        # The attention mixes a kernel's configs; the default context reads position 0 only,
         # which configs appended as padding leave in place.
-        self.independent_configs = not config_attention
-        self.default_first = default_context
+        self.independent_configs, self.default_first = not config_attention, default_context
 
     def encode(self, graph):
-        nodes = [self._op_embedding(_opcodes(graph)), self._stretch(_node_features(graph))]
-        return self._node_in(tf.concat(nodes, axis=-1))  # n: [num_nodes, hidden]
+        ops, feats = _nodes(graph)
+        nodes = tf.concat([self._op_embedding(ops), self._stretch(feats)], axis=-1)
+        return self._node_in(nodes)  # n: [num_nodes, hidden]
 
     def embed(self, graph, nodes, configs):
-        c = self._config_in(self._stretch(configs))  # [batch, c, hidden]
+        c = _apply(self._config_in, self._stretch(configs))  # [batch, c, hidden]
         h = nodes[:, tf.newaxis, :] + _to_ops(graph, c)  # [num_nodes, c, hidden]
         for block in self._blocks:
             h = block(graph, h)
         pooled = _pool(graph, self._pool_norm(h), self._pooling)  # [batch, c, 3 hidden]
-        return self._readout(tf.concat([pooled, c], axis=-1))
+        return _apply(self._readout, tf.concat([pooled, c], axis=-1))
 
     def head(self, h):
         if self._attention is not None:
             h = self._attention(h)
-        if self._default_context is not None:  # after attention: straight into the score
+        if self._default_context is not None:  # after the attention: straight into the score
             h = self._default_context(h)
-        return tf.squeeze(self._score_head(h), -1)
+        return tf.squeeze(_apply(self._score_head, h), -1)
 
 
 class ResidualSAGEPlain(ResidualSAGE):
-    """`ResidualSAGE` as first configured, without the attention: 48 wide and no default
-    context, so each config is scored on its own and position 0 is not special."""
+    """`ResidualSAGE` 48 wide without the default context: position 0 is not special."""
 
     def __init__(
         self,
@@ -856,56 +682,44 @@ class ResidualSAGEPlain(ResidualSAGE):
         default_context: bool = False,
         **kwargs,
     ):
-        super().__init__(
-            num_configs,
-            num_ops,
-            hidden_dim=hidden_dim,
-            config_attention=config_attention,
-            default_context=default_context,
-            **kwargs,
-        )
+        plain = dict(config_attention=config_attention, default_context=default_context)
+        super().__init__(num_configs, num_ops, hidden_dim=hidden_dim, **plain, **kwargs)
 
 
-# ---------------------------------------------------------------------------------------------
-# The baselines of the TpuGraphs paper, under upstream's names, keywords and defaults
-# ---------------------------------------------------------------------------------------------
-
-
+# --- The baselines of the TpuGraphs paper, under upstream's names, keywords and defaults --------
 class _Baseline(_TileRanker):
-    """What the paper's baselines share: an opcode embedding whose output carries an L2
-    activity penalty of `BASELINE_L2`, and a dense head (`self._head`) to one score. Their
-    keywords are upstream's, plus ours: `chunk_size` (`_TileRanker`), `keep_default_gate` and
-    `default_margin` (`RankingRule`)."""
+    """The paper's baselines: upstream's keywords (`hidden_activation` a `tf.nn` name), ours
+    (`chunk_size`, the rule's), an opcode embedding with an L2 activity penalty."""
 
     def __init__(self, num_configs: int, num_ops: int, chunk_size: int, op_embed_dim: int):
         super().__init__(num_configs, num_ops, chunk_size)
-        regularizer = tf.keras.regularizers.l2(BASELINE_L2)
+        reg = tf.keras.regularizers.l2(BASELINE_L2)
         self._op_embedding = tf.keras.layers.Embedding(
-            OPCODE_VOCAB, op_embed_dim, activity_regularizer=regularizer
+            OPCODE_VOCAB, op_embed_dim, activity_regularizer=reg
         )
 
     def _node_parts(self, graph: tfgnn.GraphTensor) -> tuple[tf.Tensor, tf.Tensor]:
         """(opcode embeddings `[num_nodes, op_embed_dim]`, node features `[num_nodes, f]`)."""
-        return self._op_embedding(_opcodes(graph)), _node_features(graph)
+        ops, feats = _nodes(graph)
+        return self._op_embedding(ops), feats
 
     def _late_join(self, graph: tfgnn.GraphTensor) -> tf.Tensor:
-        """`reduction(GNN([E op || x]))` per kernel `[batch, hidden]`: the late-join encoding."""
-        return _pool(
-            graph, self._gnn(graph, tf.concat(self._node_parts(graph), axis=-1)), [self._reduction]
-        )
+        """Late join's `encode`: `reduction_v GNN([E op || x])(v)` `[batch, hidden]`."""
+        x = self._gnn(graph, tf.concat(self._node_parts(graph), axis=-1))
+        return _pool(graph, x, [self._reduction])
 
     def embed(self, graph, pooled, configs):  # late join: [pooled || config_j]
         return tf.concat([_per_config(pooled, tf.shape(configs)[1]), configs], axis=-1)
 
     def head(self, h):
-        return tf.squeeze(self._head(h), -1)
+        return tf.squeeze(_apply(self._head, h), -1)
 
 
 class _SAGEBaseline(_Baseline):
     """The paper's GraphSAGE baselines: opcode embedding -> `num_gnns`
     `BidirectionalSAGELayer`s of width `hidden_dim` -> sum over the nodes of each kernel ->
-    `final_mlp_layers` dense layers of width `hidden_dim` -> one score; L2 `BASELINE_L2` on
-    every dense kernel. `hidden_activation` is a `tf.nn` activation's name."""
+    `final_mlp_layers` dense layers of width `hidden_dim` -> one score, L2 `BASELINE_L2` on
+    every dense kernel."""
 
     _reduction = "sum"
 
@@ -925,13 +739,10 @@ class _SAGEBaseline(_Baseline):
     ):
         _check(type(self).__name__, locals())
         super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
-        self._gnn_layers = [
-            BidirectionalSAGELayer(units=hidden_dim, activation=hidden_activation)
-            for _ in range(num_gnns)
-        ]
-        self._head = _DenseStack(
-            [hidden_dim] * final_mlp_layers + [1], _tf_nn(hidden_activation), BASELINE_L2
-        )
+        sage = dict(units=hidden_dim, activation=hidden_activation)
+        self._gnn_layers = [BidirectionalSAGELayer(**sage) for _ in range(num_gnns)]
+        dims = [hidden_dim] * final_mlp_layers + [1]
+        self._head = _mlp(dims, getattr(tf.nn, hidden_activation), BASELINE_L2)
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
 
     def _gnn(self, graph, x):
@@ -949,19 +760,18 @@ class EarlyJoinSAGE(_SAGEBaseline):
 
     def encode(self, graph):
         ops, feats = self._node_parts(graph)
-        first = self._gnn_layers[0]._dense if self._gnn_layers else None
-        join = EarlyJoin(
-            first, [ops.shape[-1], _config_width(graph), feats.shape[-1]], neighbours=True
-        )
-        if self._gnn_layers:
-            self._gnn_layers[0].built = True  # its variables exist, though Keras never calls it
+        first = self._gnn_layers[0] if self._gnn_layers else None
+        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
+        join = EarlyJoin(first and first.dense, widths, neighbours=True)
+        if first:
+            first.built = True  # its variables exist, though Keras never calls it
         return join, join.node_part(graph, ops, feats)
 
     def embed(self, graph, kernel, configs):
         join, node_part = kernel
-        x = join(graph, node_part, configs)  # layer 1's pre-activation: [num_nodes, c, hidden]
+        x = join(graph, node_part, configs)  # [num_nodes, c, hidden]
         if self._gnn_layers:
-            x = self._gnn_layers[0].finish(x)
+            x = self._gnn_layers[0].finish(x)  # layer 1
         for layer in self._gnn_layers[1:]:
             x = layer(graph, x)
         return _pool(graph, x, [self._reduction])  # [batch, c, hidden]
@@ -977,10 +787,9 @@ class LateJoinSAGE(_SAGEBaseline):
 
 class _ResGCNBaseline(_Baseline):
     """The paper's residual GCN baselines: opcode embedding -> a two-layer dense prenet to
-    `hidden_dim` -> `num_gnns` `ResidualGCNLayer`s -> activation -> `reduction` over the nodes
-    of each kernel -> a two-layer dense head -> one score; L2 `BASELINE_L2` on every dense
-    kernel. `hidden_activation` is a `tf.nn` activation's name; `directed` gives producers,
-    consumers and the node itself their own weights."""
+    `hidden_dim` -> `num_gnns` `ResidualGCNLayer`s (`directed`: producers, consumers and the
+    node itself with their own weights) -> activation -> `reduction` over the nodes of each
+    kernel -> a two-layer dense head -> one score, L2 `BASELINE_L2` on every dense kernel."""
 
     def __init__(
         self,
@@ -1000,23 +809,16 @@ class _ResGCNBaseline(_Baseline):
     ):
         _check(type(self).__name__, locals())
         super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
-        self._reduction, self._act = reduction, _tf_nn(hidden_activation)
+        self._reduction, self._act = reduction, getattr(tf.nn, hidden_activation)
+        gcn = dict(units=hidden_dim, mlp_layers=mlp_layers, activation=hidden_activation)
         # Attribute order fixes variable order; this is upstream's (GCN layers before prenet).
-        self._gc_layers = [
-            ResidualGCNLayer(
-                units=hidden_dim,
-                mlp_layers=mlp_layers,
-                activation=hidden_activation,
-                directed=directed,
-            )
-            for _ in range(num_gnns)
-        ]
-        self._prenet = _DenseStack([hidden_dim, hidden_dim], self._act, BASELINE_L2)
-        self._head = _DenseStack([hidden_dim, 1], self._act, BASELINE_L2)
+        self._gc_layers = [ResidualGCNLayer(**gcn, directed=directed) for _ in range(num_gnns)]
+        self._prenet = _mlp([hidden_dim, hidden_dim], self._act, BASELINE_L2)
+        self._head = _mlp([hidden_dim, 1], self._act, BASELINE_L2)
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
 
     def _gnn(self, graph, x):
-        return self._gcn(graph, self._prenet(x))
+        return self._gcn(graph, _apply(self._prenet, x))
 
     def _gcn(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
         """The GCN layers, then the activation, on the prenet's output."""
@@ -1032,17 +834,14 @@ class EarlyJoinResGCN(_ResGCNBaseline):
 
     def encode(self, graph):
         ops, feats = self._node_parts(graph)
-        join = EarlyJoin(
-            self._prenet, [ops.shape[-1], _config_width(graph), feats.shape[-1]], neighbours=False
-        )
+        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
+        join = EarlyJoin(self._prenet[0], widths, neighbours=False)
         return join, join.node_part(graph, ops, feats)
 
     def embed(self, graph, kernel, configs):
         join, node_part = kernel
-        first, rest = self._prenet.layers[0], self._prenet.layers[1:]
-        x = first.activation(join(graph, node_part, configs))  # [num_nodes, c, hidden]
-        for layer in rest:
-            x = layer(x)
+        x = self._prenet[0].activation(join(graph, node_part, configs))  # [num_nodes, c, hidden]
+        x = _apply(self._prenet[1:], x)
         return _pool(graph, self._gcn(graph, x), [self._reduction])
 
 
@@ -1075,9 +874,8 @@ class MLP(_Baseline):
         _check(type(self).__name__, locals())
         super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
         self._reduction = reduction
-        self._head = _DenseStack(
-            [hidden_dim] * mlp_layers + [1], _tf_nn(hidden_activation), BASELINE_L2
-        )
+        dims = [hidden_dim] * mlp_layers + [1]
+        self._head = _mlp(dims, getattr(tf.nn, hidden_activation), BASELINE_L2)
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
 
     def encode(self, graph):
@@ -1085,24 +883,13 @@ class MLP(_Baseline):
         return tf.concat([_pool(graph, x, [self._reduction]) for x in (feats, ops)], axis=-1)
 
 
-def _config_width(graph: tfgnn.GraphTensor) -> int:
-    """Width of the config features (static)."""
-    return int(graph.node_sets["config"]["feats"].shape[-1])
-
-
-# ---------------------------------------------------------------------------------------------
-# Ensembles
-# ---------------------------------------------------------------------------------------------
+# --- Ensembles ------------------------------------------------------------------------------------
 
 # The classes an `Ensemble` may hold, by the names its `members` use.
 MEMBER_MODELS: dict[str, type[_TileRanker]] = {
-    "ResidualSAGE": ResidualSAGE,
-    "ResidualSAGEPlain": ResidualSAGEPlain,
-    "EarlyJoinSAGE": EarlyJoinSAGE,
-    "LateJoinSAGE": LateJoinSAGE,
-    "EarlyJoinResGCN": EarlyJoinResGCN,
-    "LateJoinResGCN": LateJoinResGCN,
-    "MLP": MLP,
+    m.__name__: m
+    for m in (ResidualSAGE, ResidualSAGEPlain, EarlyJoinSAGE, LateJoinSAGE, EarlyJoinResGCN)
+    + (LateJoinResGCN, MLP)
 }
 
 # How `Ensemble` puts its members' scores on one scale, per kernel, before averaging.
@@ -1125,27 +912,20 @@ def normalise_scores(scores: tf.Tensor, method: str) -> tf.Tensor:
         high = tf.reduce_max(scores, axis=-1, keepdims=True)
         return (scores - low) / (high - low + _EPSILON)
     if method == "rank":
-        ranks = tf.cast(
-            tf.argsort(tf.argsort(scores, axis=-1, stable=True), axis=-1, stable=True), tf.float32
-        )
-        return ranks / tf.cast(tf.maximum(tf.shape(scores)[-1] - 1, 1), tf.float32)
+        ranks = tf.argsort(tf.argsort(scores, axis=-1, stable=True), axis=-1, stable=True)
+        n = tf.cast(tf.maximum(tf.shape(scores)[-1] - 1, 1), tf.float32)
+        return tf.cast(ranks, tf.float32) / n
     raise ValueError(f"combine={method!r} is not one of {', '.join(COMBINE_METHODS)}")
 
 
 class Ensemble(_Ranker):
-    """Several models as one: `raw = mean_m normalise(raw_m)`, per kernel, then its own rule.
+    """Several models as one: `raw = mean_m normalise(raw_m)` per kernel, then its own rule.
 
     Averaging independently trained rankers is a cheap, reliable gain (as in the Kaggle "Fast
-    or Slow?" tile solutions). Members are built as upstream builds a model,
-    `cls(num_configs, num_ops, **kwargs)`, and hold every variable but the ensemble's rule, in
-    member order, so upstream's rebuild-then-copy-in-order reload restores an ensemble too.
-    `forward` combines the members' chunked `raw_scores` (never their rules).
-
-    Args:
-      num_configs, num_ops: passed to every member.
-      members: `[{"model": <name in MEMBER_MODELS>, "kwargs": {...}}, ...]`, at least one.
-      combine: one of `COMBINE_METHODS` (`normalise_scores`); `rank` has no gradient.
-      keep_default_gate, default_margin: whether it carries each part of its `RankingRule`.
+    or Slow?" tile solutions). `members`: `[{"model": <name in MEMBER_MODELS>, "kwargs":
+    {...}}, ...]`, each built as upstream builds a model and holding its variables, in order,
+    before the ensemble's rule: the course's in-order reload restores an ensemble too.
+    `combine`: one of `COMBINE_METHODS` (`normalise_scores`).
     """
 
     independent_configs = False  # scores are normalised over each kernel's configs
@@ -1162,19 +942,9 @@ class Ensemble(_Ranker):
     ):
         _check("Ensemble", locals())
         super().__init__()
-        if combine not in COMBINE_METHODS:
-            raise ValueError(
-                f"Ensemble: combine={combine!r} is not one of {', '.join(COMBINE_METHODS)}"
-            )
-        if not isinstance(members, (list, tuple)) or not members:
-            raise ValueError(
-                "Ensemble: members must be a non-empty list of "
-                f"{{'model': <name>, 'kwargs': {{...}}}}, got {members!r}"
-            )
         self._combine = combine
-        self._ensemble_members = [
-            _member(i, spec, num_configs, num_ops) for i, spec in enumerate(members)
-        ]
+        built = [_member(i, m, num_configs, num_ops) for i, m in enumerate(members)]
+        self._ensemble_members = built
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
 
     @property
@@ -1188,9 +958,8 @@ class Ensemble(_Ranker):
         return any(m.default_first for m in self._ensemble_members)
 
     def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
-        return self.rule.tie(
-            self._average([m(graph, training=training) for m in self._ensemble_members])
-        )
+        scores = [m(graph, training=training) for m in self._ensemble_members]
+        return self.rule.tie(self._average(scores))
 
     @_plain
     def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
@@ -1201,11 +970,14 @@ class Ensemble(_Ranker):
         return tf.add_n(normalised) / float(len(normalised))
 
 
+_SPEC = "{'model': <name>, 'kwargs': {...}}"  # one of an ensemble's `members`
+
+
 def _member(index: int, spec: Any, num_configs: int, num_ops: int) -> _TileRanker:
-    """`members[index]`, `{"model": name, "kwargs": {...}}`, built; `ValueError` naming it."""
+    """`members[index]` built; `ValueError` naming it."""
     where = f"Ensemble: members[{index}]"
     if not isinstance(spec, dict) or "model" not in spec or set(spec) - {"model", "kwargs"}:
-        raise ValueError(f"{where} must be {{'model': <name>, 'kwargs': {{...}}}}, got {spec!r}")
+        raise ValueError(f"{where} must be {_SPEC}, got {spec!r}")
     name, kwargs = spec["model"], spec.get("kwargs") or {}
     if name not in MEMBER_MODELS:
         raise ValueError(f"{where}: unknown model {name!r}; known: {', '.join(MEMBER_MODELS)}")
