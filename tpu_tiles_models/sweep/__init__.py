@@ -1,21 +1,15 @@
 """`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable.
 
-`run(SweepArgs)` expands the grid (`grid`), skips the points whose whole run is there
-(`export.completed_run`), trains the others through `Create | Reshuffle | Map(train_element)`
-on any Beam runner, then writes the leaderboard (`leaderboard`) and, with `--ensemble_top K`,
-the ensemble of the K best. Each point is `train.train` of its `TrainArgs`: its artifacts are
-exactly those of `tpu-tiles train` with its flags. The default runner is the DirectRunner in
-multi-processing mode (`--num_workers` processes); `--runner DaskRunner` runs on a Dask cluster
-(`--dask_client_address HOST:PORT`), one point per task. Each point trains in a fresh child
-process of its worker (`--isolation process`), so that a crash or an out-of-memory kill is
-that point's failure, not the worker's. Ctrl-C (SIGTERM, SIGHUP) writes `sweep/STOP`: no
-worker starts another point, and running points stop at a safe point and clean up. The
-sweep's own files, beside each point's artifacts in `--out_dir` (local or `gs://`):
-
-    sweep.csv sweep.md sweep.png   the leaderboard      sweep/plan.json   the points
-    sweep/points/<key>.json        each outcome         sweep/logs/<key>.log   each output
-    tensorboard/                   the default --tensorboard (scalars and HParams)
-    ensemble_top<k>/sweep_ensemble.json   what --ensemble_top built (reused if the same)
+`run` expands the grid (`grid`), skips the points whose whole run is there, trains the others
+through `Create | Reshuffle | Map(train_element)` on any Beam runner (the DirectRunner with
+`--num_workers` processes by default; `--runner DaskRunner` on a Dask cluster), then writes the
+leaderboard (`leaderboard`). A point is `train.train` of its `TrainArgs`, with the artifacts of
+`tpu-tiles train`; it trains in a fresh child process of its worker (`--isolation process`), so
+that a crash or an out-of-memory kill is its failure, not the worker's. Ctrl-C writes
+`sweep/STOP`: no point starts, running ones stop at a safe point and clean up. The sweep's own
+files in `--out_dir`: sweep.csv/.md/.png (the leaderboard), sweep/plan.json (the points),
+sweep/points/<key>.json (each outcome), sweep/logs/<key>.log (each output), tensorboard/ (the
+default --tensorboard), ensemble_top<k>/sweep_ensemble.json (what --ensemble_top built).
 """
 
 from __future__ import annotations
