@@ -9,6 +9,7 @@ from setuptools.command.build_py import build_py
 # The drop-in files live at the top level, where users copy them from; a built wheel carries
 # copies in tpu_tiles_models/dropin/ so that `tpu-tiles install` and the registry find them.
 DROPIN_FILES = ("models.py", "tiles_gen_predictions_csv.py", "create_kaggle_csv.py")
+DASK = ["apache-beam[dask]<3"]
 
 
 class BuildWithDropins(build_py):
@@ -57,8 +58,12 @@ setup(
         "zstandard",
     ],
     extras_require={
-        # pandas: tests compare our Kaggle CSV with what the course script (pandas) writes.
-        "test": ["pytest", "pytest-xdist", "ruff", "pandas"],
+        # `tpu-tiles sweep --runner DaskRunner` (docs/sweeps.md): Beam's own Dask extra (dask
+        # and distributed); the constraints files pin the tested versions.
+        "dask": DASK,
+        # pandas: tests compare our Kaggle CSV with what the course script (pandas) writes;
+        # Dask: a test runs a sweep on a local Dask cluster.
+        "test": ["pytest", "pytest-xdist", "ruff", "pandas", *DASK],
         # The course stack's extra: upstream's trainer needs TF-Ranking, which imports on
         # TF <= 2.15 only; the tests also check our ranking losses against it there.
         "course": ["tensorflow-ranking==0.5.5"],

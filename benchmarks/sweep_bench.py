@@ -30,7 +30,8 @@ import sys
 import time
 from pathlib import Path
 
-from tpu_tiles_models import sweep, synthetic
+from tpu_tiles_models import export, synthetic
+from tpu_tiles_models.sweep import grid as grids
 from tpu_tiles_models.train_args import TrainArgs
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -80,13 +81,13 @@ def measure(result: dict, name: str, run) -> None:
     )
 
 
-def points(grid: str, base: TrainArgs, out: Path) -> list[sweep.Point]:
+def points(grid: str, base: TrainArgs, out: Path) -> list[grids.Point]:
     """The grid's points as a sweep into `out` makes them (flags, results_csv, TensorBoard)."""
     base = base.replace(out_dir=str(out), tensorboard=str(out / "tensorboard"), no_progress=True)
-    return sweep.expand([sweep.parse_inline(grid)], base)
+    return grids.expand([grids.parse_inline(grid)], base)
 
 
-def sequential(plan: list[sweep.Point], log: Path) -> float:
+def sequential(plan: list[grids.Point], log: Path) -> float:
     """Each point as `tpu-tiles train <its flags>`, one process after the other."""
     start = time.perf_counter()
     for point in plan:
@@ -94,9 +95,11 @@ def sequential(plan: list[sweep.Point], log: Path) -> float:
     return time.perf_counter() - start
 
 
-def val_errors(point: sweep.Point) -> dict:
+def val_errors(point: grids.Point) -> dict:
     """The point's validation errors, from its run file."""
-    info = json.loads(gzip.decompress(Path(sweep.run_file_path(point)).read_bytes()))
+    info = json.loads(
+        gzip.decompress(Path(export.run_file_path(point.args.out_dir, point.hash)).read_bytes())
+    )
     return info["final_error"]["val"]
 
 

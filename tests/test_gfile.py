@@ -16,6 +16,7 @@ from conftest import TINY_MLP, tiny_args
 from tpu_tiles_models import data, export, files, scoring, sweep, train
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
+from tpu_tiles_models.sweep.grid import make_point
 
 RAM = "ram://test_gfile"
 SWEEP_OUT = f"{RAM}/sweep"
@@ -47,7 +48,7 @@ def remote_run(ram_root) -> export.TrainResult:
     lr=1e-3 of the sweep below, which then trains only its other point."""
     args = tiny_args(ram_root, SWEEP_OUT, model="MLP", model_kwargs_json=TINY_MLP)
     args = args.replace(tensorboard=f"{SWEEP_OUT}/tensorboard")
-    return train.train(sweep.make_point(args, {"lr": 1e-3}).args)
+    return train.train(make_point(args, {"lr": 1e-3}).args)
 
 
 def test_remote_files_round_trip_and_fail_in_one_line(tmp_path):
@@ -174,8 +175,8 @@ def test_a_two_point_sweep_on_remote_paths_writes_its_leaderboard_and_runs(remot
     assert files.read_bytes(f"{out}/sweep.png")[:4] == b"\x89PNG"
     assert "| rank |" in files.read_bytes(f"{out}/sweep.md").decode()
     for r in summary.rows:
-        assert files.isfile(sweep.run_file_path(r.point))
-        assert files.isfile(f"{sweep.model_dir_path(r.point)}/saved_model.pb")
+        assert files.isfile(export.run_file_path(out, r.point.hash))
+        assert files.isfile(f"{export.model_dir_path(out, r.point.hash)}/saved_model.pb")
         assert files.isfile(r.point.args.results_csv)
         assert files.glob(f"{out}/tensorboard/run_{r.point.hash}/*.sweep_hparams")
     assert files.glob(f"{out}/sweep/points/*.json") and files.isfile(f"{out}/sweep/plan.json")

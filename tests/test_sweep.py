@@ -3,19 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import gzip
 import json
 import os
 import shlex
+import signal
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from tpu_tiles_models import ensemble, export, files, sweep
+from tpu_tiles_models import ensemble, export, files, pipelines, sweep
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.sweep import options, pipeline, store
+from tpu_tiles_models.sweep import grid as grids
+from tpu_tiles_models.sweep.leaderboard import leaderboard_row
 from tpu_tiles_models.train_args import TrainArgs
 
 TINY = [
@@ -224,23 +228,65 @@ def _fake_ensemble(monkeypatch, target: Path) -> list[tuple]:
     return calls
 
 
-def test_failed_point_is_recorded_and_the_others_go_on(first, synth_root):
-    """A bad kwarg fails in its own child process; the other point (already complete) is
-    skipped; the exit is a SweepFailed naming the point; the leaderboard has both."""
+def _kill_the_training_of(seed: int, done: threading.Event) -> threading.Thread:
+    """A watcher that kills (SIGKILL, as the kernel's out-of-memory killer does) the training
+    process of the point with `seed` as soon as one of this test's workers starts it."""
+
+    def watch() -> None:
+        while not done.wait(0.05):
+            for pid in pipelines._descendants(os.getpid()):
+                with contextlib.suppress(OSError, ValueError, KeyError):
+                    argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
+                    spec = argv[argv.index(sweep.CHILD) + 1]
+                    if json.loads(Path(spec).read_text())["seed"] == seed:
+                        os.kill(pid, signal.SIGKILL)
+                        return
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    return thread
+
+
+def test_failed_and_killed_points_are_recorded_and_the_others_go_on(first, synth_root, tmp_path):
+    """Why each point trains in a child process of its worker (`--isolation process`, the
+    default): a point's training process killed outright (here SIGKILL, as out of memory) is
+    that point's failure, not the worker's, which goes on to the next point (trained in the
+    worker, the kill would take the worker down with every point left on it). A bad kwarg
+    fails in its own child too; the point already complete is skipped; the exit is a
+    SweepFailed naming the points; the leaderboard has all three."""
     out = first["out"]
-    grid = 'lr=1e-3 seed=0 model_kwargs_json={"hidden_dim": 8},{"bogus": 1}'
+    grid = tmp_path / "grid.json"
+    grid.write_text(
+        json.dumps(
+            [
+                {"lr": 1e-3, "seed": 0, "model_kwargs_json": [{"hidden_dim": 8}, {"bogus": 1}]},
+                {"lr": 1e-3, "seed": 7},
+            ]
+        )
+    )
     extra = ["--isolation=process", "--num_workers=1"]  # the default multi-processing runner
-    with pytest.raises(sweep.SweepFailed, match=r"1 of 2 points not ok: \w{16} .*bogus") as e:
-        _sweep(out, synth_root, grid, *extra)
+    done = threading.Event()
+    watcher = _kill_the_training_of(7, done)
+    try:
+        with pytest.raises(sweep.SweepFailed, match=r"2 of 3 points not ok: \w{16} ") as e:
+            _sweep(out, synth_root, str(grid), *extra)
+    finally:
+        done.set()
+        watcher.join()
     summary = e.value.summary
     assert (summary.trained, summary.skipped) == (0, 1)
-    failed = summary.failed[0]
-    assert failed.status == "failed" and "does not fit MLP" in failed.error
-    assert not (out / f"model_{failed.point.hash}").exists()
-    assert (out / "sweep" / "logs" / f"{failed.point.key}.log").read_text()
+    failed = {r.point.values["seed"]: r for r in summary.failed}
+    assert failed[0].status == "failed" and "does not fit MLP" in failed[0].error
+    log = out / "sweep" / "logs" / f"{failed[7].point.key}.log"
+    assert failed[7].error == (
+        f"the training process was killed by SIGKILL (out of memory?); see {log}"
+    )
+    for row in failed.values():
+        assert not (out / f"model_{row.point.hash}").exists()
+        assert (out / "sweep" / "logs" / f"{row.point.key}.log").exists()
+    assert "does not fit MLP" in log.with_name(f"{failed[0].point.key}.log").read_text()
     rows = _csv_rows(out)
-    assert [r["status"] for r in rows] == ["ok", "failed"]
-    assert "does not fit MLP" in rows[1]["error"]
+    assert [r["status"] for r in rows] == ["ok", "failed", "failed"]
 
 
 # -- grids ----------------------------------------------------------------------------------
@@ -253,15 +299,14 @@ def test_inline_grid_round_trips_and_matches_yaml_and_json(tmp_path):
         'model_kwargs_json={"hidden_dim": 8},{} kwargs.pooling="sum",\'"x y"\' '
         "toy_data=true,false configs=int(4,32)"
     )
-    grid = sweep.parse_inline(spec)
+    grid = grids.parse_inline(spec)
     assert [a.name for a in grid.axes][:3] == ["model", "lr", "seed"]
     assert grid.axes[1].values == (0.001, 0.002)
     assert grid.axes[3].values == ("ListMLELoss:1,MSE:0.02", "FastFirstListMLE:1,MSE:0.02")
     assert grid.axes[4].values == ('{"hidden_dim": 8}', "{}")
     assert grid.axes[5].values == ("sum", "x y")
     assert grid.axes[6].values == (True, False)
-    assert grid.axes[7].range == sweep.Range("int", 4, 32)
-    assert sweep.parse_inline(sweep.format_grid(grid)) == grid
+    assert grid.axes[7].range == grids.Range("int", 4, 32)
     content = {
         "model": ["ResidualSAGE", "EarlyJoinSAGE"],
         "learning_rate": ["1e-3", 0.002],
@@ -276,8 +321,8 @@ def test_inline_grid_round_trips_and_matches_yaml_and_json(tmp_path):
     import yaml
 
     (tmp_path / "g.yaml").write_text(yaml.safe_dump(content, sort_keys=False))
-    assert sweep.parse_grid(str(tmp_path / "g.json")) == [grid]
-    assert sweep.parse_grid(str(tmp_path / "g.yaml")) == [grid]
+    assert grids.parse_grid(str(tmp_path / "g.json")) == [grid]
+    assert grids.parse_grid(str(tmp_path / "g.yaml")) == [grid]
 
 
 @pytest.mark.parametrize(
@@ -296,41 +341,41 @@ def test_inline_grid_round_trips_and_matches_yaml_and_json(tmp_path):
 )
 def test_bad_grids_are_one_line_flag_errors(spec, message):
     with pytest.raises(FlagError, match=message):
-        sweep.parse_inline(spec)
+        grids.parse_inline(spec)
 
 
 def test_ranges_need_random_and_bad_points_are_refused():
     base = TrainArgs(out_dir="/o")
     with pytest.raises(FlagError, match=r"lr is a range; add --random N"):
-        sweep.expand([sweep.parse_inline("lr=loguniform(1e-4,1e-2)")], base)
+        grids.expand([grids.parse_inline("lr=loguniform(1e-4,1e-2)")], base)
     with pytest.raises(FlagError, match=r"--grid point lr=-1: --lr must be positive"):
-        sweep.expand([sweep.parse_inline("lr=-1")], base)
+        grids.expand([grids.parse_inline("lr=-1")], base)
 
 
 def test_random_draws_are_reproducible_in_range_and_crossed_with_seeds():
-    grid = sweep.parse_inline("lr=loguniform(1e-4,1e-2) kwargs.hidden_dim=logint(8,64) seed=0,1")
+    grid = grids.parse_inline("lr=loguniform(1e-4,1e-2) kwargs.hidden_dim=logint(8,64) seed=0,1")
     base = TrainArgs(out_dir="/o", model_kwargs_json='{"num_layers": 2}')
-    points = sweep.expand([grid], base, random_points=5, random_seed=3)
+    points = grids.expand([grid], base, random_points=5, random_seed=3)
     assert len(points) == 10
     assert [p.key for p in points] == [
-        p.key for p in sweep.expand([grid], base, random_points=5, random_seed=3)
+        p.key for p in grids.expand([grid], base, random_points=5, random_seed=3)
     ]
     assert [p.values["seed"] for p in points] == [0, 1] * 5
     for p in points:
         assert 1e-4 <= p.args.lr <= 1e-2 and float(f"{p.args.lr:.4g}") == p.args.lr
         kwargs = json.loads(p.args.model_kwargs_json)
         assert kwargs["num_layers"] == 2 and 8 <= kwargs["hidden_dim"] <= 64
-    other = sweep.expand([grid], base, random_points=5, random_seed=4)
+    other = grids.expand([grid], base, random_points=5, random_seed=4)
     assert [p.args.lr for p in other] != [p.args.lr for p in points]
 
 
 def test_points_have_distinct_stable_hashes_and_results_csv():
     base = TrainArgs(out_dir="/o")
-    points = sweep.expand([sweep.parse_inline("seed=0,1,0")], base)
+    points = grids.expand([grids.parse_inline("seed=0,1,0")], base)
     assert len(points) == 2  # the repeated seed is one point
     assert points[0].hash != points[1].hash  # upstream's hash lacks seed; results_csv has it
     assert points[0].args.results_csv == f"/o/results_{points[0].key}.csv"
-    again = sweep.make_point(base.replace(cache_dir="/elsewhere"), {"seed": 0})
+    again = grids.make_point(base.replace(cache_dir="/elsewhere"), {"seed": 0})
     assert again.hash == points[0].hash  # where the cache lives is not part of a point
 
 
@@ -379,50 +424,56 @@ def test_direct_runner_defaults_to_multi_processing_on_every_core():
     )
 
 
+def test_dask_runner_is_named_short_and_trains_one_point_a_task():
+    """`--runner DaskRunner` (Beam knows it only by its module path) with Dask's own options
+    passed on; one point a task, where Beam's default puts 128 elements in each."""
+    pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
+    from apache_beam.runners.dask.dask_runner import DaskOptions
+
+    train, beam = sweep.split_argv(["--dask_client_address", "127.0.0.1:8786", "--seed=1"])
+    assert (train, beam) == (["--seed=1"], ["--dask_client_address", "127.0.0.1:8786"])
+    sweep.check_runner("DaskRunner")
+    a = argparse.Namespace(runner="DaskRunner", num_workers=None)
+    options = sweep.pipeline_options(a, beam)
+    dask = options.view_as(DaskOptions)
+    assert (dask.address, dask.partition_size, dask.npartitions) == ("127.0.0.1:8786", 1, None)
+    assert options.get_all_options()["runner"] == "apache_beam.runners.dask.dask_runner.DaskRunner"
+    dask = sweep.pipeline_options(a, ["--dask_npartitions=3"]).view_as(DaskOptions)
+    assert (dask.partition_size, dask.npartitions) == (None, 3)
+
+
 def test_unknown_runner_and_sweep_level_mistakes_are_flag_errors(tmp_path):
     with pytest.raises(FlagError, match="--runner Nope: not a Beam runner"):
-        pipeline.check_runner("Nope")
+        sweep.check_runner("Nope")
     with pytest.raises(FlagError, match="--results_csv is named per point"):
-        options.base_args(["--results_csv=x.csv"], str(tmp_path))
+        sweep.base_args(["--results_csv=x.csv"], str(tmp_path))
     with pytest.raises(FlagError, match=r"--grid .*missing.yaml: no such file"):
-        sweep.parse_grid(str(tmp_path / "missing.yaml"))
+        grids.parse_grid(str(tmp_path / "missing.yaml"))
 
 
 # -- pieces ---------------------------------------------------------------------------------
 
 
 def test_non_finite_loss_makes_a_nan_row_and_a_missing_run_a_not_run_row():
-    point = sweep.make_point(TrainArgs(out_dir="/o"), {"seed": 0})
+    point = grids.make_point(TrainArgs(out_dir="/o"), {"seed": 0})
     info = {
         "final_error": {"val": {"1": 0.5, "5": 0.2, "10": 0.1}},
         "train_curve": {"epoch": [0, 1], "train_loss": [1.0, float("nan")], "val_opa": [0.6, 0.7]},
         "tpu_tiles": {"best_epoch": 0, "epoch_seconds": [1.5, 2.0]},
     }
-    row = sweep.leaderboard_row(point, info, {"status": "ok", "wall_s": 9.0})
+    row = leaderboard_row(point, info, {"status": "ok", "wall_s": 9.0})
     assert (row.status, row.score, row.opa, row.train_s, row.wall_s) == ("nan", 0.8, 0.6, 3.5, 9.0)
     assert "non-finite training loss at epoch 1" in row.error
-    assert sweep.leaderboard_row(point, None, None).status == "not run"
-
-
-def test_remote_paths_go_through_gfile():
-    root = "ram://sweep_test"
-    store.write_json(f"{root}/points/a.json", {"x": 1})
-    assert store.read_json(f"{root}/points/a.json") == {"x": 1}
-    assert files.glob(f"{root}/points/*.json") == [f"{root}/points/a.json"]
-    files.remove(f"{root}/points")
-    assert store.read_bytes(f"{root}/points/a.json") is None
+    assert leaderboard_row(point, None, None).status == "not run"
 
 
 def test_a_points_key_outlives_options_added_after_it():
     """A sweep started before an option existed resumes after it is added: at its "as before"
     value (`ADDED_FLAGS`) it does not enter the point's key (this key was taken before
     `--head_configs` existed); away from it, it does."""
-    from tpu_tiles_models.sweep.points import point_key
-    from tpu_tiles_models.train_args import TrainArgs
-
     args = TrainArgs(
         model="ResidualSAGE", epochs=40, out_dir="/runs", data_root="/data/alt", seed=2
     )
-    assert point_key(args) == "26dd1c5458ec80cb"
-    assert point_key(args.replace(head_configs=3)) != "26dd1c5458ec80cb"
-    assert point_key(args.replace(head_share=0.0)) != "26dd1c5458ec80cb"
+    assert grids.point_key(args) == "26dd1c5458ec80cb"
+    assert grids.point_key(args.replace(head_configs=3)) != "26dd1c5458ec80cb"
+    assert grids.point_key(args.replace(head_share=0.0)) != "26dd1c5458ec80cb"

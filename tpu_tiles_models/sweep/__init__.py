@@ -1,92 +1,603 @@
-"""`tpu-tiles sweep`: many training runs as one Apache Beam pipeline; resumable; a leaderboard.
+"""`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable.
 
-A sweep is a set of *points*; each point is one `train.train(args)` whose `TrainArgs` are the
-base flags (every `tpu-tiles train` flag on the command line) with the point's values on top,
-and a `results_csv` named after the point (`<out_dir>/results_<key>.csv`). Upstream's hash
-covers `results_csv`, so every point has a stable hash: its artifacts are exactly those of
-`tpu-tiles train <the point's flags>`, and a point whose run file exists is complete.
-
-Grids (`--grid`): a YAML or JSON file (any `--grid` without "="), or an inline spec of
-space-separated axes:
-
-    model=ResidualSAGE,EarlyJoinSAGE lr=1e-3,2e-3 seed=0,1,2
-    losses='ListMLELoss:1,MSE:0.02','FastFirstListMLE:1,MSE:0.02' kwargs.hidden_dim=32,64
-
-An axis is `name=v1,v2,...` where `name` is a training flag (ours or upstream's name) or
-`kwargs.<key>`, one key inside `--model_kwargs_json`. Values are split at commas outside
-quotes and brackets, so JSON needs no quoting; a value with a comma or a space is quoted
-('...'). Without `--random` the points are the product of the axes (first axis slowest). A
-numeric axis may instead be a range, sampled by `--random N`:
-
-    uniform(a,b)  loguniform(a,b)  int(a,b)  logint(a,b)    (bounds inclusive)
-
-`--random N` draws N points per grid (floats rounded to 4 significant digits), seeded by
-`--random_seed`, so rerunning the same command gives the same points; a `seed` list is crossed
-with the draws (N x seeds points) so that every draw has its mean and std over seeds; equal
-draws collapse into one point. A file holds one mapping `{axis: value | [values] | "range"}`
-or a list of them (a union of grids).
-
-Execution: a Beam pipeline, `Create(points) | Reshuffle | Map(train point)`, on any runner.
-The default is the DirectRunner in multi-processing mode with `--num_workers` processes;
-each point trains in a fresh child process of its worker (`--isolation process`), so a crash
-or an out-of-memory kill is recorded as that point's failure. Data, output and TensorBoard
-paths may be remote (`gs://...`): the points and the sweep's own files go through
-`tpu_tiles_models.files`, hence tf.io.gfile. Layout under `--out_dir`:
-
-    model_<h>/ run_<h>.jsonz results_<key>.csv train_curve_<h>.png   (each point, as train)
-    sweep.csv sweep.md sweep.png                                      (leaderboard)
-    sweep/plan.json sweep/points/<key>.json sweep/logs/<key>.log      (plan, outcomes, logs)
-    tensorboard/run_<h>/ (per-epoch scalars and the point's hparams; default --tensorboard)
-
-Modules, in the order a point passes through them: `options` (`SweepArgs`, built once by the
-command line), `grid` and `values` (the `--grid` syntax), `points` (a grid's points and their
-keys), `command` (`run`: what to train, then the leaderboard), `pipeline` (the Beam pipeline),
-`worker` (one point on a worker; `child` is its child process), `store` (the sweep's own files),
-`leaderboard` and `hparams` (the results as CSV, Markdown, a chart and TensorBoard HParams).
+`run` expands the grid (`grid`), skips the points whose whole run is there, trains the others
+through `Create | Reshuffle | Map(train_element)` on any Beam runner (the DirectRunner with
+`--num_workers` processes by default; `--runner DaskRunner` on a Dask cluster), then writes the
+leaderboard (`leaderboard`). A point is `train.train` of its `TrainArgs`, with the artifacts of
+`tpu-tiles train`; it trains in a fresh child process of its worker (`--isolation process`), so
+that a crash or an out-of-memory kill is its failure, not the worker's. Ctrl-C writes
+`sweep/STOP`: no point starts, running ones stop at a safe point and clean up. The sweep's own
+files in `--out_dir`: sweep.csv/.md/.png (the leaderboard), sweep/plan.json (the points),
+sweep/points/<key>.json (each outcome), sweep/logs/<key>.log (each output), tensorboard/ (the
+default --tensorboard), ensemble_top<k>/sweep_ensemble.json (what --ensemble_top built).
 """
 
 from __future__ import annotations
 
-from tpu_tiles_models.sweep.command import SweepFailed, SweepSummary, collect_rows, main, run
-from tpu_tiles_models.sweep.grid import (
-    Axis,
-    Grid,
-    Range,
-    format_grid,
-    load_grid_file,
-    parse_grid,
-    parse_inline,
-)
-from tpu_tiles_models.sweep.leaderboard import Row, leaderboard_row
-from tpu_tiles_models.sweep.options import SweepArgs, add_flags, split_argv
-from tpu_tiles_models.sweep.pipeline import pipeline_options
-from tpu_tiles_models.sweep.points import Point, expand, make_point, point_key
-from tpu_tiles_models.sweep.store import model_dir_path, read_run_info, run_file_path
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+from typing import Any, Sequence
 
-__all__ = [
-    "Axis",
-    "Grid",
-    "Point",
-    "Range",
-    "Row",
-    "SweepArgs",
-    "SweepFailed",
-    "SweepSummary",
-    "add_flags",
-    "collect_rows",
-    "expand",
-    "format_grid",
-    "leaderboard_row",
-    "load_grid_file",
-    "main",
-    "make_point",
-    "model_dir_path",
-    "parse_grid",
-    "parse_inline",
-    "pipeline_options",
-    "point_key",
-    "read_run_info",
-    "run",
-    "run_file_path",
-    "split_argv",
-]
+from tpu_tiles_models import export, files, formats, interrupts, locks, pipelines, registry
+from tpu_tiles_models.errors import FlagError, UserError, one_line
+from tpu_tiles_models.sweep import leaderboard
+from tpu_tiles_models.sweep.grid import Point, expand, parse_grid
+from tpu_tiles_models.sweep.leaderboard import Row
+from tpu_tiles_models.train_args import BOOLEAN_FLAGS, TrainArgs, flag_named
+
+ISOLATIONS = ("process", "none")
+DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"  # not among Beam's short names
+# Set in a worker once a point was interrupted: it starts no other. Workers elsewhere see
+# the driver's Ctrl-C through the file `sweep/STOP`.
+STOPPED = threading.Event()
+# A point's child process: trains the TrainArgs in file argv[1], writes its outcome to argv[2].
+CHILD = (
+    "import sys; from tpu_tiles_models.sweep import child_main; sys.exit(child_main(*sys.argv[1:]))"
+)
+# A child's exit status when a stop signal (Ctrl-C, SIGTERM, SIGHUP) stopped it cleanly.
+INTERRUPTED_STATUSES = frozenset(128 + int(s) for s in interrupts.STOP_SIGNALS)
+
+
+@dataclasses.dataclass(frozen=True)
+class SweepArgs:
+    """The sweep's options (see `add_flags`); `base` holds the train flags of every point."""
+
+    grid: str  # a YAML/JSON file or an inline spec (see `grid`)
+    base: TrainArgs  # out_dir is the sweep's; tensorboard defaults to <out_dir>/tensorboard
+    beam_argv: tuple[str, ...] = ()  # Beam pipeline options, passed on as given
+    random: int = 0  # draw this many points per grid (0: the product of the axes)
+    random_seed: int = 0
+    runner: str = "DirectRunner"
+    num_workers: int | None = None  # DirectRunner: processes (None: the cores)
+    isolation: str = "process"  # train each point in a child process, or in the worker
+    ensemble_top: int = 0  # then ensemble the K best points (0: none)
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        for flag, low in (("random", 0), ("num_workers", 1), ("ensemble_top", 0)):
+            value = getattr(self, flag)
+            if value is not None and value < low:
+                raise FlagError(f"--{flag} must be at least {low}, got {value}")
+        if self.isolation not in ISOLATIONS:
+            raise FlagError(f"--isolation must be one of {', '.join(ISOLATIONS)}")
+
+    @property
+    def out_dir(self) -> str:
+        return files.expand(self.base.out_dir)
+
+    @classmethod
+    def from_namespace(cls, a: argparse.Namespace, extra: Sequence[str]) -> SweepArgs:
+        """From `add_flags`' flags and the rest of the line (train flags, Beam options)."""
+        train_argv, beam_argv = split_argv(list(extra))
+        fields = [f.name for f in dataclasses.fields(cls) if f.name not in ("base", "beam_argv")]
+        base = base_args(train_argv, a.out_dir)
+        return cls(base=base, beam_argv=tuple(beam_argv), **{f: getattr(a, f) for f in fields})
+
+
+def add_flags(p: argparse.ArgumentParser) -> None:
+    """The sweep's own flags; every other flag is a `tpu-tiles train` flag or a Beam option."""
+    grid_help = "YAML/JSON file, or inline 'model=A,B lr=1e-3,2e-3 seed=0,1'"
+    p.add_argument("--grid", required=True, help=grid_help)
+    p.add_argument("--out_dir", required=True, help="every point's artifacts and the leaderboard")
+    p.add_argument("--random", type=int, default=0, metavar="N", help="draw N points per grid")
+    p.add_argument("--random_seed", type=int, default=0, help="seed of the --random draws")
+    p.add_argument(
+        "--runner",
+        default=SweepArgs.runner,
+        help="Beam runner: DirectRunner, DaskRunner, DataflowRunner, FlinkRunner, SparkRunner",
+    )
+    p.add_argument(
+        "--num_workers",
+        type=int,
+        help="DirectRunner: worker processes (default: cores); others: Beam's --num_workers",
+    )
+    p.add_argument(
+        "--isolation",
+        choices=ISOLATIONS,
+        default=SweepArgs.isolation,
+        help="train each point in a fresh child process (default) or in the worker",
+    )
+    p.add_argument("--ensemble_top", type=int, default=0, metavar="K", help="then ensemble K best")
+    p.add_argument("--dry_run", action="store_true", help="list the points and exit")
+    p.epilog = (
+        "Other flags: any `tpu-tiles train` flag (the base of every point) and any Apache "
+        "Beam pipeline option (--dask_client_address, --project, --flink_master, ...)."
+    )
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """The extra arguments as (`tpu-tiles train` flags, Beam pipeline options).
+
+    Raises:
+      FlagError: a stray positional argument, or a flag that is neither.
+    """
+    train_argv: list[str] = []
+    beam_argv: list[str] = []
+    i = 0
+    while i < len(argv):
+        token = argv[i]
+        if not token.startswith("-") or token in ("-", "--"):
+            raise FlagError(f"unexpected argument {token!r}; flags look like --epochs=10")
+        name = token.lstrip("-").split("=", 1)[0]
+        can_take = "=" not in token and i + 1 < len(argv)
+        flag = flag_named(name)
+        if flag is not None:  # absl: a boolean flag never takes the next token
+            take = can_take and flag == name and flag not in BOOLEAN_FLAGS
+            train_argv += argv[i : i + 1 + take]
+        else:
+            take = can_take and not argv[i + 1].startswith("--")
+            beam_argv += argv[i : i + 1 + take]
+        i += 1 + take
+    if beam_argv:
+        _check_beam_argv(beam_argv)
+    return train_argv, beam_argv
+
+
+def _check_beam_argv(beam_argv: list[str]) -> None:
+    """Every Beam option known and valid, by the parser Beam itself builds."""
+    with pipelines.quiet_beam():
+        from apache_beam.options import pipeline_options as po
+
+        with contextlib.suppress(ImportError):  # DaskRunner's options, with Dask installed
+            import apache_beam.runners.dask.dask_runner  # noqa: F401
+    parser = po._BeamArgumentParser(allow_abbrev=False)
+    for cls in {str(c): c for c in reversed(po.PipelineOptions.__subclasses__())}.values():
+        cls._add_argparse_args(parser)
+
+    def error(message: str) -> None:  # one line, not argparse's usage of 177 options
+        raise FlagError(f"Beam pipeline option: {message}")
+
+    parser.error = error
+    with pipelines.quiet_beam():
+        _, unknown = parser.parse_known_args(beam_argv)
+    flags = [t.split("=")[0] for t in unknown if t.startswith("-")]
+    if flags and flags[0].startswith("--dask_"):
+        raise FlagError(f"{flags[0]} needs Dask; {_DASK_EXTRA}")
+    if flags:
+        raise FlagError(
+            f"unknown flag {flags[0]}: neither a `tpu-tiles train` flag "
+            "(tpu-tiles train --help) nor an Apache Beam pipeline option"
+        )
+
+
+_DASK_EXTRA = "install it with: pip install 'tpu-tiles-models[dask]'"
+
+
+def base_args(train_argv: list[str], out_dir: str) -> TrainArgs:
+    """The train flags every point starts from, with the sweep's out_dir and TensorBoard."""
+    if any(t.lstrip("-").split("=")[0] == "results_csv" for t in train_argv):
+        raise FlagError("--results_csv is named per point by the sweep; remove it")
+    base = TrainArgs.from_argv(train_argv, prog="tpu-tiles sweep")
+    base = base.replace(out_dir=out_dir, no_progress=True)
+    if not base.tensorboard:
+        base = base.replace(tensorboard=files.join(files.expand(out_dir), "tensorboard"))
+    # Paths may be remote (gs://), not --models: a Python file every point imports.
+    files.require_local(base.models, flag="--models")
+    return base
+
+
+def _runner(name: str) -> str:
+    return DASK_RUNNER if name.lower().removesuffix("runner") == "dask" else name
+
+
+def pipeline_options(a: SweepArgs | argparse.Namespace, beam_argv: Sequence[str]):
+    """Beam's options: the user's, the runner, and our defaults: on the DirectRunner
+    multi-processing with `--num_workers` processes, quiet workers; on Dask one point a task
+    (Beam's default puts 128 elements in a task, so one worker would train them all)."""
+    from apache_beam.options.pipeline_options import PipelineOptions
+
+    given = {t.lstrip("-").split("=")[0] for t in beam_argv if t.startswith("--")}
+    runner = _runner(a.runner)
+    extra: dict[str, Any] = {"runner": runner}
+    if runner.lower().removesuffix("runner") == "direct":
+        defaults = dict(
+            direct_running_mode="multi_processing",
+            direct_num_workers=a.num_workers or pipelines.cores(),
+            default_sdk_harness_log_level="ERROR",
+        )
+        extra.update({k: v for k, v in defaults.items() if k not in given})
+    elif a.num_workers and "num_workers" not in given:
+        extra["num_workers"] = a.num_workers
+    if runner == DASK_RUNNER and not given & {"dask_npartitions", "dask_partition_size"}:
+        extra["partition_size"] = 1  # DaskOptions' dest for --dask_partition_size
+    return PipelineOptions(list(beam_argv), **extra)
+
+
+def check_runner(name: str) -> None:
+    """Fails, in one line, unless Beam has a runner of this name (its extras installed)."""
+    try:
+        with pipelines.quiet_beam():
+            from apache_beam.runners.runner import create_runner
+
+            create_runner(_runner(name))
+    except ImportError as e:
+        hint = f"; {_DASK_EXTRA}" if _runner(name) == DASK_RUNNER else ""
+        raise FlagError(f"--runner {name}: {one_line(e)}{hint}") from None
+    except (ValueError, AttributeError):
+        raise FlagError(
+            f"--runner {name}: not a Beam runner; use DirectRunner, DaskRunner, DataflowRunner, "
+            "FlinkRunner, SparkRunner or PortableRunner"
+        ) from None
+
+
+# -- the command ------------------------------------------------------------------------------
+
+
+class SweepFailed(UserError):
+    """Some points failed (each recorded in the leaderboard); the message names them."""
+
+    def __init__(self, message: str, summary: SweepSummary):
+        super().__init__(message)
+        self.summary = summary
+
+
+@dataclasses.dataclass
+class SweepSummary:
+    """What a sweep did: its ranked rows and where the leaderboard went."""
+
+    rows: list[Row]
+    trained: int
+    skipped: int
+    paths: dict[str, str]
+    ensemble: dict[str, Any] | None = None
+
+    @property
+    def failed(self) -> list[Row]:
+        return [r for r in self.rows if not r.ok]
+
+
+def main(argv: Sequence[str] | None = None) -> SweepSummary:
+    """`tpu-tiles sweep` without the CLI around it: parses `argv` and runs."""
+    parser = argparse.ArgumentParser(prog="tpu-tiles sweep")
+    add_flags(parser)
+    a, extra = parser.parse_known_args(list(argv or []))
+    return run(SweepArgs.from_namespace(a, extra))
+
+
+def run(args: SweepArgs) -> SweepSummary:
+    """Expands the grid, trains the missing points, writes the leaderboard.
+
+    Raises:
+      FlagError: a bad grid or output, before anything is trained.
+      SweepFailed: some points failed or did not run; the leaderboard is written anyway.
+      KeyboardInterrupt: Ctrl-C; running points removed what they had started.
+      locks.BusyError: another sweep is running on `--out_dir` (a dry run only reads it).
+    """
+    if args.dry_run:
+        return _run(args)
+    with locks.claim(args.out_dir, flag="--out_dir", command="sweep"):
+        return _run(args)
+
+
+def _run(args: SweepArgs) -> SweepSummary:
+    base, out_dir, sweep_dir = args.base, args.out_dir, files.join(args.out_dir, "sweep")
+    grids = parse_grid(args.grid)
+    files.check_folder(out_dir, flag="--out_dir")
+    points = expand(grids, base, random_points=args.random, random_seed=args.random_seed)
+    writes = [
+        files.Output(files.join(out_dir, f"sweep.{e}"), "--out_dir") for e in leaderboard.FILES
+    ]
+    writes.append(files.Output(sweep_dir, "--out_dir", adds_to=True))
+    writes += [w for p in points for w in export.outputs(p.args)]
+    reads = files.split_inputs(base.data_root) + registry.models_inputs(base.models)
+    files.prepare_outputs(writes, reads)  # before any work
+    todo = [p for p in points if export.completed_run(out_dir, p.hash) is None]
+    todo_keys = {p.key for p in todo}
+    print(
+        f"sweep: {len(points)} points, {len(points) - len(todo)} already complete (skipped), "
+        f"{len(todo)} to train; out_dir {out_dir}",
+        flush=True,
+    )
+    if args.dry_run:
+        for p in points:
+            print(f"  {'todo' if p.key in todo_keys else 'done'}  {p.key}  {p.describe()}")
+        return SweepSummary([], 0, len(points) - len(todo), {})
+    if todo:
+        check_runner(args.runner)
+    plan = dict(grid=args.grid, random=args.random, random_seed=args.random_seed)
+    plan.update(base=base.to_argv(), points=[])
+    for p in points:
+        plan["points"].append(dict(key=p.key, hash=p.hash, values=p.values, flags=p.args.to_argv()))
+    _write_json(files.join(sweep_dir, "plan.json"), plan)
+    error = _train_points(todo, sweep_dir, args, len(points)) if todo else ""
+    records = [_read_json(_record_path(sweep_dir, p.key)) for p in points]
+    infos = [export.completed_run(out_dir, p.hash) for p in points]
+    rows = leaderboard.rank_rows(list(map(leaderboard.leaderboard_row, points, infos, records)))
+    ensemble = _ensemble(rows, args.ensemble_top, out_dir, base) if args.ensemble_top else None
+    paths = leaderboard.write(rows, out_dir, base.tensorboard, ensemble)
+    trained = sum(r.status in ("ok", "nan") and r.point.key in todo_keys for r in rows)
+    summary = SweepSummary(rows, trained, len(points) - len(todo), paths, ensemble)
+    _report(summary, error)
+    return summary
+
+
+def _report(summary: SweepSummary, pipeline_error: str) -> None:
+    """Prints the summary; raises SweepFailed naming what was not ok."""
+    rows, ens = summary.rows, summary.ensemble or {}
+    print(
+        f"sweep: {len(rows)} points: {summary.trained} trained, {summary.skipped} skipped "
+        f"(already complete), {len(summary.failed)} not ok"
+    )
+    print("wrote " + ", ".join(summary.paths[k] for k in leaderboard.FILES))
+    print(f"TensorBoard (HParams): tensorboard --logdir {summary.paths['tensorboard']}")
+    best = next((r for r in rows if r.ok), None)
+    if best:
+        name = formats.model_dir_name(best.point.hash)
+        print(f"best: score {best.score:.4f}  {best.point.describe()}  {name}")
+    if ens and not ens["error"]:
+        print(f"ensemble of the {len(ens['members'])} best: score {ens['score']:.4f}  {ens['dir']}")
+    bad = summary.failed
+    if not bad and not pipeline_error:
+        if ens.get("error"):
+            raise SweepFailed(f"--ensemble_top: {ens['error']}", summary)
+        return
+    named = "; ".join(
+        f"{r.point.key} ({r.point.describe()}): {r.status}: {r.error}" for r in bad[:3]
+    )
+    more = f"; and {len(bad) - 3} more" if len(bad) > 3 else ""
+    stopped = f"the pipeline failed ({pipeline_error}); " if pipeline_error else ""
+    retry = (
+        "; rerun the same command to retry the failed ones"
+        if any(r.status in ("failed", "not run") for r in bad)
+        else "; a nan point keeps its run: change its flags (e.g. a lower --lr)"
+    )
+    raise SweepFailed(
+        f"{stopped}{len(bad)} of {len(rows)} points not ok: {named}{more}; see "
+        f"{summary.paths['md']}{retry}",
+        summary,
+    )
+
+
+def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[str, Any]:
+    """The ensemble of the `k` best ok points in `<out_dir>/ensemble_top<k>`, or the one-line
+    reason it could not be built. The same members as last time reuse the one there."""
+    best = [r for r in rows if r.ok][:k]
+    target = files.join(out_dir, f"ensemble_top{k}")
+    info: dict[str, Any] = dict(k=k, dir=target, members=[r.point.key for r in best], error="")
+    if len(best) < 2:
+        return dict(info, error=f"{len(best)} ok point(s); an ensemble needs at least 2")
+    record = files.join(target, "sweep_ensemble.json")
+    previous = _read_json(record)
+    if previous and previous["members"] == info["members"] and export.whole_run(previous["dir"]):
+        return previous
+    print(f"sweep: building the ensemble of the {len(best)} best points", flush=True)
+    from tpu_tiles_models import ensemble as ensembles  # TensorFlow, only now
+
+    try:
+        result = ensembles.build_ensemble(
+            [export.model_dir_path(out_dir, r.point.hash) for r in best],
+            target,
+            data_root=base.data_root,
+            cache_dir=base.cache_dir or None,
+            progress=False,
+        )
+    except UserError as e:
+        return dict(info, error=one_line(e))
+    errors = {int(n): v for n, v in result.val_errors.items()}
+    info.update(dir=str(result.model_dir), run_file=str(result.run_file), top1=errors[1])
+    info.update(top5=errors[5], top10=errors[10], score=1.0 - errors[5])
+    info["results_csv"] = str(result.results_csv or "")
+    for key in ("dir", "run_file", "results_csv"):  # the ensemble of other members, replaced
+        if previous and previous.get(key) and previous[key] != info[key]:
+            files.remove(previous[key])
+    _write_json(record, info)
+    return info
+
+
+# -- the pipeline -----------------------------------------------------------------------------
+
+
+def _record_path(sweep_dir: str, key: str) -> str:
+    return files.join(sweep_dir, "points", f"{key}.json")
+
+
+def _read_json(path: str) -> dict | None:
+    """The file's JSON; None if it does not exist or is not whole."""
+    try:
+        return json.loads(files.read_bytes(path))
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+        return None
+
+
+def _write_json(path: str, value: Any) -> None:
+    files.write_bytes(path, json.dumps(value, indent=1).encode(), flag="--out_dir")
+
+
+def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total: int) -> str:
+    """Runs the pipeline over `todo`, printing a line per finished point; returns the
+    pipeline's error ('' if it finished).
+
+    Raises:
+      KeyboardInterrupt: Ctrl-C; running points removed what they had started.
+    """
+    options = pipeline_options(args, args.beam_argv)
+    for p in todo:  # outcomes of earlier attempts: these points are tried again
+        files.remove(_record_path(sweep_dir, p.key))
+    STOPPED.clear()
+    stop = files.join(sweep_dir, "STOP")
+    files.remove(stop)
+    elements = [json.dumps(dict(key=p.key, args=p.args.to_dict())) for p in todo]
+
+    def pipeline() -> None:
+        with pipelines.quiet_beam():
+            import apache_beam as beam
+
+            with beam.Pipeline(options=options) as p:
+                # Reshuffle: a distributed runner would fuse every point onto one worker.
+                _ = (
+                    p
+                    | "Points" >> beam.Create(elements)
+                    | "Spread" >> beam.Reshuffle()
+                    | "Train"
+                    >> beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
+                )
+
+    def on_ctrl_c(previous) -> None:
+        """The first Ctrl-C: no new point starts (`STOP`); running points stop at a safe
+        point (the Ctrl-C reaches their child processes, or here the previous handler)."""
+        files.write_bytes(stop, b"")
+        what = "Ctrl-C" if not interrupts.noted() else interrupts.name()
+        print(f"sweep: {what}: no new point starts; running points stop at a safe point")
+        signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
+        if not interrupts.noted() and callable(previous):
+            if previous is not signal.default_int_handler:
+                previous(signal.SIGINT, None)
+
+    done = threading.Event()
+    progress = threading.Thread(target=_progress, args=(todo, sweep_dir, total, done))
+    error, pressed = "", False
+    progress.start()
+    try:
+        pressed = pipelines.run_shielded(pipeline, on_ctrl_c)[1]
+    except Exception as e:  # a failed job: record what is missing, keep what finished
+        error = one_line(e)
+    finally:
+        done.set()
+        progress.join()
+        files.remove(stop)
+    if pressed or STOPPED.is_set():
+        raise KeyboardInterrupt
+    return error
+
+
+def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading.Event) -> None:
+    """A line per finished point (from its outcome record) until `done`, and once after."""
+    points, seen, failed = {p.key: p for p in todo}, set(), 0
+    interval = 15.0 if files.is_remote(sweep_dir) else 2.0
+    finished = False
+    while not finished:
+        finished = done.wait(interval)
+        for path in sorted(files.glob(_record_path(sweep_dir, "*"))):
+            key = os.path.basename(path)[: -len(".json")]
+            record = _read_json(path) if key in points and key not in seen else None
+            if record is None:
+                continue
+            seen.add(key)
+            failed += record["status"] == "failed"
+            what = (
+                record["error"]
+                if record["status"] == "failed"
+                else f"{record.get('wall_s', 0):.0f} s"
+            )
+            print(
+                f"sweep: [{total - len(points) + len(seen)}/{total}] {record['status']:<7} "
+                f"{points[key].describe()}  {what}  ({failed} failed)",
+                flush=True,
+            )
+
+
+def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
+    """The pipeline's step, on a worker: trains one point (JSON `{"key", "args"}`) unless it
+    is complete meanwhile, and records its outcome in `sweep/points/<key>.json` (unless
+    interrupted). What an earlier attempt left of the point is removed first."""
+    point = json.loads(element)
+    args, key = TrainArgs.from_dict(point["args"]), point["key"]
+    record = dict(key=key, hash=args.hash(), host=socket.gethostname(), pid=os.getpid())
+    if STOPPED.is_set() or files.exists(files.join(sweep_dir, "STOP")):
+        return dict(record, status="interrupted", error="not started: the sweep was interrupted")
+    export.recover(args.out_dir)  # a killed attempt at this or another point
+    if export.completed_run(args.out_dir, record["hash"]) is not None:
+        record.update(status="skipped", error="")  # finished meanwhile (another sweep)
+    else:
+        export.remove_unfinished(args)
+        start = time.time()
+        log = files.join(sweep_dir, "logs", f"{key}.log")
+        outcome = _train_in_child(args, log) if isolation == "process" else _train_here(args)
+        record.update(outcome, wall_s=round(time.time() - start, 2), finished=time.time())
+        if outcome["status"] == "interrupted":
+            STOPPED.set()
+            return record
+    _write_json(_record_path(sweep_dir, key), record)
+    return record
+
+
+def _train_here(args: TrainArgs) -> dict:
+    """Trains in this process; any exception (not Ctrl-C) is a failed outcome."""
+    from tpu_tiles_models import train
+
+    try:
+        train.train(args)
+    except KeyboardInterrupt:
+        return dict(status="interrupted", error="interrupted")
+    except Exception as e:  # failures are data: the sweep goes on with the other points
+        return dict(status="failed", error=one_line(e), traceback=traceback.format_exc())
+    return dict(status="ok", error="")
+
+
+def _train_in_child(args: TrainArgs, log_path: str) -> dict:
+    """Trains in a fresh Python process whose output goes to `log_path`. It shares this
+    process group, so a terminal's Ctrl-C reaches it (the worker ignores it: see
+    `pipelines.run_shielded`): it stops at a safe point, cleans up and exits 130."""
+    with tempfile.TemporaryDirectory(prefix="tpu_tiles_point_") as tmp:
+        spec, outcome_path = Path(tmp, "args.json"), Path(tmp, "outcome.json")
+        spec.write_text(json.dumps(args.to_dict()))
+        remote = files.is_remote(log_path)
+        local_log = Path(tmp, "train.log") if remote else Path(files.expand(log_path))
+        local_log.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONUNBUFFERED="1")
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+        with open(local_log, "wb") as log:
+            command = [sys.executable, "-c", CHILD, str(spec), str(outcome_path)]
+            proc = subprocess.Popen(
+                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
+            )
+            while True:
+                try:
+                    code = proc.wait()
+                    break
+                except KeyboardInterrupt:  # the child got it too and is cleaning up
+                    STOPPED.set()
+        if remote:
+            files.write_bytes(log_path, local_log.read_bytes())
+        outcome = _read_json(str(outcome_path))
+    if code in INTERRUPTED_STATUSES:
+        return dict(status="interrupted", error="interrupted")
+    if outcome is not None:
+        return outcome
+    why = f"exited with status {code}"
+    if code < 0:
+        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
+        why = f"was killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
+    return dict(status="failed", error=f"the training process {why}; see {log_path}")
+
+
+def child_main(spec: str, outcome_path: str) -> int:
+    """A point's child process (`CHILD`): trains the `TrainArgs` in the JSON file `spec`,
+    writes the outcome JSON to `outcome_path`."""
+    args = TrainArgs.from_dict(json.loads(Path(spec).read_text()))
+    with interrupts.deferred():  # SIGINT arrives ignored (see run_shielded): handle it here
+        _stop_with_parent()
+        outcome = _train_here(args)
+    if outcome["status"] == "interrupted":
+        print(f"{interrupts.name()}: removed what this point had started", file=sys.stderr)
+        return interrupts.exit_status()
+    if outcome.get("traceback"):
+        print(outcome["traceback"], file=sys.stderr)
+    Path(outcome_path).write_text(json.dumps(outcome))
+    return 0 if outcome["status"] == "ok" else 1
+
+
+def _stop_with_parent() -> None:
+    """A Ctrl-C to this child when its worker dies (a SIGTERM to the whole process group
+    kills the workers; their children must not train on unwatched). Linux only (`prctl`)."""
+    try:
+        import ctypes
+
+        if ctypes.CDLL(None).prctl(1, int(signal.SIGINT)) != 0:  # 1: PR_SET_PDEATHSIG
+            return
+    except (OSError, AttributeError):
+        return
+    if os.getppid() == 1:  # the worker died before prctl
+        interrupts.note(signal.SIGINT)

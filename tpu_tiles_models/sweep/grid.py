@@ -1,39 +1,53 @@
-"""Grids: `--grid` as inline text or a YAML/JSON file, parsed into axes of values or ranges.
+"""The grid syntax: `--grid` (inline text or a YAML/JSON file) into axes, and axes into points.
 
-An axis is `name=v1,v2,...` where `name` is a training flag (ours or upstream's name) or
-`kwargs.<key>`, one key inside `--model_kwargs_json`; a numeric axis may instead be a range
-that `--random` samples (`uniform`, `loguniform`, `int`, `logint`; bounds inclusive). A file
-holds one mapping `{axis: value | [values] | "range"}` or a list of them (a union of grids).
-The package docstring shows the syntax; `values` converts each value.
+Inline, a grid is space-separated axes `name=v1,v2,...`, where `name` is a training flag (ours
+or upstream's name) or `kwargs.<key>`, one key inside `--model_kwargs_json`:
+
+    model=ResidualSAGE,EarlyJoinSAGE lr=1e-3,2e-3 seed=0,1,2 kwargs.hidden_dim=32,64
+
+Values split at commas outside quotes and brackets, so JSON needs no quoting; a value with a
+comma or a space is quoted ('...'). A numeric axis may instead be a range that `--random N`
+samples: `uniform(a,b)`, `loguniform(a,b)`, `int(a,b)`, `logint(a,b)` (bounds inclusive). A
+file holds one mapping `{axis: value | [values] | "range"}` or a list of them (a union).
+
+A grid's points are the product of its axes (first axis slowest), or with `--random N`, N
+draws per grid seeded by `--random_seed` (floats to 4 significant digits), each crossed with
+the `seed` list. A point is the base `TrainArgs` with its values on top and a results CSV
+named by its `key` (`point_key`, frozen: a sweep started before resumes); equal points are one.
+This module imports no TensorFlow.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import hashlib
+import itertools
 import json
 import math
 import random
 import re
-from typing import Any
+from typing import Any, Iterator, Mapping, Sequence
 
-from tpu_tiles_models import files
+from tpu_tiles_models import export, files
 from tpu_tiles_models.errors import FlagError, one_line
-from tpu_tiles_models.sweep.values import (
-    KWARGS_PREFIX,
-    RANGE_KINDS,
-    format_value,
-    is_numeric,
-    range_match,
-    split_top,
-    typed,
-    unquote,
-    value_type,
+from tpu_tiles_models.train_args import (
+    ADDED_FLAGS,
+    FLAG_TYPES,
+    NOT_IN_HASH,
+    UPSTREAM_FIELDS,
+    TrainArgs,
 )
-from tpu_tiles_models.train_args import FLAG_TYPES, UPSTREAM_FIELDS
 
+KWARGS = "kwargs."
+RANGE_KINDS = ("uniform", "loguniform", "int", "logint")
+SEED_AXIS = "seed"
 SIGNIFICANT = 4  # digits kept of a float drawn by --random
-# Set by the sweep for every point, so a grid may not vary them.
 SET_BY_SWEEP = ("out_dir", "results_csv", "tensorboard", "no_progress")
+# Options that say where things are cached or shown (`NOT_IN_HASH`), and the results CSV,
+# named after the key: not part of a point's key.
+NOT_IN_KEY = frozenset({"results_csv", *NOT_IN_HASH})
+EXAMPLE = "e.g. --grid 'lr=1e-3,2e-3 seed=0,1'"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,19 +59,15 @@ class Range:
     high: float
 
     def sample(self, rng: random.Random) -> float | int:
-        """One draw: floats rounded to 4 significant digits, ints for int/logint."""
-        if self.kind == "uniform":
-            return float(f"{rng.uniform(self.low, self.high):.{SIGNIFICANT}g}")
         if self.kind == "int":
             return rng.randint(int(self.low), int(self.high))
-        value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
+        if self.kind == "uniform":
+            value = rng.uniform(self.low, self.high)
+        else:
+            value = math.exp(rng.uniform(math.log(self.low), math.log(self.high)))
         if self.kind == "logint":
             return min(max(round(value), int(self.low)), int(self.high))
         return float(f"{value:.{SIGNIFICANT}g}")
-
-    def __str__(self) -> str:
-        fmt = (lambda v: str(int(v))) if self.kind in ("int", "logint") else repr
-        return f"{self.kind}({fmt(self.low)},{fmt(self.high)})"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,50 +81,64 @@ class Axis:
 
 @dataclasses.dataclass(frozen=True)
 class Grid:
-    """The product of its axes (or, with `--random`, draws from them)."""
-
     axes: tuple[Axis, ...]
 
 
+@dataclasses.dataclass(frozen=True)
+class Point:
+    """One training run of the sweep: its axis values and its complete `TrainArgs`."""
+
+    key: str
+    values: dict[str, Any]
+    args: TrainArgs
+
+    @property
+    def hash(self) -> str:
+        return self.args.hash()
+
+    def describe(self) -> str:
+        """`model=MLP lr=0.001 seed=0`: the point's axis values."""
+        return " ".join(f"{k}={show(v)}" for k, v in self.values.items()) or "(base flags)"
+
+
+# -- parsing --------------------------------------------------------------------------------
+
+
 def parse_grid(text: str) -> list[Grid]:
-    """`--grid`: a YAML or JSON file (local or remote; JSON if it ends in .json), or an
-    inline spec.
+    """`--grid`: a YAML/JSON file (JSON if it ends in .json; local or remote) or inline text.
 
     Raises:
-      FlagError: a missing or unreadable file, or a bad axis, naming `--grid` and the fix.
+      FlagError: a missing or malformed file, or a bad axis, naming `--grid` and the fix.
     """
     if not text.strip():
         raise FlagError(
-            "--grid is empty; pass a .yaml/.json grid file or an inline spec, e.g. --grid "
-            "'lr=1e-3,2e-3 seed=0,1'"
+            f"--grid is empty; pass a .yaml/.json grid file or an inline spec, {EXAMPLE}"
         )
     if "=" not in text or files.exists(text.strip()):  # every inline axis has a "="
-        return load_grid_file(text.strip())
-    return [parse_inline(text)]
+        return _load_file(text.strip())
+    axes = []
+    for token in _split(text, " \t\r\n", "--grid"):
+        name, _, rest = token.partition("=")
+        if not rest:
+            raise FlagError(f"--grid: {token!r} is not name=values; {EXAMPLE}")
+        axes.append(_inline_axis(_axis_name(name, "--grid"), rest))
+    return [_checked(axes, "--grid")]
 
 
 def parse_inline(spec: str) -> Grid:
-    """`"model=A,B lr=1e-3,2e-3 seed=0,1"` -> a `Grid` (see the module docstring)."""
-    axes = []
-    for token in split_top(spec, " \t\r\n", "--grid"):
-        name, sep, rest = token.partition("=")
-        if not sep or not rest:
-            raise FlagError(f"--grid: {token!r} is not name=values; e.g. --grid 'lr=1e-3,2e-3'")
-        axes.append(_parse_axis(name, rest))
-    return _checked_grid(axes, "--grid")
+    """One inline grid (see the module docstring)."""
+    if "=" not in spec:
+        raise FlagError(f"--grid: {spec!r} is not name=values; {EXAMPLE}")
+    return parse_grid(spec)[0]
 
 
-def load_grid_file(path: str) -> list[Grid]:
-    """A YAML or JSON file: one mapping `{axis: value | [values] | "range"}` or a list of them.
-
-    Raises:
-      FlagError: a missing, unreadable or malformed file, naming it.
-    """
+def _load_file(path: str) -> list[Grid]:
+    where = f"--grid {path}"
     try:
         data = files.read_bytes(path)
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
         raise FlagError(
-            f"--grid {path}: no such file; pass a .yaml/.json grid or an inline spec"
+            f"{where}: no such file; pass a .yaml/.json grid or an inline spec"
         ) from None
     try:
         if path.lower().endswith(".json"):
@@ -124,82 +148,69 @@ def load_grid_file(path: str) -> list[Grid]:
 
             content = yaml.safe_load(data)
     except Exception as e:  # yaml and json raise several types; all mean "malformed"
-        raise FlagError(f"--grid {path}: not valid YAML/JSON ({one_line(e)})") from None
+        raise FlagError(f"{where}: not valid YAML/JSON ({one_line(e)})") from None
     mappings = content if isinstance(content, list) else [content]
     if not mappings or not all(isinstance(m, dict) and m for m in mappings):
-        raise FlagError(
-            f"--grid {path}: expected a mapping of flag: [values] (or a list of mappings)"
-        )
-    grids = []
-    for mapping in mappings:
-        axes = [_file_axis(str(name), value, path) for name, value in mapping.items()]
-        grids.append(_checked_grid(axes, f"--grid {path}"))
-    return grids
+        raise FlagError(f"{where}: expected a mapping of flag: [values] (or a list of mappings)")
+    return [
+        _checked([_file_axis(_axis_name(str(k), where), v, where) for k, v in m.items()], where)
+        for m in mappings
+    ]
 
 
-def format_grid(grid: Grid) -> str:
-    """The inline spec of `grid`; `parse_inline(format_grid(g)) == g`."""
-    parts = []
-    for axis in grid.axes:
-        text = (
-            str(axis.range)
-            if axis.range
-            else ",".join(format_value(axis.name, v) for v in axis.values)
-        )
-        parts.append(f"{axis.name}={text}")
-    return " ".join(parts)
-
-
-def _file_axis(name: str, value: Any, path: str) -> Axis:
-    """An axis from a file entry: a scalar, a list, or a range string."""
-    name = _axis_name(name, f"--grid {path}")
-    if isinstance(value, str) and is_numeric(name) and range_match(value):
-        return _parse_axis(name, value)
+def _file_axis(name: str, value: Any, where: str) -> Axis:
+    if isinstance(value, str) and _numeric(name) and _range_match(value):
+        return _inline_axis(name, value)
     if isinstance(value, str):
-        _refuse_bad_range(name, value, f"--grid {path}")
+        _refuse_bad_range(name, value, where)
     values = value if isinstance(value, list) else [value]
     if not values:
-        raise FlagError(f"--grid {path}: {name} has no values")
-    return Axis(name, tuple(typed(name, v) for v in values))
+        raise FlagError(f"{where}: {name} has no values")
+    return Axis(name, tuple(_typed(name, v) for v in values))
 
 
-def _parse_axis(raw_name: str, rest: str) -> Axis:
-    name = _axis_name(raw_name, "--grid")
-    match = range_match(rest) if is_numeric(name) else None
+def _inline_axis(name: str, rest: str) -> Axis:
+    match = _range_match(rest) if _numeric(name) else None
     if match:
-        return Axis(name, range=_parse_range(name, *match))
-    _refuse_bad_range(name, rest)
-    pieces = split_top(rest, ",", "--grid", keep_empty=True)
+        return Axis(name, range=_range(name, *match))
+    _refuse_bad_range(name, rest, "--grid")
+    pieces = _split(rest, ",", "--grid", keep_empty=True)
     if not all(p.strip() for p in pieces):
         raise FlagError(f"--grid: {name}={rest}: an empty value; remove the extra comma")
-    return Axis(name, tuple(typed(name, unquote(name, p.strip())) for p in pieces))
+    return Axis(name, tuple(_typed(name, _unquote(name, p.strip())) for p in pieces))
 
 
-def _refuse_bad_range(name: str, text: str, where: str = "--grid") -> None:
-    """A value that starts like a range (`loguniform(...`) but is not one: say so, rather
-    than that the flag takes another type."""
+def _range_match(text: str) -> tuple[str, ...] | None:
+    """`(kind, low, high)` if `text` is a range such as `loguniform(1e-4,1e-2)`."""
+    kinds = "|".join(RANGE_KINDS)
+    m = re.fullmatch(rf"\s*({kinds})\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*", text)
+    return m.groups() if m else None
+
+
+def _refuse_bad_range(name: str, text: str, where: str) -> None:
+    """A value that starts like a range but is not one: say so, not that the type is wrong."""
     kind = re.match(rf"\s*({'|'.join(RANGE_KINDS)})\s*\(", text)
-    if kind and is_numeric(name):
+    if kind and _numeric(name):
+        example = "1,8" if kind.group(1).endswith("int") else "1e-4,1e-2"
         raise FlagError(
             f"{where}: {name}={text}: a range takes two bounds, low and high, e.g. "
-            f"{kind.group(1)}({'1,8' if kind.group(1).endswith('int') else '1e-4,1e-2'})"
+            f"{kind.group(1)}({example})"
         )
 
 
-def _parse_range(name: str, kind: str, low: str, high: str) -> Range:
+def _range(name: str, kind: str, low: str, high: str) -> Range:
+    where = f"--grid: {name}={kind}({low},{high})"
     try:
         lo, hi = float(low), float(high)
     except ValueError:
-        raise FlagError(f"--grid: {name}={kind}({low},{high}): bounds must be numbers") from None
-    integer = kind in ("int", "logint")
+        raise FlagError(f"{where}: bounds must be numbers") from None
+    integer = kind.endswith("int")
     if integer and not (lo.is_integer() and hi.is_integer()):
-        raise FlagError(f"--grid: {name}={kind}({low},{high}): bounds must be integers")
+        raise FlagError(f"{where}: bounds must be integers")
     if not lo <= hi or (kind.startswith("log") and lo <= 0):
-        raise FlagError(
-            f"--grid: {name}={kind}({low},{high}): need low <= high"
-            + (" and low > 0 for a log range" if kind.startswith("log") else "")
-        )
-    if value_type(name) is int and not integer:
+        log = " and low > 0 for a log range" if kind.startswith("log") else ""
+        raise FlagError(f"{where}: need low <= high{log}")
+    if FLAG_TYPES.get(name) is int and not integer:
         raise FlagError(f"--grid: {name} is an integer flag; use int({low},{high}) or logint")
     return Range(kind, lo, hi)
 
@@ -207,7 +218,7 @@ def _parse_range(name: str, kind: str, low: str, high: str) -> Range:
 def _axis_name(raw: str, where: str) -> str:
     """Our flag name for `raw` (upstream's names accepted), or `kwargs.<key>`."""
     name = raw.strip().lstrip("-")
-    if name.startswith(KWARGS_PREFIX) and len(name) > len(KWARGS_PREFIX):
+    if name.startswith(KWARGS) and len(name) > len(KWARGS):
         return name
     name = UPSTREAM_FIELDS.get(name, name)
     if name not in FLAG_TYPES:
@@ -220,11 +231,171 @@ def _axis_name(raw: str, where: str) -> str:
     return name
 
 
-def _checked_grid(axes: list[Axis], where: str) -> Grid:
+def _checked(axes: list[Axis], where: str) -> Grid:
     if not axes:
-        raise FlagError(f"{where}: no axes; e.g. --grid 'lr=1e-3,2e-3 seed=0,1'")
+        raise FlagError(f"{where}: no axes; {EXAMPLE}")
     names = [a.name for a in axes]
     twice = sorted({n for n in names if names.count(n) > 1})
     if twice:
         raise FlagError(f"{where}: {', '.join(twice)} given twice; list all values in one axis")
     return Grid(tuple(axes))
+
+
+def _split(text: str, seps: str, where: str, *, keep_empty: bool = False) -> list[str]:
+    """`text` split at `seps` outside quotes and brackets."""
+    pieces, current, depth, quote = [], [], 0, ""
+    chars = iter(text)
+    for ch in chars:
+        if quote:
+            current.append(ch)
+            if ch == "\\" and quote == '"':
+                current.append(next(chars, ""))
+            elif ch == quote:
+                quote = ""
+        elif ch in seps and depth == 0:
+            pieces.append("".join(current))
+            current = []
+        else:
+            current.append(ch)
+            if ch in "'\"":
+                quote = ch
+            depth += (ch in "([{") - (ch in ")]}")
+            if depth < 0:
+                break
+    if quote or depth:
+        raise FlagError(f"{where}: unbalanced quotes or brackets in {text!r}")
+    pieces.append("".join(current))
+    return pieces if keep_empty else [p for p in pieces if p.strip()]
+
+
+# -- values ---------------------------------------------------------------------------------
+
+
+def _numeric(name: str) -> bool:
+    return name.startswith(KWARGS) or FLAG_TYPES[name] in (int, float)
+
+
+def _unquote(name: str, piece: str) -> str:
+    """One pair of outer quotes off ('...' always; "..." except for kwargs, where it is JSON)."""
+    quotes = "'" if name.startswith(KWARGS) else "'\""
+    if len(piece) >= 2 and piece[0] == piece[-1] and piece[0] in quotes:
+        return piece[1:-1]
+    return piece
+
+
+def _typed(name: str, value: Any) -> Any:
+    """`value` (inline text or a YAML/JSON scalar) as flag `name`'s type; kwargs: any JSON."""
+    if name.startswith(KWARGS):
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                return json.loads(value)
+        return value
+    kind = FLAG_TYPES[name]
+    if name == "model_kwargs_json" and isinstance(value, dict):
+        return json.dumps(value)
+    try:
+        if kind is bool:
+            text = str(value).strip().lower()
+            if isinstance(value, bool) or text in ("true", "1", "yes", "false", "0", "no"):
+                return value if isinstance(value, bool) else text in ("true", "1", "yes")
+        elif isinstance(value, bool):
+            pass  # not a number, not text
+        elif kind is int and not (isinstance(value, float) and not value.is_integer()):
+            return int(value)
+        elif kind is float:
+            return float(value)
+        elif kind is str and isinstance(value, str):
+            return value
+    except (TypeError, ValueError):
+        pass
+    raise FlagError(f"--grid: {name}={value!r}: --{name} takes {kind.__name__}")
+
+
+def show(value: Any) -> str:
+    """A value as the leaderboard shows it."""
+    if isinstance(value, float):
+        return f"{value:g}"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value)
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+# -- points ---------------------------------------------------------------------------------
+
+
+def expand(
+    grids: Sequence[Grid], base: TrainArgs, *, random_points: int = 0, random_seed: int = 0
+) -> list[Point]:
+    """The points of `grids` over `base`, without duplicates, in a stable order.
+
+    Raises:
+      FlagError: a range without `--random`, or a point whose flags are invalid.
+    """
+    points: dict[str, Point] = {}
+    for index, grid in enumerate(grids):
+        if random_points:
+            rng = random.Random(f"{random_seed}:{index}")
+            assignments = _draws(grid, random_points, rng)
+        else:
+            ranged = [a.name for a in grid.axes if a.range]
+            if ranged:
+                raise FlagError(
+                    f"--grid: {', '.join(ranged)} is a range; add --random N to sample N "
+                    "points from it"
+                )
+            names = [a.name for a in grid.axes]
+            assignments = (
+                dict(zip(names, c)) for c in itertools.product(*(a.values for a in grid.axes))
+            )
+        for values in assignments:
+            point = make_point(base, values)
+            points.setdefault(point.key, point)
+    return list(points.values())
+
+
+def _draws(grid: Grid, n: int, rng: random.Random) -> Iterator[dict[str, Any]]:
+    """`n` draws of the non-seed axes, each crossed with the seed list if there is one."""
+    seeds = next((a for a in grid.axes if a.name == SEED_AXIS and not a.range), None)
+    for _ in range(n):
+        drawn = {
+            a.name: a.range.sample(rng) if a.range else rng.choice(a.values)
+            for a in grid.axes
+            if a is not seeds
+        }
+        for seed in seeds.values if seeds else (None,):
+            values = dict(drawn, **({SEED_AXIS: seed} if seeds else {}))
+            yield {a.name: values[a.name] for a in grid.axes}  # in axis order
+
+
+def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
+    """`base` with `values` applied and a `results_csv` named after the point's key.
+
+    Raises:
+      FlagError: the values give invalid flags, naming the point.
+    """
+    fields = {k: v for k, v in values.items() if not k.startswith(KWARGS)}
+    kwargs = {k[len(KWARGS) :]: v for k, v in values.items() if k.startswith(KWARGS)}
+    try:
+        args = base.replace(**fields)
+        if kwargs:
+            from tpu_tiles_models import registry
+
+            merged = {**registry.parse_model_kwargs(args.model_kwargs_json), **kwargs}
+            args = args.replace(model_kwargs_json=json.dumps(merged))
+    except FlagError as e:
+        where = " ".join(f"{k}={show(v)}" for k, v in values.items())
+        raise FlagError(f"--grid point {where}: {e}") from None
+    key = point_key(args)
+    results_csv = export.results_csv_path(files.expand(args.out_dir), key)
+    return Point(key, dict(values), args.replace(results_csv=results_csv))
+
+
+def point_key(args: TrainArgs) -> str:
+    """16 hex digits naming a point: md5 of every option that shapes the model (an option in
+    `ADDED_FLAGS` only when it is not at its "as before" value). Frozen: the resume needs it."""
+    kept = {
+        k: v
+        for k, v in args.to_dict().items()
+        if k not in NOT_IN_KEY and not (k in ADDED_FLAGS and v == ADDED_FLAGS[k])
+    }
+    return hashlib.md5(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]
