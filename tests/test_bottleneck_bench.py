@@ -137,6 +137,7 @@ def _row(family, split, seed, **errors):
 
 
 def test_the_table_comes_from_the_results_file(bottleneck, tmp_path):
+    assert bottleneck.RANKERS == RANKERS  # the columns of the rows below
     rows = [
         _row("alt", "valid", 0, default=0.10, floor=0.00, raw=0.20, perdim=0.06),
         _row("alt", "valid", 1, default=0.14, floor=0.02, raw=0.30, perdim=0.04),
