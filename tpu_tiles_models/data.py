@@ -395,7 +395,7 @@ class FeatureStats:
     def save(self, path: str | os.PathLike) -> None:
         """Writes JSON atomically (see `files.atomic_path`)."""
         with files.atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self.to_json()), encoding="utf-8")
+            tmp.write_text(json.dumps(self.to_json(), allow_nan=False), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FeatureStats:
