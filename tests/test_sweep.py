@@ -13,7 +13,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpu_tiles_models import ensemble, export, files, sweep
+from tpu_tiles_models import cli, ensemble, export, files, sweep
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.sweep import options, pipeline, store
 from tpu_tiles_models.train_args import TrainArgs
@@ -243,6 +243,47 @@ def test_failed_point_is_recorded_and_the_others_go_on(first, synth_root):
     assert "does not fit MLP" in rows[1]["error"]
 
 
+# The sweep's bookkeeping, valid JSON of another shape -> what the one line says of it.
+RECORDS = {
+    "point_a_list": ("sweep/points/{key}.json", "[1, 2]", "its content is a list, not an object"),
+    "point_without_status": ("sweep/points/{key}.json", '{"error": ""}', "it has no 'status'"),
+    "point_wall_s_a_string": (
+        "sweep/points/{key}.json",
+        '{"status": "ok", "error": "", "wall_s": "9 s"}',
+        "'wall_s' is a string, not a number or null",
+    ),
+    "ensemble_a_list": (
+        "ensemble_top2/sweep_ensemble.json",
+        "[1]",
+        "its content is a list, not an object",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECORDS))
+def test_bookkeeping_of_another_shape_is_one_line(case, first, synth_root, capsys, monkeypatch):
+    """Before: an AttributeError or TypeError from the next sweep."""
+    out = first["out"]
+    where, text, problem = RECORDS[case]
+    record = out / where.format(key=first["rows"][0]["key"])
+    kept = record.read_bytes() if record.exists() else None
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(text)
+    leaderboard = (out / "sweep.csv").read_bytes()
+    _fake_ensemble(monkeypatch, out / "ensemble_top2")
+    argv = ["sweep", "--grid", GRID, "--out_dir", str(out), "--ensemble_top=2", *FAST, *TINY]
+    try:
+        code = cli.main([*argv, f"--data_root={synth_root}"])
+    finally:
+        record.write_bytes(kept) if kept is not None else record.unlink()
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (
+        f"tpu-tiles sweep: error: {record}: {problem}; it is the sweep's bookkeeping: delete it "
+        "and rerun the sweep"
+    )
+    assert (out / "sweep.csv").read_bytes() == leaderboard
+
+
 # -- grids ----------------------------------------------------------------------------------
 
 
@@ -406,8 +447,8 @@ def test_non_finite_loss_makes_a_nan_row_and_a_missing_run_a_not_run_row():
 
 def test_remote_paths_go_through_gfile():
     root = "ram://sweep_test"
-    store.write_json(f"{root}/points/a.json", {"x": 1})
-    assert store.read_json(f"{root}/points/a.json") == {"x": 1}
+    store.write_json(f"{root}/points/a.json", {"status": "ok", "error": ""})
+    assert store.read_json(f"{root}/points/a.json") == {"status": "ok", "error": ""}
     assert files.glob(f"{root}/points/*.json") == [f"{root}/points/a.json"]
     files.remove(f"{root}/points")
     assert store.read_bytes(f"{root}/points/a.json") is None

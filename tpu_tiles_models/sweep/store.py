@@ -17,12 +17,13 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from tpu_tiles_models import export, files
+from tpu_tiles_models import export, files, formats
 from tpu_tiles_models.sweep.points import Point
 
 SWEEP_DIR = "sweep"
 TENSORBOARD_DIR = "tensorboard"
 STOP_MARKER = "STOP"
+ENSEMBLE_RECORD = "sweep_ensemble.json"
 LEADERBOARD = ("csv", "md", "png")  # sweep.<ext>
 
 
@@ -52,7 +53,7 @@ def ensemble_dir(out_dir: str, k: int) -> str:
 
 def ensemble_record(ensemble_dir: str) -> str:
     """What `--ensemble_top` built there: its members and errors (reused if they are the same)."""
-    return files.join(ensemble_dir, "sweep_ensemble.json")
+    return files.join(ensemble_dir, ENSEMBLE_RECORD)
 
 
 def leaderboard_paths(out_dir: str) -> dict[str, str]:
@@ -68,17 +69,37 @@ def read_bytes(path: str) -> bytes | None:
         return None
 
 
+# What the sweep reads of its records: the ensemble's (`ensemble_record`) and a point's outcome
+# (`record_path`, and a child process's). Other keys are kept for people to read.
+_ENSEMBLE_FIELDS: formats.Fields = dict(
+    members=(list,), dir=(str,), error=(str,), run_file=(str,), results_csv=(str,)
+) | {k: formats.NUMBER for k in ("score", "top1", "top5", "top10")}
+_POINT_FIELDS: formats.Fields = dict(
+    status=(str,), error=(str,), wall_s=(*formats.NUMBER, type(None))
+)
+
+
 def read_json(path: str) -> dict | None:
-    """The file's JSON, or None if it does not exist or is not whole."""
+    """The record's JSON, or None if it does not exist or is not whole.
+
+    Raises:
+      formats.ShapeError: valid JSON, not a record (one line naming the file and the fix).
+    """
     data = read_bytes(path)
+    if data is None:
+        return None
     try:
-        return json.loads(data) if data is not None else None
+        value = json.loads(data)
     except ValueError:
         return None
+    fields = _ENSEMBLE_FIELDS if files.basename(path) == ENSEMBLE_RECORD else _POINT_FIELDS
+    fix = "it is the sweep's bookkeeping: delete it and rerun the sweep"
+    return formats.checked(path, value, fields, fix)
 
 
 def write_json(path: str, value: Any) -> None:
-    files.write_bytes(path, json.dumps(value, indent=1).encode(), flag="--out_dir")
+    text = json.dumps(value, indent=1, allow_nan=False)
+    files.write_bytes(path, text.encode(), flag="--out_dir")
 
 
 def read_run_info(point: Point) -> dict | None:
