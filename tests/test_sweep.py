@@ -284,6 +284,19 @@ def test_bookkeeping_of_another_shape_is_one_line(case, first, synth_root, capsy
     assert (out / "sweep.csv").read_bytes() == leaderboard
 
 
+@pytest.mark.parametrize("spec, bad", [("uniform(nan,1)", "nan"), ("loguniform(1e-4,inf)", "inf")])
+def test_a_range_bound_that_is_not_a_finite_number_is_named(spec, bad, tmp_path, capsys):
+    """Before: "need low <= high" for uniform(nan,1), and inf drawn as a learning rate."""
+    out = tmp_path / "sw"
+    argv = ["sweep", "--grid", f"lr={spec}", "--random=2", "--out_dir", str(out)]
+    assert cli.main([*argv, "--dry_run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"tpu-tiles sweep: error: --grid: lr={spec}: {bad} is "
+        "not a finite number; give two finite bounds"
+    )
+    assert not out.exists()
+
+
 # -- grids ----------------------------------------------------------------------------------
 
 

@@ -191,6 +191,12 @@ def _parse_range(name: str, kind: str, low: str, high: str) -> Range:
         lo, hi = float(low), float(high)
     except ValueError:
         raise FlagError(f"--grid: {name}={kind}({low},{high}): bounds must be numbers") from None
+    bad = [text for text, v in ((low, lo), (high, hi)) if not math.isfinite(v)]
+    if bad:  # nan or inf: no range to draw from
+        raise FlagError(
+            f"--grid: {name}={kind}({low},{high}): {bad[0].strip()} is not a finite number; "
+            "give two finite bounds"
+        )
     integer = kind in ("int", "logint")
     if integer and not (lo.is_integer() and hi.is_integer()):
         raise FlagError(f"--grid: {name}={kind}({low},{high}): bounds must be integers")
