@@ -24,7 +24,7 @@ its `--out_dir` a Keras SavedModel `model_<h>/` and a gzip JSON `run_<h>.jsonz` 
 (`named_results_csv`, for the check that no command writes over it).
 
 **Our JSON files** (run files, the sweep's records, `install`'s manifest) are read through one
-check of their shape (`shape_problem`, `checked`), so that valid JSON of the wrong shape, or a
+check of their shape (`checked`), so that valid JSON of the wrong shape, or a
 NaN where a number goes, is one line naming the file and the fix.
 
 It imports only the standard library, so every module can use it, TensorFlow-free ones too.
@@ -170,26 +170,22 @@ def json_wrong(where: str, value: Any, kinds: tuple[type, ...]) -> str:
     return f"{where} is {json_kind(value)}, not {' or '.join(wanted)}"
 
 
-def shape_problem(value: Any, fields: Fields, where: str = "") -> str | None:
-    """What keeps `value` from being an object whose `fields` hold values of their kinds (a
-    key whose kinds include None may be missing), in a few words; None when it is one."""
-    if not isinstance(value, dict):
-        return json_wrong(where or "its content", value, (dict,))
-    for key, kinds in fields.items():
-        if key not in value and type(None) not in kinds:
-            return f"{where or 'it'} has no {key!r}"
-        if not is_json(value.get(key), kinds):
-            return json_wrong(f"{where}.{key}" if where else repr(key), value.get(key), kinds)
-    return None
-
-
 def checked(path: Any, value: Any, fields: Fields, fix: str, where: str = "") -> dict:
-    """`value`, read from the JSON file `path`, if `shape_problem` finds nothing.
+    """`value`, read from the JSON file `path`, if it is an object whose `fields` hold values
+    of their kinds (a key whose kinds include None may be missing).
 
     Raises:
       ShapeError: one line naming `path`, what is wrong and `fix`.
     """
-    problem = shape_problem(value, fields, where)
-    if problem:
-        raise ShapeError(f"{path}: {problem}; {fix}")
+
+    def wrong(problem: str) -> ShapeError:
+        return ShapeError(f"{path}: {problem}; {fix}")
+
+    if not isinstance(value, dict):
+        raise wrong(json_wrong(where or "its content", value, (dict,)))
+    for key, kinds in fields.items():
+        if key not in value and type(None) not in kinds:
+            raise wrong(f"{where or 'it'} has no {key!r}")
+        if not is_json(value.get(key), kinds):
+            raise wrong(json_wrong(f"{where}.{key}" if where else repr(key), value[key], kinds))
     return value
