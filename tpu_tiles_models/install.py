@@ -96,10 +96,8 @@ def _save_manifest(root: Path, installed: dict) -> None:
     if not installed:
         path.unlink(missing_ok=True)
         return
-    text = (
-        json.dumps({"version": 1, "files": installed}, indent=2, sort_keys=True, allow_nan=False)
-        + "\n"
-    )
+    manifest = {"version": 1, "files": installed}
+    text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
     with files.atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
