@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -429,6 +430,157 @@ def test_a_bad_file_message_offers_only_the_commands_own_flags(
         f"re-download the file or delete it{hint}"
     ), err
     assert ("--skip_bad" in err) == (command == "train")
+
+
+# -- numbers are checked in float32, the precision models use ---------------------------------
+
+
+def _change_npz(path: Path, **changes) -> None:
+    """Rewrites the npz `path` with `changes[key](its array)` for each key (float64 where
+    the change computes in it: the file keeps a float64 that float32 cannot hold)."""
+    with np.load(path) as npz:
+        arrays = {k: npz[k] for k in npz.files}
+    np.savez(path, **{k: changes[k](v) if k in changes else v for k, v in arrays.items()})
+
+
+def _one_cell(value: float):
+    return lambda a: np.where(np.arange(a.size).reshape(a.shape) == 3, value, a.astype(float))
+
+
+RUNTIMES_ZERO = (
+    "has zeros in float32, the precision models use; only the test split may lack runtimes"
+)
+NOT_FINITE = "has NaN or infinite values in float32, the precision models use"
+BEYOND_FLOAT32 = {
+    # evaluate: before, every cell of its table was nan (runtime / normalizer 0 / 0)
+    "tiny_runtimes": ("valid", dict(config_runtime=lambda a: a * 1e-320), "config_runtime"),
+    # train: before, "training loss is nan at epoch 0 ... lower --lr", the wrong cause
+    "huge_feature": ("train", dict(node_feat=_one_cell(1e300)), "node_feat"),
+    # predict: before, the model was blamed for scoring NaN
+    "huge_config": ("test", dict(config_feat=_one_cell(-1e300)), "config_feat"),
+    # each float32 alone, their ratio (the label) is not: 1e-60 is 0 in float32
+    "tiny_ratio": (
+        "valid",
+        dict(config_runtime=lambda a: a * 1e-30, config_runtime_normalizers=lambda a: a * 1e30),
+        "config_runtime / config_runtime_normalizers",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BEYOND_FLOAT32))
+def test_numbers_beyond_float32_are_refused_naming_the_file_and_member(
+    case, mlp_run, short_test_root, tmp_path, capsys
+):
+    split, changes, member = BEYOND_FLOAT32[case]
+    root = tmp_path / "data"
+    shutil.copytree(short_test_root, root)
+    bad = sorted((root / split).glob("*.npz"))[0]
+    _change_npz(bad, **changes)
+    out = tmp_path / "out"
+    data = ["--cache_dir=", "--no_progress"]
+    command, argv = {
+        "train": ("train", tiny_cli(root, out)),
+        "valid": ("evaluate", ["evaluate", "--dirs", str(mlp_run.model_dir), "--json", str(out)]),
+        "test": ("predict", ["predict", "--dir", str(mlp_run.model_dir), "--out", str(out)]),
+    }[split]
+    if command != "train":
+        argv += ["--data_root", str(root)]
+    err = _one_line(argv + data, capsys)
+    what = RUNTIMES_ZERO if "runtime" in member else NOT_FINITE
+    hint = " (or train with --skip_bad)" if command == "train" else ""
+    assert err == (
+        f"tpu-tiles {command}: error: {bad}: {member} {what}; re-download the file or delete "
+        f"it{hint}"
+    )
+    assert not out.exists()
+
+
+def test_only_the_known_members_of_an_npz_file_are_read(synth_root, tmp_path, capsys):
+    """A member of another name is never decompressed nor parsed: an object array (before:
+    the whole file refused) and a member whose bytes are damaged (any read would fail its
+    CRC; a 1.2 GB one was a MemoryError) leave the kernels as they were."""
+    root = tmp_path / "data"
+    shutil.copytree(synth_root, root)
+    assert (
+        cli.main(["inspect", str(root), "--no_progress", "--json", str(tmp_path / "before.json")])
+        == 0
+    )
+    for path in sorted((root / "valid").glob("*.npz"))[:2]:
+        with np.load(path) as npz:
+            arrays = {k: npz[k] for k in npz.files}
+        notes = np.array([{"by": "hand"}], dtype=object)
+        np.savez(path, **arrays, notes=notes, blob=np.zeros(4096, np.uint8))
+        raw = bytearray(path.read_bytes())
+        at = raw.index(b"blob.npy") + 200  # inside its stored (uncompressed) bytes
+        raw[at : at + 8] = b"damaged!"
+        path.write_bytes(bytes(raw))
+    assert (
+        cli.main(["inspect", str(root), "--no_progress", "--json", str(tmp_path / "after.json")])
+        == 0
+    )
+    before, after = ((tmp_path / f"{n}.json").read_text() for n in ("before", "after"))
+    assert json.loads(after) == json.loads(before)
+    assert capsys.readouterr().err == ""
+
+
+def _non_utf8(folder: Path) -> Path:
+    """A copy of one kernel of `folder` under a name that is not UTF-8."""
+    path = Path(os.fsdecode(os.path.join(os.fsencode(folder), b"\xff\xfekernel.npz")))
+    shutil.copy(sorted(folder.glob("*.npz"))[0], path)
+    return path
+
+
+def _dangling(folder: Path) -> Path:
+    """A link to a kernel file that is not there (moved away)."""
+    (folder / "gone.npz").symlink_to(folder / "moved.npz")
+    return folder / "gone.npz"
+
+
+NAMES = {  # what a split's listing holds -> what the one line says of it
+    "not_utf8": (_non_utf8, "{shown}: its path is not UTF-8, which no reader opens; rename it"),
+    "dangling_link": (
+        _dangling,
+        "{shown}: a link to {folder}/moved.npz, which does not exist; point it at the kernel's "
+        "file or remove it",
+    ),
+}
+
+
+@pytest.mark.parametrize("command", ["predict", "train"])
+@pytest.mark.parametrize("case", sorted(NAMES))
+def test_a_split_entry_no_reader_opens_is_one_line(
+    case, command, mlp_run, short_test_root, tmp_path, capsys
+):
+    """Listed in one place for every command (`kernel_files.split_files`): before, a name
+    not in UTF-8 was a UnicodeDecodeError, a dangling link a FileNotFoundError (predict)."""
+    root = tmp_path / "data"
+    shutil.copytree(short_test_root, root)
+    make, message = NAMES[case]
+    bad = make(root / "test")
+    shown = os.fsencode(bad).decode(errors="backslashreplace")
+    out = tmp_path / "out"
+    cache = f"--cache_dir={tmp_path / 'cache'}"  # a dangling link once failed its stat there
+    argv = {
+        "predict": ["predict", "--dir", str(mlp_run.model_dir), "--out", str(out)]
+        + ["--data_root", str(root), cache, "--no_progress"],
+        "train": tiny_cli(root, out),
+    }[command]
+    err = _one_line(argv, capsys)
+    assert err == f"tpu-tiles {command}: error: " + message.format(
+        shown=shown, folder=root / "test"
+    )
+    assert not out.exists()
+
+
+def test_a_data_root_whose_path_is_not_utf8_is_one_line(mlp_run, short_test_root, tmp_path, capsys):
+    root = Path(os.fsdecode(os.path.join(os.fsencode(tmp_path), b"data\xff")))
+    shutil.copytree(short_test_root, root)
+    argv = ["predict", "--dir", str(mlp_run.model_dir), "--data_root", str(root)]
+    err = _one_line(argv + ["--out", str(tmp_path / "p.csv"), "--cache_dir="], capsys)
+    assert err == (
+        f"tpu-tiles predict: error: {tmp_path}/data\\xff/test: its path is not UTF-8, which no "
+        "reader opens; rename it"
+    )
 
 
 # -- an unusable saved_model.pb is found before any work -------------------------------------

@@ -67,6 +67,34 @@ def test_synth_takes_only_plain_names_from_test_ids_from(tmp_path, capsys, tile_
     assert victim.read_bytes() == b"not ours"
 
 
+def test_synth_refuses_a_repeated_test_id(tmp_path, capsys):
+    """Before: exit 0, and the repeat written under an id the sample lacks (its md5)."""
+    sample = tmp_path / "sample_submission.csv"
+    sample.write_text("ID,TopConfigs\ntile:xla:a1,0\ntile:xla:b2,0\ntile:xla:a1,0\n")
+    out = tmp_path / "d"
+    code = cli.main(["synth", str(out), "--test_ids_from", str(sample), *SMALL])
+    assert _one_line(capsys, code) == (
+        f"tpu-tiles synth: error: --test_ids_from {sample}: id 3, 'tile:xla:a1', repeats id 1; "
+        "each id names one test kernel, so keep one row per id (the competition's "
+        "sample_submission.csv has each once)"
+    )
+    assert not out.exists()
+
+
+def test_a_given_test_id_stands_when_a_train_kernel_would_take_it(tmp_path, capsys):
+    """The train kernel's generated id moves aside; the test kernel keeps the sample's id
+    (before: the test kernel got the md5 of it, an id the sample lacks)."""
+    plain = tmp_path / "plain"
+    assert cli.main(["synth", str(plain), *SMALL]) == 0
+    taken = sorted(p.stem for p in (plain / "train").glob("*.npz"))[0]
+    sample = tmp_path / "sample_submission.csv"
+    sample.write_text(f"ID,TopConfigs\ntile:xla:{taken},0\ntile:xla:b2,0\n")
+    out = tmp_path / "d"
+    assert cli.main(["synth", str(out), "--test_ids_from", str(sample), *SMALL]) == 0
+    assert sorted(p.stem for p in (out / "test").glob("*.npz")) == sorted([taken, "b2"])
+    assert taken + "0" in {p.stem for p in (out / "train").glob("*.npz")}
+
+
 def test_synth_writes_the_test_ids_it_is_given(tmp_path, capsys):
     sample = tmp_path / "sample_submission.csv"
     sample.write_text("ID,TopConfigs\ntile:xla:b-2_x.y,0\ntile:xla:a1,0\n")

@@ -268,3 +268,41 @@ def test_an_install_killed_after_its_record_is_finished_not_called_an_edit(
         models.write_bytes(UPSTREAM_MODELS)  # as the killed install left it, again
     inst.uninstall(checkout)
     assert _tree(checkout) == before
+
+
+# A manifest of valid JSON and another shape -> what the one line says of it.
+MANIFESTS = {
+    "files_a_list": (lambda m: dict(m, files=[1, 2]), "'files' is a list, not an object"),
+    "no_files": (lambda m: {"version": 1}, "it has no 'files'"),
+    "entry_empty": (
+        lambda m: dict(m, files={**m["files"], "create_kaggle_csv.py": {}}),
+        "files['create_kaggle_csv.py'] has no 'installed_sha256'",
+    ),
+    "had_original_a_string": (
+        lambda m: dict(
+            m, files={rel: dict(e, had_original="yes") for rel, e in m["files"].items()}
+        ),
+        "files['create_kaggle_csv.py'].had_original is a string, not true/false",
+    ),
+}
+
+
+@pytest.mark.parametrize("uninstall", [False, True])
+@pytest.mark.parametrize("case", sorted(MANIFESTS))
+def test_a_manifest_of_another_shape_is_one_line(case, uninstall, checkout, capsys):
+    """Before: an AttributeError, TypeError or KeyError traceback; now nothing is changed."""
+    from tpu_tiles_models import cli
+
+    assert cli.main(["install", str(checkout)]) == 0
+    manifest = checkout / inst.BACKUP_DIR / inst.MANIFEST
+    change, problem = MANIFESTS[case]
+    manifest.write_text(json.dumps(change(json.loads(manifest.read_text()))))
+    before = _tree(checkout)
+    capsys.readouterr()
+    code = cli.main(["install", str(checkout), *(["--uninstall"] if uninstall else [])])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (
+        f"tpu-tiles install: error: {manifest}: {problem}; restore the files by hand from "
+        f"{manifest.parent}"
+    )
+    assert _tree(checkout) == before

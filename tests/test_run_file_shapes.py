@@ -55,6 +55,16 @@ DAMAGES = {
         lambda info: dict(info, final_error=None),
         "'final_error' is null, not an object",
     ),
+    # Python's JSON reads NaN and infinities: before, evaluate --json wrote a bare NaN (not
+    # JSON) and an ensemble put NaN or -Infinity into its own run file.
+    "final_error_nan": (
+        lambda info: _with(info, lambda i: i["final_error"]["val"].update({"1": float("nan")})),
+        "final_error.val['1'] is NaN, not a number",
+    ),
+    "margin_minus_infinity": (
+        lambda info: _with(info, lambda i: i["tpu_tiles"]["keep_default"].update(margin=-1e999)),
+        "tpu_tiles.keep_default.margin is -Infinity, not a number",
+    ),
     "folder": (None, None),
 }
 
@@ -129,3 +139,12 @@ def test_a_good_run_file_has_no_problem(mlp_seeds):
     for run in mlp_seeds:
         info = json.loads(gzip.decompress(Path(run.run_file).read_bytes()))
         assert export.run_info_problem(info) is None
+
+
+def test_no_run_file_is_written_with_a_number_json_lacks(mlp_seeds, tmp_path):
+    """The writer's side: a NaN is a bug of ours, stopped before a byte is written."""
+    info = json.loads(gzip.decompress(Path(mlp_seeds[0].run_file).read_bytes()))
+    info["final_error"]["val"]["5"] = float("inf")
+    with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
+        export.write_run(tmp_path, info)
+    assert list(tmp_path.iterdir()) == []

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpu_tiles_models import ensemble, export, files, pipelines, sweep
+from tpu_tiles_models import cli, ensemble, export, files, pipelines, sweep
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.sweep import grid as grids
 from tpu_tiles_models.sweep.leaderboard import leaderboard_row
@@ -287,6 +287,60 @@ def test_failed_and_killed_points_are_recorded_and_the_others_go_on(first, synth
     assert "does not fit MLP" in log.with_name(f"{failed[0].point.key}.log").read_text()
     rows = _csv_rows(out)
     assert [r["status"] for r in rows] == ["ok", "failed", "failed"]
+
+
+# The sweep's bookkeeping, valid JSON of another shape -> what the one line says of it.
+RECORDS = {
+    "point_a_list": ("sweep/points/{key}.json", "[1, 2]", "its content is a list, not an object"),
+    "point_without_status": ("sweep/points/{key}.json", '{"error": ""}', "it has no 'status'"),
+    "point_wall_s_a_string": (
+        "sweep/points/{key}.json",
+        '{"status": "ok", "error": "", "wall_s": "9 s"}',
+        "'wall_s' is a string, not a number or null",
+    ),
+    "ensemble_a_list": (
+        "ensemble_top2/sweep_ensemble.json",
+        "[1]",
+        "its content is a list, not an object",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(RECORDS))
+def test_bookkeeping_of_another_shape_is_one_line(case, first, synth_root, capsys, monkeypatch):
+    """Before: an AttributeError or TypeError from the next sweep."""
+    out = first["out"]
+    where, text, problem = RECORDS[case]
+    record = out / where.format(key=first["rows"][0]["key"])
+    kept = record.read_bytes() if record.exists() else None
+    record.parent.mkdir(parents=True, exist_ok=True)
+    record.write_text(text)
+    leaderboard = (out / "sweep.csv").read_bytes()
+    _fake_ensemble(monkeypatch, out / "ensemble_top2")
+    argv = ["sweep", "--grid", GRID, "--out_dir", str(out), "--ensemble_top=2", *FAST, *TINY]
+    try:
+        code = cli.main([*argv, f"--data_root={synth_root}"])
+    finally:
+        record.write_bytes(kept) if kept is not None else record.unlink()
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and err == (
+        f"tpu-tiles sweep: error: {record}: {problem}; it is the sweep's bookkeeping: delete it "
+        "and rerun the sweep"
+    )
+    assert (out / "sweep.csv").read_bytes() == leaderboard
+
+
+@pytest.mark.parametrize("spec, bad", [("uniform(nan,1)", "nan"), ("loguniform(1e-4,inf)", "inf")])
+def test_a_range_bound_that_is_not_a_finite_number_is_named(spec, bad, tmp_path, capsys):
+    """Before: "need low <= high" for uniform(nan,1), and inf drawn as a learning rate."""
+    out = tmp_path / "sw"
+    argv = ["sweep", "--grid", f"lr={spec}", "--random=2", "--out_dir", str(out)]
+    assert cli.main([*argv, "--dry_run"]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"tpu-tiles sweep: error: --grid: lr={spec}: {bad} is "
+        "not a finite number; give two finite bounds"
+    )
+    assert not out.exists()
 
 
 # -- grids ----------------------------------------------------------------------------------

@@ -78,7 +78,9 @@ def write(out: IO[bytes], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -
             specs[name]["frames"] = len(frames)
             for i, frame in enumerate(frames):
                 zf.writestr(f"{name}/{i}", frame)
-        zf.writestr(_META, json.dumps({"format": FORMAT, "arrays": specs, "meta": meta}))
+        zf.writestr(
+            _META, json.dumps({"format": FORMAT, "arrays": specs, "meta": meta}, allow_nan=False)
+        )
 
 
 def read(source: IO[bytes]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:

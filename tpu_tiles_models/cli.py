@@ -164,7 +164,7 @@ def _models(a: argparse.Namespace) -> None:
     if a.json:
         import json
 
-        print(json.dumps(registry.describe_json(), indent=1))
+        print(json.dumps(registry.describe_json(), indent=1, allow_nan=False))
     else:
         print(registry.describe())
 

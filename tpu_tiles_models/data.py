@@ -44,10 +44,11 @@ import tqdm
 
 from tpu_tiles_models import cache, files, interrupts, kernel_files
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, REQUIRED_KEYS, SPLITS
-from tpu_tiles_models.kernel_files import DataError, split_files, tile_id_of
+from tpu_tiles_models.kernel_files import DataError, runtime_ratios, split_files, tile_id_of
 from tpu_tiles_models.train_args import HEAD_SHARE
 
-_CACHE_VERSION = 2  # 2: the `cache` module's compressed format
+# 2: the `cache` module's compressed format; 3: numbers validated in float32, known members
+_CACHE_VERSION = 3
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
 
 
@@ -394,7 +395,7 @@ class FeatureStats:
     def save(self, path: str | os.PathLike) -> None:
         """Writes JSON atomically (see `files.atomic_path`)."""
         with files.atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self.to_json()), encoding="utf-8")
+            tmp.write_text(json.dumps(self.to_json(), allow_nan=False), encoding="utf-8")
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> FeatureStats:
@@ -488,12 +489,6 @@ def _warn_unknown_ops(split: Split | None, stats: FeatureStats) -> None:
 # ---------------------------------------------------------------------------------------------
 # GraphTensors
 # ---------------------------------------------------------------------------------------------
-
-
-def _runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray:
-    """runtime / normalizer as float32; 0 where the normalizer is 0 (test files: 0/0)."""
-    out = np.zeros_like(normalizers, dtype=np.float64)
-    return np.divide(runtimes, normalizers, out=out, where=normalizers != 0).astype(np.float32)
 
 
 def _pick_configs(
@@ -622,7 +617,7 @@ def _components(
     edges = np.concatenate([split.edge_index[eo[i] : eo[i + 1]] for i in kernels])
     configs = np.concatenate(picks)
     normalizers = split.config_runtime_normalizers[configs]
-    runtimes = _runtime_ratios(split.config_runtime[configs], normalizers)
+    runtimes = runtime_ratios(split.config_runtime[configs], normalizers)
     if fill:  # the repeats come after each kernel's own configs
         real = [min(len(p), int(co[i + 1] - co[i])) for p, i in zip(picks, kernels)]
         repeat = np.concatenate([np.arange(len(p)) >= r for p, r in zip(picks, real)])
@@ -644,7 +639,7 @@ def _components(
 def _kernel_ratios(split: Split, i: int) -> np.ndarray:
     """[configs of kernel i] its runtime ratios (the labels), in file order."""
     c0, c1 = split.config_offsets[i], split.config_offsets[i + 1]
-    return _runtime_ratios(split.config_runtime[c0:c1], split.config_runtime_normalizers[c0:c1])
+    return runtime_ratios(split.config_runtime[c0:c1], split.config_runtime_normalizers[c0:c1])
 
 
 def _signature(stats: FeatureStats, batch: int | None) -> dict[str, tf.TensorSpec]:
@@ -867,7 +862,7 @@ class DistinctConfigs:
 
     def runtimes(self, split: Split) -> np.ndarray:
         """`[len(picks)]` runtime / normalizer of the picks, as a kernel's graph holds them."""
-        return _runtime_ratios(
+        return runtime_ratios(
             split.config_runtime[self.picks], split.config_runtime_normalizers[self.picks]
         )
 

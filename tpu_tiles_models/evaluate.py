@@ -305,7 +305,7 @@ def write_outputs(
     with files.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
         for (_, flag), tmp in zip(given, tmps):
             if flag == "--json":
-                tmp.write_text(json.dumps(result, indent=2), encoding="utf-8")
+                tmp.write_text(json.dumps(result, indent=2, allow_nan=False), encoding="utf-8")
             else:
                 draw(result, tmp)
     return paths

@@ -153,7 +153,7 @@ def remove_unfinished(args: TrainArgs) -> None:
 
 
 def _run_bytes(run_info: Mapping) -> bytes:
-    return gzip.compress(json.dumps(run_info).encode())
+    return gzip.compress(json.dumps(run_info, allow_nan=False).encode())
 
 
 def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:

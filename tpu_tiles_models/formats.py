@@ -23,6 +23,10 @@ its `--out_dir` a Keras SavedModel `model_<h>/` and a gzip JSON `run_<h>.jsonz` 
 `export`'s job: this module names them, and reads from a run file only the CSV it names
 (`named_results_csv`, for the check that no command writes over it).
 
+**Our JSON files** (run files, the sweep's records, `install`'s manifest) are read through one
+check of their shape (`checked`), so that valid JSON of the wrong shape, or a
+NaN where a number goes, is one line naming the file and the fix.
+
 It imports only the standard library, so every module can use it, TensorFlow-free ones too.
 """
 
@@ -30,7 +34,11 @@ from __future__ import annotations
 
 import gzip
 import json
+import math
 import zlib
+from typing import Any, Mapping
+
+from tpu_tiles_models.errors import UserError
 
 # -- the data --------------------------------------------------------------------------------
 
@@ -119,3 +127,65 @@ def results_csv_name(tag: str | int) -> str:
 def tensorboard_run_name(h: str) -> str:
     """`run_<h>`: the run's folder under `--tensorboard`."""
     return f"{_RUN_FILE[0]}{h}"
+
+
+# -- our JSON files' shapes ------------------------------------------------------------------
+
+NUMBER = (int, float)
+Fields = Mapping[str, tuple[type, ...]]  # key -> the kinds its value may be (None: optional)
+
+
+class ShapeError(UserError, ValueError):
+    """A JSON file of ours holds valid JSON of the wrong shape; one line naming it and the fix."""
+
+
+def json_kind(value: Any) -> str:
+    """A JSON value's kind, as a message names it."""
+    if value is None:
+        return "null"
+    if isinstance(value, float) and not math.isfinite(value):
+        return json.dumps(value)  # NaN, Infinity or -Infinity, as the file spells it
+    for kind, name in (
+        (bool, "true/false"),
+        (dict, "an object"),
+        (list, "a list"),
+        (str, "a string"),
+    ):
+        if isinstance(value, kind):
+            return name
+    return "a number" if isinstance(value, NUMBER) else type(value).__name__
+
+
+def is_json(value: Any, kinds: tuple[type, ...]) -> bool:
+    """`isinstance`, where a JSON true/false is no number and NaN or an infinity none either
+    (Python's JSON reads them; a number read is used as a number)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return False
+    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
+
+
+def json_wrong(where: str, value: Any, kinds: tuple[type, ...]) -> str:
+    """`<where> is a list, not an object`: what a message says of a value of the wrong kind."""
+    wanted = dict.fromkeys(json_kind(k()) for k in kinds)  # int and float: "a number" once
+    return f"{where} is {json_kind(value)}, not {' or '.join(wanted)}"
+
+
+def checked(path: Any, value: Any, fields: Fields, fix: str, where: str = "") -> dict:
+    """`value`, read from the JSON file `path`, if it is an object whose `fields` hold values
+    of their kinds (a key whose kinds include None may be missing).
+
+    Raises:
+      ShapeError: one line naming `path`, what is wrong and `fix`.
+    """
+
+    def wrong(problem: str) -> ShapeError:
+        return ShapeError(f"{path}: {problem}; {fix}")
+
+    if not isinstance(value, dict):
+        raise wrong(json_wrong(where or "its content", value, (dict,)))
+    for key, kinds in fields.items():
+        if key not in value and type(None) not in kinds:
+            raise wrong(f"{where or 'it'} has no {key!r}")
+        if not is_json(value.get(key), kinds):
+            raise wrong(json_wrong(f"{where}.{key}" if where else repr(key), value[key], kinds))
+    return value

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Union
 
 import tpu_tiles_models
-from tpu_tiles_models import files
+from tpu_tiles_models import files, formats
 from tpu_tiles_models.errors import UserError
 
 # Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
@@ -71,17 +71,23 @@ def _manifest_path(root: Path) -> Path:
     return root / BACKUP_DIR / MANIFEST
 
 
+_MANIFEST_ENTRY = {"installed_sha256": (str,), "had_original": (bool,)}
+
+
 def _load_manifest(root: Path) -> dict:
     """``{relpath: {"installed_sha256": str, "had_original": bool}}``; empty if none."""
     path = _manifest_path(root)
     if not path.exists():
         return {}
+    fix = f"restore the files by hand from {path.parent}"
     try:
-        return json.loads(path.read_text(encoding="utf-8"))["files"]
-    except (ValueError, KeyError, TypeError) as err:
-        raise InstallError(
-            f"{path} is unreadable ({err}); restore the files by hand from {path.parent}"
-        ) from err
+        content = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as err:
+        raise InstallError(f"{path} is unreadable ({err}); {fix}") from err
+    installed = formats.checked(path, content, {"files": (dict,)}, fix)["files"]
+    for rel, entry in installed.items():
+        formats.checked(path, entry, _MANIFEST_ENTRY, fix, where=f"files[{rel!r}]")
+    return installed
 
 
 def _save_manifest(root: Path, installed: dict) -> None:
@@ -90,7 +96,8 @@ def _save_manifest(root: Path, installed: dict) -> None:
     if not installed:
         path.unlink(missing_ok=True)
         return
-    text = json.dumps({"version": 1, "files": installed}, indent=2, sort_keys=True) + "\n"
+    manifest = {"version": 1, "files": installed}
+    text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
     with files.atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 

@@ -61,6 +61,8 @@ def split_files(root: str | os.PathLike, split: str, *, toy_data: bool = False) 
             f"{directory}: split directory not found; point the data root at the folder "
             f"holding {'/, '.join(SPLITS)}/ (e.g. {defaults.HOME_DATA_ROOT})"
         )
+    if not files.is_remote(directory):
+        _check_names(directory)
     # Upstream's order is tf.io.gfile.glob's (unsorted, directory order); toy subsets and the
     # course's predictions depend on it, so use the very same call.
     import tensorflow as tf
@@ -78,6 +80,23 @@ def split_files(root: str | os.PathLike, split: str, *, toy_data: bool = False) 
                     "rename the file (test files keep Kaggle's tile ids)"
                 )
     return found
+
+
+def _check_names(directory: str) -> None:
+    """Raises `DataError` for a local split folder, or a `*.npz` entry of it, that no reader
+    can open: a path that is not UTF-8 (TensorFlow's paths are) or a link to nothing."""
+    folder = os.fsencode(directory)
+    names = sorted(n for n in os.listdir(folder) if n.endswith(b".npz"))
+    for path in [folder, *(os.path.join(folder, n) for n in names)]:
+        shown = path.decode("utf-8", "backslashreplace")  # its bytes as \xff, not a crash
+        if shown != os.fsdecode(path):
+            raise DataError(f"{shown}: its path is not UTF-8, which no reader opens; rename it")
+        if os.path.islink(path) and not os.path.exists(path):
+            target = os.readlink(path).decode(errors="backslashreplace")
+            raise DataError(
+                f"{shown}: a link to {target}, which does not exist; point it at the kernel's "
+                "file or remove it"
+            )
 
 
 def tile_id_of(path: str) -> str:
@@ -105,12 +124,15 @@ _ZIP_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, Valu
 
 
 def read_members(path: str) -> dict[str, bytes]:
-    """Decompressed `.npy` members of an npz file (thread-safe: no numpy parsing here; the
-    caller's thread then parses them with `check_members`)."""
+    """The decompressed `.npy` members of `REQUIRED_KEYS` that an npz file has (thread-safe:
+    no numpy parsing here; the caller's thread then parses them with `check_members`).
+
+    Only those are read: any other member, however large or of whatever dtype, is left packed.
+    """
     try:
         with files.open_read(path) as f, zipfile.ZipFile(f) as zf:
-            names = [n for n in zf.namelist() if n.endswith(".npy")]
-            return {name[: -len(".npy")]: zf.read(name) for name in names}
+            names = set(zf.namelist())
+            return {k: zf.read(f"{k}.npy") for k in REQUIRED_KEYS if f"{k}.npy" in names}
     except _ZIP_ERRORS as err:
         raise _unreadable(path, err) from None
 
@@ -149,13 +171,32 @@ def _check_shape(path: str, key: str, shape: tuple[int, ...], want: tuple[Any, .
         raise _fail(path, f"{key} has shape {shape}, expected {pretty}")
 
 
+def runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray:
+    """runtime / normalizer as float32, the labels; 0 where the normalizer is 0 (test files:
+    0/0)."""
+    out = np.zeros(np.shape(normalizers), dtype=np.float64)
+    with np.errstate(over="ignore", invalid="ignore"):  # inf or NaN: validation refuses it
+        np.divide(runtimes, normalizers, out=out, where=np.asarray(normalizers) != 0)
+    return _float32(out)
+
+
+def _float32(values: np.ndarray) -> np.ndarray:
+    """`values` in float32, the precision models use: beyond its range inf, below it 0."""
+    with np.errstate(over="ignore"):  # the inf is the answer, for validation to refuse
+        return np.asarray(values).astype(np.float32)
+
+
+_IN_FLOAT32 = " in float32, the precision models use"
+
+
 def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> None:
     """Raises `DataError` (one line naming `path`) unless `arrays` is a usable kernel.
 
     Checks keys, dtypes, shapes and their agreement, opcode and edge ranges, finite features,
-    that there is at least one config, and runtimes (> 0 on train and valid; >= 0 on test,
-    whose runtimes are all zero). A train kernel with a single config is valid but cannot be
-    ranked: `data.load_split` leaves it out with a warning, as upstream does.
+    that there is at least one config, and runtimes and their ratios (> 0 on train and valid;
+    >= 0 on test, whose runtimes are all zero), the numbers in float32 as models see them.
+    A train kernel with a single config is valid but cannot be ranked: `data.load_split`
+    leaves it out with a warning, as upstream does.
     """
     missing = [key for key in REQUIRED_KEYS if key not in arrays]
     if missing:
@@ -194,18 +235,24 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
             f"edge_index refers to node {edges.min() if edges.min() < 0 else edges.max()}"
             f" but the kernel has nodes 0..{n - 1}",
         )
+    # Numbers are checked as float32, the precision they are used in: a float64 beyond its
+    # range is inf there, and a tiny runtime 0 (the labels are runtime / normalizer).
     for key in ("node_feat", "config_feat"):
-        if not np.isfinite(arrays[key]).all():
-            raise _fail(path, f"{key} has NaN or infinite values")
+        if not np.isfinite(_float32(arrays[key])).all():
+            raise _fail(path, f"{key} has NaN or infinite values{_IN_FLOAT32}")
 
     if c < 1:
         raise _fail(path, "has no configs")
-    for key in ("config_runtime", "config_runtime_normalizers"):
-        values = arrays[key]
+    runtimes = {k: _float32(arrays[k]) for k in ("config_runtime", "config_runtime_normalizers")}
+    ratios = runtime_ratios(arrays["config_runtime"], arrays["config_runtime_normalizers"])
+    runtimes["config_runtime / config_runtime_normalizers"] = ratios
+    for key, values in runtimes.items():
         if not np.isfinite(values).all() or values.min() < 0:
-            raise _fail(path, f"{key} has negative, NaN or infinite values")
+            raise _fail(path, f"{key} has negative, NaN or infinite values{_IN_FLOAT32}")
         if split != "test" and values.min() <= 0:
-            raise _fail(path, f"{key} has zeros; only the test split may lack runtimes")
+            raise _fail(
+                path, f"{key} has zeros{_IN_FLOAT32}; only the test split may lack runtimes"
+            )
 
 
 def check_members(path: str, members: dict[str, bytes], split: str) -> dict[str, np.ndarray]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from typing import Any, Mapping
 
+from tpu_tiles_models.formats import NUMBER, is_json, json_kind, json_wrong
 from tpu_tiles_models.train_args import UPSTREAM_FIELDS, args_hash
 
 EXTRAS_KEY = "tpu_tiles"
@@ -40,7 +41,6 @@ def run_info_hash(run_info: Mapping) -> str:
 
 # What each key of a run file holds, when it is there (`run_info_problem`). `args` holds
 # upstream's 15 fields; of those, the ones readers use are typed here.
-_NUMBER = (int, float)
 _ARGS_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,),
     "model_kwargs_json": (str,),
@@ -65,37 +65,12 @@ _EXTRAS_TYPES: dict[str, tuple[type, ...]] = {
 }
 
 
-def _kind(value: Any) -> str:
-    """A JSON value's kind, as a message names it."""
-    if value is None:
-        return "null"
-    for kind, name in (
-        (bool, "true/false"),
-        (dict, "an object"),
-        (list, "a list"),
-        (str, "a string"),
-    ):
-        if isinstance(value, kind):
-            return name
-    return "a number" if isinstance(value, _NUMBER) else type(value).__name__
-
-
-def _is(value: Any, kinds: tuple[type, ...]) -> bool:
-    """`isinstance`, where a JSON true/false is no number."""
-    return isinstance(value, kinds) and not (isinstance(value, bool) and bool not in kinds)
-
-
-def _wrong(where: str, value: Any, kinds: tuple[type, ...]) -> str:
-    want = " or ".join(_kind(k()) for k in kinds)
-    return f"{where} is {_kind(value)}, not {want}"
-
-
 def _number_map_problem(where: str, value: Any) -> str | None:
     """A problem of a `{"1": 0.3, "5": ...}` map (top-k errors), or None."""
     if not isinstance(value, dict):
-        return _wrong(where, value, (dict,))
-    bad = [k for k, v in value.items() if not _is(v, _NUMBER)]
-    return f"{where}[{bad[0]!r}] is {_kind(value[bad[0]])}, not a number" if bad else None
+        return json_wrong(where, value, (dict,))
+    bad = [k for k, v in value.items() if not is_json(v, NUMBER)]
+    return f"{where}[{bad[0]!r}] is {json_kind(value[bad[0]])}, not a number" if bad else None
 
 
 def run_info_problem(info: Any) -> str | None:
@@ -105,16 +80,16 @@ def run_info_problem(info: Any) -> str | None:
     The one check of the format's shape: every reader goes through `read_run`, which calls it.
     """
     if not isinstance(info, dict):
-        return f"its content is {_kind(info)}, not an object"
+        return f"its content is {json_kind(info)}, not an object"
     args = info.get("args")
     if not isinstance(args, dict):
-        return "it has no 'args'" if args is None else _wrong("'args'", args, (dict,))
+        return "it has no 'args'" if args is None else json_wrong("'args'", args, (dict,))
     missing = [f for f in UPSTREAM_FIELDS if f not in args]
     if missing:
         return f"'args' lacks {', '.join(missing)}"
     for key, kinds in _ARGS_TYPES.items():
-        if not _is(args[key], kinds):
-            return _wrong(f"args.{key}", args[key], kinds)
+        if not is_json(args[key], kinds):
+            return json_wrong(f"args.{key}", args[key], kinds)
     if not args["model"]:
         return "args.model is empty"
     try:
@@ -122,30 +97,30 @@ def run_info_problem(info: Any) -> str | None:
     except ValueError:
         return "args.model_kwargs_json is not JSON"
     if not isinstance(kwargs, dict):
-        return _wrong("args.model_kwargs_json", kwargs, (dict,))
+        return json_wrong("args.model_kwargs_json", kwargs, (dict,))
     for key in ("train_curve", "final_error", "test_predictions"):
         if key in info and not isinstance(info[key], dict):
-            return _wrong(f"'{key}'", info[key], (dict,))
+            return json_wrong(f"'{key}'", info[key], (dict,))
     for split, errors in (info.get("final_error") or {}).items():
         if errors is not None and (problem := _number_map_problem(f"final_error.{split}", errors)):
             return problem
     for tile_id, top in (info.get("test_predictions") or {}).items():
-        if not isinstance(top, list) or not all(_is(i, (int,)) for i in top):
+        if not isinstance(top, list) or not all(is_json(i, (int,)) for i in top):
             return f"test_predictions[{tile_id!r}] is not a list of config indices"
     extras = info.get(EXTRAS_KEY)
     if extras is None:
         return None
     if not isinstance(extras, dict):
-        return _wrong(f"'{EXTRAS_KEY}'", extras, (dict,))
+        return json_wrong(f"'{EXTRAS_KEY}'", extras, (dict,))
     for key, kinds in _EXTRAS_TYPES.items():
-        if extras.get(key) is not None and not _is(extras[key], kinds):
-            return _wrong(f"{EXTRAS_KEY}.{key}", extras[key], kinds)
+        if extras.get(key) is not None and not is_json(extras[key], kinds):
+            return json_wrong(f"{EXTRAS_KEY}.{key}", extras[key], kinds)
     keep = extras.get(KEEP_DEFAULT_KEY)
     if keep is not None:
         if not isinstance(keep.get("chosen"), bool):
             return f"{EXTRAS_KEY}.{KEEP_DEFAULT_KEY}.chosen is not true or false"
-        if "margin" in keep and not _is(keep["margin"], _NUMBER):
-            return _wrong(f"{EXTRAS_KEY}.{KEEP_DEFAULT_KEY}.margin", keep["margin"], _NUMBER)
+        if "margin" in keep and not is_json(keep["margin"], NUMBER):
+            return json_wrong(f"{EXTRAS_KEY}.{KEEP_DEFAULT_KEY}.margin", keep["margin"], NUMBER)
         for key in ("val", "val_kept", "val_margin", "val_rule"):
             if key in keep and (
                 problem := _number_map_problem(f"{KEEP_DEFAULT_KEY}.{key}", keep[key])

@@ -362,7 +362,7 @@ def write_json(result: dict[str, Any], path: str | os.PathLike) -> str:
 
 def json_text(result: dict[str, Any]) -> str:
     """The report as `write_json` writes it: indented JSON and a newline."""
-    return json.dumps(result, indent=1) + "\n"
+    return json.dumps(result, indent=1, allow_nan=False) + "\n"
 
 
 def read_json(path: str | os.PathLike) -> dict[str, Any]:

@@ -403,16 +403,34 @@ def _record_path(sweep_dir: str, key: str) -> str:
     return files.join(sweep_dir, "points", f"{key}.json")
 
 
+# What the sweep reads of its records: the ensemble's (`sweep_ensemble.json`) and a point's
+# outcome (`_record_path`). Other keys are kept for people to read.
+_ENSEMBLE_FIELDS: formats.Fields = dict(
+    members=(list,), dir=(str,), error=(str,), run_file=(str,), results_csv=(str,)
+) | {k: formats.NUMBER for k in ("score", "top1", "top5", "top10")}
+_POINT_FIELDS: formats.Fields = dict(
+    status=(str,), error=(str,), wall_s=(*formats.NUMBER, type(None))
+)
+
+
 def _read_json(path: str) -> dict | None:
-    """The file's JSON; None if it does not exist or is not whole."""
+    """The record's JSON; None if it does not exist or is not whole.
+
+    Raises:
+      formats.ShapeError: valid JSON, not a record (one line naming the file and the fix).
+    """
     try:
-        return json.loads(files.read_bytes(path))
+        value = json.loads(files.read_bytes(path))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
         return None
+    fields = _ENSEMBLE_FIELDS if files.basename(path) == "sweep_ensemble.json" else _POINT_FIELDS
+    fix = "it is the sweep's bookkeeping: delete it and rerun the sweep"
+    return formats.checked(path, value, fields, fix)
 
 
 def _write_json(path: str, value: Any) -> None:
-    files.write_bytes(path, json.dumps(value, indent=1).encode(), flag="--out_dir")
+    text = json.dumps(value, indent=1, allow_nan=False)
+    files.write_bytes(path, text.encode(), flag="--out_dir")
 
 
 def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total: int) -> str:

@@ -204,6 +204,9 @@ def _range(name: str, kind: str, low: str, high: str) -> Range:
         lo, hi = float(low), float(high)
     except ValueError:
         raise FlagError(f"{where}: bounds must be numbers") from None
+    bad = [text for text, v in ((low, lo), (high, hi)) if not math.isfinite(v)]
+    if bad:  # nan or inf: no range to draw from
+        raise FlagError(f"{where}: {bad[0].strip()} is not a finite number; give two finite bounds")
     integer = kind.endswith("int")
     if integer and not (lo.is_integer() and hi.is_integer()):
         raise FlagError(f"{where}: bounds must be integers")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import hashlib
 import json
 import math
 import os
@@ -149,7 +148,7 @@ def read_test_ids(path: str | Path) -> list[str]:
 def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -> list[Item]:
     """`(split, index, tile_id, kind weights)` for every kernel, deterministic in `seed`."""
     programs = _programs(seed)
-    plan, seen = [], set()
+    plan, seen = [], set(test_ids or ())  # given test ids stand; a generated id avoids them
     for s_idx, split in enumerate(SPLITS):
         rng = np.random.default_rng([seed, 104729, s_idx])
         groups = list(KERNEL_GROUP_ODDS[split])
@@ -158,13 +157,13 @@ def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -
             group = groups[int(rng.choice(len(groups), p=group_odds))]
             names, weights = zip(*programs[split][group])
             j = int(rng.choice(len(names), p=np.asarray(weights) / sum(weights)))
-            if split == "test":
-                tid = test_ids[i] if test_ids is not None else rng.bytes(16).hex()
+            if split == "test" and test_ids is not None:
+                tid = test_ids[i]  # distinct (`_test_ids`)
             else:
-                tid = f"{names[j]}_{rng.bytes(8).hex()}"
-            while tid in seen:  # never two kernels with one id
-                tid = hashlib.md5(tid.encode()).hexdigest() if split == "test" else tid + "0"
-            seen.add(tid)
+                tid = rng.bytes(16).hex() if split == "test" else f"{names[j]}_{rng.bytes(8).hex()}"
+                while tid in seen:  # never two kernels with one id
+                    tid += "0"
+                seen.add(tid)
             plan.append((split, i, tid, BENCHMARK_GROUPS[group][1]))
     return plan
 
@@ -212,14 +211,21 @@ def _test_ids(path: str | Path) -> list[str]:
             f"--test_ids_from {path} has no {TILE_PREFIX}* rows; give the competition's "
             "sample_submission.csv"
         )
+    first: dict[str, int] = {}
     for number, tile_id in enumerate(ids, 1):
+        where = f"--test_ids_from {path}: id {number}, {TILE_PREFIX + tile_id!r},"
         why = _not_a_name(tile_id)
         if why:
             raise FlagError(
-                f"--test_ids_from {path}: id {number}, {TILE_PREFIX + tile_id!r}, {why}; each "
-                "id names a file in test/, so it must be a plain name (no / or \\, no leading "
-                "dot); give the competition's sample_submission.csv"
+                f"{where} {why}; each id names a file in test/, so it must be a plain name (no / "
+                "or \\, no leading dot); give the competition's sample_submission.csv"
             )
+        if tile_id in first:  # one file per id: a second kernel would need an invented one
+            raise FlagError(
+                f"{where} repeats id {first[tile_id]}; each id names one test kernel, so keep "
+                "one row per id (the competition's sample_submission.csv has each once)"
+            )
+        first[tile_id] = number
     return ids
 
 
