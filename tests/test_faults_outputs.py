@@ -271,7 +271,7 @@ def test_a_link_loop_is_one_line(synth_root, tmp_path, capsys):
         err = _one_line(capsys, cli.main(argv))
         assert err.endswith(
             f"{loop}: a symbolic link that leads back to itself (a loop); point it at a real "
-            "folder, or pass that folder"
+            "file or folder, or pass that"
         ), err
     assert sorted(os.listdir(tmp_path)) == ["model_loop"]
 

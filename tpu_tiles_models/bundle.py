@@ -81,7 +81,7 @@ def make_bundle(
     and an `out_dir` that already holds another model or that another process is writing
     (locks.BusyError).
     """
-    out = files.resolve_local(out_dir, what="--out")
+    out = Path(files.canonical(out_dir, what="--out"))
     source = _models_source(models_path)
     # An upstream root is loaded as a root, so that its models.py's own imports resolve.
     run = TrainedRun.open(model_dir, models_path=models_path or source)
@@ -313,7 +313,7 @@ def check_bundle(
 
     Data problems (a wrong `data_root`) raise `kernel_files.DataError`: the check could not run.
     """
-    bundle = files.resolve_local(bundle_dir, what="the hand-in folder")
+    bundle = Path(files.canonical(bundle_dir, what="the hand-in folder"))
     root = os.path.expanduser(os.fspath(data_root))
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     report = CheckReport(bundle)

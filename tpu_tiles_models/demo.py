@@ -169,7 +169,7 @@ def run(a: DemoArgs) -> None:
 
     from tpu_tiles_models import evaluate, export, files, kaggle, predict, synthetic, train
 
-    out = files.resolve_local(a.out, what="--out")
+    out = Path(files.canonical(a.out, what="--out"))
     train_args = _train_args(a, out)
     tf.config.experimental.enable_op_determinism()  # the same figures on every run
     start = time.perf_counter()

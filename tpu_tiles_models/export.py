@@ -678,7 +678,7 @@ def recover(out_dir: str | os.PathLike) -> None:
         with contextlib.suppress(OSError):  # another run into the folder finished it first
             _put_in_place(left.tag, moves, left.path, Path(run_file_path(out, h)), undo=False)
         if len(places) == 3:
-            files.remove_leftovers(os.path.dirname(os.path.abspath(places[2])), [Path(csv).name])
+            files.remove_leftovers(Path(places[2]).parent, [Path(csv).name])
     files.remove_leftovers(out)
 
 

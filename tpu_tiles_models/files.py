@@ -519,13 +519,6 @@ def split_inputs(
     return [Input(join(root, split), f"{flag}'s {split} split", True) for split in splits]
 
 
-def _resolved(path: str | os.PathLike) -> str:
-    """A comparable spelling: a URL without trailing `/`, a local path absolute with its links
-    resolved (so a link to an input is that input)."""
-    path = expand(path)
-    return path.rstrip("/") if is_remote(path) else os.path.realpath(path)
-
-
 def _inside(path: str, folder: str) -> bool:
     if is_remote(path) != is_remote(folder):
         return False
@@ -535,6 +528,7 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _same(a: str, b: str) -> bool:
+    """Whether canonical paths `a` and `b` are one file: one path, or hard links."""
     if a == b:
         return True
     try:  # hard links
@@ -575,7 +569,7 @@ def _names_file(run_file: Path, path: str) -> bool:
         return False
     if os.path.basename(named) == os.path.basename(path):
         return True
-    return _resolved(named) == path
+    return canonical(named) == path
 
 
 def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
@@ -601,7 +595,7 @@ def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> 
         place = expand(out.path)
         if not is_remote(place) and not out.best_effort:
             _check_writable(Path(place), out.flag)
-            remove_leftovers(os.path.dirname(os.path.abspath(place)), [basename(place)])
+            remove_leftovers(Path(place).parent, [basename(place)])
 
 
 def _check_writable(path: Path, flag: str) -> None:
@@ -617,9 +611,9 @@ def _check_outputs(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
         where, fix = f"{out.flag} {expand(out.path)}", f"pass another {out.flag}"
         if out.example:
             fix += f" (e.g. {out.example})"
-        target = _resolved(out.path)
+        target = canonical(out.path, what=out.flag)
         for read in inputs:
-            source = _resolved(read.path)
+            source = canonical(read.path, what=read.what)
             if _same(target, source):
                 raise OutputError(
                     f"{where} is the {read.what} {expand(read.path)}; writing it would destroy "
@@ -648,33 +642,56 @@ def _check_outputs(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
             )
 
 
-# -- link loops ------------------------------------------------------------------------------
+# -- the one identity of a path ------------------------------------------------------------
 
 
-def resolve_local(path: str | os.PathLike, *, what: str) -> Path:
-    """`path` with `~` expanded, made absolute and its links resolved, as `Path.resolve`;
-    a link that leads back to itself is one line naming `what` (a flag, "the hand-in
-    folder"), not a RuntimeError.
+def canonical(path: str | os.PathLike, *, what: str = "") -> str:
+    """The one spelling of a place that every lock, cache key, resume key and "is this the
+    same file" test uses: `~` expanded, made absolute, every link resolved (a leaf not there
+    yet keeps its name under its folder's resolved path), so `SW`, `./SW/`, `/abs/SW` and a
+    link to SW are one place; a URL only loses its trailing `/`.
+
+    Args:
+      path: the path as the user spelled it.
+      what: what named it (a flag, "the hand-in folder"), for the message.
 
     Raises:
-      FlagError: `path` is, or passes through, a symbolic link loop.
+      FlagError: `path` is, or passes through, a link that leads back to itself; or its full
+        path is longer than the system allows (a deep working folder and a relative path).
     """
-    path = Path(os.path.expanduser(os.fspath(path)))
+    path = expand(path)
+    if is_remote(path):
+        return path.rstrip("/")
+    named = f"{what} {path}" if what else path
     try:
-        resolved = path.resolve()
-        try:  # Python 3.13's non-strict resolve leaves a loop in place; stat says ELOOP
-            os.stat(resolved)
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise
-        return resolved
-    except (RuntimeError, OSError) as err:  # RuntimeError up to Python 3.12, then ELOOP
-        if isinstance(err, OSError) and err.errno != errno.ELOOP:
-            raise
+        real = os.path.realpath(path)
+    except OSError as err:  # a relative path, and the working folder was removed
         raise FlagError(
-            f"{what} {path}: a symbolic link that leads back to itself (a loop); point it at "
-            "a real folder, or pass that folder"
+            f"{named}: the working folder is gone ({err.strerror}); cd to a folder that exists"
         ) from None
+    try:  # realpath leaves a loop in place; stat says ELOOP
+        os.stat(real)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise FlagError(
+                f"{named}: a symbolic link that leads back to itself (a loop); point it at a "
+                "real file or folder, or pass that"
+            ) from None
+    limit = _path_max(real)
+    if len(os.fsencode(real)) >= limit:
+        raise FlagError(
+            f"{named}: its full path is {len(os.fsencode(real))} bytes long, more than the "
+            f"{limit - 1} this system allows; work in a folder with a shorter path"
+        )
+    return real
+
+
+def _path_max(path: str) -> int:
+    """The longest path (with its final NUL) the file system of `path`'s root takes."""
+    try:
+        return os.pathconf(os.path.splitdrive(path)[0] + os.sep, "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):  # not every system says
+        return 4096
 
 
 # -- local or remote (tf.io.gfile) --------------------------------------------------------
@@ -723,11 +740,6 @@ def with_name(path: str | os.PathLike, name: str) -> Path | str:
     if not is_remote(path):
         return Path(path).with_name(name)
     return join(_parent(os.fspath(path)), name)
-
-
-def absolute(path: str | os.PathLike) -> str:
-    """`os.path.abspath` for local paths; a URL unchanged."""
-    return os.fspath(path) if is_remote(path) else os.path.abspath(path)
 
 
 def exists(path: str | os.PathLike) -> bool:

@@ -53,7 +53,7 @@ def default_source_dir() -> Path:
 
 def check_checkout(root: PathLike) -> Path:
     """Returns ``root`` resolved, or raises unless it looks like a tpu_graphs checkout."""
-    path = files.resolve_local(root, what="ROOT")
+    path = Path(files.canonical(root, what="ROOT"))
     missing = [m for m in CHECKOUT_MARKERS if not (path / m).exists()]
     if missing:
         raise InstallError(
@@ -276,7 +276,7 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
     Refuses (unless ``force``) when an installed file was edited since, as restoring
     would discard those edits. Returns one line per action.
     """
-    root = files.resolve_local(root, what="ROOT")
+    root = Path(files.canonical(root, what="ROOT"))
     manifest = _load_manifest(root)
     if not manifest:
         raise InstallError(

@@ -109,7 +109,7 @@ def load_models_module(
             sys.path.insert(0, str(root))
     if not path.is_file():
         raise FlagError(f"{path}: no such models.py; {fix}")
-    path = files.resolve_local(path, what="--models")
+    path = Path(files.canonical(path, what="--models"))
     module_name = _MODULE_PREFIX + str(abs(hash(str(path))))
     if module_name in sys.modules:
         return sys.modules[module_name]
