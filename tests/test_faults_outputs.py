@@ -198,6 +198,29 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_output(
     assert os.listdir(tmp_path) == []  # no output, and no lock file left behind
 
 
+def test_a_claim_holds_however_the_output_is_spelled(tmp_path, capsys, monkeypatch):
+    """Issue 48, defect 3: while OUT A is claimed, `synth L` (L a link to A), `synth ./A/`,
+    `synth sub/../A` and A's absolute path through the link are refused: the lock is the one
+    beside A's real path (`files.canonical`), not one per spelling."""
+    a = tmp_path / "A"
+    a.mkdir()
+    (tmp_path / "L").symlink_to(a)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with locks.claim(a, flag="OUT", command="synth"):
+        for spelled in ("L", "./A/", "sub/../A", f"{tmp_path}/L/"):
+            err = _one_line(capsys, cli.main(["synth", spelled, "--seed", "2", *SMALL]))
+            assert err == (
+                f"tpu-tiles synth: error: OUT {Path(spelled)} {_held_by_me('synth')}; wait for "
+                "it to end, or pass another OUT"
+            )
+        assert sorted(os.listdir(tmp_path)) == [".A.lock", "A", "L", "sub"]
+        assert os.listdir(a) == []
+    assert cli.main(["synth", "L", *SMALL]) == 0  # the claim gone, the link writes into A
+    assert sorted(os.listdir(a)) == ["test", "train", "valid"]
+    assert sorted(os.listdir(tmp_path)) == ["A", "L", "sub"]
+
+
 def test_a_lock_left_by_a_killed_writer_does_not_block(tmp_path, capsys):
     """A process killed (SIGKILL) while it holds the claim leaves its lock file; the kernel has
     released its lock, so the next synth goes ahead (and removes the file)."""
