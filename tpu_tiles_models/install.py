@@ -5,7 +5,10 @@ first overwrite of an upstream file it saves the original under ``ROOT/.tpu_tile
 and records, in ``ROOT/.tpu_tiles_backup/manifest.json``, the sha256 of what it installed.
 That record is how a later install tells "our old copy" (safe to update) from "a file the
 user edited" (refused unless ``force``), and how ``uninstall`` restores the originals and
-deletes the files that did not exist before.
+deletes the files that did not exist before. An upstream file that is a symbolic link is
+recorded as its link (``"link"``: where it points), not copied, and comes back as that link.
+Both hold the checkout's output lock (`locks.claim`) throughout: a second install or
+uninstall into it at once is refused in one line, so no backup ever holds our own copy.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Union
 
 import tpu_tiles_models
-from tpu_tiles_models import files
+from tpu_tiles_models import files, locks
 from tpu_tiles_models.errors import UserError
 
 # Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
@@ -72,7 +75,8 @@ def _manifest_path(root: Path) -> Path:
 
 
 def _load_manifest(root: Path) -> dict:
-    """``{relpath: {"installed_sha256": str, "had_original": bool}}``; empty if none."""
+    """``{relpath: {"installed_sha256": str, "had_original": bool, "link"?: str}}``; empty if
+    none."""
     path = _manifest_path(root)
     if not path.exists():
         return {}
@@ -121,10 +125,10 @@ def _refuse_folders(root: Path, relpaths: list[str]) -> None:
 def _is_original(root: Path, rel: str, entry: dict) -> bool:
     """Whether ``rel`` still holds the upstream original we backed up: an install that
     stopped between recording and copying left it so; it is not the user's edit."""
-    backup = root / BACKUP_DIR / rel
-    return (
-        bool(entry["had_original"]) and backup.is_file() and _sha256(backup) == _sha256(root / rel)
-    )
+    backup, dst = root / BACKUP_DIR / rel, root / rel
+    if "link" in entry:
+        return dst.is_symlink() and os.readlink(dst) == entry["link"]
+    return bool(entry["had_original"]) and backup.is_file() and _sha256(backup) == _sha256(dst)
 
 
 def _user_modified(root: Path, manifest: dict) -> list[str]:
@@ -154,7 +158,12 @@ def install(
       One line per action, or a single line saying everything is already installed.
     """
     root = check_checkout(root)
-    sources = _sources(source_dir)
+    with locks.claim(root, flag="ROOT", command="install"):
+        return _install(root, _sources(source_dir), force)
+
+
+def _install(root: Path, sources: dict[str, Path], force: bool) -> list[str]:
+    """`install` with ROOT claimed."""
     _refuse_folders(root, list(sources))
     for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
         files.check_output_path(root / rel)
@@ -221,14 +230,20 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
             _save_manifest(root, manifest)
         return ""
     if entry is None:
-        # First install of this path: keep the upstream original, if any, for uninstall.
-        had_original = dst.exists()
-        if had_original:
+        # First install of this path: keep the upstream original, if any, for uninstall; a
+        # link as where it points (a copy would come back as a file, or not at all).
+        entry = manifest[rel] = {"had_original": dst.is_symlink() or dst.exists()}
+        if dst.is_symlink():
+            entry["link"] = os.readlink(dst)
+            action = f"original link to {entry['link']} recorded in {_manifest_path(root)}"
+        elif entry["had_original"]:
             files.copy_file(dst, backup)
-        action = f"original saved to {backup}" if had_original else "new file"
-        entry = manifest[rel] = {"had_original": had_original, "installed_sha256": new_sha}
+            action = f"original saved to {backup}"
+        else:
+            action = "new file"
     elif _is_original(root, rel, entry):
-        action = f"original saved to {backup}"  # a stopped install's record: finish it
+        # A stopped install's record: finish it.
+        action = "original link recorded" if "link" in entry else f"original saved to {backup}"
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
         kept, new = _keep_edited_copy(dst, backup)
         action = f"--force: your edited copy {'kept' if new else 'is already kept'} as {kept}"
@@ -277,6 +292,12 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
     would discard those edits. Returns one line per action.
     """
     root = Path(files.canonical(root, what="ROOT"))
+    with locks.claim(root, flag="ROOT", command="install"):
+        return _uninstall(root, force)
+
+
+def _uninstall(root: Path, force: bool) -> list[str]:
+    """`uninstall` with ROOT claimed."""
     manifest = _load_manifest(root)
     if not manifest:
         raise InstallError(
@@ -292,7 +313,10 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
     lines = []
     for rel in sorted(manifest):
         dst, backup = root / rel, root / BACKUP_DIR / rel
-        if manifest[rel]["had_original"]:
+        if "link" in manifest[rel]:
+            _put_link(manifest[rel]["link"], dst)
+            lines.append(f"restored the original link {dst} -> {manifest[rel]['link']}")
+        elif manifest[rel]["had_original"]:
             if not backup.is_file():
                 raise InstallError(
                     f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
@@ -308,6 +332,18 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
         _save_manifest(root, manifest)
     lines.extend(_prune_backup_dir(root / BACKUP_DIR))
     return lines
+
+
+def _put_link(target: str, dst: Path) -> None:
+    """Makes `dst` a symbolic link to `target` in one step: made under a hidden name beside
+    it, then renamed over what is there."""
+    tmp = files.hidden_path(dst)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _prune_backup_dir(backup_dir: Path) -> list[str]:
