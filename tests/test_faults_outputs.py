@@ -299,6 +299,45 @@ def test_a_link_loop_is_one_line(synth_root, tmp_path, capsys):
     assert sorted(os.listdir(tmp_path)) == ["model_loop"]
 
 
+# -- a working folder too deep, or gone ----------------------------------------------------------
+
+
+def test_a_relative_output_in_a_folder_deeper_than_path_max_is_one_line(
+    mlp_run, tmp_path, monkeypatch, capsys
+):
+    """Issue 48, defect 13: in a working folder whose path is longer than PATH_MAX, a
+    relative output (every command that writes one, TensorFlow or not) is one line naming its
+    flag, where its canonical path is made (`files.canonical`), not an OSError traceback."""
+    monkeypatch.chdir(tmp_path)
+    limit = os.pathconf("/", "PC_PATH_MAX")
+    while len(os.getcwd()) < limit + 100:  # a long path is reached one short step at a time
+        os.mkdir("d" * 200)
+        os.chdir("d" * 200)
+    for flag, name, argv in (
+        ("OUT", "out", ["synth", "out", *SMALL]),
+        ("--out", "k.csv", ["kaggle", "--out", "k.csv"]),
+        ("--out", "hand_in", ["bundle", "--dir", str(mlp_run.model_dir), "--out", "hand_in"]),
+        ("ROOT", "up", ["install", "up"]),
+    ):
+        size = len(os.fsencode(os.path.join(os.getcwd(), name)))
+        assert _one_line(capsys, cli.main(argv)) == (
+            f"tpu-tiles {argv[0]}: error: {flag} {name}: its full path is {size} bytes long, "
+            f"more than the {limit - 1} this system allows; work in a folder with a shorter path"
+        )
+    assert os.listdir(".") == []
+
+
+def test_a_relative_output_in_a_removed_working_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert _one_line(capsys, cli.main(["synth", "out", *SMALL])) == (
+        "tpu-tiles synth: error: OUT out: the working folder is gone (No such file or "
+        "directory); cd to a folder that exists"
+    )
+
+
 # -- standard output that cannot be written ------------------------------------------------------
 
 
