@@ -44,8 +44,10 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
     path = Path(os.path.expanduser(os.fspath(models_path)))
     if path.is_dir():
         path = path / registry.UPSTREAM_MODELS
-    if not path.is_file():
-        raise BundleError(f"{path}: no such models.py; pass --models <file or upstream root>")
+    kind = files.not_a_file(path)
+    if kind:
+        what = "no such models.py" if kind == "not found" else f"{kind}, not a models.py"
+        raise BundleError(f"{path}: {what}; pass --models <file or upstream root>")
     return path
 
 

@@ -268,7 +268,8 @@ def save_model(model: tf.keras.Model, path: str | Path) -> None:
         raise files.WriteError(
             f"cannot write --out_dir {place.parent}: saving {place.name} (about "
             f"{files.format_size(space_needed(model))}) failed with {free} free on its disk "
-            f"({one_line(err, 160)}); free some space or pass another --out_dir"
+            f"({one_line(err, 160)}); "
+            + files.room_fix("--out_dir", err if isinstance(err, OSError) else None)
         ) from None
 
 

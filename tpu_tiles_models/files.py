@@ -31,6 +31,11 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence
 
 from tpu_tiles_models import formats, interrupts
+
+try:
+    import resource
+except ImportError:  # pragma: no cover  (Windows: no file size limit to name)
+    resource = None
 from tpu_tiles_models.errors import FlagError, UserError
 
 # Write failures the user fixes by freeing space (or choosing another place).
@@ -384,12 +389,28 @@ def _cannot_write(where: str, err: OSError, flag: str | None = None) -> str:
 def _fix(err: OSError, flag: str | None) -> str:
     """What the user does about a failed write: it depends on why it failed."""
     if err.errno in _FULL_ERRNOS:
-        return f"free some space or pass {_other(flag)}"
+        return room_fix(flag, err)
     if err.errno == errno.EROFS:
         return f"pass {_other(flag)} on a disk you can write"
     if err.errno == errno.ENAMETOOLONG:
         return f"pass {_other(flag)} with shorter names"
     return f"pass {_other(flag)} in a folder you can write"
+
+
+def room_fix(flag: str | None, err: OSError | None = None) -> str:
+    """What the user does about a write that found no room. `err`'s errno tells a file larger
+    than may be written (EFBIG) from a full disk or quota; without one (TensorFlow's errors
+    carry none) a file size limit that is set (`ulimit -f`) is the likelier cause."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource else None
+    limited = limit is not None and limit != resource.RLIM_INFINITY
+    if (err.errno == errno.EFBIG) if err is not None else limited:
+        if limited:
+            return (
+                f"this process may write files of at most {format_size(limit)} (ulimit -f); "
+                f"raise that limit, or pass {_other(flag)}"
+            )
+        return f"the file is larger than its file system takes; pass {_other(flag)}"
+    return f"free some space or pass {_other(flag)}"
 
 
 def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | None = None) -> None:
@@ -781,14 +802,44 @@ def size_and_mtime(path: str | os.PathLike) -> tuple[int, int]:
     return st.length, st.mtime_nsec
 
 
+# What stands at a path in place of a regular file or a folder, by its type (`not_a_file`).
+_SPECIAL = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
+
+
+def not_a_file(path: str | os.PathLike) -> str:
+    """'' when local `path` is a regular file (or a link to one); else what is there instead,
+    for a message: "not found" (nothing, or a link to nothing), "a folder", "a named pipe
+    (FIFO)", "a socket", "a device", or "unreadable (<reason>)". Every input is told apart so:
+    "not found" for a FIFO sends the user looking for a file that is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "not found"
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    if stat.S_ISREG(mode):
+        return ""
+    return "a folder" if stat.S_ISDIR(mode) else _SPECIAL.get(stat.S_IFMT(mode), "a special file")
+
+
 @contextlib.contextmanager
 def open_read(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """The file opened for binary reading (seekable): `open` locally, a GFile when remote.
 
     Raises:
-      OSError: it cannot be opened or read (FileNotFoundError when missing).
+      OSError: it cannot be opened or read (FileNotFoundError when missing); a local path
+        that is a named pipe, socket or device, with what it is as its reason (opening a
+        named pipe would wait for a writer forever).
     """
     if not is_remote(path):
+        kind = not_a_file(path)
+        if kind in (*_SPECIAL.values(), "a special file"):
+            raise OSError(errno.EINVAL, f"{kind}, not a file", os.fspath(path))
         with open(path, "rb") as f:
             yield f
         return
