@@ -31,12 +31,12 @@ from pathlib import Path
 from typing import IO, Iterable, Iterator, Sequence
 
 from tpu_tiles_models import formats, interrupts
+from tpu_tiles_models.errors import FlagError, UserError
 
 try:
     import resource
 except ImportError:  # pragma: no cover  (Windows: no file size limit to name)
     resource = None
-from tpu_tiles_models.errors import FlagError, UserError
 
 # Write failures the user fixes by freeing space (or choosing another place).
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
@@ -670,11 +670,8 @@ def canonical(path: str | os.PathLike, *, what: str = "") -> str:
     """The one spelling of a place that every lock, cache key, resume key and "is this the
     same file" test uses: `~` expanded, made absolute, every link resolved (a leaf not there
     yet keeps its name under its folder's resolved path), so `SW`, `./SW/`, `/abs/SW` and a
-    link to SW are one place; a URL only loses its trailing `/`.
-
-    Args:
-      path: the path as the user spelled it.
-      what: what named it (a flag, "the hand-in folder"), for the message.
+    link to SW are one place; a URL only loses its trailing `/`. `what` (a flag, "the
+    hand-in folder") names the path in a message.
 
     Raises:
       FlagError: `path` is, or passes through, a link that leads back to itself; or its full
@@ -698,21 +695,16 @@ def canonical(path: str | os.PathLike, *, what: str = "") -> str:
                 f"{named}: a symbolic link that leads back to itself (a loop); point it at a "
                 "real file or folder, or pass that"
             ) from None
-    limit = _path_max(real)
+    try:
+        limit = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):  # not every system says
+        limit = 4096
     if len(os.fsencode(real)) >= limit:
         raise FlagError(
             f"{named}: its full path is {len(os.fsencode(real))} bytes long, more than the "
             f"{limit - 1} this system allows; work in a folder with a shorter path"
         )
     return real
-
-
-def _path_max(path: str) -> int:
-    """The longest path (with its final NUL) the file system of `path`'s root takes."""
-    try:
-        return os.pathconf(os.path.splitdrive(path)[0] + os.sep, "PC_PATH_MAX")
-    except (OSError, ValueError, AttributeError):  # not every system says
-        return 4096
 
 
 # -- local or remote (tf.io.gfile) --------------------------------------------------------

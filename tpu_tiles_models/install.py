@@ -158,48 +158,46 @@ def install(
       One line per action, or a single line saying everything is already installed.
     """
     root = check_checkout(root)
+    sources = _sources(source_dir)
     with locks.claim(root, flag="ROOT", command="install"):
-        return _install(root, _sources(source_dir), force)
-
-
-def _install(root: Path, sources: dict[str, Path], force: bool) -> list[str]:
-    """`install` with ROOT claimed."""
-    _refuse_folders(root, list(sources))
-    for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
-        files.check_output_path(root / rel)
-    manifest = _load_manifest(root)
-    edited = [
-        rel
-        for rel in _user_modified(root, manifest)
-        if rel in sources and _sha256(root / rel) != _sha256(sources[rel])
-    ]
-    if edited and not force:
-        raise InstallError(
-            f"refusing to overwrite {', '.join(str(root / r) for r in edited)}: changed since "
-            "tpu-tiles installed it; rerun with --force to replace it (your copy is kept "
-            f"under {root / BACKUP_DIR}) or --uninstall first"
-        )
-    lines = []
-    for rel, src in sources.items():
-        before = json.loads(json.dumps(manifest))
-        try:
-            line = _install_one(root, rel, src, manifest, force=force)
-        except BaseException:
-            _undo_record(root, rel, before)
-            raise
-        if line:
-            lines.append(line)
-    if not lines:
-        lines = [f"already installed in {root}, nothing to do ({len(sources)} files up to date)"]
-    note = trainer_note()
-    if note:
-        lines.append(note)
-    if not (root / "sample_submission.csv").exists():
-        lines.append(
-            f"note: {root / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
-            "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)"
-        )
-    return lines
+        _refuse_folders(root, list(sources))
+        for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
+            files.check_output_path(root / rel)
+        manifest = _load_manifest(root)
+        edited = [
+            rel
+            for rel in _user_modified(root, manifest)
+            if rel in sources and _sha256(root / rel) != _sha256(sources[rel])
+        ]
+        if edited and not force:
+            raise InstallError(
+                f"refusing to overwrite {', '.join(str(root / r) for r in edited)}: changed since "
+                "tpu-tiles installed it; rerun with --force to replace it (your copy is kept "
+                f"under {root / BACKUP_DIR}) or --uninstall first"
+            )
+        lines = []
+        for rel, src in sources.items():
+            before = json.loads(json.dumps(manifest))
+            try:
+                line = _install_one(root, rel, src, manifest, force=force)
+            except BaseException:
+                _undo_record(root, rel, before)
+                raise
+            if line:
+                lines.append(line)
+        if not lines:
+            lines = [
+                f"already installed in {root}, nothing to do ({len(sources)} files up to date)"
+            ]
+        note = trainer_note()
+        if note:
+            lines.append(note)
+        if not (root / "sample_submission.csv").exists():
+            lines.append(
+                f"note: {root / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
+                "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)"
+            )
+        return lines
 
 
 def trainer_note() -> str:
@@ -293,45 +291,40 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
     """
     root = Path(files.canonical(root, what="ROOT"))
     with locks.claim(root, flag="ROOT", command="install"):
-        return _uninstall(root, force)
-
-
-def _uninstall(root: Path, force: bool) -> list[str]:
-    """`uninstall` with ROOT claimed."""
-    manifest = _load_manifest(root)
-    if not manifest:
-        raise InstallError(
-            f"nothing to uninstall: no {_manifest_path(root)} (tpu-tiles never installed here)"
-        )
-    _refuse_folders(root, list(manifest))
-    edited = _user_modified(root, manifest)
-    if edited and not force:
-        raise InstallError(
-            f"refusing to uninstall: {', '.join(str(root / r) for r in edited)} changed since "
-            "tpu-tiles installed it; save your edits elsewhere and rerun with --force"
-        )
-    lines = []
-    for rel in sorted(manifest):
-        dst, backup = root / rel, root / BACKUP_DIR / rel
-        if "link" in manifest[rel]:
-            _put_link(manifest[rel]["link"], dst)
-            lines.append(f"restored the original link {dst} -> {manifest[rel]['link']}")
-        elif manifest[rel]["had_original"]:
-            if not backup.is_file():
-                raise InstallError(
-                    f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
-                    f"{rel}) and delete {_manifest_path(root)}"
-                )
-            files.copy_file(backup, dst)
-            backup.unlink()
-            lines.append(f"restored the original {dst}")
-        else:
-            dst.unlink(missing_ok=True)
-            lines.append(f"removed {dst} (it did not exist before install)")
-        del manifest[rel]
-        _save_manifest(root, manifest)
-    lines.extend(_prune_backup_dir(root / BACKUP_DIR))
-    return lines
+        manifest = _load_manifest(root)
+        if not manifest:
+            raise InstallError(
+                f"nothing to uninstall: no {_manifest_path(root)} (tpu-tiles never installed here)"
+            )
+        _refuse_folders(root, list(manifest))
+        edited = _user_modified(root, manifest)
+        if edited and not force:
+            raise InstallError(
+                f"refusing to uninstall: {', '.join(str(root / r) for r in edited)} changed since "
+                "tpu-tiles installed it; save your edits elsewhere and rerun with --force"
+            )
+        lines = []
+        for rel in sorted(manifest):
+            dst, backup = root / rel, root / BACKUP_DIR / rel
+            if "link" in manifest[rel]:
+                _put_link(manifest[rel]["link"], dst)
+                lines.append(f"restored the original link {dst} -> {manifest[rel]['link']}")
+            elif manifest[rel]["had_original"]:
+                if not backup.is_file():
+                    raise InstallError(
+                        f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
+                        f"{rel}) and delete {_manifest_path(root)}"
+                    )
+                files.copy_file(backup, dst)
+                backup.unlink()
+                lines.append(f"restored the original {dst}")
+            else:
+                dst.unlink(missing_ok=True)
+                lines.append(f"removed {dst} (it did not exist before install)")
+            del manifest[rel]
+            _save_manifest(root, manifest)
+        lines.extend(_prune_backup_dir(root / BACKUP_DIR))
+        return lines
 
 
 def _put_link(target: str, dst: Path) -> None:
