@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import bundle, export, registry
+from tpu_tiles_models import bundle, cli, export, registry
 
 
 @pytest.fixture(scope="module")
@@ -158,6 +158,66 @@ def test_make_bundle_refuses_a_folder_with_another_model(trained, tmp_path):
         bundle.make_bundle(trained.model_dir, trained.model_dir.parent)
     with pytest.raises(bundle.BundleError, match="no such models.py"):
         bundle.make_bundle(trained.model_dir, tmp_path / "x", models_path=tmp_path / "nope.py")
+
+
+def _stamps(folder: Path) -> dict[str, tuple[int, int, bytes]]:
+    """Every file under `folder`: (inode, mtime, bytes), so that a rewrite shows."""
+    return {
+        str(p.relative_to(folder)): (p.stat().st_ino, p.stat().st_mtime_ns, p.read_bytes())
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def test_bundle_never_writes_over_a_file_it_did_not_make(trained, good, tmp_path, capsys):
+    """Issue 48, defect 2: `mkdir h; echo '# mine' > h/models.py; bundle --out h` is refused
+    in one line naming the file and the fix, and h keeps the user's file; so is an earlier
+    bundle whose model was changed since; a rerun into a finished bundle writes nothing."""
+    h = tmp_path / "h"
+    h.mkdir()
+    (h / "models.py").write_text("# mine\n")
+    changed = tmp_path / "changed"
+    shutil.copytree(good, changed)
+    model = changed / trained.model_dir.name
+    with open(model / "saved_model.pb", "ab") as f:
+        f.write(b"\0")
+    for out, clash, source in (
+        (h, h / "models.py", registry.dropin_file("models.py")),
+        (changed, model, trained.model_dir),
+    ):
+        before = _stamps(out)
+        assert cli.main(["bundle", "--dir", str(trained.model_dir), "--out", str(out)]) == 2
+        assert capsys.readouterr().err == (
+            f"tpu-tiles bundle: error: --out {clash} is already there and is not a copy of "
+            f"{source}; bundle never writes over a file it did not make: move it away, or pass "
+            "another --out\n"
+        )
+        assert _stamps(out) == before
+    again = tmp_path / "again"
+    shutil.copytree(good, again)
+    before = _stamps(again)
+    assert cli.main(["bundle", "--dir", str(trained.model_dir), "--out", str(again)]) == 0
+    assert _stamps(again) == before
+
+
+@pytest.mark.parametrize("inside", ["models.py", "model_<h>", "model_<h>/variables"])
+def test_check_fails_a_hand_in_that_links_outside_it(good, synth_root, tmp_path, capsys, inside):
+    """Issue 48, defect 17: `models.py`, `model_<h>/` or a folder inside it that is a link to
+    a place outside the hand-in fails the check in one line: a grader would get a dangling
+    link."""
+    b = tmp_path / "b"
+    shutil.copytree(good, b)
+    name = inside.replace("model_<h>", next(b.glob("model_*")).name)
+    away = tmp_path / "elsewhere" / name
+    away.parent.mkdir(parents=True)
+    (b / name).rename(away)
+    (b / name).symlink_to(away)
+    assert cli.main(["check", str(b), f"--data_root={synth_root}", "--no_progress"]) == 2
+    assert capsys.readouterr().err == (
+        f"tpu-tiles check: error: {b} failed its check: files present: {name} is a symbolic "
+        f"link to {away}, outside the folder: a grader who gets the folder gets a dangling "
+        "link; put a copy there (tpu-tiles bundle makes one)\n"
+    )
 
 
 def test_kernel_match():

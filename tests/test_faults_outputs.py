@@ -226,6 +226,29 @@ def test_a_second_writer_is_refused_while_the_first_holds_the_output(
     assert os.listdir(tmp_path) == []  # no output, and no lock file left behind
 
 
+def test_a_claim_holds_however_the_output_is_spelled(tmp_path, capsys, monkeypatch):
+    """Issue 48, defect 3: while OUT A is claimed, `synth L` (L a link to A), `synth ./A/`,
+    `synth sub/../A` and A's absolute path through the link are refused: the lock is the one
+    beside A's real path (`files.canonical`), not one per spelling."""
+    a = tmp_path / "A"
+    a.mkdir()
+    (tmp_path / "L").symlink_to(a)
+    (tmp_path / "sub").mkdir()
+    monkeypatch.chdir(tmp_path)
+    with locks.claim(a, flag="OUT", command="synth"):
+        for spelled in ("L", "./A/", "sub/../A", f"{tmp_path}/L/"):
+            err = _one_line(capsys, cli.main(["synth", spelled, "--seed", "2", *SMALL]))
+            assert err == (
+                f"tpu-tiles synth: error: OUT {Path(spelled)} {_held_by_me('synth')}; wait for "
+                "it to end, or pass another OUT"
+            )
+        assert sorted(os.listdir(tmp_path)) == [".A.lock", "A", "L", "sub"]
+        assert os.listdir(a) == []
+    assert cli.main(["synth", "L", *SMALL]) == 0  # the claim gone, the link writes into A
+    assert sorted(os.listdir(a)) == ["test", "train", "valid"]
+    assert sorted(os.listdir(tmp_path)) == ["A", "L", "sub"]
+
+
 def test_a_lock_left_by_a_killed_writer_does_not_block(tmp_path, capsys):
     """A process killed (SIGKILL) while it holds the claim leaves its lock file; the kernel has
     released its lock, so the next synth goes ahead (and removes the file)."""
@@ -299,9 +322,48 @@ def test_a_link_loop_is_one_line(synth_root, tmp_path, capsys):
         err = _one_line(capsys, cli.main(argv))
         assert err.endswith(
             f"{loop}: a symbolic link that leads back to itself (a loop); point it at a real "
-            "folder, or pass that folder"
+            "file or folder, or pass that"
         ), err
     assert sorted(os.listdir(tmp_path)) == ["model_loop"]
+
+
+# -- a working folder too deep, or gone ----------------------------------------------------------
+
+
+def test_a_relative_output_in_a_folder_deeper_than_path_max_is_one_line(
+    mlp_run, tmp_path, monkeypatch, capsys
+):
+    """Issue 48, defect 13: in a working folder whose path is longer than PATH_MAX, a
+    relative output (every command that writes one, TensorFlow or not) is one line naming its
+    flag, where its canonical path is made (`files.canonical`), not an OSError traceback."""
+    monkeypatch.chdir(tmp_path)
+    limit = os.pathconf("/", "PC_PATH_MAX")
+    while len(os.getcwd()) < limit + 100:  # a long path is reached one short step at a time
+        os.mkdir("d" * 200)
+        os.chdir("d" * 200)
+    for flag, name, argv in (
+        ("OUT", "out", ["synth", "out", *SMALL]),
+        ("--out", "k.csv", ["kaggle", "--out", "k.csv"]),
+        ("--out", "hand_in", ["bundle", "--dir", str(mlp_run.model_dir), "--out", "hand_in"]),
+        ("ROOT", "up", ["install", "up"]),
+    ):
+        size = len(os.fsencode(os.path.join(os.getcwd(), name)))
+        assert _one_line(capsys, cli.main(argv)) == (
+            f"tpu-tiles {argv[0]}: error: {flag} {name}: its full path is {size} bytes long, "
+            f"more than the {limit - 1} this system allows; work in a folder with a shorter path"
+        )
+    assert os.listdir(".") == []
+
+
+def test_a_relative_output_in_a_removed_working_folder_is_one_line(tmp_path, monkeypatch, capsys):
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()
+    assert _one_line(capsys, cli.main(["synth", "out", *SMALL])) == (
+        "tpu-tiles synth: error: OUT out: the working folder is gone (No such file or "
+        "directory); cd to a folder that exists"
+    )
 
 
 # -- standard output that cannot be written ------------------------------------------------------

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 from conftest import file_mode
 
+from tpu_tiles_models import cli, locks
 from tpu_tiles_models import install as inst
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.install import InstallError
@@ -306,3 +310,72 @@ def test_a_manifest_of_another_shape_is_one_line(case, uninstall, checkout, caps
         f"{manifest.parent}"
     )
     assert _tree(checkout) == before
+
+
+# -- issue 48: one install at a time; links stay links --------------------------------------
+
+
+def _links(root: Path) -> dict[str, str]:
+    """Every symbolic link under ``root`` (relative posix path -> where it points)."""
+    return {
+        p.relative_to(root).as_posix(): os.readlink(p) for p in root.rglob("*") if p.is_symlink()
+    }
+
+
+def test_a_second_install_at_once_is_refused_in_one_line(checkout, tmp_path, capsys):
+    """Defect 1: install and --uninstall hold the checkout's output lock, however ROOT is
+    spelled (here through a link); the second is refused in one line, changing nothing."""
+    link = tmp_path / "link"
+    link.symlink_to(checkout)
+    before = _tree(checkout)
+    with locks.claim(checkout, flag="ROOT", command="install"):
+        for argv in (["install", str(link)], ["install", f"{checkout}/", "--uninstall"]):
+            assert cli.main(argv) == 2
+            assert capsys.readouterr().err == (
+                f"tpu-tiles install: error: ROOT {checkout} is being written by tpu-tiles "
+                f"install (pid {os.getpid()}); wait for it to end, or pass another ROOT\n"
+            )
+    assert _tree(checkout) == before and sorted(os.listdir(tmp_path)) == ["link", checkout.name]
+
+
+def test_two_installs_at_once_keep_upstreams_original(checkout):
+    """Defect 1 as reported: `install up & install up; wait`. Whichever order they run in,
+    the backup is upstream's file (never our copy) and --uninstall brings it back."""
+    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    argv = [sys.executable, "-m", "tpu_tiles_models.cli", "install", str(checkout)]
+    env = dict(os.environ, PYTHONPATH=str(Path(inst.__file__).parents[1]))
+    for _ in range(2):
+        runs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                for _ in range(2)]  # fmt: skip
+        codes = sorted(p.wait() for p in runs)
+        assert codes in ([0, 0], [0, 2]), [p.stderr.read() for p in runs]
+        backup = checkout / inst.BACKUP_DIR / "tpu_graphs/baselines/tiles/models.py"
+        assert backup.read_bytes() == UPSTREAM_MODELS
+        assert cli.main(["install", str(checkout), "--uninstall"]) == 0
+        assert models.read_bytes() == UPSTREAM_MODELS
+        assert not (checkout / inst.BACKUP_DIR).exists()
+
+
+def test_an_upstream_link_comes_back_as_that_link(checkout, tmp_path, capsys):
+    """Defect 20: an upstream file that is a symbolic link (relative, to a file outside the
+    checkout) is recorded as its link, replaced by our file without writing through it, and
+    --uninstall puts the same link back; a dangling link too (it used to be taken for no
+    file at all, and removed)."""
+    shared = tmp_path / "shared.py"
+    shared.write_bytes(UPSTREAM_MODELS)
+    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    models.unlink()
+    models.symlink_to(os.path.relpath(shared, models.parent))
+    (checkout / "create_kaggle_csv.py").symlink_to("nowhere.py")
+    links, before = _links(checkout), _tree(checkout)
+    assert cli.main(["install", str(checkout)]) == 0
+    out = capsys.readouterr().out
+    manifest = f"{checkout / inst.BACKUP_DIR / inst.MANIFEST}"
+    assert f"(original link to {links[inst.DROPIN['models.py']]} recorded in {manifest})" in out
+    assert "(original link to nowhere.py recorded in" in out
+    assert _links(checkout) == {} and shared.read_bytes() == UPSTREAM_MODELS
+    assert models.read_bytes() == (inst.default_source_dir() / "models.py").read_bytes()
+    assert cli.main(["install", str(checkout), "--uninstall"]) == 0
+    assert "restored the original link" in capsys.readouterr().out
+    assert _links(checkout) == links and _tree(checkout) == before
+    assert not (checkout / inst.BACKUP_DIR).exists()

@@ -5,7 +5,11 @@ nothing left behind (command by command)."""
 from __future__ import annotations
 
 import json
+import os
+import resource
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -365,6 +369,75 @@ def test_sweep_grid_messages(grid, message, tmp_path, capsys):
     err = _one_line(["sweep", "--grid", grid, "--out_dir", str(tmp_path / "s")], capsys)
     assert err.startswith(f"tpu-tiles sweep: error: {message}")
     assert not any(tmp_path.iterdir())
+
+
+# -- issue 48: messages that name what is there -----------------------------------------------
+
+PIPE = "a named pipe (FIFO)"
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (
+            ["kaggle", "--sample", "{fifo}", "--inputcsv", "{csv}", "--out", "{tmp}/k.csv"],
+            f"sample submission file {{fifo}} is {PIPE}; pass the CSV file itself",
+        ),
+        (
+            ["kaggle", "--sample", "{csv}", "--inputcsv", "{fifo}", "--out", "{tmp}/k.csv"],
+            f"predictions file {{fifo}} is {PIPE}; pass the CSV file itself",
+        ),
+        (
+            ["synth", "{tmp}/d", "--test_ids_from", "{fifo}"],
+            f"--test_ids_from {{fifo}}: cannot read it ({PIPE}, not a file); give the "
+            "competition's sample_submission.csv",
+        ),
+        (
+            ["demo", "--sample", "{fifo}", "--out", "{tmp}/demo"],
+            f"--sample {{fifo}}: {PIPE}, not a file; pass the competition's CSV or leave it out",
+        ),
+        (
+            ["predict", "--dir", "{model}", "--models", "{fifo}", "--out", "{tmp}/p.csv"],
+            f"{{fifo}}: {PIPE}, not a models.py; pass --models <models.py or upstream root>",
+        ),
+    ],
+)
+def test_a_named_pipe_is_not_called_missing_nor_waited_on(argv, message, mlp_run, tmp_path, capsys):
+    """A FIFO where a file is read was "not found" (kaggle, --models, demo --sample), or was
+    opened and waited on forever (synth --test_ids_from): one line saying what it is."""
+    fifo, csv = tmp_path / "fifo", tmp_path / "s.csv"
+    os.mkfifo(fifo)
+    csv.write_text("ID,TopConfigs\ntile:xla:a,0;1\n")
+    fill = dict(fifo=fifo, csv=csv, tmp=tmp_path, model=mlp_run.model_dir)
+    err = _one_line([a.format(**fill) for a in argv], capsys)
+    assert err == f"tpu-tiles {argv[0]}: error: {message.format(**fill)}"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo", "s.csv"]
+
+
+def test_a_file_size_limit_is_not_called_a_full_disk(tmp_path):
+    """Under `ulimit -f` a write fails with EFBIG, which said "free some space" with the disk
+    nearly empty: the message names the limit (synth's kernels, install's copies)."""
+    (tmp_path / "up" / "tpu_graphs/baselines/tiles").mkdir(parents=True)
+    (tmp_path / "up" / "tiles_train.py").write_text("# upstream trainer\n")
+
+    def small_files() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (10_000, 10_000))
+
+    for other, argv in (("OUT", ["synth", "d", "--no_progress"]), ("path", ["install", "up"])):
+        done = subprocess.run(
+            [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
+            cwd=tmp_path,
+            env=dict(os.environ, PYTHONPATH=str(Path(cli.__file__).parents[1])),
+            preexec_fn=small_files,
+            capture_output=True,
+            text=True,
+        )
+        assert done.returncode == 2 and len(done.stderr.splitlines()) == 1, done.stderr
+        assert done.stderr.endswith(
+            "(File too large); this process may write files of at most 10.0 KB (ulimit -f); "
+            f"raise that limit, or pass another {other}\n"
+        )
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["up"]
 
 
 def test_a_replaced_class_is_not_called_unknown(tmp_path):

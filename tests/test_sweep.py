@@ -42,7 +42,7 @@ GRID = "lr=1e-3,2e-3 seed=0,1"
 pytestmark = pytest.mark.xdist_group("sweep")
 
 
-def _sweep(out: Path, data: Path, grid: str, *extra: str) -> sweep.SweepSummary:
+def _sweep(out: Path | str, data: Path, grid: str, *extra: str) -> sweep.SweepSummary:
     parser = argparse.ArgumentParser()
     sweep.add_flags(parser)
     argv = ["--grid", grid, "--out_dir", str(out), *extra, *TINY, f"--data_root={data}"]
@@ -163,6 +163,27 @@ def test_dry_run_lists_the_points_and_trains_nothing(first, synth_root, capsys):
     assert sorted(line.split()[0] for line in lines[1:]) == ["done"] * 4 + ["todo"] * 2
     assert (summary.trained, summary.skipped) == (0, 4)
     assert len(list(first["out"].glob("run_*.jsonz"))) == 4
+
+
+def test_resume_does_not_depend_on_how_out_dir_is_spelled(
+    first, synth_root, tmp_path, capsys, monkeypatch
+):
+    """Issue 48, defect 5: `./SW/`, `SW/../SW` or a link to SW is the same --out_dir, so the
+    same four points are found complete; a rerun through the link trains none and its
+    leaderboard still lists all four."""
+    out = first["out"]
+    link = tmp_path / "link"
+    link.symlink_to(out)
+    monkeypatch.chdir(out.parent)
+    for spelled in (f"./{out.name}/", f"{out.name}/../{out.name}", str(link)):
+        summary = _sweep(spelled, synth_root, GRID, *FAST, "--dry_run")
+        assert (summary.trained, summary.skipped) == (0, 4), spelled
+    capsys.readouterr()
+    summary = _sweep(str(link), synth_root, GRID, *FAST)
+    assert (summary.trained, summary.skipped, summary.failed) == (0, 4, [])
+    assert f"4 already complete (skipped), 0 to train; out_dir {out}\n" in capsys.readouterr().out
+    assert sorted(r["hash"] for r in _csv_rows(out)) == sorted(r["hash"] for r in first["rows"])
+    assert sorted(p.name for p in out.iterdir()) == first["names"]
 
 
 def test_rerun_after_a_killed_point_trains_only_that_point(first, synth_root, capsys, monkeypatch):

@@ -9,6 +9,7 @@ split, and compares the top 5 of every kernel with the `test_predictions` stored
 
 from __future__ import annotations
 
+import filecmp
 import json
 import os
 import shutil
@@ -43,29 +44,34 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
     path = Path(os.path.expanduser(os.fspath(models_path)))
     if path.is_dir():
         path = path / registry.UPSTREAM_MODELS
-    if not path.is_file():
-        raise BundleError(f"{path}: no such models.py; pass --models <file or upstream root>")
+    kind = files.not_a_file(path)
+    if kind:
+        what = "no such models.py" if kind == "not found" else f"{kind}, not a models.py"
+        raise BundleError(f"{path}: {what}; pass --models <file or upstream root>")
     return path
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
-    """Copies a directory beside `dst`, then swaps it in (a rerun replaces its own copy).
-    Its files get the permissions the umask gives (`files.copy_tree`), as a `cp -r` would."""
-    tag = files.new_tag()
-    tmp, old = files.hidden_path(dst, tag=tag), files.hidden_path(dst, "old", tag=tag)
+    """Copies a directory under a hidden name beside `dst` (not there), then renames it into
+    place. Its files get the permissions the umask gives (`files.copy_tree`), as `cp -r`."""
+    tmp = files.hidden_path(dst)
     try:
         files.copy_tree(src, tmp, flag="--out")
-        if dst.exists():
-            dst.rename(old)
-        try:
-            tmp.rename(dst)
-        except BaseException:
-            if old.exists():
-                old.rename(dst)
-            raise
+        tmp.rename(dst)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-        shutil.rmtree(old, ignore_errors=True)
+
+
+def _same_content(src: Path, dst: Path) -> bool:
+    """Whether `dst` (not a link) is a byte-for-byte copy of file or folder `src`."""
+    if dst.is_symlink() or src.is_dir() != dst.is_dir():
+        return False
+    if not src.is_dir():
+        return filecmp.cmp(src, dst, shallow=False)
+    names = sorted(p.relative_to(src) for p in src.rglob("*"))
+    if names != sorted(p.relative_to(dst) for p in dst.rglob("*")):
+        return False
+    return all(_same_content(src / n, dst / n) for n in names if not (src / n).is_dir())
 
 
 def make_bundle(
@@ -78,10 +84,12 @@ def make_bundle(
 
     Refuses (BundleError / export.ExportError) a model without its matching run file, one
     whose run file's feature statistics are not finite, a models.py lacking the run's class,
-    and an `out_dir` that already holds another model or that another process is writing
-    (locks.BusyError).
+    an `out_dir` that already holds another model or that another process is writing
+    (locks.BusyError), and one holding a `models.py` (or model, or run file) that is not a
+    copy of what it would write: bundle never writes over a file it did not make. What is
+    there already as an exact copy is left as it is.
     """
-    out = files.resolve_local(out_dir, what="--out")
+    out = Path(files.canonical(out_dir, what="--out"))
     source = _models_source(models_path)
     # An upstream root is loaded as a root, so that its models.py's own imports resolve.
     run = TrainedRun.open(model_dir, models_path=models_path or source)
@@ -118,17 +126,27 @@ def make_bundle(
             ],
             [*export.run_inputs(model_dir), files.Input(source, "--models file")],
         )
+        # The run file last: a run file never points at a model that is not there.
+        copies = [(source, out / MODELS_FILE), (model_dir, out / model_dir.name)]
+        copies.append((run_file, out / run_file.name))
+        for src, dst in copies:
+            if os.path.lexists(dst) and not _same_content(src, dst):
+                raise BundleError(
+                    f"--out {dst} is already there and is not a copy of {src}; bundle never "
+                    "writes over a file it did not make: move it away, or pass another --out"
+                )
+        new = [(src, dst) for src, dst in copies if not os.path.lexists(dst)]
         made = files.make_dirs(out, flag="--out")
-        new = [p for p in (out / MODELS_FILE, out / model_dir.name) if not p.exists()]
         try:
-            files.copy_file(source, out / MODELS_FILE, flag="--out")
-            interrupts.check()
-            _copy_tree(model_dir, out / model_dir.name)
-            interrupts.check()
-            # The run file last: a run file never points at a model that is not there.
-            files.copy_file(run_file, out / run_file.name, flag="--out")
+            for i, (src, dst) in enumerate(new):
+                if i:
+                    interrupts.check()
+                if src.is_dir():
+                    _copy_tree(src, dst)
+                else:
+                    files.copy_file(src, dst, flag="--out")
         except BaseException:  # a stop signal or a failed copy: what this call added goes
-            for path in new:
+            for _, path in new:
                 files.remove(path)
             files.remove_made_dirs(made, out)  # and the folders it made, now empty
             raise
@@ -217,7 +235,11 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         return None
     models = sorted(p for p in bundle.glob(formats.MODEL_DIR_GLOB) if p.is_dir())
     runs = sorted(p.name for p in bundle.glob(formats.RUN_FILE_GLOB))
-    problems = []
+    problems = [
+        f"{link} is a symbolic link to {target}, outside the folder: a grader who gets the "
+        "folder gets a dangling link; put a copy there (tpu-tiles bundle makes one)"
+        for link, target in _links_outside(bundle)
+    ]
     if not (bundle / MODELS_FILE).is_file():
         problems.append(f"no {MODELS_FILE}")
     if len(models) != 1:
@@ -238,6 +260,19 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         return None
     report.add("files present", PASS, f"{MODELS_FILE}, {models[0].name}/, {runs[0]}")
     return models[0]
+
+
+def _links_outside(bundle: Path) -> list[tuple[str, str]]:
+    """(name in `bundle`, where it leads) of each symbolic link in it that leads outside it
+    (`bundle` canonical); a link inside that leads inside is the folder's own."""
+    found = []
+    for top, folders, names in os.walk(bundle):  # links to folders are listed, not entered
+        for name in sorted(folders + names):
+            path = Path(top, name)
+            target = Path(files.canonical(path))
+            if path.is_symlink() and bundle not in target.parents:
+                found.append((path.relative_to(bundle).as_posix(), str(target)))
+    return found
 
 
 def _attempt(report: CheckReport, name: str, fn: Callable, ok: Callable[..., str]):
@@ -313,7 +348,7 @@ def check_bundle(
 
     Data problems (a wrong `data_root`) raise `kernel_files.DataError`: the check could not run.
     """
-    bundle = files.resolve_local(bundle_dir, what="the hand-in folder")
+    bundle = Path(files.canonical(bundle_dir, what="the hand-in folder"))
     root = os.path.expanduser(os.fspath(data_root))
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     report = CheckReport(bundle)

@@ -131,7 +131,7 @@ _ARRAY_FIELDS = REQUIRED_KEYS + (
 def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -> str:
     """Cache file name keyed by each file's absolute path (or URL), size and mtime, plus
     options."""
-    stamp = [[files.absolute(p), *files.size_and_mtime(p)] for p in paths]
+    stamp = [[files.canonical(p), *files.size_and_mtime(p)] for p in paths]
     blob = json.dumps({"v": _CACHE_VERSION, "files": stamp, **key_extra}, sort_keys=True)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
     return files.join(cache_dir, f"tiles-{split}-{digest}.cache")
@@ -466,7 +466,7 @@ def load_dataset(
     if stats is None:
         train = loaded["train"]
         others = [s for n, s in loaded.items() if n != "train" and s is not None]
-        where = files.absolute(files.expand(root))
+        where = files.canonical(root)
         stats = FeatureStats.fit(train, others, source=f"{where} toy_data={toy_data}")
     else:
         for split in loaded.values():

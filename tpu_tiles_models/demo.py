@@ -133,16 +133,16 @@ def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
     Raises:
       UserError: a bad flag value, a family that does not exist, a missing --sample.
     """
-    from tpu_tiles_models import export, synthetic
+    from tpu_tiles_models import export, files, synthetic
     from tpu_tiles_models.errors import FlagError
 
     if a.train < 1:
         raise FlagError(f"--train must be at least 1, got {a.train}")
     synthetic.get_family(a.family)
-    if a.sample and not Path(a.sample).is_file():
-        raise FlagError(
-            f"--sample {a.sample}: no such file; pass the competition's CSV or leave it out"
-        )
+    kind = files.not_a_file(a.sample) if a.sample else ""
+    if kind:
+        what = "no such file" if kind == "not found" else f"{kind}, not a file"
+        raise FlagError(f"--sample {a.sample}: {what}; pass the competition's CSV or leave it out")
     models_dir = out / "models"
     return {
         name: DEMO_ARGS.replace(
@@ -169,7 +169,7 @@ def run(a: DemoArgs) -> None:
 
     from tpu_tiles_models import evaluate, export, files, kaggle, predict, synthetic, train
 
-    out = files.resolve_local(a.out, what="--out")
+    out = Path(files.canonical(a.out, what="--out"))
     train_args = _train_args(a, out)
     tf.config.experimental.enable_op_determinism()  # the same figures on every run
     start = time.perf_counter()

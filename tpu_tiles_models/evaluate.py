@@ -51,7 +51,7 @@ def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
     items = [d for d in dirs.split(",") if d.strip()] if isinstance(dirs, str) else list(dirs)
     found: list[Path] = []
     for item in items:
-        path = files.resolve_local(str(item).strip(), what="--dirs")
+        path = Path(files.canonical(str(item).strip(), what="--dirs"))
         if path.is_dir() and not (path / formats.SAVED_MODEL_FILE).is_file():
             children = sorted(p for p in path.glob(formats.MODEL_DIR_GLOB) if p.is_dir())
             if not children:
@@ -185,7 +185,7 @@ def evaluate_dirs(
     for rows in [*baselines.values(), *(m[k] for m in models for k in ("rows", "kept_rows"))]:
         _add_ratios(rows, baselines["default"])
     return {
-        "data_root": str(Path(root).resolve()),
+        "data_root": files.canonical(root),
         "split": "valid",
         "models": models,
         "baselines": baselines,

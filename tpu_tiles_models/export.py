@@ -268,7 +268,8 @@ def save_model(model: tf.keras.Model, path: str | Path) -> None:
         raise files.WriteError(
             f"cannot write --out_dir {place.parent}: saving {place.name} (about "
             f"{files.format_size(space_needed(model))}) failed with {free} free on its disk "
-            f"({one_line(err, 160)}); free some space or pass another --out_dir"
+            f"({one_line(err, 160)}); "
+            + files.room_fix("--out_dir", err if isinstance(err, OSError) else None)
         ) from None
 
 
@@ -678,7 +679,7 @@ def recover(out_dir: str | os.PathLike) -> None:
         with contextlib.suppress(OSError):  # another run into the folder finished it first
             _put_in_place(left.tag, moves, left.path, Path(run_file_path(out, h)), undo=False)
         if len(places) == 3:
-            files.remove_leftovers(os.path.dirname(os.path.abspath(places[2])), [Path(csv).name])
+            files.remove_leftovers(Path(places[2]).parent, [Path(csv).name])
     files.remove_leftovers(out)
 
 

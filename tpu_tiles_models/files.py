@@ -33,6 +33,11 @@ from typing import IO, Iterable, Iterator, Sequence
 from tpu_tiles_models import formats, interrupts
 from tpu_tiles_models.errors import FlagError, UserError
 
+try:
+    import resource
+except ImportError:  # pragma: no cover  (Windows: no file size limit to name)
+    resource = None
+
 # Write failures the user fixes by freeing space (or choosing another place).
 _FULL_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EFBIG})
 # Write failures that are about the place, whatever the file: full, read-only, name too long.
@@ -384,12 +389,28 @@ def _cannot_write(where: str, err: OSError, flag: str | None = None) -> str:
 def _fix(err: OSError, flag: str | None) -> str:
     """What the user does about a failed write: it depends on why it failed."""
     if err.errno in _FULL_ERRNOS:
-        return f"free some space or pass {_other(flag)}"
+        return room_fix(flag, err)
     if err.errno == errno.EROFS:
         return f"pass {_other(flag)} on a disk you can write"
     if err.errno == errno.ENAMETOOLONG:
         return f"pass {_other(flag)} with shorter names"
     return f"pass {_other(flag)} in a folder you can write"
+
+
+def room_fix(flag: str | None, err: OSError | None = None) -> str:
+    """What the user does about a write that found no room. `err`'s errno tells a file larger
+    than may be written (EFBIG) from a full disk or quota; without one (TensorFlow's errors
+    carry none) a file size limit that is set (`ulimit -f`) is the likelier cause."""
+    limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0] if resource else None
+    limited = limit is not None and limit != resource.RLIM_INFINITY
+    if (err.errno == errno.EFBIG) if err is not None else limited:
+        if limited:
+            return (
+                f"this process may write files of at most {format_size(limit)} (ulimit -f); "
+                f"raise that limit, or pass {_other(flag)}"
+            )
+        return f"the file is larger than its file system takes; pass {_other(flag)}"
+    return f"free some space or pass {_other(flag)}"
 
 
 def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | None = None) -> None:
@@ -519,13 +540,6 @@ def split_inputs(
     return [Input(join(root, split), f"{flag}'s {split} split", True) for split in splits]
 
 
-def _resolved(path: str | os.PathLike) -> str:
-    """A comparable spelling: a URL without trailing `/`, a local path absolute with its links
-    resolved (so a link to an input is that input)."""
-    path = expand(path)
-    return path.rstrip("/") if is_remote(path) else os.path.realpath(path)
-
-
 def _inside(path: str, folder: str) -> bool:
     if is_remote(path) != is_remote(folder):
         return False
@@ -535,6 +549,7 @@ def _inside(path: str, folder: str) -> bool:
 
 
 def _same(a: str, b: str) -> bool:
+    """Whether canonical paths `a` and `b` are one file: one path, or hard links."""
     if a == b:
         return True
     try:  # hard links
@@ -575,7 +590,7 @@ def _names_file(run_file: Path, path: str) -> bool:
         return False
     if os.path.basename(named) == os.path.basename(path):
         return True
-    return _resolved(named) == path
+    return canonical(named) == path
 
 
 def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
@@ -601,7 +616,7 @@ def prepare_outputs(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> 
         place = expand(out.path)
         if not is_remote(place) and not out.best_effort:
             _check_writable(Path(place), out.flag)
-            remove_leftovers(os.path.dirname(os.path.abspath(place)), [basename(place)])
+            remove_leftovers(Path(place).parent, [basename(place)])
 
 
 def _check_writable(path: Path, flag: str) -> None:
@@ -617,9 +632,9 @@ def _check_outputs(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
         where, fix = f"{out.flag} {expand(out.path)}", f"pass another {out.flag}"
         if out.example:
             fix += f" (e.g. {out.example})"
-        target = _resolved(out.path)
+        target = canonical(out.path, what=out.flag)
         for read in inputs:
-            source = _resolved(read.path)
+            source = canonical(read.path, what=read.what)
             if _same(target, source):
                 raise OutputError(
                     f"{where} is the {read.what} {expand(read.path)}; writing it would destroy "
@@ -648,33 +663,48 @@ def _check_outputs(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
             )
 
 
-# -- link loops ------------------------------------------------------------------------------
+# -- the one identity of a path ------------------------------------------------------------
 
 
-def resolve_local(path: str | os.PathLike, *, what: str) -> Path:
-    """`path` with `~` expanded, made absolute and its links resolved, as `Path.resolve`;
-    a link that leads back to itself is one line naming `what` (a flag, "the hand-in
-    folder"), not a RuntimeError.
+def canonical(path: str | os.PathLike, *, what: str = "") -> str:
+    """The one spelling of a place that every lock, cache key, resume key and "is this the
+    same file" test uses: `~` expanded, made absolute, every link resolved (a leaf not there
+    yet keeps its name under its folder's resolved path), so `SW`, `./SW/`, `/abs/SW` and a
+    link to SW are one place; a URL only loses its trailing `/`. `what` (a flag, "the
+    hand-in folder") names the path in a message.
 
     Raises:
-      FlagError: `path` is, or passes through, a symbolic link loop.
+      FlagError: `path` is, or passes through, a link that leads back to itself; or its full
+        path is longer than the system allows (a deep working folder and a relative path).
     """
-    path = Path(os.path.expanduser(os.fspath(path)))
+    path = expand(path)
+    if is_remote(path):
+        return path.rstrip("/")
+    named = f"{what} {path}" if what else path
     try:
-        resolved = path.resolve()
-        try:  # Python 3.13's non-strict resolve leaves a loop in place; stat says ELOOP
-            os.stat(resolved)
-        except OSError as err:
-            if err.errno == errno.ELOOP:
-                raise
-        return resolved
-    except (RuntimeError, OSError) as err:  # RuntimeError up to Python 3.12, then ELOOP
-        if isinstance(err, OSError) and err.errno != errno.ELOOP:
-            raise
+        real = os.path.realpath(path)
+    except OSError as err:  # a relative path, and the working folder was removed
         raise FlagError(
-            f"{what} {path}: a symbolic link that leads back to itself (a loop); point it at "
-            "a real folder, or pass that folder"
+            f"{named}: the working folder is gone ({err.strerror}); cd to a folder that exists"
         ) from None
+    try:  # realpath leaves a loop in place; stat says ELOOP
+        os.stat(real)
+    except OSError as err:
+        if err.errno == errno.ELOOP:
+            raise FlagError(
+                f"{named}: a symbolic link that leads back to itself (a loop); point it at a "
+                "real file or folder, or pass that"
+            ) from None
+    try:
+        limit = os.pathconf("/", "PC_PATH_MAX")
+    except (OSError, ValueError, AttributeError):  # not every system says
+        limit = 4096
+    if len(os.fsencode(real)) >= limit:
+        raise FlagError(
+            f"{named}: its full path is {len(os.fsencode(real))} bytes long, more than the "
+            f"{limit - 1} this system allows; work in a folder with a shorter path"
+        )
+    return real
 
 
 # -- local or remote (tf.io.gfile) --------------------------------------------------------
@@ -725,11 +755,6 @@ def with_name(path: str | os.PathLike, name: str) -> Path | str:
     return join(_parent(os.fspath(path)), name)
 
 
-def absolute(path: str | os.PathLike) -> str:
-    """`os.path.abspath` for local paths; a URL unchanged."""
-    return os.fspath(path) if is_remote(path) else os.path.abspath(path)
-
-
 def exists(path: str | os.PathLike) -> bool:
     if is_remote(path):
         return _gfile().exists(os.fspath(path))
@@ -769,14 +794,44 @@ def size_and_mtime(path: str | os.PathLike) -> tuple[int, int]:
     return st.length, st.mtime_nsec
 
 
+# What stands at a path in place of a regular file or a folder, by its type (`not_a_file`).
+_SPECIAL = {
+    stat.S_IFIFO: "a named pipe (FIFO)",
+    stat.S_IFSOCK: "a socket",
+    stat.S_IFCHR: "a device",
+    stat.S_IFBLK: "a device",
+}
+
+
+def not_a_file(path: str | os.PathLike) -> str:
+    """'' when local `path` is a regular file (or a link to one); else what is there instead,
+    for a message: "not found" (nothing, or a link to nothing), "a folder", "a named pipe
+    (FIFO)", "a socket", "a device", or "unreadable (<reason>)". Every input is told apart so:
+    "not found" for a FIFO sends the user looking for a file that is there."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return "not found"
+    except OSError as err:
+        return f"unreadable ({err.strerror})"
+    if stat.S_ISREG(mode):
+        return ""
+    return "a folder" if stat.S_ISDIR(mode) else _SPECIAL.get(stat.S_IFMT(mode), "a special file")
+
+
 @contextlib.contextmanager
 def open_read(path: str | os.PathLike) -> Iterator[IO[bytes]]:
     """The file opened for binary reading (seekable): `open` locally, a GFile when remote.
 
     Raises:
-      OSError: it cannot be opened or read (FileNotFoundError when missing).
+      OSError: it cannot be opened or read (FileNotFoundError when missing); a local path
+        that is a named pipe, socket or device, with what it is as its reason (opening a
+        named pipe would wait for a writer forever).
     """
     if not is_remote(path):
+        kind = not_a_file(path)
+        if kind in (*_SPECIAL.values(), "a special file"):
+            raise OSError(errno.EINVAL, f"{kind}, not a file", os.fspath(path))
         with open(path, "rb") as f:
             yield f
         return

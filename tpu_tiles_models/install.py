@@ -5,7 +5,10 @@ first overwrite of an upstream file it saves the original under ``ROOT/.tpu_tile
 and records, in ``ROOT/.tpu_tiles_backup/manifest.json``, the sha256 of what it installed.
 That record is how a later install tells "our old copy" (safe to update) from "a file the
 user edited" (refused unless ``force``), and how ``uninstall`` restores the originals and
-deletes the files that did not exist before.
+deletes the files that did not exist before. An upstream file that is a symbolic link is
+recorded as its link (``"link"``: where it points), not copied, and comes back as that link.
+Both hold the checkout's output lock (`locks.claim`) throughout: a second install or
+uninstall into it at once is refused in one line, so no backup ever holds our own copy.
 """
 
 from __future__ import annotations
@@ -20,7 +23,7 @@ from pathlib import Path
 from typing import Union
 
 import tpu_tiles_models
-from tpu_tiles_models import files, formats
+from tpu_tiles_models import files, formats, locks
 from tpu_tiles_models.errors import UserError
 
 # Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
@@ -53,7 +56,7 @@ def default_source_dir() -> Path:
 
 def check_checkout(root: PathLike) -> Path:
     """Returns ``root`` resolved, or raises unless it looks like a tpu_graphs checkout."""
-    path = files.resolve_local(root, what="ROOT")
+    path = Path(files.canonical(root, what="ROOT"))
     missing = [m for m in CHECKOUT_MARKERS if not (path / m).exists()]
     if missing:
         raise InstallError(
@@ -71,11 +74,12 @@ def _manifest_path(root: Path) -> Path:
     return root / BACKUP_DIR / MANIFEST
 
 
-_MANIFEST_ENTRY = {"installed_sha256": (str,), "had_original": (bool,)}
+_MANIFEST_ENTRY = {"installed_sha256": (str,), "had_original": (bool,), "link": (str, type(None))}
 
 
 def _load_manifest(root: Path) -> dict:
-    """``{relpath: {"installed_sha256": str, "had_original": bool}}``; empty if none."""
+    """``{relpath: {"installed_sha256": str, "had_original": bool, "link"?: str}}``; empty if
+    none."""
     path = _manifest_path(root)
     if not path.exists():
         return {}
@@ -128,10 +132,10 @@ def _refuse_folders(root: Path, relpaths: list[str]) -> None:
 def _is_original(root: Path, rel: str, entry: dict) -> bool:
     """Whether ``rel`` still holds the upstream original we backed up: an install that
     stopped between recording and copying left it so; it is not the user's edit."""
-    backup = root / BACKUP_DIR / rel
-    return (
-        bool(entry["had_original"]) and backup.is_file() and _sha256(backup) == _sha256(root / rel)
-    )
+    backup, dst = root / BACKUP_DIR / rel, root / rel
+    if "link" in entry:
+        return dst.is_symlink() and os.readlink(dst) == entry["link"]
+    return bool(entry["had_original"]) and backup.is_file() and _sha256(backup) == _sha256(dst)
 
 
 def _user_modified(root: Path, manifest: dict) -> list[str]:
@@ -162,42 +166,45 @@ def install(
     """
     root = check_checkout(root)
     sources = _sources(source_dir)
-    _refuse_folders(root, list(sources))
-    for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
-        files.check_output_path(root / rel)
-    manifest = _load_manifest(root)
-    edited = [
-        rel
-        for rel in _user_modified(root, manifest)
-        if rel in sources and _sha256(root / rel) != _sha256(sources[rel])
-    ]
-    if edited and not force:
-        raise InstallError(
-            f"refusing to overwrite {', '.join(str(root / r) for r in edited)}: changed since "
-            "tpu-tiles installed it; rerun with --force to replace it (your copy is kept "
-            f"under {root / BACKUP_DIR}) or --uninstall first"
-        )
-    lines = []
-    for rel, src in sources.items():
-        before = json.loads(json.dumps(manifest))
-        try:
-            line = _install_one(root, rel, src, manifest, force=force)
-        except BaseException:
-            _undo_record(root, rel, before)
-            raise
-        if line:
-            lines.append(line)
-    if not lines:
-        lines = [f"already installed in {root}, nothing to do ({len(sources)} files up to date)"]
-    note = trainer_note()
-    if note:
-        lines.append(note)
-    if not (root / "sample_submission.csv").exists():
-        lines.append(
-            f"note: {root / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
-            "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)"
-        )
-    return lines
+    with locks.claim(root, flag="ROOT", command="install"):
+        _refuse_folders(root, list(sources))
+        for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
+            files.check_output_path(root / rel)
+        manifest = _load_manifest(root)
+        edited = [
+            rel
+            for rel in _user_modified(root, manifest)
+            if rel in sources and _sha256(root / rel) != _sha256(sources[rel])
+        ]
+        if edited and not force:
+            raise InstallError(
+                f"refusing to overwrite {', '.join(str(root / r) for r in edited)}: changed since "
+                "tpu-tiles installed it; rerun with --force to replace it (your copy is kept "
+                f"under {root / BACKUP_DIR}) or --uninstall first"
+            )
+        lines = []
+        for rel, src in sources.items():
+            before = json.loads(json.dumps(manifest))
+            try:
+                line = _install_one(root, rel, src, manifest, force=force)
+            except BaseException:
+                _undo_record(root, rel, before)
+                raise
+            if line:
+                lines.append(line)
+        if not lines:
+            lines = [
+                f"already installed in {root}, nothing to do ({len(sources)} files up to date)"
+            ]
+        note = trainer_note()
+        if note:
+            lines.append(note)
+        if not (root / "sample_submission.csv").exists():
+            lines.append(
+                f"note: {root / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
+                "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)"
+            )
+        return lines
 
 
 def trainer_note() -> str:
@@ -228,14 +235,20 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
             _save_manifest(root, manifest)
         return ""
     if entry is None:
-        # First install of this path: keep the upstream original, if any, for uninstall.
-        had_original = dst.exists()
-        if had_original:
+        # First install of this path: keep the upstream original, if any, for uninstall; a
+        # link as where it points (a copy would come back as a file, or not at all).
+        entry = manifest[rel] = {"had_original": dst.is_symlink() or dst.exists()}
+        if dst.is_symlink():
+            entry["link"] = os.readlink(dst)
+            action = f"original link to {entry['link']} recorded in {_manifest_path(root)}"
+        elif entry["had_original"]:
             files.copy_file(dst, backup)
-        action = f"original saved to {backup}" if had_original else "new file"
-        entry = manifest[rel] = {"had_original": had_original, "installed_sha256": new_sha}
+            action = f"original saved to {backup}"
+        else:
+            action = "new file"
     elif _is_original(root, rel, entry):
-        action = f"original saved to {backup}"  # a stopped install's record: finish it
+        # A stopped install's record: finish it.
+        action = "original link recorded" if "link" in entry else f"original saved to {backup}"
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
         kept, new = _keep_edited_copy(dst, backup)
         action = f"--force: your edited copy {'kept' if new else 'is already kept'} as {kept}"
@@ -283,38 +296,54 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
     Refuses (unless ``force``) when an installed file was edited since, as restoring
     would discard those edits. Returns one line per action.
     """
-    root = files.resolve_local(root, what="ROOT")
-    manifest = _load_manifest(root)
-    if not manifest:
-        raise InstallError(
-            f"nothing to uninstall: no {_manifest_path(root)} (tpu-tiles never installed here)"
-        )
-    _refuse_folders(root, list(manifest))
-    edited = _user_modified(root, manifest)
-    if edited and not force:
-        raise InstallError(
-            f"refusing to uninstall: {', '.join(str(root / r) for r in edited)} changed since "
-            "tpu-tiles installed it; save your edits elsewhere and rerun with --force"
-        )
-    lines = []
-    for rel in sorted(manifest):
-        dst, backup = root / rel, root / BACKUP_DIR / rel
-        if manifest[rel]["had_original"]:
-            if not backup.is_file():
-                raise InstallError(
-                    f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
-                    f"{rel}) and delete {_manifest_path(root)}"
-                )
-            files.copy_file(backup, dst)
-            backup.unlink()
-            lines.append(f"restored the original {dst}")
-        else:
-            dst.unlink(missing_ok=True)
-            lines.append(f"removed {dst} (it did not exist before install)")
-        del manifest[rel]
-        _save_manifest(root, manifest)
-    lines.extend(_prune_backup_dir(root / BACKUP_DIR))
-    return lines
+    root = Path(files.canonical(root, what="ROOT"))
+    with locks.claim(root, flag="ROOT", command="install"):
+        manifest = _load_manifest(root)
+        if not manifest:
+            raise InstallError(
+                f"nothing to uninstall: no {_manifest_path(root)} (tpu-tiles never installed here)"
+            )
+        _refuse_folders(root, list(manifest))
+        edited = _user_modified(root, manifest)
+        if edited and not force:
+            raise InstallError(
+                f"refusing to uninstall: {', '.join(str(root / r) for r in edited)} changed since "
+                "tpu-tiles installed it; save your edits elsewhere and rerun with --force"
+            )
+        lines = []
+        for rel in sorted(manifest):
+            dst, backup = root / rel, root / BACKUP_DIR / rel
+            if "link" in manifest[rel]:
+                _put_link(manifest[rel]["link"], dst)
+                lines.append(f"restored the original link {dst} -> {manifest[rel]['link']}")
+            elif manifest[rel]["had_original"]:
+                if not backup.is_file():
+                    raise InstallError(
+                        f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
+                        f"{rel}) and delete {_manifest_path(root)}"
+                    )
+                files.copy_file(backup, dst)
+                backup.unlink()
+                lines.append(f"restored the original {dst}")
+            else:
+                dst.unlink(missing_ok=True)
+                lines.append(f"removed {dst} (it did not exist before install)")
+            del manifest[rel]
+            _save_manifest(root, manifest)
+        lines.extend(_prune_backup_dir(root / BACKUP_DIR))
+        return lines
+
+
+def _put_link(target: str, dst: Path) -> None:
+    """Makes `dst` a symbolic link to `target` in one step: made under a hidden name beside
+    it, then renamed over what is there."""
+    tmp = files.hidden_path(dst)
+    os.symlink(target, tmp)
+    try:
+        os.replace(tmp, dst)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _prune_backup_dir(backup_dir: Path) -> list[str]:

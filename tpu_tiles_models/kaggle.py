@@ -127,11 +127,12 @@ def _read_rows(path: PathLike, what: str, help_text: str = "") -> list[tuple[str
       KaggleError: the file is missing, a folder, unreadable, not UTF-8 or malformed.
     """
     path = Path(path)
-    if path.is_dir():
-        raise KaggleError(f"{what} file {path} is a folder; pass the CSV file itself")
-    if not path.is_file():
+    kind = files.not_a_file(path)
+    if kind == "not found":
         hint = f"; {help_text}" if help_text else ""
         raise KaggleError(f"{what} file {path} not found{hint}")
+    if kind:
+        raise KaggleError(f"{what} file {path} is {kind}; pass the CSV file itself")
     try:
         # utf-8-sig drops the byte-order mark some editors (and Excel) prepend.
         lines = path.read_text(encoding="utf-8-sig").splitlines()

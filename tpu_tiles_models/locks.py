@@ -43,8 +43,9 @@ class BusyError(UserError):
 
 
 def lock_path(path: str | os.PathLike) -> Path:
-    """`.<name>.lock` beside `path` (absolute): the file whose flock claims `path`."""
-    path = Path(os.path.abspath(files.expand(path)))
+    """`.<name>.lock` beside `path`'s one spelling (`files.canonical`): the file whose flock
+    claims `path`, however it is spelled (`./out/`, absolute, or through a link)."""
+    path = Path(files.canonical(path))
     return path.with_name(f".{path.name}.lock")
 
 
@@ -66,7 +67,8 @@ def claim(path: str | os.PathLike, *, flag: str, command: str) -> Iterator[None]
     if fcntl is None or files.is_remote(path):
         yield
         return
-    target, lock = Path(os.path.abspath(files.expand(path))), lock_path(path)
+    target = Path(files.canonical(path, what=flag))
+    lock = lock_path(target)
     where = f"{flag} {files.expand(path)}"
     made = files.make_dirs(lock.parent, flag=flag, where=where)
     try:

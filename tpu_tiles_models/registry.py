@@ -107,9 +107,11 @@ def load_models_module(
             raise FlagError(f"{path} not found: is {root} a tpu_graphs checkout? ({fix})")
         if str(root) not in sys.path:
             sys.path.insert(0, str(root))
-    if not path.is_file():
-        raise FlagError(f"{path}: no such models.py; {fix}")
-    path = files.resolve_local(path, what="--models")
+    kind = files.not_a_file(path)
+    if kind:
+        what = "no such models.py" if kind == "not found" else f"{kind}, not a models.py"
+        raise FlagError(f"{path}: {what}; {fix}")
+    path = Path(files.canonical(path, what="--models"))
     module_name = _MODULE_PREFIX + str(abs(hash(str(path))))
     if module_name in sys.modules:
         return sys.modules[module_name]

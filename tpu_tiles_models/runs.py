@@ -61,7 +61,8 @@ class TrainedRun:
             saved_model.pb), or a missing, corrupt or foreign run file; each in one line naming
             the path and the fix.
         """
-        path = _resolve(model_dir)
+        path = files.canonical(model_dir, what="the model directory")
+        path = path if files.is_remote(path) else Path(path)
         if not files.isdir(path):
             raise export.ExportError(
                 f"{path}: no such model directory; give the model_<hash> folder training wrote"
@@ -265,11 +266,3 @@ class TrainedRun:
             f"{errors[0]}; retrying with the --toy_data subset's statistics failed too, so the "
             f"model was trained on other data than {data_root}"
         )
-
-
-def _resolve(model_dir: str | os.PathLike) -> Path | str:
-    """A local directory made absolute (`~` expanded, links resolved); a URL without its
-    trailing `/`."""
-    if files.is_remote(model_dir):
-        return os.fspath(model_dir).rstrip("/")
-    return files.resolve_local(model_dir, what="the model directory")

@@ -107,8 +107,8 @@ def run(args: argparse.Namespace) -> None:
     with contextlib.ExitStack() as claims:
         claimed = set()
         for flag, path in given.items():  # one path named twice is check_outputs' to refuse
-            if os.path.abspath(path) not in claimed:
-                claimed.add(os.path.abspath(path))
+            if files.canonical(path, what=flag) not in claimed:
+                claimed.add(files.canonical(path, what=flag))
                 claims.enter_context(locks.claim(path, flag=flag, command="inspect"))
         check_outputs(args.root, outputs, overwrite=args.overwrite)
         result = inspect_root(

@@ -295,7 +295,7 @@ def inspect_root(
     """
     if not (math.isfinite(tail_sigmas) and tail_sigmas > 0):  # nan would flag no column
         raise FlagError(f"--tail_sigmas must be a finite number above 0, got {tail_sigmas}")
-    where = files.absolute(files.expand(root))
+    where = files.canonical(root)
     paths = _split_paths(where, splits)
     result: dict[str, Any] = {}
     for split, split_files in paths.items():

@@ -179,6 +179,9 @@ def base_args(train_argv: list[str], out_dir: str) -> TrainArgs:
     """The train flags every point starts from, with the sweep's out_dir and TensorBoard."""
     if any(t.lstrip("-").split("=")[0] == "results_csv" for t in train_argv):
         raise FlagError("--results_csv is named per point by the sweep; remove it")
+    # One spelling (`SW`, `./SW/`, absolute, a link): it is in every point's hash, which
+    # resume looks the finished points up by.
+    out_dir = files.canonical(out_dir, what="--out_dir")
     base = TrainArgs.from_argv(train_argv, prog="tpu-tiles sweep")
     base = base.replace(out_dir=out_dir, no_progress=True)
     if not base.tensorboard:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import io
 import json
 import math
 import os
@@ -140,8 +141,8 @@ def _programs(seed: int) -> dict[str, dict[str, list[tuple[str, float]]]]:
 def read_test_ids(path: str | Path) -> list[str]:
     """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order."""
     prefix = TILE_PREFIX
-    with open(path, newline="", encoding="utf-8") as f:
-        rows = list(csv.reader(f))
+    text = files.read_bytes(path).decode("utf-8")  # a named pipe: refused, not waited on
+    rows = list(csv.reader(io.StringIO(text, newline="")))
     return [r[0][len(prefix) :] for r in rows if r and r[0].startswith(prefix)]
 
 
@@ -392,9 +393,10 @@ def generate(
             shutil.rmtree(staging, ignore_errors=True)
             files.remove_made_dirs(made, out)
             if isinstance(err, files.WriteError):  # name the folder given, not the staging one
-                reason = err.__cause__.strerror if isinstance(err.__cause__, OSError) else None
+                if isinstance(err.__cause__, OSError):
+                    raise files.cannot_write(f"OUT {out}", err.__cause__, flag="OUT") from None
                 raise files.WriteError(
-                    f"cannot write OUT {out} ({reason or err}); free some space or pass another OUT"
+                    f"cannot write OUT {out} ({err}); free some space or pass another OUT"
                 ) from None
             raise
         staging.rmdir()
