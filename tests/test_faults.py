@@ -667,3 +667,20 @@ def test_an_unknown_train_flag_names_train(tmp_path, capsys):
     assert err == (
         "tpu-tiles train: error: Unknown command line flag 'nope' (see tpu-tiles train --help)"
     )
+
+
+@pytest.mark.parametrize(
+    "model, kwargs",
+    [("MLP", '{"hidden_activation": "l2_loss"}'), ("ResidualSAGE", '{"activation": "dropout"}')],
+)
+def test_a_function_that_is_no_activation_is_one_line(model, kwargs, synth_root, tmp_path, capsys):
+    """Before: any `tf.nn` callable was taken for an activation, and `l2_loss` or `dropout`
+    failed in a traceback once training traced the model."""
+    argv = [a for a in tiny_cli(synth_root, tmp_path / "out") if "model" not in a]
+    err = _one_line([*argv, f"--model={model}", f"--model_kwargs_json={kwargs}"], capsys)
+    name, value = next(iter(json.loads(kwargs).items()))
+    assert (
+        err.startswith("tpu-tiles train: error: ")
+        and f"{name}={value!r} is not an activation" in err
+    )
+    assert not (tmp_path / "out").exists()
