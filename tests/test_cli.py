@@ -8,12 +8,14 @@ import gzip
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MLP
 
 from tpu_tiles_models import cli, kaggle, registry
 
@@ -269,3 +271,61 @@ def test_a_broken_stderr_costs_no_file(predicted, tmp_path):
         os.close(write)
     assert (proc.returncode, proc.stdout) == (0, f"wrote {out} (6 kernels)\n")
     assert out.read_bytes() == csv_bytes
+
+
+# -- a stopped demo removes what it added (issue 48) ------------------------------------------
+
+
+def _stop_in_training(monkeypatch, after: int = 0) -> None:
+    """Makes the demo's `after`+1-th training stop as SIGTERM would (the ones before finish,
+    as tiny MLPs). TensorFlow's op determinism stays off: it would outlast the test."""
+    import tensorflow as tf
+
+    from tpu_tiles_models import interrupts, train
+
+    monkeypatch.setattr(tf.config.experimental, "enable_op_determinism", lambda: None)
+    real, calls = train.train, []
+
+    def train_then_stop(args):
+        calls.append(args.model)
+        if len(calls) > after:
+            interrupts.note(signal.SIGTERM)
+            interrupts.check()
+        return real(
+            args.replace(model="MLP", model_kwargs_json=TINY_MLP, configs=4, batch=2, epochs=1)
+        )
+
+    monkeypatch.setattr(train, "train", train_then_stop)
+
+
+DEMO_STOPPED = "tpu-tiles demo: stopped by SIGTERM; removed what this run had started"
+
+
+@pytest.mark.parametrize("after", [0, 1])
+def test_a_stopped_demo_leaves_no_data(after, monkeypatch, tmp_path, capsys):
+    """Before, it said so and left --out/data (34 MB at the defaults); stopped in its second
+    training, the run its first one finished goes too."""
+    _stop_in_training(monkeypatch, after)
+    out = tmp_path / "a" / "demo"
+    argv = ["demo", "--out", str(out), "--train", "3", "--no_progress"]
+    assert cli.main(argv) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.strip() == DEMO_STOPPED
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stopped_demo_keeps_what_was_in_its_out(monkeypatch, tmp_path, capsys):
+    """A rerun into --out that a finished demo's data set and a user's file are in: stopped,
+    it removes none of them."""
+    out = tmp_path / "demo"
+    (out / "data").mkdir(parents=True)
+    from tpu_tiles_models import synthetic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", synthetic.ValidationSplitWarning)
+        synthetic.generate(out / "data", train=3, valid=2, test=2, seed=0, progress=False)
+    (out / "mine.txt").write_text("mine\n")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    _stop_in_training(monkeypatch)
+    assert cli.main(["demo", "--out", str(out), "--train", "3", "--no_progress"]) == 143
+    assert capsys.readouterr().err.strip() == DEMO_STOPPED
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before
