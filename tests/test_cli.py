@@ -6,13 +6,16 @@ import argparse
 import csv
 import gzip
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import warnings
 from pathlib import Path
 
 import pytest
+from conftest import TINY_MLP
 
 from tpu_tiles_models import cli, kaggle, registry
 
@@ -188,3 +191,141 @@ def test_warnings_print_one_line_without_python_source(monkeypatch, capsys):
     assert capsys.readouterr().err == (
         "tpu-tiles models: warning: the cache could not be written; loaded without it\n"
     )
+
+
+# -- closed or broken standard streams (issue 48) ---------------------------------------------
+
+
+def _in_shell(redirects: str, argv: list[str], **kwargs) -> subprocess.CompletedProcess:
+    """`tpu-tiles <argv> <redirects>` in its own process, as a shell runs it (`>&-`)."""
+    return subprocess.run(
+        ["sh", "-c", f'exec "$0" "$@" {redirects}', sys.executable, "-m", "tpu_tiles_models.cli"]
+        + argv,
+        text=True,
+        timeout=600,  # a guard against a hang, not a timing
+        **kwargs,
+    )
+
+
+@pytest.fixture(scope="module")
+def predicted(mlp_run, short_test_root, tmp_path_factory) -> tuple[list[str], bytes]:
+    """`predict`'s argv (without --out) for mlp_run, and the CSV it writes."""
+    argv = ["predict", "--dir", str(mlp_run.model_dir), "--data_root", str(short_test_root)]
+    out = tmp_path_factory.mktemp("predicted") / "p.csv"
+    assert cli.main([*argv, "--out", str(out), "--no_progress"]) == 0
+    return argv, out.read_bytes()
+
+
+CLOSED_STDOUT = (
+    "tpu-tiles predict: error: cannot write to standard output (it is closed); the files it "
+    "writes are complete; send the output where it can be written\n"
+)
+
+
+@pytest.mark.parametrize(
+    "redirects, code, stdout, stderr",
+    [
+        (">&-", 2, None, CLOSED_STDOUT),
+        ("2>&-", 0, "wrote {out} (6 kernels)\n", None),
+        ("<&- >&- 2>&-", 2, None, None),  # no file it opens may take their numbers
+    ],
+)
+def test_closed_standard_streams_cost_no_file(redirects, code, stdout, stderr, predicted, tmp_path):
+    """Before, `>&-` was an AttributeError traceback and `2>&-` exit 1 with no file."""
+    argv, csv_bytes = predicted
+    out = tmp_path / "p.csv"
+    pipes = {"stdout": subprocess.PIPE} if stdout else {}
+    pipes.update({"stderr": subprocess.PIPE} if stderr else {})
+    proc = _in_shell(redirects, [*argv, "--out", str(out), "--no_progress"], **pipes)
+    assert proc.returncode == code
+    assert out.read_bytes() == csv_bytes
+    if stdout:
+        assert proc.stdout == stdout.format(out=out)
+    if stderr:
+        assert proc.stderr == stderr
+
+
+def test_models_with_stdout_closed_is_one_line():
+    proc = _in_shell(">&-", ["models"], stderr=subprocess.PIPE)
+    assert proc.returncode == 2
+    assert proc.stderr == CLOSED_STDOUT.replace("predict", "models")
+
+
+def test_a_broken_stderr_costs_no_file(predicted, tmp_path):
+    """Progress bars into a pipe whose reader has gone (`2>&1 | head` when head has exited):
+    the prediction is written all the same, and said on stdout."""
+    argv, csv_bytes = predicted
+    out = tmp_path / "p.csv"
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "tpu_tiles_models.cli", *argv, "--out", str(out)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=write,
+            text=True,
+            timeout=600,
+        )
+    finally:
+        os.close(write)
+    assert (proc.returncode, proc.stdout) == (0, f"wrote {out} (6 kernels)\n")
+    assert out.read_bytes() == csv_bytes
+
+
+# -- a stopped demo removes what it added (issue 48) ------------------------------------------
+
+
+def _stop_in_training(monkeypatch, after: int = 0) -> None:
+    """Makes the demo's `after`+1-th training stop as SIGTERM would (the ones before finish,
+    as tiny MLPs). TensorFlow's op determinism stays off: it would outlast the test."""
+    import tensorflow as tf
+
+    from tpu_tiles_models import interrupts, train
+
+    monkeypatch.setattr(tf.config.experimental, "enable_op_determinism", lambda: None)
+    real, calls = train.train, []
+
+    def train_then_stop(args):
+        calls.append(args.model)
+        if len(calls) > after:
+            interrupts.note(signal.SIGTERM)
+            interrupts.check()
+        return real(
+            args.replace(model="MLP", model_kwargs_json=TINY_MLP, configs=4, batch=2, epochs=1)
+        )
+
+    monkeypatch.setattr(train, "train", train_then_stop)
+
+
+DEMO_STOPPED = "tpu-tiles demo: stopped by SIGTERM; removed what this run had started"
+
+
+@pytest.mark.parametrize("after", [0, 1])
+def test_a_stopped_demo_leaves_no_data(after, monkeypatch, tmp_path, capsys):
+    """Before, it said so and left --out/data (34 MB at the defaults); stopped in its second
+    training, the run its first one finished goes too."""
+    _stop_in_training(monkeypatch, after)
+    out = tmp_path / "a" / "demo"
+    argv = ["demo", "--out", str(out), "--train", "3", "--no_progress"]
+    assert cli.main(argv) == 128 + signal.SIGTERM
+    assert capsys.readouterr().err.strip() == DEMO_STOPPED
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_stopped_demo_keeps_what_was_in_its_out(monkeypatch, tmp_path, capsys):
+    """A rerun into --out that a finished demo's data set and a user's file are in: stopped,
+    it removes none of them."""
+    out = tmp_path / "demo"
+    (out / "data").mkdir(parents=True)
+    from tpu_tiles_models import synthetic
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", synthetic.ValidationSplitWarning)
+        synthetic.generate(out / "data", train=3, valid=2, test=2, seed=0, progress=False)
+    (out / "mine.txt").write_text("mine\n")
+    before = sorted(p.relative_to(out) for p in out.rglob("*"))
+    _stop_in_training(monkeypatch)
+    assert cli.main(["demo", "--out", str(out), "--train", "3", "--no_progress"]) == 143
+    assert capsys.readouterr().err.strip() == DEMO_STOPPED
+    assert sorted(p.relative_to(out) for p in out.rglob("*")) == before

@@ -9,13 +9,15 @@ import gzip
 import json
 import os
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import REPO, tiny_cli
 
-from tpu_tiles_models import cli, formats
+from tpu_tiles_models import cli, formats, kaggle
 
 ROFS = "(Read-only file system)"
 NAN_FIX = (
@@ -306,6 +308,116 @@ def test_help_still_exits_0(capsys):
     with pytest.raises(SystemExit) as stop:
         cli.main(["train", "--help"])
     assert stop.value.code == 0 and "--losses" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("command", ["predict", "train"])
+def test_an_error_in_a_models_files_forward_is_one_line(
+    command, mlp_run, short_test_root, tmp_path, capsys
+):
+    """Any exception a user's models.py raises while it runs names its file and line, as a
+    sys.exit() there does; before, a traceback."""
+    models = _models_file(
+        tmp_path,
+        "class MLP(_ours.MLP):\n    def forward(self, graph, num_configs):\n"
+        '        raise RuntimeError("not like this")\n',
+    )
+    line = len(models.read_text().splitlines())
+    argv = _predict_or_train(command, mlp_run, short_test_root, tmp_path, models)
+    err = _one_line(argv, capsys)
+    assert err == (
+        f"tpu-tiles {command}: error: {models}, line {line}: RuntimeError: not like this; "
+        "fix the file"
+    )
+    assert [p.name for p in tmp_path.iterdir()] == [models.name]
+
+
+# -- a models.py's side effects: a global dtype policy, a thread (issue 48) ------------------
+
+MIXED = 'import tensorflow as tf\ntf.keras.mixed_precision.set_global_policy("mixed_float16")\n'
+
+
+@pytest.mark.parametrize("command", ["predict", "train"])
+@pytest.mark.parametrize("when", ["importing it", "building MLP"])
+def test_a_models_file_that_sets_mixed_float16_is_one_line(
+    when, command, mlp_run, short_test_root, tmp_path, capsys
+):
+    """Before, `predict` was a traceback from deep in scoring (`check`: one line). The policy
+    is put back, so nothing after it (a notebook's next cell) computes in float16."""
+    import tensorflow as tf
+
+    body = {
+        "importing it": MIXED + "MLP = _ours.MLP\n",
+        "building MLP": "class MLP(_ours.MLP):\n    def __init__(self, *args, **kwargs):\n"
+        + "".join(f"        {line}\n" for line in MIXED.splitlines())
+        + "        super().__init__(*args, **kwargs)\n",
+    }[when]
+    models = _models_file(tmp_path, body)
+    argv = _predict_or_train(command, mlp_run, short_test_root, tmp_path, models)
+    assert cli.main(argv) == 2
+    err = capsys.readouterr().err
+    other = " or pass another --models" if when == "importing it" else ""
+    assert "Traceback" not in err and err.splitlines()[-1] == (
+        f"tpu-tiles {command}: error: {models}: {when} sets Keras's global dtype policy to "
+        "mixed_float16 (every model, ours too, would then compute in it); models are built and "
+        "ranked in float32, as the course's script does: remove the set_global_policy (or "
+        f"set_floatx) call{other}"
+    )
+    assert tf.keras.mixed_precision.global_policy().name == "float32"
+    assert [p.name for p in tmp_path.iterdir()] == [models.name]
+
+
+def test_check_of_a_hand_in_that_sets_float64_fails_in_its_table(mlp_run, tmp_path, capsys):
+    hand_in = _hand_in(mlp_run.model_dir, tmp_path / "hand_in")
+    with open(hand_in / "models.py", "a") as f:
+        f.write('\ntf.keras.backend.set_floatx("float64")\n')
+    assert cli.main(["check", str(hand_in), "--data_root", str(tmp_path / "none")]) == 2
+    (row,) = [r for r in capsys.readouterr().out.splitlines() if "class found" in r]
+    assert row.split() == ["FAIL", "class", "found"] + (
+        f"{hand_in / 'models.py'}: importing it sets Keras's global dtype policy to float64 "
+        "(every model, ours too, would then compute in it); models are built and ranked in "
+        "float32, as the course's script does: remove the set_global_policy (or set_floatx) call"
+    ).split(" ")
+    import tensorflow as tf
+
+    assert tf.keras.backend.floatx() == "float32"
+
+
+THREADS = {
+    "importing it": "threading.Thread(target=time.sleep, args=(3600,), name='spin').start()\n"
+    "MLP = _ours.MLP\n",
+    "in forward": "class MLP(_ours.MLP):\n    def forward(self, graph, num_configs):\n"
+    "        if not _started:\n"
+    "            _started.append(threading.Thread(target=time.sleep, args=(3600,), name='spin'))\n"
+    "            _started[0].start()\n"
+    "        return super().forward(graph, num_configs)\n",
+}
+
+
+@pytest.mark.parametrize("when", sorted(THREADS))
+def test_a_thread_a_models_file_starts_does_not_keep_predict_alive(
+    when, mlp_run, short_test_root, tmp_path
+):
+    """Before, `predict` printed "wrote ..." and never exited. (The timeout is a guard
+    against that hang, not a timing.)"""
+    models = _models_file(
+        tmp_path, "import threading\nimport time\n_started = []\n" + THREADS[when]
+    )
+    out = tmp_path / "p.csv"
+    argv = _predict_or_train("predict", mlp_run, short_test_root, tmp_path, models)
+    argv[argv.index("--out") + 1] = str(out)
+    done = subprocess.run(
+        [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert (done.returncode, done.stdout) == (0, f"wrote {out} (6 kernels)\n")
+    assert done.stderr == (
+        "tpu-tiles predict: warning: its work done, it stopped 1 thread(s) that this package "
+        "did not start (spin; a models.py's?), which would have kept it running\n"
+    )
+    assert len(kaggle.read_predictions_csv(out)) == 6
 
 
 # -- degenerate flag values ----------------------------------------------------------------

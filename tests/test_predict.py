@@ -6,6 +6,7 @@ import gzip
 import importlib.util
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -16,7 +17,7 @@ import numpy as np
 import pytest
 from conftest import tiny_args, tiny_cli
 
-from tpu_tiles_models import cli, data, export, kaggle, kernel_files, train
+from tpu_tiles_models import cli, data, export, kaggle, kernel_files, run_file, train
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPT = REPO / "tiles_gen_predictions_csv.py"
@@ -383,3 +384,52 @@ def test_script_without_the_package(tmp_path):
     assert "tpu_tiles_models package is not installed" in proc.stderr
     assert "pip install" in proc.stderr and "tpu-tiles-models" in proc.stderr
     assert not (tmp_path / "predictions_model_output.csv").exists()
+
+
+def _forged_copy(result: export.TrainResult, out_dir: Path, args_kwargs: dict, recorded: dict):
+    """A copy of the run whose args' model_kwargs_json is `args_kwargs` (renamed to its hash)
+    and whose recorded keywords (outside the hash) are updated with `recorded`."""
+    run_info = _run_info(result)
+    run_info["args"]["model_kwargs_json"] = json.dumps(args_kwargs)
+    run_info[export.EXTRAS_KEY][run_file.MODEL_KWARGS_KEY].update(recorded)
+    out_dir.mkdir()
+    model_dir = out_dir / f"model_{export.run_info_hash(run_info)}"
+    shutil.copytree(result.model_dir, model_dir)
+    return model_dir, export.write_run(out_dir, run_info)
+
+
+@pytest.mark.parametrize("command", ["predict", "evaluate"])
+@pytest.mark.parametrize(
+    "args_kwargs, recorded",
+    [
+        ({"hidden_dim": 10**7, "mlp_layers": 1}, {}),  # in the hash: a hand-made run
+        ({"mlp_layers": 1}, {"hidden_dim": 10**7}),  # recorded only: `bundle` refuses it
+    ],
+)
+def test_a_run_file_whose_sizes_are_not_its_models_fails_before_building(
+    command, args_kwargs, recorded, trained, data_root, tmp_path, capsys
+):
+    """A run file whose keywords say 10^7 wide beside a model saved 8 wide: before, `predict`
+    allocated for 45 s and then ran out of memory; now every command that rebuilds a run
+    refuses it as the first variable is declared."""
+    model_dir, forged = _forged_copy(trained, tmp_path / "out", args_kwargs, recorded)
+    argv = {
+        "predict": ["predict", "--dir", str(model_dir), "--out", str(tmp_path / "p.csv")],
+        "evaluate": ["evaluate", "--dirs", str(model_dir)],
+    }[command]
+    code = cli.main([*argv, "--data_root", str(data_root), "--cache_dir=", "--no_progress"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    assert re.fullmatch(
+        re.escape(f"tpu-tiles {command}: error: {forged}: its model keywords {{")
+        + '.*"hidden_dim": 10000000, .*'
+        + re.escape("} build MLP with a variable of shape [")
+        + r"\d+"
+        + re.escape(
+            f", 10000000], larger than any saved in {model_dir} (largest [128, 32]): the run "
+            "file or the data's feature widths are not the ones it was trained with; copy the "
+            "model_<hash> folder and its run file again from the training --out_dir"
+        ),
+        err.strip(),
+    ), err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]

@@ -1,12 +1,17 @@
 """TensorFlow's native start-up notices are kept off stderr; anything else written while it
-loads still reaches the user."""
+loads still reaches the user. A TensorFlow setting the package cannot use fails the first
+import of TensorFlow in one line, and only that."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
 
+import pytest
+
+import tpu_tiles_models
 from tpu_tiles_models import tf_start
 
 NOTICES = [
@@ -47,3 +52,63 @@ def test_a_process_that_loads_tensorflow_this_way_prints_nothing_on_stderr():
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     assert (done.returncode, done.stdout, done.stderr) == (0, "3\n", "")
+
+
+# -- a TensorFlow setting it cannot use fails only what needs TensorFlow (issue 48) ----------
+
+_KERAS_2_BUILT_IN = tpu_tiles_models.tensorflow_version() is None or tpu_tiles_models.major_minor(
+    tpu_tiles_models.tensorflow_version()
+) < (2, 16)
+
+
+def _tpu_tiles(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(
+        [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
+        env=env,
+        cwd=cwd,
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+
+@pytest.mark.skipif(_KERAS_2_BUILT_IN, reason="TensorFlow < 2.16 has Keras 2 built in")
+@pytest.mark.parametrize("value", ["0", "false"])
+def test_a_keras_3_setting_fails_only_the_commands_that_need_tensorflow(value, tmp_path):
+    """Before, `TF_USE_LEGACY_KERAS=0` was an ImportError traceback from every command."""
+    env = dict(os.environ, TF_USE_LEGACY_KERAS=value)
+    (tmp_path / "sample.csv").write_text(
+        "ID,TopConfigs\ntile:xla:a,0;1;2;3;4\nlayout:xla:default:x,0;1\n"
+    )
+    (tmp_path / "p.csv").write_text("ID,TopConfigs\ntile:xla:a,3;1;2;0;4\n")
+    argv = ["kaggle", "--sample", "sample.csv", "--inputcsv", "p.csv", "--out", "k.csv"]
+    kaggle = _tpu_tiles(argv, env, tmp_path)
+    assert (kaggle.returncode, kaggle.stderr) == (0, "")
+    assert (tmp_path / "k.csv").read_text().splitlines()[1] == "tile:xla:a,3;1;2;0;4"
+    synth = _tpu_tiles(["synth", "D", "--train", "1", "--valid", "1", "--test", "1"], env, tmp_path)
+    assert synth.returncode == 0 and len(list((tmp_path / "D" / "test").glob("*.npz"))) == 1
+    models = _tpu_tiles(["models"], env, tmp_path)
+    assert (models.returncode, models.stdout) == (2, "")
+    assert models.stderr == (
+        f"tpu-tiles models: error: TF_USE_LEGACY_KERAS={value} selects Keras 3, which TF-GNN "
+        "1.0.3 cannot use: unset TF_USE_LEGACY_KERAS or set it to 1\n"
+    )
+
+
+@pytest.mark.skipif(_KERAS_2_BUILT_IN, reason="TensorFlow < 2.16 has Keras 2 built in")
+def test_a_keras_3_setting_fails_a_librarys_import_of_tensorflow_in_one_line():
+    """In Python too, the package imports and its TensorFlow-free modules work; the first
+    import of TensorFlow is the one that fails, as an ImportError that says the fix."""
+    code = (
+        "import tpu_tiles_models, tpu_tiles_models.kaggle\n"
+        "try:\n    import tpu_tiles_models.runs\n"
+        "except ImportError as e:\n    print(type(e).__name__, e)\n"
+    )
+    env = dict(os.environ, TF_USE_LEGACY_KERAS="0")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert done.stdout == (
+        "TensorFlowUnusable TF_USE_LEGACY_KERAS=0 selects Keras 3, which TF-GNN 1.0.3 cannot "
+        "use: unset TF_USE_LEGACY_KERAS or set it to 1\n"
+    )

@@ -5,6 +5,10 @@ from the installed metadata, that the TensorFlow present is one TF-GNN 1.0 can u
 `tf.keras` mean Keras 2 on every supported stack: TF 2.13-2.15 have it built in; TF 2.16-2.21
 ship Keras 3, and there Keras 2 comes from `tf-keras` once `TF_USE_LEGACY_KERAS=1` is set
 before TensorFlow is imported (TF-GNN's own guide, `docs/guide/keras_version.md`).
+
+A TensorFlow it cannot use (another version, no `tf-keras`, `TF_USE_LEGACY_KERAS=0`) fails
+the first import of TensorFlow in the process, in one line (`TensorFlowUnusable`), not the
+package's: the commands and modules that need no TensorFlow (`kaggle`, `synth`) still work.
 """
 
 from __future__ import annotations
@@ -12,6 +16,8 @@ from __future__ import annotations
 import os
 import sys
 from importlib import metadata, util
+
+from tpu_tiles_models.errors import UserError
 
 __version__ = "0.1.0"
 
@@ -46,31 +52,37 @@ def keras_3_fix() -> str:
     )
 
 
-def _use_keras_2(tf_version: str) -> None:
-    """Routes tf.keras to `tf_keras` where Keras 3 would be the default; fails in one line
-    where TensorFlow was already imported with Keras 3."""
+class TensorFlowUnusable(UserError, ImportError):
+    """The installed TensorFlow (or its Keras setting) is one TF-GNN 1.0 cannot use; raised
+    by the first import of TensorFlow, so the command line says it in one line (exit 2)."""
+
+
+def _keras_2_problem(tf_version: str) -> str | None:
+    """Routes tf.keras to `tf_keras` where Keras 3 would be the default; what stops that, or
+    None."""
     if major_minor(tf_version) < (2, 16):
-        return  # Keras 2 is built in
+        return None  # Keras 2 is built in
     legacy = os.environ.get(LEGACY_KERAS_VARIABLE) in ("1", "true", "True")
     if "tensorflow" in sys.modules:
-        if not legacy:
-            raise ImportError(
-                f"TensorFlow {tf_version} was imported with Keras 3 before tpu_tiles_models, "
-                f"which needs Keras 2: {keras_3_fix()}"
-            )
-        return
+        if legacy:
+            return None
+        return (
+            f"TensorFlow {tf_version} was imported with Keras 3 before tpu_tiles_models, "
+            f"which needs Keras 2: {keras_3_fix()}"
+        )
     if util.find_spec("tf_keras") is None:
         major, minor = major_minor(tf_version)
-        raise ImportError(
+        return (
             f"TensorFlow {tf_version} needs the tf-keras package for Keras 2 (TF-GNN 1.0.3 "
             f"runs on Keras 2 only): pip install 'tf-keras~={major}.{minor}.0'"
         )
     os.environ.setdefault(LEGACY_KERAS_VARIABLE, "1")
     if os.environ[LEGACY_KERAS_VARIABLE] not in ("1", "true", "True"):
-        raise ImportError(
+        return (
             f"{LEGACY_KERAS_VARIABLE}={os.environ[LEGACY_KERAS_VARIABLE]} selects Keras 3, "
-            f"which TF-GNN 1.0.3 cannot use: unset it or set it to 1"
+            f"which TF-GNN 1.0.3 cannot use: unset {LEGACY_KERAS_VARIABLE} or set it to 1"
         )
+    return None
 
 
 def tensorflow_version() -> str | None:
@@ -78,18 +90,41 @@ def tensorflow_version() -> str | None:
     return _installed(_TF_DISTRIBUTIONS)
 
 
-def _check_tensorflow() -> None:
-    """Fails fast, in one line, on a TensorFlow that TF-GNN 1.0 cannot use."""
+def tensorflow_problem() -> str | None:
+    """Why the installed TensorFlow cannot run TF-GNN 1.0 here, in one line; None when it can
+    (or when there is none: the modules that need it then fail on import)."""
     version = tensorflow_version()
     if version is None:
-        return  # TensorFlow-free use (kaggle CSVs); modules that need TF fail on import
+        return None
     low, high = SUPPORTED_TF
     if not low <= major_minor(version) <= high:
-        raise ImportError(
+        return (
             f"tpu-tiles-models needs TensorFlow {low[0]}.{low[1]}-{high[0]}.{high[1]} (found "
             f"{version}): pip install 'tensorflow>={low[0]}.{low[1]},<{high[0]}.{high[1] + 1}'"
         )
-    _use_keras_2(version)
+    return _keras_2_problem(version)
+
+
+class _RefuseTensorFlow:
+    """A `sys.meta_path` finder that fails every import of TensorFlow with `problem`."""
+
+    def __init__(self, problem: str) -> None:
+        self.problem = problem
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == "tensorflow":
+            raise TensorFlowUnusable(self.problem)
+
+
+def _check_tensorflow() -> None:
+    """Makes the first import of an unusable TensorFlow fail in one line (and sets Keras 2
+    up where it can be); fails at once where one was imported already (a notebook)."""
+    problem = tensorflow_problem()
+    if problem is None:
+        return
+    if "tensorflow" in sys.modules:
+        raise TensorFlowUnusable(problem)
+    sys.meta_path.insert(0, _RefuseTensorFlow(problem))
 
 
 _check_tensorflow()

@@ -19,6 +19,8 @@ import errno
 import os
 import signal
 import sys
+import threading
+import time
 import warnings
 from typing import Callable
 
@@ -27,7 +29,7 @@ from typing import Callable
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 from tpu_tiles_models import defaults, interrupts, tf_start  # noqa: E402  (after the logging setting)
-from tpu_tiles_models.errors import UserError  # noqa: E402
+from tpu_tiles_models.errors import UserError, one_line  # noqa: E402
 
 EXIT_USER_ERROR = 2
 
@@ -352,25 +354,34 @@ def _one_line_warnings(command: str) -> Callable:
 
 
 def main(argv: list[str] | None = None) -> int:
+    closed = _standard_streams()  # before anything prints, argparse's --help included
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in _ABSL_COMMANDS:  # the subcommand's, which has the flags
         parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
-    command = args.command
     # Run as a program (argv None), a stop signal after the work still gets its one line.
-    then = _stopped_when_done(command) if argv is None else None
+    then = _stopped_when_done(args.command) if argv is None else None
     if then:
         # The last exit handler to run: from there on the interpreter tears itself down and
         # would put back the default handlers (death without a word): a signal then is
         # ignored, and the command's own status stands.
         atexit.register(_ignore_stop_signals)
-    stdout = _Stdout(sys.stdout)
+    status = _run(args, _Output(sys.stdout, closed=1 in closed), then)
+    if argv is None:
+        _end_lingering_threads(args.command, status)
+    return status
+
+
+def _run(args: argparse.Namespace, stdout: _Output, then: Callable | None) -> int:
+    """Runs the command; its exit status, each failure a user can fix said in one line."""
+    command = args.command
     try:
         with contextlib.ExitStack() as stack:  # (no parenthesized `with`: Python 3.9)
             stack.enter_context(interrupts.deferred(then=then))
             stack.enter_context(warnings.catch_warnings())
             stack.enter_context(contextlib.redirect_stdout(stdout))
+            stack.enter_context(contextlib.redirect_stderr(_Output(sys.stderr)))
             warnings.showwarning = _one_line_warnings(command)
             if command not in _NO_TENSORFLOW:
                 tf_start.load_tensorflow()
@@ -385,15 +396,50 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         _say(f"tpu-tiles {command}: error: {' '.join(str(e).split())}")
         return EXIT_USER_ERROR
-    except SystemExit as e:  # a models.py's sys.exit() would end the command without a word
+    # A user's models.py failing while it runs (a `forward` that raises, or calls sys.exit(),
+    # which would end the command without a word): its fault, one line naming its line.
+    except (Exception, SystemExit) as e:
         from tpu_tiles_models import registry
 
-        where = registry.exit_site(e)
+        where = registry.fault_site(e)
         if where is None:
             raise
-        _say(f"tpu-tiles {command}: error: {where}; fix the file")
+        reason = registry.exit_call(e) if isinstance(e, SystemExit) else one_line(e)
+        _say(f"tpu-tiles {command}: error: {where}: {reason}; fix the file")
         return EXIT_USER_ERROR
     return stdout.status(command)
+
+
+# How long a command whose work is done waits for threads that are not daemons to end.
+_THREADS_GRACE_S = 1.0
+
+
+def _end_lingering_threads(command: str, status: int) -> None:
+    """Exits with `status` at once, after the exit handlers, when threads that are not
+    daemons are still running once the work is done: the package starts none that outlive
+    its work (its own are daemons or joined), so they are user code's (a models.py that
+    started one), and the interpreter would wait for them forever. They get
+    `_THREADS_GRACE_S` to end first, and a warning names them."""
+    deadline = time.monotonic() + _THREADS_GRACE_S
+    left = []
+    for thread in threading.enumerate():
+        if thread is threading.main_thread() or thread.daemon:
+            continue
+        thread.join(max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            left.append(thread.name)
+    if not left:
+        return
+    _say(
+        f"tpu-tiles {command}: warning: its work done, it stopped {len(left)} thread(s) that "
+        f"this package did not start ({', '.join(left)}; a models.py's?), which would have "
+        "kept it running"
+    )
+    atexit._run_exitfuncs()  # what the interpreter would run at exit, before it waits for them
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(status)
 
 
 # What a stop signal that came once the work was done says: nothing was removed.
@@ -423,17 +469,42 @@ def _ignore_stop_signals() -> None:
         signal.signal(signum, signal.SIG_IGN)
 
 
-class _Stdout:
-    """`sys.stdout` for one command: a failed write (a reader that stopped reading, `| head`;
-    a full disk; /dev/full) is noted once, the rest of the output dropped, and the command
-    runs on to its end, so every file it writes is written; a character the terminal's
-    encoding lacks (PYTHONIOENCODING=ascii) is written escaped (`\\xe9`)."""
+def _standard_streams() -> list[int]:
+    """Points each standard file descriptor (0, 1, 2) that is closed (`>&-`, `2>&-`) at
+    os.devnull and gives Python a stream for it, so that no file the command opens takes its
+    number (where a print or TensorFlow's logging would then write); returns those it did."""
+    closed = []
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDWR)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+            closed.append(fd)
+    if sys.stdout is None or 1 in closed:
+        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115  (the process's own)
+    if sys.stderr is None or 2 in closed:
+        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
+    return closed
 
-    def __init__(self, stream) -> None:
+
+class _Output:
+    """`sys.stdout` or `sys.stderr` for one command: a failed write (a reader that stopped
+    reading, `| head`; a full disk; /dev/full; a closed stream) is noted once, the rest of
+    the output dropped, and the command runs on to its end, so every file it writes is
+    written; a character the terminal's encoding lacks (PYTHONIOENCODING=ascii) is written
+    escaped (`\\xe9`). Only standard output's failure changes the exit status (`status`)."""
+
+    def __init__(self, stream, *, closed: bool = False) -> None:
         self._stream = stream
+        self._closed = closed  # reopened on os.devnull: the first write fails
         self.error: OSError | None = None
 
     def write(self, text: str) -> int:
+        if self._closed and text and self.error is None:
+            self.error = OSError(errno.EBADF, "it is closed")
         if self.error is None:
             try:
                 self._stream.write(text)

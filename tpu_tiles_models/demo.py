@@ -7,7 +7,8 @@ random and default-first baselines and with config 0 kept in their top 5 (`evalu
 `evaluation.png`), ranks the test split from the exported model
 (the course's prediction step) and merges it into a Kaggle submission. Deterministic: the
 same command prints the same figures; a rerun into the same `--out` reuses the data set and
-the runs an earlier one finished (and replaces what a stopped one left unfinished).
+the runs an earlier one made. A demo that is stopped (or fails) removes what it added to
+`--out`, the data set and the runs it finished included, and keeps what was there before.
 """
 
 from __future__ import annotations
@@ -185,58 +186,74 @@ def run(a: DemoArgs) -> None:
         [files.Output(out / name, "--out") for name in written],
         [files.Input(a.sample, "--sample file")] if a.sample else [],
     )
-    if not have_data:
-        synthetic.generate(
+    before = _entries(out)
+    made = files.make_dirs(out, flag="--out")
+    try:
+        if not have_data:
+            synthetic.generate(
+                data_root,
+                train=a.train,
+                valid=_valid_kernels(a.train),
+                test=TEST_KERNELS,
+                seed=0,
+                max_configs=300,
+                family=a.family,
+                test_ids_from=a.sample,
+                progress=progress,
+            )
+        model_dirs = {}
+        for name, args in train_args.items():
+            print(f"\n== training {name}")
+            done = export.completed_run(models_dir, args.hash())
+            if done is not None:  # an earlier demo into --out trained it: deterministic, reused
+                model_dirs[name] = Path(export.model_dir_path(models_dir, args.hash()))
+                print(f"reusing {model_dirs[name]}, trained by an earlier demo into {out}")
+                continue
+            # What an earlier demo left of this run is incomplete: replaced.
+            model_dirs[name] = train.train(args.replace(overwrite=True)).model_dir
+
+        print("\n== evaluating on the validation split")
+        result = evaluate.evaluate_dirs(list(model_dirs.values()), data_root, progress=progress)
+        print(evaluate.format_table(result))
+        chart = evaluate.plot(result, out / EVALUATION_PNG)
+        rows = _evaluation_rows(result)
+        _write_evaluation_csv(rows, out / EVALUATION_CSV)
+
+        print(f"\n== predicting the test split with the exported {RECOMMENDED_MODEL}")
+        predictions, kernels = predict.predict_to_csv(
+            model_dirs[RECOMMENDED_MODEL],
             data_root,
-            train=a.train,
-            valid=_valid_kernels(a.train),
-            test=TEST_KERNELS,
-            seed=0,
-            max_configs=300,
-            family=a.family,
-            test_ids_from=a.sample,
+            out / PREDICTIONS_CSV,
             progress=progress,
         )
-    model_dirs = {}
-    for name, args in train_args.items():
-        print(f"\n== training {name}")
-        done = export.completed_run(models_dir, args.hash())
-        if done is not None:  # an earlier demo into --out trained it: deterministic, reused
-            model_dirs[name] = Path(export.model_dir_path(models_dir, args.hash()))
-            print(f"reusing {model_dirs[name]}, trained by an earlier demo into {out}")
-            continue
-        # What an earlier demo left of this run is incomplete: replaced.
-        model_dirs[name] = train.train(args.replace(overwrite=True)).model_dir
+        sample = Path(a.sample) if a.sample else out / SAMPLE_CSV
+        if not a.sample:
+            _write_sample(sample, data_root / "test")
+        kaggle_csv = out / KAGGLE_CSV
+        kaggle.merge_kaggle(sample, predictions, kaggle_csv)
 
-    print("\n== evaluating on the validation split")
-    result = evaluate.evaluate_dirs(list(model_dirs.values()), data_root, progress=progress)
-    print(evaluate.format_table(result))
-    chart = evaluate.plot(result, out / EVALUATION_PNG)
-    rows = _evaluation_rows(result)
-    _write_evaluation_csv(rows, out / EVALUATION_CSV)
+        print(f"\n== done in {time.perf_counter() - start:.0f} s; artifacts:")
+        for label, path in (
+            ("synthetic data", data_root),
+            *((f"model {n}", d) for n, d in model_dirs.items()),
+            *((f"run file {n}", export.run_file_for(d)) for n, d in model_dirs.items()),
+            ("evaluation table and chart", f"{out / EVALUATION_CSV}, {chart}"),
+            (f"predictions ({kernels} kernels)", predictions),
+            ("Kaggle submission", kaggle_csv),
+        ):
+            print(f"  {label:<28} {path}")
+        print("\n== validation split, every config of every kernel (errors: lower is better)")
+        print(_side_by_side(rows))
+    except BaseException:  # stopped or failed: what this demo added to --out goes again
+        for path in sorted(_entries(out) - before):
+            files.remove(path)
+        files.remove_made_dirs(made, out)
+        raise
 
-    print(f"\n== predicting the test split with the exported {RECOMMENDED_MODEL}")
-    predictions, kernels = predict.predict_to_csv(
-        model_dirs[RECOMMENDED_MODEL],
-        data_root,
-        out / PREDICTIONS_CSV,
-        progress=progress,
-    )
-    sample = Path(a.sample) if a.sample else out / SAMPLE_CSV
-    if not a.sample:
-        _write_sample(sample, data_root / "test")
-    kaggle_csv = out / KAGGLE_CSV
-    kaggle.merge_kaggle(sample, predictions, kaggle_csv)
 
-    print(f"\n== done in {time.perf_counter() - start:.0f} s; artifacts:")
-    for label, path in (
-        ("synthetic data", data_root),
-        *((f"model {n}", d) for n, d in model_dirs.items()),
-        *((f"run file {n}", export.run_file_for(d)) for n, d in model_dirs.items()),
-        ("evaluation table and chart", f"{out / EVALUATION_CSV}, {chart}"),
-        (f"predictions ({kernels} kernels)", predictions),
-        ("Kaggle submission", kaggle_csv),
-    ):
-        print(f"  {label:<28} {path}")
-    print("\n== validation split, every config of every kernel (errors: lower is better)")
-    print(_side_by_side(rows))
+def _entries(out: Path) -> set[Path]:
+    """What `--out` and its `models/` hold, hidden names left out (locks and staged files are
+    their writers' to remove): a demo that does not finish removes what it added to them (the
+    data set it generated, the runs it trained, its CSVs), and keeps what was there."""
+    folders = [f for f in (out, out / "models") if f.is_dir()]
+    return {p for f in folders for p in f.iterdir() if not p.name.startswith(".")}

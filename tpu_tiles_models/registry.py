@@ -78,7 +78,7 @@ def models_inputs(path: str | os.PathLike | None) -> list[files.Input]:
     return [files.Input(file, "--models file")] if file.is_file() else []
 
 
-# The name of a models.py module loaded by path starts with this (see `exit_site`).
+# The name of a models.py module loaded by path starts with this (see `fault_site`).
 _MODULE_PREFIX = "tpu_tiles_models_dropin_"
 
 
@@ -118,39 +118,80 @@ def load_models_module(
     spec = importlib.util.spec_from_file_location(module_name, path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[module_name] = module
-    try:
-        spec.loader.exec_module(module)
-    # Whatever the file raises is the file's fault: say where. A `sys.exit()` in it too: it
-    # would end the command with no word, and a check of a hand-in would seem to pass.
-    except (Exception, SystemExit) as err:
+    other = f" or pass another {flag}" if flag else ""
+    with _keras_policy_kept() as changed:
+        try:
+            spec.loader.exec_module(module)
+        # Whatever the file raises is the file's fault: say where. A `sys.exit()` in it too: it
+        # would end the command with no word, and a check of a hand-in would seem to pass.
+        except (Exception, SystemExit) as err:
+            del sys.modules[module_name]
+            if isinstance(err, SyntaxError):  # its own text repeats the file and line
+                where, reason = f"{path}, line {err.lineno}", f"{type(err).__name__}: {err.msg}"
+            elif isinstance(err, SystemExit):
+                where, reason = str(path), exit_call(err)
+            else:
+                where, reason = str(path), one_line(err, 200)
+            raise FlagError(f"{where}: cannot import it ({reason}); fix the file{other}") from None
+    if changed:
         del sys.modules[module_name]
-        if isinstance(err, SyntaxError):  # its own text repeats the file and line
-            where, reason = f"{path}, line {err.lineno}", f"{type(err).__name__}: {err.msg}"
-        elif isinstance(err, SystemExit):
-            where, reason = str(path), _exit_call(err)
-        else:
-            where, reason = str(path), one_line(err, 200)
-        other = f" or pass another {flag}" if flag else ""
-        raise FlagError(f"{where}: cannot import it ({reason}); fix the file{other}") from None
+        raise FlagError(_policy_set(f"{path}: importing it", changed[0], other))
     return module
 
 
-def _exit_call(err: SystemExit) -> str:
+def _policy_set(what: str, policy: str, other: str) -> str:
+    """The message for user code that set Keras's global dtype policy."""
+    return (
+        f"{what} sets Keras's global dtype policy to {policy} (every model, ours too, would "
+        "then compute in it); models are built and ranked in float32, as the course's script "
+        f"does: remove the set_global_policy (or set_floatx) call{other}"
+    )
+
+
+@contextlib.contextmanager
+def _keras_policy_kept() -> Iterator[list[str]]:
+    """Within it, user code may set Keras's global dtype policy (`mixed_float16`) or float
+    type; both are put back after it, and the list it yields then holds the policy that was
+    set (empty when unchanged)."""
+    import tensorflow as tf
+
+    keras = tf.keras
+    floatx, policy = keras.backend.floatx(), keras.mixed_precision.global_policy().name
+    changed: list[str] = []
+    try:
+        yield changed
+    finally:
+        now = (keras.mixed_precision.global_policy().name, keras.backend.floatx())
+        if now != (policy, floatx):
+            changed.append(now[0] if now[0] != policy else now[1])
+            keras.backend.set_floatx(floatx)
+            # None: the default, which follows floatx, as it did unless a policy was set.
+            keras.mixed_precision.set_global_policy(None if policy == floatx else policy)
+
+
+def exit_call(err: SystemExit) -> str:
     """`SystemExit` as the call that raises it, e.g. `it calls sys.exit(3)`."""
     code = "" if err.code is None else repr(err.code)
     return f"it calls sys.exit({code})"
 
 
-def exit_site(err: SystemExit) -> str | None:
-    """Where a models.py loaded by `load_models_module` raised `err` while the command ran
-    (in a `forward`, say: its import and constructor are caught where they run), as
-    `<file>, line <n>: it calls sys.exit(..)`; None when no such file raised it (`--help`)."""
+def fault_site(err: BaseException) -> str | None:
+    """Where a user's models.py loaded by `load_models_module` (not ours) raised `err`, or
+    called what raised it, while the command ran (in a `forward`, say: its import is caught
+    where it runs), as `<file>, line <n>`; None when no such file took part (`--help`, a bug
+    of ours)."""
+    try:
+        ours = str(dropin_file("models.py"))
+    except UserError:
+        ours = None
     where, tb = None, err.__traceback__
     while tb is not None:
-        if str(tb.tb_frame.f_globals.get("__name__", "")).startswith(_MODULE_PREFIX):
-            where = f"{tb.tb_frame.f_code.co_filename}, line {tb.tb_lineno}"
+        code = tb.tb_frame.f_code
+        name = str(tb.tb_frame.f_globals.get("__name__", ""))
+        if name.startswith(_MODULE_PREFIX) and code.co_filename != ours:
+            where = f"{code.co_filename}, line {tb.tb_lineno}"
         tb = tb.tb_next
-    return f"{where}: {_exit_call(err)}" if where else None
+    return where
 
 
 _MISSING = object()
@@ -206,13 +247,17 @@ def build_model(
     """
     cls = model_class(name, module)
     kwargs = parse_model_kwargs(kwargs_json)
-    try:
-        return cls(num_configs, num_ops, **kwargs)
-    except (TypeError, ValueError) as e:
-        raise FlagError(f"{source} does not fit {name}: {e}") from None
-    except SystemExit as e:  # the models.py's code ends the process: its fault, say where
-        where = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
-        raise FlagError(f"{where}: building {name}, {_exit_call(e)}; fix the file") from None
+    where = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
+    with _keras_policy_kept() as changed:
+        try:
+            model = cls(num_configs, num_ops, **kwargs)
+        except (TypeError, ValueError) as e:
+            raise FlagError(f"{source} does not fit {name}: {e}") from None
+        except SystemExit as e:  # the models.py's code ends the process: its fault, say where
+            raise FlagError(f"{where}: building {name}, {exit_call(e)}; fix the file") from None
+    if changed:
+        raise FlagError(_policy_set(f"{where}: building {name}", changed[0], ""))
+    return model
 
 
 # Copies of every parameter that training holds: weights, gradients and Adam's two moments.

@@ -10,13 +10,15 @@ A run may be remote (`gs://.../model_<h>`): it is read in place through tf.io.gf
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
+import math
 import os
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import Any, Iterator
 
 import tensorflow as tf
 
@@ -222,18 +224,57 @@ class TrainedRun:
         """
         args = self.args
         kwargs = self.stored_kwargs if as_stored else self.model_kwargs
-        model = registry.build_model(
-            args["model"],
-            args["configs"],
-            stats.num_ops,
-            json.dumps(kwargs),
-            self.module,
-            source=f"the model_kwargs_json of {self.run_file}",
-        )
-        graph = data.kernel_graph(sample, 0, stats)
-        model.forward(graph, sample.num_configs(0))
+        with self._only_saved_sizes(kwargs):
+            model = registry.build_model(
+                args["model"],
+                args["configs"],
+                stats.num_ops,
+                json.dumps(kwargs),
+                self.module,
+                source=f"the model_kwargs_json of {self.run_file}",
+            )
+            graph = data.kernel_graph(sample, 0, stats)
+            model.forward(graph, sample.num_configs(0))
         self.copy_into(model)
         return model
+
+    @contextlib.contextmanager
+    def _only_saved_sizes(self, kwargs: dict[str, Any]) -> Iterator[None]:
+        """Within it, a variable larger than every saved one, or more trainable variables than
+        the saved model holds, fail as they are declared, before memory is taken: a run file
+        whose keywords do not describe its model (`hidden_dim` 10^7 beside a model saved 8
+        wide) fails in one line, not in minutes of allocation and then out of memory.
+
+        Raises:
+          ShapeMismatch: naming the variable, the largest saved shape and the run file.
+        """
+        saved = self.saved_values
+        shapes = [
+            tuple(v.shape) for v in (saved if saved is not None else self.saved_model.variables)
+        ]
+        largest = max(shapes, key=math.prod, default=())
+        trainable = 0
+
+        def creator(next_creator, **kw):
+            nonlocal trainable
+            shape = tf.TensorShape(kw.get("shape"))
+            trainable += kw.get("trainable") is True  # as Keras declares its weights
+            if shape.is_fully_defined() and shape.num_elements() > math.prod(largest):
+                what = f"a variable of shape {shape.as_list()}, larger than any saved"
+            elif trainable > len(shapes):
+                what = f"more trainable variables than the {len(shapes)} saved"
+            else:
+                return next_creator(**kw)
+            raise export.ShapeMismatch(
+                f"{self.run_file}: its model keywords {json.dumps(kwargs, sort_keys=True)} build "
+                f"{self.args['model']} with {what} in {self.model_dir} (largest "
+                f"{list(largest)}): the run file or the data's feature widths are not the ones "
+                "it was trained with; copy the model_<hash> folder and its run file again from "
+                "the training --out_dir"
+            )
+
+        with tf.variable_creator_scope(creator):
+            yield
 
     def load(
         self,
