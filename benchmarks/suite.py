@@ -48,6 +48,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
+import synth_families  # noqa: F401  (registers alt, fusion, inference; beside this script)
 
 from tpu_tiles_models import data, export, metrics, registry, synthetic
 from tpu_tiles_models.evaluate import (
@@ -60,7 +61,8 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # Recipes: named sets of training flags on top of upstream's defaults. "upstream" is the
 # baseline every other recipe must beat on every family. The recipes whose options left the
 # package (`fastfirst`, `toplist`, and the head draws `head`, `headtop`, `headbest`,
-# `head1pc`) are gone; their runs' results stay in benchmarks/results/ (docs/choosing.md).
+# `head1pc`) are gone; their results stay in benchmarks/results/ (docs/choosing.md), and
+# `--no_train` still tabulates their finished runs by name.
 RECIPES: dict[str, dict[str, object]] = {
     "upstream": {},
     # Targets relative to the default: upstream's MSE on runtime / normaliser swapped for an
