@@ -15,8 +15,8 @@ then:
   sweep` at the suite's budget (upstream's flags but 40 epochs), seeds `--seeds` (0,1,2), mean
   +- std over seeds; errors on every config of every validation kernel (the trainer's final
   validation). Given the suite's `--work`, it reuses the suite's data sets and runs;
-- with `--full FAMILY=DIR`, the real-size target on a `tpu-tiles synth DIR --scale full
-  --family FAMILY` set: kernels per split and configs in all;
+- with `--full FAMILY=DIR`, the real-size target on a `python benchmarks/synth.py DIR --scale
+  full --family FAMILY` set: kernels per split and configs in all;
 - every calibration target beside the real figure (`REAL`, from REAL_DATA_FACTS.md) with its
   value per family, met or not.
 - cross-checks against real figures that set no target: how often runtime falls as the
@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import synth_families  # noqa: F401  (registers alt, fusion, inference; beside this script)
 
 # benchmarks/suite.py, beside this script: the budget, the data sets and the sweep's runs are
 # the suite's, so the two scripts given the same --work share them (neither trains twice).
@@ -98,7 +99,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument(
         "--full",
         default="",
-        help="FAMILY=DIR,...: `tpu-tiles synth DIR --scale full --family FAMILY` sets, for "
+        help="FAMILY=DIR,...: `benchmarks/synth.py DIR --scale full --family FAMILY` sets, for "
         "the real-size target (a family without one shows '-')",
     )
     p.add_argument("--work", default="", help="data sets, runs and cache (kept; reused)")
@@ -370,8 +371,8 @@ def _full_sentence(families: dict[str, dict[str, Any]]) -> str:
     if not means:
         return ""
     return (
-        " The real-size row: `tpu-tiles synth DIR --scale full --family F` sets (seed 0); their "
-        f"train kernels hold {', '.join(means)} configs on average "
+        " The real-size row: `benchmarks/synth.py DIR --scale full --family F` sets (seed 0); "
+        f"their train kernels hold {', '.join(means)} configs on average "
         f"(real: {REAL['train_configs_mean']:,})."
     )
 

@@ -2,7 +2,8 @@
 
 Run by hand (not a test), on a data set generated once:
 
-    tpu-tiles synth DATA --scale full --family fusion --test_ids_from sample_submission.csv
+    python benchmarks/synth.py DATA --scale full --family fusion \\
+        --test_ids_from sample_submission.csv
     python benchmarks/fullscale.py --data DATA --upstream UPSTREAM --course COURSE \\
         --work WORK [--fraction 0.1] [--epochs 1]
 

@@ -139,6 +139,8 @@ def main() -> None:
             print("ROW " + json.dumps(row), flush=True)
         return
     if not Path(a.data, "train").is_dir():
+        import synth_families  # noqa: F401  (the benchmark families; beside this script)
+
         from tpu_tiles_models import synthetic
 
         synthetic.generate(

@@ -3,8 +3,9 @@
     python benchmarks/synth_bench.py --work /tmp/synth_bench --families fusion,roofline \
         --sample ../shared/data/sample_submission.csv
 
-Each run is a fresh `tpu-tiles synth` process into an empty folder; the sets written with
-different worker counts are compared byte for byte. Writes `benchmarks/results/synth_bench.md`.
+Each run is a fresh `tpu-tiles synth` process (`benchmarks/synth.py`, which knows the benchmark
+families too) into an empty folder; the sets written with different worker counts are compared
+byte for byte. Writes `benchmarks/results/synth_bench.md`.
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ from pathlib import Path
 import numpy as np
 
 RESULTS = Path(__file__).resolve().parent / "results"
+SYNTH = Path(__file__).resolve().parent / "synth.py"  # `tpu-tiles synth`, every family
 
 
 def _synth(out: Path, family: str, workers: int, sample: str) -> float:
     """Wall seconds of one `tpu-tiles synth --scale full` into an emptied `out`."""
     shutil.rmtree(out, ignore_errors=True)
-    cmd = [sys.executable, "-m", "tpu_tiles_models.cli", "synth", str(out), "--scale", "full"]
+    cmd = [sys.executable, str(SYNTH), str(out), "--scale", "full"]
     cmd += ["--family", family, "--num_workers", str(workers), "--no_progress"]
     cmd += ["--test_ids_from", sample] if sample else []
     start = time.perf_counter()

@@ -48,6 +48,17 @@ def load_benchmark(name: str) -> ModuleType:
     return module
 
 
+def benchmark_families() -> ModuleType:
+    """benchmarks/synth_families, imported by its name as the benchmark scripts import it
+    (once: importing it registers `alt`, `fusion` and `inference` with the generator)."""
+    folder = str(REPO / "benchmarks")
+    sys.path.insert(0, folder)
+    try:
+        return importlib.import_module("synth_families")
+    finally:
+        sys.path.remove(folder)
+
+
 @pytest.fixture(scope="session")
 def synth_root(tmp_path_factory) -> Path:
     """The tiny synthetic tile:xla tree, {train,valid,test}/*.npz with zero test runtimes,

@@ -524,67 +524,6 @@ def test_default_first_draws_config_0_first_then_distinct_others(synth_root: Pat
     assert data._pick_configs(10, 11, 6, rng, default_first=True).tolist() == [10]
 
 
-def test_head_draw_takes_that_many_from_the_fastest_tenth():
-    """`head`: exactly that many of each draw among the kernel's fastest tenth (config 0 kept
-    first and out of the head with `default_first`); the rest distinct, from the others."""
-    ratios = np.linspace(1.0, 2.0, 100)[np.random.default_rng(7).permutation(100)]
-    fastest = set(np.argsort(ratios)[:10].tolist())
-    rng = np.random.default_rng(0)
-    seen = set()
-    for _ in range(200):
-        picks = data._pick_configs(50, 150, 10, rng, head=3, ratios=ratios) - 50
-        assert len(set(picks.tolist())) == 10
-        assert len(fastest & set(picks.tolist())) >= 3
-        seen |= fastest & set(picks.tolist())
-        first = data._pick_configs(50, 150, 10, rng, default_first=True, head=3, ratios=ratios)
-        first = first - 50
-        assert first[0] == 0 and len(set(first.tolist())) == 10
-        ranked = np.argsort(ratios[1:])[:10] + 1  # the tenth of the others, config 0 left out
-        assert len(set(ranked.tolist()) & set(first[1:].tolist())) >= 3
-    assert seen == fastest  # every fast config gets drawn, not always the same three
-    # More head draws than the tenth holds: the head grows to hold them.
-    picks = data._pick_configs(0, 20, 5, rng, head=4, ratios=np.arange(20.0))
-    assert len(set(picks.tolist()) & {0, 1, 2, 3}) == 4
-    # Without `head` the draw is upstream's uniform one, unchanged.
-    a = data._pick_configs(0, 100, 10, np.random.default_rng(5))
-    b = data._pick_configs(0, 100, 10, np.random.default_rng(5), ratios=ratios)
-    assert a.tolist() == b.tolist()
-
-
-def test_head_share_sets_the_pool_of_the_head_draw():
-    """`head_share` 0: the head is exactly the kernel's `head` fastest configs (after config
-    0 with `default_first`), in every draw; 0.3: any of its fastest 30."""
-    ratios = np.linspace(1.0, 2.0, 100)[np.random.default_rng(3).permutation(100)]
-    rng = np.random.default_rng(1)
-    three = set((np.argsort(ratios[1:])[:3] + 1).tolist())
-    thirty = set(np.argsort(ratios)[:30].tolist())
-    seen = set()
-    for _ in range(100):
-        first = data._pick_configs(
-            0, 100, 10, rng, default_first=True, head=3, ratios=ratios, head_share=0.0
-        )
-        assert first[0] == 0 and three <= set(first[1:].tolist())
-        picks = data._pick_configs(0, 100, 10, rng, head=3, ratios=ratios, head_share=0.3)
-        assert len(thirty & set(picks.tolist())) >= 3
-        seen |= thirty & set(picks.tolist())
-    assert len(seen) > 20  # the pool is the thirty, not the first tenth of them
-
-
-def test_training_batches_with_head_label_the_fast_configs(synth_root: Path):
-    """Through `training_batches`: every kernel's row of labels holds at least `head` of its
-    fastest tenth of runtime ratios."""
-    ds = data.load_dataset(synth_root, progress=False)
-    train, k, b = ds.train, 6, 4
-    ratios = (train.config_runtime / train.config_runtime_normalizers).astype(np.float32)
-    batches = data.training_batches(train, ds.stats, num_configs=k, batch_size=b, head=2)
-    for graph, labels in batches:
-        for tile_id, row in zip(graph.node_sets["g"]["tile_id"].numpy(), labels.numpy()):
-            i = train.tile_ids.index(tile_id.decode())
-            own = np.sort(ratios[train.config_offsets[i] : train.config_offsets[i + 1]])
-            bar = own[max(2, int(np.ceil(0.1 * len(own)))) - 1]
-            assert (row <= bar).sum() >= 2
-
-
 def test_no_warnings_on_clean_load(small_root: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import shutil
 from pathlib import Path
@@ -17,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tpu_tiles_models import data, registry, runs
+from tpu_tiles_models import data, registry, runs, train_args
 
 V1 = Path(__file__).parent / "data" / "v1"
 models = registry.load_models_module()
@@ -83,3 +84,31 @@ def test_a_run_trained_before_reloads_and_ranks_identically(tmp_path):
                 == np.argsort(expected[f"{split}/{i}"][0], kind="stable")
             ).all()
     assert len(run.saved_model.trainable_variables) == len(model.trainable_variables)
+
+
+def test_a_run_recording_options_removed_since_reloads_without_them(tmp_path):
+    """`--head_configs` and `--head_share` are gone (the suite rejected them). The stored run
+    records them at their defaults: its options read, and name it, as before. A run trained
+    with one set keeps its name (its run file lists what entered it) and reloads and ranks
+    like any other: those options only chose which configs training drew."""
+    h = "afa7391cd496ce4e7c7bb01691550548"
+    stored = runs.TrainedRun.open(V1 / f"model_{h}")
+    assert {k: stored.extras["train_args"][k] for k in ("head_configs", "head_share")} == {
+        "head_configs": 0,
+        "head_share": 0.1,
+    }
+    assert stored.train_args.hash() == h
+    info = json.loads(gzip.decompress((V1 / f"run_{h}.jsonz").read_bytes()))
+    extras = info["tpu_tiles"]
+    extras["train_args"].update(head_configs=3, head_share=0.01)
+    extras["identity"].update(head_configs=3, head_share=0.01)
+    head = train_args.args_hash(info["args"], extras["identity"])
+    shutil.copytree(V1 / f"model_{h}", tmp_path / f"model_{head}")
+    (tmp_path / f"run_{head}.jsonz").write_bytes(gzip.compress(json.dumps(info).encode()))
+    run = runs.TrainedRun.open(tmp_path / f"model_{head}")
+    assert run.train_args == stored.train_args
+    model, dataset = run.load(V1 / "data", split="valid", cache_dir=None, progress=False)
+    graph = data.kernel_graph(dataset.valid, 0, dataset.stats)
+    got = model.forward(graph, dataset.valid.num_configs(0)).numpy()
+    want = np.load(V1 / "run1_scores.npz")["valid/0"]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-4)

@@ -54,42 +54,6 @@ def test_list_mle_by_hand():
     _close(_value_and_gradient(loss, [[4.0]], [[3.0]])[0], [[0.0]])
 
 
-def test_list_mle_truncated_at_top_k_by_hand():
-    # The example above (exp of the ordered scores (1, 2, 1)): its first term alone is
-    # ln 4 - 0, the first two ln 4 + ln(3/2) = ln 6 (the third term is 0), all of them ln 6.
-    y, s = [[1.0, 3.0, 2.0]], [[0.0, 0.0, 2 * LN2]]
-    first = ranking.ListMLE(temperature=2.0, top_k=1)
-    value, grad = _value_and_gradient(first, y, s)
-    _close(value, [[math.log(4.0)]])
-    # Top 1 is softmax cross-entropy on the item with the largest label (item 1), over 2.
-    _close(grad, [[1 / 8, -3 / 8, 1 / 4]])
-    for k in (2, 3, 9):
-        _close(
-            _value_and_gradient(ranking.ListMLE(temperature=2.0, top_k=k), y, s)[0],
-            [[math.log(6.0)]],
-        )
-    with pytest.raises(ValueError, match="top_k must be None or at least 1, got 0"):
-        ranking.ListMLE(top_k=0)
-    config = ranking.ListMLE(top_k=3).get_config()
-    assert config["top_k"] == 3 and ranking.ListMLE.from_config(config).top_k == 3
-
-
-def test_top_list_mle_reads_only_the_five_fastest():
-    # Fast-first order is by runtime, ascending: configs 0-4 hold the 5 fastest, so the
-    # scores of the slower ones still count (each is in every term's tail), but their order
-    # among themselves does not.
-    loss = losses.LOSSES["TopListMLE"]()
-    runtimes = tf.constant([[1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0]])
-    head = [0.0, 1.0, 2.0, 3.0, 4.0]
-    a = float(loss(runtimes, tf.constant([head + [5.0, 6.0]])))
-    b = float(loss(runtimes, tf.constant([head + [6.0, 5.0]])))
-    assert a == pytest.approx(b, rel=1e-6)
-    whole = losses.FastFirstListMLE(temperature=10)
-    assert float(whole(runtimes, tf.constant([head + [5.0, 6.0]]))) != pytest.approx(
-        float(whole(runtimes, tf.constant([head + [6.0, 5.0]]))), rel=1e-6
-    )
-
-
 def test_list_mle_ties():
     # Tied labels, scores (0, ln 3): item 0 first gives ln(1 + 3) - 0 = ln 4, item 1 first
     # gives ln 4 - ln 3 = ln(4/3).

@@ -8,21 +8,18 @@ still reloads as it was trained.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
 import tensorflow as tf
-from conftest import write_hand_made_run
+from conftest import load_benchmark, write_hand_made_run
 from tensorflow.core.protobuf import saved_model_pb2
 
 from tpu_tiles_models import bundle, cli, data, demo, export, formats, registry, run_file
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
 
-REPO = Path(__file__).resolve().parents[1]
 RECOMMENDED = {"hidden_dim": 32, "config_attention": False, "default_context": True}
 
 
@@ -55,9 +52,7 @@ def test_models_prints_the_recommendation_in_a_stable_form(capsys):
 
 
 def test_the_suite_judges_the_model_by_its_name():
-    spec = importlib.util.spec_from_file_location("suite", REPO / "benchmarks" / "suite.py")
-    suite = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(suite)
+    suite = load_benchmark("suite")
     assert suite.RECOMMENDED == registry.RECOMMENDED_MODEL
     assert suite.parse_args(["--work", "w"]).candidate == suite.RECOMMENDED
     # A label is an architecture: the bare name is the defaults however they are spelled.

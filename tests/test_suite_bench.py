@@ -73,19 +73,19 @@ def test_the_verdicts_on_the_candidate(suite):
 def test_a_recipe_is_judged_at_both_cutoffs_for_the_model_and_its_rule(suite):
     cells = [
         _cell("alt", "R", 0.13, 0.03),
-        _cell("alt", "R", 0.10, 0.03, recipe="head"),
+        _cell("alt", "R", 0.10, 0.03, recipe="logmse"),
         _cell("alt", "R+rule", 0.09, 0.03),
-        _cell("alt", "R+rule", 0.12, 0.03, recipe="head"),
+        _cell("alt", "R+rule", 0.12, 0.03, recipe="logmse"),
         _cell("alt-shuffled", "R", 0.20, 0.05),
-        _cell("alt-shuffled", "R", 0.20, 0.05, recipe="head"),
+        _cell("alt-shuffled", "R", 0.20, 0.05, recipe="logmse"),
     ]
     lines = suite.verdicts(cells, "R+rule")
-    head = "recipe head vs upstream flags on the"
-    assert f"R: {head} families (top1 error): lower on 1/1, higher on 0/1" in lines
-    assert f"R: {head} families (top5 error): lower on 0/1, higher on 0/1" in lines
-    assert f"R: {head} shuffled copies (top1 error): lower on 0/1, higher on 0/1" in lines
-    assert f"R+rule: {head} families (top1 error): lower on 0/1, higher on 1/1" in lines
-    assert "R: recipe head vs upstream flags: wins on 0/1 families -> reject" in lines
+    vs = "recipe logmse vs upstream flags on the"
+    assert f"R: {vs} families (top1 error): lower on 1/1, higher on 0/1" in lines
+    assert f"R: {vs} families (top5 error): lower on 0/1, higher on 0/1" in lines
+    assert f"R: {vs} shuffled copies (top1 error): lower on 0/1, higher on 0/1" in lines
+    assert f"R+rule: {vs} families (top1 error): lower on 0/1, higher on 1/1" in lines
+    assert "R: recipe logmse vs upstream flags: wins on 0/1 families -> reject" in lines
 
 
 def test_each_run_row_carries_its_top1_over_the_default(suite):
@@ -100,7 +100,7 @@ def test_only_the_models_recipes_and_seeds_asked_for_are_tabulated(suite):
     rows = [
         dict(model="R", recipe="upstream", seed=0),
         dict(model="R+rule", recipe="upstream", seed=0),
-        dict(model="R", recipe="head", seed=0),
+        dict(model="R", recipe="logmse", seed=0),
         dict(model="E+default", recipe="upstream", seed=0),
         dict(model="R:first", recipe="upstream", seed=0),
         dict(model="R", recipe="upstream", seed=3),

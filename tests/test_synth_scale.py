@@ -16,6 +16,7 @@ from tpu_tiles_models import interrupts, pipelines, synthetic
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.synthetic import command, writer
 
+ROOFLINE = synthetic.get_family("roofline")
 pytestmark = pytest.mark.filterwarnings("ignore::tpu_tiles_models.synthetic.ValidationSplitWarning")
 
 
@@ -98,7 +99,7 @@ def test_num_workers_below_one_is_refused(tmp_path: Path) -> None:
 
 
 def test_parallel_and_serial_write_the_same_files(tmp_path: Path) -> None:
-    kwargs = dict(train=5, valid=3, test=2, seed=4, max_configs=30, family="fusion", progress=False)
+    kwargs = dict(train=5, valid=3, test=2, seed=4, max_configs=30, progress=False)
     serial = synthetic.generate(tmp_path / "serial", num_workers=1, **kwargs)
     parallel = synthetic.generate(tmp_path / "parallel", num_workers=2, **kwargs)
     assert (serial["workers"], parallel["workers"]) == (1, 2)
@@ -123,9 +124,7 @@ def test_a_kernel_is_a_function_of_seed_split_and_index(tmp_path: Path) -> None:
 
 
 def test_a_worker_does_not_recreate_a_removed_staging_folder(tmp_path: Path) -> None:
-    job = writer._Job(
-        str(tmp_path / "gone"), seed=0, family="roofline", max_configs=8, min_configs=2
-    )
+    job = writer._Job(str(tmp_path / "gone"), 0, ROOFLINE, max_configs=8, min_configs=2)
     with pytest.raises(FileNotFoundError, match="gone/train is gone"):
         job.write(("train", 0, "k", (0.3, 0.2, 0.15, 0.35)))
     assert not (tmp_path / "gone").exists()
@@ -133,7 +132,7 @@ def test_a_worker_does_not_recreate_a_removed_staging_folder(tmp_path: Path) -> 
 
 def test_a_worker_skips_its_kernels_after_ctrl_c(tmp_path: Path) -> None:
     (tmp_path / "train").mkdir()
-    job = writer._Job(str(tmp_path), seed=0, family="roofline", max_configs=8, min_configs=2)
+    job = writer._Job(str(tmp_path), 0, ROOFLINE, max_configs=8, min_configs=2)
     assert job.write(("train", 0, "a", (0.3, 0.2, 0.15, 0.35))) > 0
     (tmp_path / writer._STOP).touch()
     assert job.write(("train", 1, "b", (0.3, 0.2, 0.15, 0.35))) == 0

@@ -36,17 +36,17 @@ def _kernels(root: Path, split: str) -> Iterator[tuple[str, dict[str, np.ndarray
             yield path.stem, {k: d[k] for k in d.files}
 
 
+def ranked(root: Path, family: str) -> Path:
+    """A larger tree (more configs per kernel) for the statistical checks."""
+    synthetic.generate(
+        root, train=80, valid=0, test=0, seed=3, max_configs=200, family=family, progress=False
+    )
+    return root
+
+
 @pytest.fixture(scope="module")
-def ranked_roots(tmp_path_factory) -> dict[str, Path]:
-    """Larger trees (more configs per kernel) for the statistical checks, one per family."""
-    roots = {}
-    for family in synthetic.FAMILIES:
-        root = tmp_path_factory.mktemp(f"ranked_{family}")
-        synthetic.generate(
-            root, train=80, valid=0, test=0, seed=3, max_configs=200, family=family, progress=False
-        )
-        roots[family] = root
-    return roots
+def ranked_root(tmp_path_factory) -> Path:
+    return ranked(tmp_path_factory.mktemp("ranked"), synthetic.DEFAULT_FAMILY)
 
 
 def test_counts_and_summary(synth_root: Path) -> None:
@@ -264,10 +264,16 @@ def test_min_and_max_configs(tmp_path: Path) -> None:
     assert min(counts) >= 5 and max(counts) <= 9
 
 
-@pytest.mark.parametrize("family", synthetic.FAMILIES)
-def test_config_zero_is_the_default(ranked_roots: dict[str, Path], family: str) -> None:
+def test_config_zero_is_the_default(ranked_root: Path) -> None:
+    check_config_zero_is_the_default(ranked_root)
+
+
+def check_config_zero_is_the_default(root: Path) -> None:
+    """A family's kernels as the real collection's: config 0 the compiler's default, a good
+    tile but not always the best, over a realistic spread (shared with the benchmark families'
+    tests)."""
     best, spread, fastest = [], [], []
-    for _, d in _kernels(ranked_roots[family], "train"):
+    for _, d in _kernels(root, "train"):
         rt, norm = d["config_runtime"].astype(np.float64), d["config_runtime_normalizers"]
         assert abs(rt[0] / norm[0] - 1) < 0.1  # the default, measured twice
         best.append(np.min(rt / norm))
@@ -303,9 +309,12 @@ def _slowdowns(root: Path, family: str) -> dict[str, np.ndarray]:
     return {k: np.array(v) for k, v in out.items()}
 
 
-@pytest.mark.parametrize("family", synthetic.FAMILIES)
-def test_rank_is_predictable_from_features(ranked_roots: dict[str, Path], family: str) -> None:
-    s = _slowdowns(ranked_roots[family], family)
+def test_rank_is_predictable_from_features(ranked_root: Path) -> None:
+    check_rank_is_predictable_from_features(ranked_root, synthetic.DEFAULT_FAMILY)
+
+
+def check_rank_is_predictable_from_features(root: Path, family: str) -> None:
+    s = _slowdowns(root, family)
     # The noise-free cost model, reading only the npz features, finds the measured best
     # (within noise) almost always ...
     assert np.mean(s["oracle"] <= 1.03) >= 0.9 and s["oracle"].mean() < 1.05
@@ -315,30 +324,14 @@ def test_rank_is_predictable_from_features(ranked_roots: dict[str, Path], family
         assert s[heuristic].mean() >= 1.2
 
 
-def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
-    same, corr = [], []
-    for _, d in _kernels(synth_root, "train"):
-        args = (d["node_feat"], d["node_opcode"], d["edge_index"], d["config_feat"])
-        a = synthetic.noise_free_runtime(*args, "roofline")
-        b = synthetic.noise_free_runtime(*args, "alt")
-        if len(a) >= 10:
-            same.append(np.argmin(a) == np.argmin(b))
-            corr.append(np.corrcoef(np.argsort(np.argsort(a)), np.argsort(np.argsort(b)))[0, 1])
-    assert 0.1 <= np.mean(same) <= 0.9  # related but structurally different
-    assert np.median(corr) > 0.3
-
-
-# sha256 of every array of a tiny set, computed when the families were shaped like the real
-# collection (config 0 the default, counts from the search space, programs; roofline
-# and alt re-frozen when their runtimes got the real spread: megacore and slow short-run
-# reads; roofline again when its best tile came to depend on the kernel's shapes: output
-# write runs along the layout's minor dim, unseen by the compiler, and resident operands;
-# inference frozen when it was added): a family's output changes only deliberately.
+# sha256 of every array of a tiny set, computed when the family was shaped like the real
+# collection (config 0 the default, counts from the search space, programs; re-frozen when
+# its runtimes got the real spread: megacore and slow short-run reads; again when its best
+# tile came to depend on the kernel's shapes: output write runs along the layout's minor dim,
+# unseen by the compiler, and resident operands): its output changes only deliberately. (The
+# benchmark families': tests/test_synth_families_bench.py.)
 FROZEN_DIGESTS = {
     "roofline": "b5a79f4869d615c004ecf46cc1e17bdd5bfe233e51a547cd9aca77942c07922c",
-    "alt": "7a349896b0dc20a6d2effb952d3d5ea3205ddc6c67a77b8ba32a6794a09ce811",
-    "fusion": "a05423fe2418babd187e1f57c7d50bf6f20df785a927dc9f4f58781ae9907707",
-    "inference": "168d67b2f48cbe62f7478fd88a7aecb48dc57cc059e7a04443eaef97808ef886",
 }
 
 
@@ -354,90 +347,17 @@ def _tree_digest(root: Path) -> str:
     return h.hexdigest()
 
 
+def frozen_digest(root: Path, family: str) -> str:
+    """`_tree_digest` of the tiny set `FROZEN_DIGESTS` freezes, written into `root`."""
+    synthetic.generate(
+        root, train=3, valid=2, test=1, seed=5, max_configs=12, family=family, progress=False
+    )
+    return _tree_digest(root)
+
+
 @pytest.mark.parametrize("family", sorted(FROZEN_DIGESTS))
 def test_family_output_is_frozen(tmp_path: Path, family: str) -> None:
-    synthetic.generate(
-        tmp_path, train=3, valid=2, test=1, seed=5, max_configs=12, family=family, progress=False
-    )
-    assert _tree_digest(tmp_path) == FROZEN_DIGESTS[family]
-
-
-def _matmul(element_bytes: float, *, n: int, k: int, operand_bytes: float | None = None):
-    """An `[8192, n] = [8192, k] x [k, n]` matmul (row-major, no epilogue) and every config
-    of its option grid: (geometry, `[c, 24]` config features)."""
-    from tpu_tiles_models.synthetic import tiling
-
-    geom = synthetic.KernelGeometry(
-        kind="dot",
-        out_dims=np.array([8192, n]),
-        granule=np.array([8, 128]),
-        out_bytes=element_bytes,
-        vpu_ops=0.0,
-        side_elems=np.zeros(0),
-        side_bytes=np.zeros(0),
-        main_bytes=element_bytes,
-        cin=k,
-        operand_bytes=k * n * element_bytes if operand_bytes is None else operand_bytes,
-    )
-    options = tiling.choices(geom, {})
-    grid = np.stack(np.meshgrid(*options, indexing="ij"), -1).reshape(-1, len(options))
-    return geom, tiling.config_rows(geom, {}, grid.astype(np.float64))
-
-
-def _inference_times(geom, cfg: np.ndarray, **hw_changes) -> np.ndarray:
-    """`inference`'s runtimes of `cfg`, inf where a tile does not fit the scratchpad."""
-    from dataclasses import replace
-
-    from tpu_tiles_models.synthetic import inference, tiling
-
-    hw = replace(inference.COST.hw, **hw_changes)
-    terms = tiling.tile_terms(geom, cfg, hw)
-    return np.where(terms["ws"] <= hw.vmem, inference.COST.time(geom, terms, hw), np.inf)
-
-
-def test_inference_re_reads_from_cmem() -> None:
-    # A memory-bound matmul whose rhs (256 KiB) every row tile re-reads: from the 128 MiB
-    # CMEM at four times HBM's bandwidth it costs less, on the best tile too.
-    geom, cfg = _matmul(2.0, n=128, k=1024)
-    cmem, hbm_only = _inference_times(geom, cfg), _inference_times(geom, cfg, cache=0.0)
-    fits = np.isfinite(cmem)
-    assert fits.sum() >= 50
-    assert np.all(cmem[fits] <= 1.01 * hbm_only[fits])  # a single tile pays CMEM's first fill
-    assert np.sum(cmem[fits] < 0.92 * hbm_only[fits]) >= 5  # 8% to 19% faster
-    assert cmem.min() < 0.96 * hbm_only.min()
-    # An rhs larger than CMEM is re-read from HBM either way.
-    geom, cfg = _matmul(2.0, n=128, k=1024, operand_bytes=200 * 2**20)
-    np.testing.assert_array_equal(
-        _inference_times(geom, cfg), _inference_times(geom, cfg, cache=0.0)
-    )
-
-
-def test_inference_f32_is_far_slower_than_bf16() -> None:
-    # bf16 is the only fast matmul path: a compute-bound f32 matmul's best tile is 8x slower
-    # on the MXUs with twice the bytes, over 6x in all; roofline's and alt's about 3x.
-    best = {b: _inference_times(*_matmul(b, n=1024, k=4096)).min() for b in (2.0, 4.0)}
-    assert 6.0 < best[4.0] / best[2.0] < 8.0
-
-
-def test_inference_draws_its_own_mix(ranked_roots: dict[str, Path]) -> None:
-    # On the same seed and programs, inference draws fewer convolutions and more matmuls than
-    # roofline (the programs' mixes tilted toward an inference graph's), mostly in bf16.
-    from tpu_tiles_models.synthetic.features import COL_ELEM_TYPE, ELEM_TYPES
-
-    bf16_column = COL_ELEM_TYPE + ELEM_TYPES["bf16"][0]
-
-    def mix(family: str) -> tuple[Counter, float]:
-        """Main-op kinds, and the share of kernels whose first input is bf16."""
-        kinds, bf16 = Counter(), []
-        for _, d in _kernels(ranked_roots[family], "train"):
-            geom = synthetic.kernel_geometry(d["node_feat"], d["node_opcode"], d["edge_index"])
-            kinds[geom.kind] += 1
-            bf16.append(d["node_feat"][0, bf16_column] == 1)
-        return kinds, float(np.mean(bf16))
-
-    (ours, our_bf16), (theirs, their_bf16) = mix("inference"), mix("roofline")
-    assert ours["conv"] < 0.8 * theirs["conv"] and ours["dot"] > 1.3 * theirs["dot"]
-    assert our_bf16 >= 0.5 > 0.35 >= their_bf16
+    assert frozen_digest(tmp_path, family) == FROZEN_DIGESTS[family]
 
 
 def _files(root: Path) -> dict[str, bytes]:
@@ -552,8 +472,11 @@ def test_small_validation_split_warns(tmp_path: Path) -> None:
     )
 
 
-@pytest.mark.parametrize("family", synthetic.FAMILIES)
-def test_default_validation_split_feeds_upstream(tmp_path: Path, family: str) -> None:
+def test_default_validation_split_feeds_upstream(tmp_path: Path) -> None:
+    check_default_validation_split_feeds_upstream(tmp_path, synthetic.DEFAULT_FAMILY)
+
+
+def check_default_validation_split_feeds_upstream(tmp_path: Path, family: str) -> None:
     # Upstream validates on kernels with >= --configs (10) configs, --batch (10) at a time.
     out = synthetic.generate(tmp_path, train=0, test=0, family=family, progress=False)
     assert out["valid"] == 60
@@ -578,14 +501,14 @@ def test_run_prints_what_it_wrote(tmp_path: Path, capsys) -> None:
             "--max_configs",
             "6",
             "--family",
-            "alt",
+            "roofline",
             "--no_progress",
         )
     )
     stdout, stderr = capsys.readouterr()
     configs = sum(len(d["config_feat"]) for s in synthetic.SPLITS for _, d in _kernels(out, s))
     assert stdout == (
-        f"wrote 5 kernels ({configs} configs) of family alt, seed 0, to {out}: train 2, "
+        f"wrote 5 kernels ({configs} configs) of family roofline, seed 0, to {out}: train 2, "
         "valid 2 (0 with >= 10 configs), test 1\n"
     )
     assert stderr.startswith("tpu-tiles synth: warning: only 0 of 2 validation kernels")
@@ -614,26 +537,26 @@ def test_flags_and_defaults() -> None:
     assert (a.test_ids_from, a.overwrite, a.no_progress) == (None, False, False)
 
 
+def tiny(root: Path, family: str, seed: int = 1) -> Path:
+    """A tiny tree of `family`."""
+    synthetic.generate(
+        root, train=5, valid=3, test=2, seed=seed, max_configs=24, family=family, progress=False
+    )
+    return root
+
+
 @pytest.fixture(scope="module")
-def family_roots(tmp_path_factory) -> dict[str, Path]:
-    """A tiny tree per family."""
-    roots = {}
-    for family in synthetic.FAMILIES:
-        root = tmp_path_factory.mktemp(f"tiny_{family}")
-        synthetic.generate(
-            root, train=5, valid=3, test=2, seed=1, max_configs=24, family=family, progress=False
-        )
-        roots[family] = root
-    return roots
+def tiny_root(tmp_path_factory) -> Path:
+    return tiny(tmp_path_factory.mktemp("tiny"), synthetic.DEFAULT_FAMILY)
 
 
-@pytest.mark.parametrize("family", synthetic.FAMILIES)
-def test_every_family_loads_in_the_data_pipeline(
-    family_roots: dict[str, Path], family: str
-) -> None:
+def test_the_family_loads_in_the_data_pipeline(tiny_root: Path) -> None:
+    check_loads_in_the_data_pipeline(tiny_root)
+
+
+def check_loads_in_the_data_pipeline(root: Path) -> None:
     from tpu_tiles_models import data
 
-    root = family_roots[family]
     ds = data.load_dataset(root, progress=False)
     assert [len(ds.train), len(ds.valid), len(ds.test)] == [5, 3, 2]
     for split in (ds.train, ds.valid, ds.test):
@@ -644,84 +567,26 @@ def test_every_family_loads_in_the_data_pipeline(
     assert int(graph.node_sets["op"].sizes[0]) == ds.valid.node_offsets[1]
 
 
-@pytest.mark.parametrize("family", synthetic.FAMILIES)
-def test_every_family_is_deterministic_per_seed(
-    tmp_path: Path, family_roots: dict[str, Path], family: str
-) -> None:
-    def make(seed: int) -> Path:
-        root = tmp_path / str(seed)
-        synthetic.generate(
-            root, train=5, valid=3, test=2, seed=seed, max_configs=24, family=family, progress=False
-        )
-        return root
-
-    assert _tree_digest(make(1)) == _tree_digest(family_roots[family])
-    assert _tree_digest(make(2)) != _tree_digest(family_roots[family])
+def test_the_family_is_deterministic_per_seed(tmp_path: Path, tiny_root: Path) -> None:
+    check_deterministic_per_seed(tmp_path, tiny_root, synthetic.DEFAULT_FAMILY)
 
 
-def test_families_differ_on_the_same_seed(family_roots: dict[str, Path]) -> None:
-    digests = {_tree_digest(root) for root in family_roots.values()}
-    assert len(digests) == len(synthetic.FAMILIES) == 4
+def check_deterministic_per_seed(tmp_path: Path, seed_1_root: Path, family: str) -> None:
+    """The same seed writes the same tree (`seed_1_root`, `tiny(..., seed=1)`); another, not."""
+    assert _tree_digest(tiny(tmp_path / "1", family)) == _tree_digest(seed_1_root)
+    assert _tree_digest(tiny(tmp_path / "2", family, seed=2)) != _tree_digest(seed_1_root)
 
 
-@pytest.fixture(scope="module")
-def fusion_kernels(tmp_path_factory) -> list[dict[str, np.ndarray]]:
-    """An uncapped fusion set, for its config-count tail and duplicates."""
-    root = tmp_path_factory.mktemp("fusion_tail")
-    synthetic.generate(root, train=40, valid=0, test=0, seed=0, family="fusion", progress=False)
-    return [d for _, d in _kernels(root, "train")]
-
-
-def test_fusion_config_counts_are_heavy_tailed(
-    fusion_kernels: list[dict[str, np.ndarray]], tmp_path: Path
-) -> None:
-    counts = np.array([len(d["config_feat"]) for d in fusion_kernels])
-    assert counts.min() >= 2 and counts.max() >= 1000 and counts.max() / counts.min() > 10
-    assert np.median(counts) < counts.mean() / 2  # a long right tail
-    synthetic.generate(
-        tmp_path,
-        train=20,
-        valid=0,
-        test=0,
-        seed=0,
-        family="fusion",
-        max_configs=100,
-        progress=False,
-    )
-    capped = [len(d["config_feat"]) for _, d in _kernels(tmp_path, "train")]
-    assert max(capped) == 100 and min(capped) >= 2
-
-
-def test_fusion_duplicates_differ_by_measurement_noise(
-    fusion_kernels: list[dict[str, np.ndarray]],
-) -> None:
-    gaps, rows = [], 0
-    for d in fusion_kernels:
-        cfg, rt = d["config_feat"], d["config_runtime"].astype(np.float64)
-        _, first, inverse = np.unique(cfg, axis=0, return_index=True, return_inverse=True)
-        dup = np.flatnonzero(first[inverse.reshape(-1)] != np.arange(len(cfg)))
-        base = rt[first[inverse.reshape(-1)[dup]]]
-        gaps.extend(np.abs(rt[dup] - base) / base)
-        rows += len(cfg)
-    assert 0.01 <= len(gaps) / rows <= 0.06  # a few re-measured configs
-    assert 0.001 <= np.median(gaps) <= 0.01  # about 0.3% apart (0.03% to 4% in the real data)
-
-
-def test_fusion_graphs_span_the_real_node_range() -> None:
-    from tpu_tiles_models.synthetic import fusion_graphs
-
-    nodes, edges, ops = [], [], set()
-    for i in range(400):
-        g, _ = fusion_graphs.build(np.random.default_rng([9, i]), (0.3, 0.2, 0.15, 0.35))
-        feat, opcode, edge_index = g.arrays()
-        nodes.append(len(opcode))
-        edges.append(len(edge_index))
-        ops |= set(opcode.tolist())
-        assert feat[:, 0].sum() == 1 and np.all(edge_index[:, 0] > edge_index[:, 1])
-    assert min(nodes) == 2 and 250 <= max(nodes) <= synthetic.MAX_NODES
-    assert 20 <= np.median(nodes) <= 40 and max(edges) <= 2 * max(nodes)
-    names = ("reduce-window", "dynamic-slice", "iota", "shift-right-logical", "tuple", "dot")
-    assert {synthetic.OPCODES[n] for n in names} <= ops  # op groups roofline never emits
+def test_the_package_holds_one_family_and_takes_more() -> None:
+    """`roofline` is the package's family; `register` adds another (the benchmarks' way), once
+    by name."""
+    assert list(synthetic.FAMILIES)[0] == synthetic.DEFAULT_FAMILY == "roofline"
+    own = synthetic.get_family("roofline")
+    synthetic.register(own)  # the same family again: nothing changes
+    other = synthetic.Family("roofline", "another", own.make_kernel, own.runtime)
+    with pytest.raises(ValueError, match="a generator family named 'roofline' is already"):
+        synthetic.register(other)
+    assert synthetic.get_family("roofline") is own
 
 
 def _toy_space(vmem: float = 4e6) -> autotuner.Space:

@@ -32,7 +32,6 @@ import dataclasses
 import hashlib
 import itertools
 import json
-import math
 import os
 import warnings
 from typing import Any, Callable, Iterator, Sequence
@@ -45,7 +44,6 @@ import tqdm
 from tpu_tiles_models import cache, files, interrupts, kernel_files
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, REQUIRED_KEYS, SPLITS
 from tpu_tiles_models.kernel_files import DataError, runtime_ratios, split_files, tile_id_of
-from tpu_tiles_models.train_args import HEAD_SHARE
 
 # 2: the `cache` module's compressed format; 3: numbers validated in float32, known members
 _CACHE_VERSION = 3
@@ -499,9 +497,6 @@ def _pick_configs(
     spread: int | None = None,
     fill: bool = False,
     default_first: bool = False,
-    head: int = 0,
-    ratios: np.ndarray | None = None,
-    head_share: float = HEAD_SHARE,
 ) -> np.ndarray:
     """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
     uniformly without replacement (all of them, shuffled, when the kernel has fewer).
@@ -516,22 +511,13 @@ def _pick_configs(
     (`default_first` of models.py): for the others, which score a config the same wherever it
     stands, it would only change how often config 0 is drawn, so they keep upstream's draw
     and their runs stay as they were.
-
-    `head` (with `ratios`, the kernel's runtime ratios `[c1 - c0]`): that many of the drawn
-    configs come from the kernel's fastest `head_share` (at least `head` of them; config 0
-    left out with `default_first`), the rest uniformly from the others, in random order. Uniform
-    draws see the few configs that decide a top-1 pick rarely; these make the loss order them.
     """
     if num_configs < 0:
         if spread is not None and c1 - c0 > spread:
             return c0 + np.unique(np.linspace(0, c1 - c0 - 1, spread).round().astype(np.int64))
         return np.arange(c0, c1)
     size = min(num_configs, c1 - c0)
-    if head and size > 0:
-        if ratios is None:
-            raise ValueError("head draws need the kernel's runtime ratios (ratios=None)")
-        picked = c0 + _head_draw(ratios, size, head, rng, default_first, head_share)
-    elif default_first and size > 0:
+    if default_first and size > 0:
         rest = 1 + rng.choice(c1 - c0 - 1, size=size - 1, replace=False)
         picked = c0 + np.concatenate([[0], rest])
     else:
@@ -539,25 +525,6 @@ def _pick_configs(
     if fill and len(picked) < num_configs:
         picked = np.concatenate([picked, rng.choice(picked, size=num_configs - len(picked))])
     return picked
-
-
-def _head_draw(
-    ratios: np.ndarray,
-    size: int,
-    head: int,
-    rng: np.random.Generator,
-    default_first: bool,
-    share: float,
-) -> np.ndarray:
-    """Kernel-local indices for `_pick_configs`'s `head` draw (`size` of them)."""
-    first = np.arange(1 if default_first else 0)
-    pool = np.arange(len(first), len(ratios))
-    wanted = min(head, size - len(first))
-    fastest = pool[np.argsort(ratios[pool], kind="stable")]
-    top = fastest[: max(wanted, math.ceil(share * len(pool)))]
-    fast = rng.choice(top, size=wanted, replace=False)
-    rest = rng.choice(np.setdiff1d(pool, fast), size=size - len(first) - wanted, replace=False)
-    return np.concatenate([first, rng.permutation(np.concatenate([fast, rest]))])
 
 
 # The runtime label of a `fill` repeat: every loss leaves negative labels out (losses.py).
@@ -575,8 +542,6 @@ def _components(
     fill: bool = False,
     default_first: bool = False,
     rows: Sequence[np.ndarray] | None = None,
-    head: int = 0,
-    head_share: float = HEAD_SHARE,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
 
@@ -587,23 +552,12 @@ def _components(
     kernel's configs are padded to the most any of them has by repeating its first one. With
     `fill`, the repeats that fill up a short kernel (see `_pick_configs`) carry the runtime
     `_FILLER`. `rows`: one array per kernel, the split's config indices to take in place of
-    the draw. `head`, `head_share`: see `_pick_configs`.
+    the draw.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     if rows is None:
         rows = [
-            _pick_configs(
-                int(co[i]),
-                int(co[i + 1]),
-                num_configs,
-                rng,
-                spread,
-                fill,
-                default_first,
-                head,
-                _kernel_ratios(split, i) if head else None,
-                head_share,
-            )
+            _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill, default_first)
             for i in kernels
         ]
     picks = list(rows)
@@ -634,12 +588,6 @@ def _components(
         "edge_sizes": edge_sizes,
         "config_sizes": np.array([len(p) for p in picks], np.int32),
     }
-
-
-def _kernel_ratios(split: Split, i: int) -> np.ndarray:
-    """[configs of kernel i] its runtime ratios (the labels), in file order."""
-    c0, c1 = split.config_offsets[i], split.config_offsets[i + 1]
-    return runtime_ratios(split.config_runtime[c0:c1], split.config_runtime_normalizers[c0:c1])
 
 
 def _signature(stats: FeatureStats, batch: int | None) -> dict[str, tf.TensorSpec]:
@@ -740,16 +688,14 @@ def _batches_dataset(
     spread: int | None = None,
     fill: bool = False,
     default_first: bool = False,
-    head: int = 0,
-    head_share: float = HEAD_SHARE,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
 
     Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
     plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
     usable kernel from the i-th on (one worker's share in multi-worker training). `kernels`,
-    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`,
-    `default_first`, `head` and `head_share`: see `_components` and `_pick_configs`.
+    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`
+    and `default_first`: see `_components` and `_pick_configs`.
     """
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
@@ -769,8 +715,6 @@ def _batches_dataset(
                 spread,
                 fill=fill,
                 default_first=default_first,
-                head=head,
-                head_share=head_share,
             )
 
     signature = _signature(stats, batch_size)
@@ -915,8 +859,6 @@ def training_batches(
     shard: tuple[int, int] = (0, 1),
     fill: bool = False,
     default_first: bool = False,
-    head: int = 0,
-    head_share: float = HEAD_SHARE,
 ) -> tf.data.Dataset:
     """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
 
@@ -925,8 +867,7 @@ def training_batches(
     (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out, or
     with `fill` kept: all their configs, then repeats of them labelled `_FILLER` (-1), which
     every loss leaves out. `shard=(i, n)`: only every n-th usable kernel from the i-th on.
-    `default_first`: config 0 at position 0 of every kernel's draw; `head`: that many of each
-    draw from the kernel's fastest `head_share` of its configs (all: see `_pick_configs`).
+    `default_first`: config 0 at position 0 of every kernel's draw.
     """
     if num_configs < 1 or batch_size < 1:
         raise ValueError(
@@ -950,8 +891,6 @@ def training_batches(
         shard=shard,
         fill=fill,
         default_first=default_first,
-        head=head,
-        head_share=head_share,
     )
     ds = ds.map(_labels(batch_size, num_configs))
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -25,7 +25,6 @@ from tpu_tiles_models.train_args import TrainArgs
 # with upstream's default flags (docs/choosing.md).
 DEMO_MODELS = {RECOMMENDED_MODEL: "{}", "EarlyJoinSAGE": "{}"}
 DEMO_ARGS = TrainArgs(early_stop=0, cache_dir="")
-DEMO_FAMILY = "alt"
 EVALUATION_COLUMNS = ("model", "top1", "top5", "top10", "score", "opa")
 LAYOUT_ROWS = 3  # the synthetic sample keeps a few layout rows, as the real one has 50
 # What the demo writes into --out besides data/ and models/ (SAMPLE_CSV without --sample).
@@ -47,7 +46,6 @@ class DemoArgs:
     out: str
     train: int
     epochs: int
-    family: str
     sample: str | None
     no_progress: bool
 
@@ -62,7 +60,6 @@ def add_flags(p: argparse.ArgumentParser) -> None:
     # 600 kernels and 6 epochs keep the whole demo within about 3 minutes on 2 CPU cores.
     p.add_argument("--train", type=int, default=600, help="synthetic train kernels")
     p.add_argument("--epochs", type=int, default=6, help="training epochs of each model")
-    p.add_argument("--family", default=DEMO_FAMILY, help="synthetic generator family")
     p.add_argument(
         "--sample",
         default=None,
@@ -132,14 +129,13 @@ def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
     """Each model's training options, every flag checked before anything is written.
 
     Raises:
-      UserError: a bad flag value, a family that does not exist, a missing --sample.
+      UserError: a bad flag value, a missing --sample.
     """
-    from tpu_tiles_models import export, files, synthetic
+    from tpu_tiles_models import export, files
     from tpu_tiles_models.errors import FlagError
 
     if a.train < 1:
         raise FlagError(f"--train must be at least 1, got {a.train}")
-    synthetic.get_family(a.family)
     kind = files.not_a_file(a.sample) if a.sample else ""
     if kind:
         what = "no such file" if kind == "not found" else f"{kind}, not a file"
@@ -197,7 +193,6 @@ def run(a: DemoArgs) -> None:
                 test=TEST_KERNELS,
                 seed=0,
                 max_configs=300,
-                family=a.family,
                 test_ids_from=a.sample,
                 progress=progress,
             )

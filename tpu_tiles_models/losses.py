@@ -24,41 +24,6 @@ def _list_mle() -> tf.keras.losses.Loss:
     return ranking.ListMLE(temperature=10)
 
 
-class FastFirstListMLE(tf.keras.losses.Loss):
-    """ListMLE whose Plackett-Luce sequence starts at the fastest config.
-
-    Upstream's ListMLE on runtimes explains the list from the slowest config down, so most of
-    its signal is about spotting slow tiles; the metric (best of the top 5) is about the
-    fastest ones. Ranking `-score` by `1 / runtime` (same order, and positive: a negative
-    label marks padding) puts the fastest config first in the sequence.
-
-    Args:
-      temperature: the scores are divided by it.
-      top_k: count only the likelihood of the order of the `top_k` fastest configs (see
-        `ranking.ListMLE`); None for the whole list.
-    """
-
-    def __init__(self, temperature: float = 10.0, top_k: int | None = None, **kwargs):
-        super().__init__(**kwargs)
-        self._list_mle = ranking.ListMLE(temperature=temperature, top_k=top_k)
-
-    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        y_true = tf.cast(y_true, y_pred.dtype)
-        inverse = tf.where(y_true >= 0, 1.0 / tf.maximum(y_true, 1e-9), -tf.ones_like(y_true))
-        return per_list(self._list_mle, inverse, -y_pred)
-
-
-def _fast_first_list_mle() -> tf.keras.losses.Loss:
-    """ListMLE from the fastest config down: the metric's end of the list."""
-    return FastFirstListMLE(temperature=10)
-
-
-def _top_list_mle() -> tf.keras.losses.Loss:
-    """ListMLE from the fastest config, truncated at the metric's 5: only the order of each
-    list's 5 fastest configs counts, each one picked against every slower one."""
-    return FastFirstListMLE(temperature=10, top_k=5)
-
-
 def _pairwise_hinge() -> tf.keras.losses.Loss:
     """Pairwise hinge: every mis-ordered pair of configs costs its margin violation."""
     return ranking.PairwiseHinge(temperature=10)
@@ -182,8 +147,6 @@ def _mse() -> tf.keras.losses.Loss:
 # The one table of losses: upstream's `--losses` names map to factories.
 LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
     "ListMLELoss": _list_mle,
-    "FastFirstListMLE": _fast_first_list_mle,
-    "TopListMLE": _top_list_mle,
     "PairwiseHingeLoss": _pairwise_hinge,
     "StandardisedHinge": StandardisedHinge,
     "ApproxNDCG": _approx_ndcg,

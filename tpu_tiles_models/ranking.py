@@ -122,34 +122,16 @@ class ListMLE(_RankingLoss):
     fall below about -6; and its own terms add the constant log(n_pad!) to the value (0 for
     one padding entry).
 
-    Truncation (Xia et al., "Statistical consistency of top-k ranking", NeurIPS 2009): with
-    `top_k`, only the first `top_k` terms of the sum count, the likelihood of the order of the
-    `top_k` largest labels (each still chosen against every item below it).
-
     Args:
       temperature: the scores are divided by it (upstream uses 10).
       shuffle_ties: see Ties above.
-      top_k: the number of leading positions whose terms count; None for all.
 
     `call` returns the loss of each list, `[batch, 1]`.
-
-    Raises:
-      ValueError: naming `top_k` when it is given and below 1.
     """
 
-    def __init__(
-        self,
-        temperature: float = 1.0,
-        *,
-        shuffle_ties: bool = True,
-        top_k: int | None = None,
-        **kwargs,
-    ):
+    def __init__(self, temperature: float = 1.0, *, shuffle_ties: bool = True, **kwargs):
         super().__init__(temperature, **kwargs)
-        if top_k is not None and top_k < 1:
-            raise ValueError(f"ListMLE: top_k must be None or at least 1, got {top_k}")
         self.shuffle_ties = shuffle_ties
-        self.top_k = top_k
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         labels, scores = self._inputs(y_true, y_pred)
@@ -163,13 +145,10 @@ class ListMLE(_RankingLoss):
         # (the shift cancels, so it carries no gradient).
         top = tf.stop_gradient(tf.reduce_max(s, axis=-1, keepdims=True))
         tail = tf.math.log(tf.cumsum(tf.exp(s - top), axis=-1, reverse=True)) + top
-        terms = tail - s
-        if self.top_k is not None:
-            terms = terms[:, : self.top_k]
-        return tf.reduce_sum(terms, axis=-1, keepdims=True)
+        return tf.reduce_sum(tail - s, axis=-1, keepdims=True)
 
     def get_config(self) -> dict:
-        return {**super().get_config(), "shuffle_ties": self.shuffle_ties, "top_k": self.top_k}
+        return {**super().get_config(), "shuffle_ties": self.shuffle_ties}
 
 
 class _PairwiseLoss(_RankingLoss):

@@ -521,7 +521,6 @@ def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
         valid_steps = min(valid_steps, args.validate_batches)
 
     def make_batches(split: data.Split, seed: int, shuffle: bool, count: int, shard=(0, 1)):
-        train = split is dataset.train  # validation losses stay on upstream's uniform draw
         return data.training_batches(
             split,
             dataset.stats,
@@ -534,8 +533,6 @@ def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
             # Config 0 first for a model that reads position 0 as the default (data.py says
             # why only for those); models from another models.py may not say: not then.
             default_first=getattr(model, "default_first", False),
-            head=args.head_configs if train else 0,
-            head_share=args.head_share,
         ).take(count * local)
 
     if replicas == 1:

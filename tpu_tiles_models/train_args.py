@@ -31,14 +31,18 @@ HASH_KEY = "tpu_tiles"
 # Options that only say where things are cached or shown, or how a rerun treats an earlier
 # run: two runs that differ only in these are the same run (same hash).
 NOT_IN_HASH = frozenset({"cache_dir", "no_progress", "tensorboard", "overwrite"})
-# `--head_share`'s default: the share of a kernel's configs, fastest first, that
-# `--head_configs` draws come from. A tenth holds the configs a top-5 pick competes among on
-# kernels of a few hundred configs.
-HEAD_SHARE = 0.1
 # Options added after runs and sweep points were first named, with the value that means "as
 # before": at it, they are left out of what names a sweep point, so a sweep started before
-# them resumes. (The run's hash `h` leaves every option at its default out already.)
-ADDED_FLAGS: dict[str, Any] = {"head_configs": 0, "head_share": HEAD_SHARE}
+# them resumes. (The run's hash `h` leaves every option at its default out already.) None now.
+ADDED_FLAGS: dict[str, Any] = {}
+# Options that were removed (the benchmark suite rejected them), with the results file that
+# says why. They only chose which configs training drew, so a run file that records one
+# reloads without it (at its default it never entered the hash or a sweep point's key, so
+# names stay as they were); a command line that sets one is refused.
+REMOVED_FLAGS = {
+    "head_configs": "benchmarks/results/suite_head.md",
+    "head_share": "benchmarks/results/suite_head.md",
+}
 
 # numpy's and TensorFlow's seeds are unsigned 32-bit integers.
 MAX_SEED = 2**32 - 1
@@ -139,16 +143,6 @@ class TrainArgs:
     score_candidates: int = _flag(
         3, "the epochs with the best sample scores, rescored on every config at the end"
     )
-    head_configs: int = _flag(
-        0,
-        "of the --configs drawn per train kernel and step, this many from its fastest "
-        "--head_share, the rest uniformly (0: all uniformly, as upstream)",
-    )
-    head_share: float = _flag(
-        HEAD_SHARE,
-        "the share of a train kernel's configs, its fastest, that --head_configs draws from "
-        "(at least --head_configs of them; 0: exactly its --head_configs fastest)",
-    )
     pad_configs: bool = _flag(
         False,
         "train on kernels with fewer than --configs configs too, their lists padded with "
@@ -178,6 +172,7 @@ class TrainArgs:
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainArgs:
         """From our field names or upstream's (`batch_size`, `learning_rate`), e.g. a run file.
+        `REMOVED_FLAGS` are left out, whatever their value.
 
         Raises:
           FlagError: for an unknown key, naming the known ones.
@@ -186,6 +181,8 @@ class TrainArgs:
         kwargs = {}
         for key, value in values.items():
             name = UPSTREAM_FIELDS.get(key, key)
+            if name in REMOVED_FLAGS:
+                continue
             if name not in names:
                 raise FlagError(
                     f"unknown training option {key!r}; known: {', '.join(sorted(names))}"
@@ -201,11 +198,19 @@ class TrainArgs:
         `-h`/`--help` prints the flags and exits 0.
 
         Raises:
-          FlagError: unknown flag, bad value, or stray positional argument, in one line.
+          FlagError: unknown or removed flag, bad value, or stray positional argument, in one
+            line.
         """
         if any(a in ("-h", "--help", "-help", "--helpfull") for a in argv):
             print(help_text(prog))
             raise SystemExit(0)
+        for arg in argv:
+            name = arg.lstrip("-").partition("=")[0]
+            if arg.startswith("-") and name in REMOVED_FLAGS:
+                raise FlagError(
+                    f"--{name} was removed (the benchmark suite rejected it: "
+                    f"{REMOVED_FLAGS[name]}); leave it out"
+                )
         values = _define_flags(cls())
         try:
             rest = values([prog, *argv])
@@ -451,7 +456,6 @@ def _check_values(a: TrainArgs) -> None:
         "eval_every": 1,
         "score_candidates": 1,
         "score_configs": 0,
-        "head_configs": 0,
     }
     for name, low in at_least.items():
         if getattr(a, name) < low:
@@ -463,12 +467,6 @@ def _check_values(a: TrainArgs) -> None:
     loss_weights(a.losses)
     if not 0 <= a.seed <= MAX_SEED:
         raise FlagError(f"--seed must be in 0..{MAX_SEED}, got {a.seed}")
-    if a.head_configs > a.configs:
-        raise FlagError(
-            f"--head_configs must be at most --configs ({a.configs}), got {a.head_configs}"
-        )
-    if not 0 <= a.head_share <= 1:
-        raise FlagError(f"--head_share must be in [0, 1], got {a.head_share}")
     if not 0 < a.score_sample <= 1:
         raise FlagError(f"--score_sample must be in (0, 1], got {a.score_sample}")
     if a.validate_batches == 0:

@@ -21,17 +21,16 @@ exact on-disk format of the real collection (`{train,valid,test}/<tile_id>.npz`,
   others, test kernels (anonymised ids) from 8 more.
 
 Generator families (`FAMILIES`, chosen with `generate(..., family=...)` or `tpu-tiles synth
---family`) differ in how kernels are built and how tiles change runtime, so benchmarks can
+--family`) differ in how kernels are built and how tiles change runtime. The package holds
+`roofline`; the benchmarks register more (`families.register`, benchmarks/synth_families) to
 check that a model does not overfit one generator.
 
 Modules: `features` (the npz feature layout), `graph` (building a kernel node by node),
-`geometry` (reading a kernel back from its features), `tiling` (option grids, and the tile
-quantities of `roofline`, `alt` and `inference`), `autotuner` (a kernel's log from its search
-space, for every family), `kernels` and `analytic` (the HLO fusions and the pipeline
-`roofline`, `alt` and `inference` share), one module per family (`roofline`, `alt`,
-`inference`, and `fusion` with its graph builder `fusion_graphs` and search space
-`fusion_space`), `families` (families by name), `writer`
-(programs, ids, splits, npz files) and `command` (the `tpu-tiles synth` flags).
+`geometry` (reading a kernel back from its features), `tiling` (option grids and per-config
+tile quantities), `autotuner` (a kernel's log from its search space, for every family),
+`kernels` and `analytic` (the HLO fusions and the pipeline of a family timed by an analytic
+cost model), `roofline` (that family), `families` (families by name), `writer` (programs,
+ids, splits, npz files) and `command` (the `tpu-tiles synth` flags).
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ from tpu_tiles_models.synthetic.families import (
     get_family,
     make_kernel,
     noise_free_runtime,
+    register,
 )
 from tpu_tiles_models.synthetic.features import (
     CFG_INPUT,
@@ -101,6 +101,7 @@ __all__ = [
     "make_kernel",
     "noise_free_runtime",
     "read_test_ids",
+    "register",
     "run",
     "usable_valid_kernels",
 ]

@@ -1,7 +1,7 @@
-"""What the `roofline`, `alt` and `inference` families share: one HLO fusion per kernel,
-tile configs sampled like an autotuner, and runtimes from an analytic cost model that reads
-only the kernel's features. The families differ in their `CostModel` (and `inference` in
-its mix of kernels too)."""
+"""A family timed by an analytic cost model (`roofline`; the benchmarks' `alt` and `inference`
+too): one HLO fusion per kernel, tile configs sampled like an autotuner, and runtimes from a
+cost model that reads only the kernel's features. Such families differ in their `CostModel`
+(and may draw their own mix of kernels)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,9 @@
-"""The generator families by name (`FAMILIES`), and the entry points that take a name."""
+"""The generator families by name (`FAMILIES`), and the entry points that take a name.
+
+The package holds one family, `roofline`, the one `tpu-tiles synth` and the demo write. The
+benchmark suite checks that a model does not overfit one generator on more of them, which it
+adds with `register` (benchmarks/synth_families).
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,7 @@ from typing import Protocol
 import numpy as np
 
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.synthetic import alt, fusion, fusion_space, inference, roofline
+from tpu_tiles_models.synthetic import roofline
 
 
 class KernelMaker(Protocol):
@@ -62,26 +67,21 @@ FAMILIES: dict[str, Family] = {
         roofline.make_kernel,
         roofline.runtime,
     ),
-    "alt": Family(
-        "alt",
-        "the same fusions; partial overlap, operand cache, smooth capacity penalty",
-        alt.make_kernel,
-        alt.runtime,
-    ),
-    "fusion": Family(
-        "fusion",
-        "chains of fused op groups; every node tiled and padded, compute/memory phases",
-        fusion_space.make_kernel,
-        fusion.runtime,
-    ),
-    "inference": Family(
-        "inference",
-        "the same fusions, inference mix; v4i-like core: 4 MXUs, CMEM, overlap from headroom",
-        inference.make_kernel,
-        inference.runtime,
-    ),
 }
 DEFAULT_FAMILY = "roofline"
+
+
+def register(family: Family) -> None:
+    """Adds `family` to `FAMILIES` under its name (again: the same family, nothing changes).
+
+    Its functions must be importable by module name wherever kernels are made: `generate`'s
+    worker processes unpickle them.
+
+    Raises:
+      ValueError: another family already has its name.
+    """
+    if FAMILIES.setdefault(family.name, family) != family:
+        raise ValueError(f"a generator family named {family.name!r} is already registered")
 
 
 class UnknownFamilyError(FlagError):

@@ -1,7 +1,7 @@
 """Reading a kernel back from its npz arrays: the tiled output, the main op and its operands,
-the element-wise work per output element. The `roofline`, `alt` and `inference` cost models
-see a kernel only through `KernelGeometry` (and `fusion` through the same helpers), so
-runtimes are a function of what a learned model sees."""
+the element-wise work per output element. Cost models see a kernel only through
+`KernelGeometry` (or the same helpers), so runtimes are a function of what a learned model
+sees."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fused XLA kernels of the `roofline`, `alt` and `inference` families: one main op
+"""The fused XLA kernels of the analytic families (`analytic`): one main op
 (convolution, dot, reduce, or none for a loop fusion) fed by parameters, with an element-wise
 epilogue.
 

@@ -1,7 +1,6 @@
-"""Tile configs and what one tile costs. Shared by every family: the 24-wide bounds blocks and
-the autotuner's choice of which measured configs a kernel keeps. For `roofline`, `alt` and
-`inference`: the option grid, the config features, and per-config tile quantities (tile
-count, flops, bytes streamed and re-read, working set) on a simulated TPU core."""
+"""Tile configs and what one tile costs: the option grid, the 24-wide config features, and
+per-config tile quantities (tile count, flops, bytes streamed and re-read, working set) on a
+simulated TPU core (`Hardware`)."""
 
 from __future__ import annotations
 
@@ -34,11 +33,11 @@ class Hardware:
         tile_ns: fixed cost per tile (grid step).
         pass_ns: cost per reduction pass within a tile.
         launch_ns: kernel launch.
-        overlap: fraction of min(compute, memory) hidden (alt only).
-        cache: bytes of operand cache (alt), or of the on-chip memory tier between HBM and
-            the scratchpad (inference's CMEM); 0: none.
-        cache_speedup: how much faster a cached re-read is (alt), or the CMEM's bandwidth
-            over HBM's (inference).
+        overlap: fraction of min(compute, memory) hidden, where a cost model reads it.
+        cache: bytes of an operand cache, or of an on-chip memory tier between HBM and the
+            scratchpad; 0: none.
+        cache_speedup: how much faster a cached re-read is (the tier's bandwidth over
+            HBM's).
         dma_run: contiguous bytes a read needs for full bandwidth ...
         dma_exp: ... its bandwidth share grows as (run / dma_run) ** dma_exp ...
         dma_floor: ... from this share for the shortest runs.
@@ -51,7 +50,7 @@ class Hardware:
             contiguous runs too: a convolution's input (features minor) and filter (output
             features minor), a matmul's lhs (contraction minor); a run goes on into the next
             dim when the tile holds the minor dim whole (side inputs always are).
-        mxus: MXUs that share a tile's rows in blocks of `mxu_dim` (inference only).
+        mxus: MXUs that share a tile's rows in blocks of `mxu_dim`.
     """
 
     mxu_bf16: float

@@ -23,7 +23,7 @@ import numpy as np
 from tpu_tiles_models import files, interrupts, locks, pipelines
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.formats import SPLITS, TILE_PREFIX
-from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, get_family
+from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, Family, get_family
 from tpu_tiles_models.synthetic.graph import pick
 
 # Upstream tiles_train.py defaults: validation keeps kernels with >= --configs configs and
@@ -362,7 +362,7 @@ def generate(
       DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
       locks.BusyError: another process is writing `out_dir` (`locks.claim`).
     """
-    get_family(family)
+    maker = get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
     _check_args(counts, seed, max_configs, min_configs)
     if num_workers is not None and num_workers < 1:
@@ -384,7 +384,7 @@ def generate(
         staging = files.hidden_path(out / "synth")
         staging.mkdir()
         try:
-            job = _Job(str(staging), seed, family, max_configs, min_configs)
+            job = _Job(str(staging), seed, maker, max_configs, min_configs)
             total_configs = _write_kernels(
                 job, _split_plan(counts, seed, test_ids), progress, workers
             )
@@ -422,11 +422,12 @@ def default_workers(kernels: int) -> int:
 
 @dataclass(frozen=True)
 class _Job:
-    """What every kernel of one `generate` call shares (plain values: Beam pickles it)."""
+    """What every kernel of one `generate` call shares (Beam pickles it: the family's
+    functions by module name, so a worker needs no registry)."""
 
     root: str
     seed: int
-    family: str
+    family: Family
     max_configs: int | None
     min_configs: int
 
@@ -436,7 +437,7 @@ class _Job:
         if Path(self.root, _STOP).exists():  # Ctrl-C: the run will be removed
             return 0
         rng = np.random.default_rng([self.seed, SPLITS.index(split), i, 1])
-        arrays = get_family(self.family).make_kernel(
+        arrays = self.family.make_kernel(
             rng,
             kind_weights=weights,
             labelled=split != "test",

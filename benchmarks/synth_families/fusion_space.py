@@ -19,16 +19,6 @@ import numpy as np
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM
 from tpu_tiles_models.synthetic import autotuner
 from tpu_tiles_models.synthetic.features import CFG_INPUT, CFG_KERNEL, CFG_OUTPUT
-from tpu_tiles_models.synthetic.fusion import (
-    VMEM,
-    FusionView,
-    conv_node,
-    dot_node,
-    read_view,
-    reduce_split_dim,
-    view_costs,
-)
-from tpu_tiles_models.synthetic.fusion_graphs import build
 from tpu_tiles_models.synthetic.kernels import KIND_WEIGHTS
 from tpu_tiles_models.synthetic.tiling import (
     MAX_CHUNKS,
@@ -40,6 +30,17 @@ from tpu_tiles_models.synthetic.tiling import (
     tried,
     window_options,
 )
+
+from .fusion import (
+    VMEM,
+    FusionView,
+    conv_node,
+    dot_node,
+    read_view,
+    reduce_split_dim,
+    view_costs,
+)
+from .fusion_graphs import build
 
 MAX_BOUND = 256  # granules per dim of an output tile
 

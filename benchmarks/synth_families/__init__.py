@@ -1,0 +1,57 @@
+"""The benchmark suite's generator families beyond the package's `roofline`, registered into
+`tpu_tiles_models.synthetic` when this package is imported.
+
+The suite asks whether a model overfits one generator, so it trains on several that differ in
+how kernels are built and how a tile changes runtime (docs/synthetic.md):
+
+- `alt` (`alt`): the same HLO fusions as `roofline`, on a wider core with partial overlap, an
+  operand cache and a smooth capacity penalty;
+- `fusion` (`fusion`, its graphs `fusion_graphs`, its search space `fusion_space`): chains of
+  fused op groups, every node tiled and padded, compute and memory phases;
+- `inference` (`inference`): the same fusions in an inference graph's mix, on a v4i-like core.
+
+Users get `roofline` alone; a benchmark script imports this package (its folder is on
+`sys.path` as the script's own) and then names these families like the package's own:
+`synthetic.generate(..., family="fusion")`, or `python benchmarks/synth.py OUT --family fusion`
+for `tpu-tiles synth` with them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from tpu_tiles_models.synthetic.families import Family, register
+
+from . import alt, fusion, fusion_space, inference
+
+# `generate`'s worker processes (Apache Beam's) unpickle these families' functions by module
+# name, so they must find this package as this process did: through PYTHONPATH, which they
+# inherit.
+_FOLDER = str(Path(__file__).resolve().parent.parent)
+_PATH = os.environ.get("PYTHONPATH", "")
+if _FOLDER not in _PATH.split(os.pathsep):
+    os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [_FOLDER, _PATH]))
+
+FAMILIES = (
+    Family(
+        "alt",
+        "the same fusions; partial overlap, operand cache, smooth capacity penalty",
+        alt.make_kernel,
+        alt.runtime,
+    ),
+    Family(
+        "fusion",
+        "chains of fused op groups; every node tiled and padded, compute/memory phases",
+        fusion_space.make_kernel,
+        fusion.runtime,
+    ),
+    Family(
+        "inference",
+        "the same fusions, inference mix; v4i-like core: 4 MXUs, CMEM, overlap from headroom",
+        inference.make_kernel,
+        inference.runtime,
+    ),
+)
+for _family in FAMILIES:
+    register(_family)
