@@ -306,7 +306,7 @@ def test_sage_layer_sums_neighbours_after_its_product_as_before(kernels):
     x = tf.constant(np.random.default_rng(0).random((n, 5, 6)), tf.float32)
     layer = models.BidirectionalSAGELayer(units=8)
     got = layer(graph, x).numpy()
-    dense = layer._dense.layers[0]
+    dense = layer.dense
     concatenated = dense(tf.concat([models._neighbour_sum(graph, x), x], axis=-1))
     ref = tf.math.l2_normalize(tf.nn.leaky_relu(concatenated), axis=-1).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
