@@ -1,8 +1,7 @@
 """Writing a training run: its artifacts staged, put in place at the end, the run file last.
 
-We write what upstream's `tiles_train.py` writes (the run-file format, its paths and hash are
-`run_file`'s) from what training computed (`finish`), and put our own extras under one extra
-key, `tpu_tiles`, never touching upstream's. The run file marks a run complete.
+We write what upstream's `tiles_train.py` writes (in `run_file`'s format) from what training
+computed (`finish`), our extras under one extra key, `tpu_tiles`. The run file marks a run done.
 
 Nothing finished is lost (`writing_into`, `finish`): a run first writes every artifact under a
 hidden name beside its place, and only once all are written renames them into place, the run
@@ -12,12 +11,9 @@ same folder finishes (if the killed one had written everything) or removes. A fi
 the same options (same `h`) or an existing `--results_csv` is replaced only with `--overwrite`,
 and outputs are checked against the run's inputs (`files.prepare_outputs`) before any work.
 
-Reading runs is `run_file`'s and `runs.TrainedRun`'s. Every path may be remote (`gs://...`,
-see `files`): remote artifacts are written locally and copied at the end, the run file last
-(not atomic: a bucket has no rename).
-
-Importing this module loads no TensorFlow (what needs it imports it when called): the sweep's
-driver and Beam workers use it without.
+Reading runs is `run_file`'s and `runs`'. A remote path (`gs://...`, see `files`) is written
+locally and copied at the end, the run file last (not atomic: a bucket has no rename).
+Importing this module loads no TensorFlow (the sweep's driver and Beam workers use it).
 """
 
 from __future__ import annotations
@@ -54,8 +50,7 @@ if TYPE_CHECKING:
 
 
 class FinalScores(Protocol):
-    """What `finish` writes of a finished model's figures (`scoring.FinalScores`; this module
-    does not import scoring: it only writes what training computed)."""
+    """What `finish` writes of `scoring.FinalScores` (scoring is not imported here)."""
 
     val: Any  # `scoring.KeepDefault`: its errors, rule and margin
     test_errors: dict[int, float] | None

@@ -1,16 +1,13 @@
-"""The run-file format: where a run's artifacts are, `run_<h>.jsonz`'s bytes, keys and hash,
-and reading and checking it.
+"""The run-file format: a run's artifacts' paths, `run_<h>.jsonz`'s bytes, keys and hash, and
+reading and checking it.
 
-Upstream's trainer writes a Keras-2 SavedModel `model_<h>` and a gzip JSON `run_<h>.jsonz`
-whose `h` is the md5 of the sorted-key JSON of its 15 argument fields (`train_args.args_hash`;
-ours adds our non-default options), and the test predictions `results_<ms>.csv` (names:
-`formats`). The run file holds `args` (those 15 fields), `train_curve`, `final_error` and,
-ranking the test split, `test_predictions`; ours adds everything else under one key,
-`EXTRAS_KEY`. `run_info_problem` is the one check of that shape, which `read_run` (every
-reader's way in) applies before any value is used; `run_info_hash` is the `h` a content names.
-A run with its run file is complete (`whole_run`). Writing a run is `export`'s; opening one,
-`runs.TrainedRun`'s. Every path may be remote (`gs://...`, see `files`). Imports no
-TensorFlow: the sweep's driver and Beam workers use the layout without it.
+Upstream's trainer writes a SavedModel `model_<h>`, a gzip JSON `run_<h>.jsonz` (`h`: the md5
+of its 15 argument fields, `train_args.args_hash`; ours adds our non-default options) and
+`results_<ms>.csv` (names: `formats`). The run file holds `args`, `train_curve`, `final_error`
+and, ranking the test split, `test_predictions`; ours adds the rest under one key, `EXTRAS_KEY`.
+`run_info_problem` is the one check of that shape, which `read_run` (every reader's way in)
+applies before any value is used. Writing a run is `export`'s, opening one `runs.TrainedRun`'s.
+Paths may be remote (`gs://...`, see `files`). Imports no TensorFlow (the sweep uses it).
 """
 
 from __future__ import annotations
