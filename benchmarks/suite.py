@@ -50,7 +50,7 @@ from pathlib import Path
 import numpy as np
 import synth_families  # noqa: F401  (registers alt, fusion, inference; beside this script)
 
-from tpu_tiles_models import data, export, metrics, registry, synthetic
+from tpu_tiles_models import data, metrics, registry, run_file, synthetic
 from tpu_tiles_models.evaluate import (
     KEPT,  # a model's rows with config 0 kept in its top 5
     RATIO,  # a row's top-1 error over the default's, as `tpu-tiles evaluate` names it
@@ -372,7 +372,7 @@ def collect(
             margin="",  # the rule's, on the `+rule` row
         )
         rows.append(row)
-        record = extras.get(export.KEEP_DEFAULT_KEY)
+        record = extras.get(run_file.KEEP_DEFAULT_KEY)
         if record:
             # The run's own ranking (its rule, honestly estimated) where the run file has it,
             # else (runs before the margin) the ranking with config 0 kept in the top 5.

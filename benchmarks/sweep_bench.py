@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from tpu_tiles_models import export, synthetic
+from tpu_tiles_models import run_file, synthetic
 from tpu_tiles_models.sweep import grid as grids
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -98,7 +98,7 @@ def sequential(plan: list[grids.Point], log: Path) -> float:
 def val_errors(point: grids.Point) -> dict:
     """The point's validation errors, from its run file."""
     info = json.loads(
-        gzip.decompress(Path(export.run_file_path(point.args.out_dir, point.hash)).read_bytes())
+        gzip.decompress(Path(run_file.run_file_path(point.args.out_dir, point.hash)).read_bytes())
     )
     return info["final_error"]["val"]
 

@@ -113,21 +113,21 @@ def write_hand_made_run(out_dir: Path, args, stats, **extras) -> Path:
     """Writes the run file our trainer would write for `args` (resolved TrainArgs) trained on
     data of `stats`, for a run made by hand (no training); `extras` join its `tpu_tiles` key.
     Returns the run file's path."""
-    from tpu_tiles_models import export
+    from tpu_tiles_models import run_file
 
     info = {
         "train_curve": {"epoch": [0]},
         "final_error": {"val": {"1": 0.5, "5": 0.2, "10": 0.1}},
         "args": args.upstream_args(),
-        export.EXTRAS_KEY: {
+        run_file.EXTRAS_KEY: {
             "version": "0.0",
             "feature_stats": stats.to_json(),
             "train_args": args.to_dict(),
-            export.IDENTITY_KEY: args.identity(),
+            run_file.IDENTITY_KEY: args.identity(),
             **extras,
         },
     }
-    return export.write_run(out_dir, info)
+    return run_file.write_run(out_dir, info)
 
 
 def tiny_cli(data_root: Path, out_dir: Path, *extra: str) -> list[str]:

@@ -23,11 +23,11 @@ TOP = 5
 def main(model_dir: str, data_root: str) -> dict:
     import tensorflow as tf
 
-    from tpu_tiles_models import data, export, registry
+    from tpu_tiles_models import data, registry, runs
     from tpu_tiles_models.runs import TrainedRun
 
     run = TrainedRun.open(model_dir)
-    loaded = export.load_saved_model(model_dir)  # the course's tf.keras.models.load_model
+    loaded = runs.load_saved_model(model_dir)  # the course's tf.keras.models.load_model
     dataset = run.dataset(data_root, progress=False)
     test, stats = dataset.test, dataset.stats
     args = run.args

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import bundle, cli, export, registry
+from tpu_tiles_models import bundle, cli, export, registry, run_file
 
 
 @pytest.fixture(scope="module")
@@ -139,12 +139,12 @@ def test_check_reports_missing_and_foreign_files(good, synth_root, tmp_path):
 def test_make_bundle_refuses_missing_or_foreign_run_file(trained, tmp_path):
     lonely = tmp_path / "lonely" / trained.model_dir.name
     shutil.copytree(trained.model_dir, lonely)
-    with pytest.raises(export.ExportError, match="needs its run file beside it"):
+    with pytest.raises(run_file.ExportError, match="needs its run file beside it"):
         bundle.make_bundle(lonely, tmp_path / "out")
     other = tmp_path / "other" / "model_0123"
     shutil.copytree(trained.model_dir, other)
     shutil.copy(trained.run_file, other.with_name("run_0123.jsonz"))
-    with pytest.raises(export.ExportError, match="belongs to another model directory"):
+    with pytest.raises(run_file.ExportError, match="belongs to another model directory"):
         bundle.make_bundle(other, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 

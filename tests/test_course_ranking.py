@@ -79,7 +79,7 @@ def _stored(result: export.TrainResult) -> dict:
 def test_the_course_procedure_ranks_as_the_run_did(which, kept_runs, synth_root):
     result = kept_runs[which]
     info = _stored(result)
-    assert info[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"] is True
+    assert info[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]["chosen"] is True
     course = course_top5(str(result.model_dir), str(synth_root))["top5"]
     stored = {tile: top[:5] for tile, top in info["test_predictions"].items()}
     csv = kaggle.read_predictions_csv(result.results_csv)
@@ -92,7 +92,7 @@ def test_the_course_procedure_ranks_as_the_run_did(which, kept_runs, synth_root)
     run = TrainedRun.open(result.model_dir)
     model, ds = run.load(synth_root, progress=False)
     assert model.keeps_default is True and run.keeps_default_in(model) is True
-    record = info[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]
+    record = info[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]
     assert record["margin"] != 0 and model.default_margin == pytest.approx(record["margin"])
     scored = scoring.score_split(model, ds.test, ds.stats, progress=False)
     plain = {s.tile_id: scoring.upstream_top(s.scores, 5) for s in scored}
@@ -222,7 +222,7 @@ def test_a_run_recorded_before_the_rule_still_reloads(missing, synth_root, tmp_p
         ds.stats,
         **{
             run_file.MODEL_KWARGS_KEY: recorded,
-            export.KEEP_DEFAULT_KEY: {"chosen": True, "val": {}, "val_kept": {}},
+            run_file.KEEP_DEFAULT_KEY: {"chosen": True, "val": {}, "val_kept": {}},
         },
     )
     model_dir = tmp_path / formats.model_dir_name(args.hash())

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import data, evaluate, export, metrics, scoring
+from tpu_tiles_models import data, evaluate, export, metrics, run_file, scoring
 
 TINY_ID = "tiny_bench_0000"  # benchmark "tiny_bench": one valid kernel with < 5 configs
 MODELS = ("ResidualSAGE", "MLP")
@@ -46,7 +46,7 @@ def result(trained, eval_root) -> dict:
 def _direct_scores(r: export.TrainResult, root: Path) -> list[scoring.Scored]:
     """The in-memory trained model scored on the valid split with its stored statistics."""
     run = json.loads(gzip.decompress(r.run_file.read_bytes()))
-    stats = data.FeatureStats.from_json(run[export.EXTRAS_KEY]["feature_stats"])
+    stats = data.FeatureStats.from_json(run[run_file.EXTRAS_KEY]["feature_stats"])
     ds = data.load_dataset(root, splits=("valid",), stats=stats, progress=False)
     return scoring.score_split(r.model, ds.valid, stats, progress=False)
 
@@ -105,10 +105,10 @@ def test_refit_statistics_when_the_run_file_has_none(trained, eval_root, result,
     (The MLP: its reload and scoring trace in a third of ResidualSAGE's time.)"""
     r = trained[1]
     run = json.loads(gzip.decompress(r.run_file.read_bytes()))
-    del run[export.EXTRAS_KEY]
-    model_dir = tmp_path / f"model_{export.run_info_hash(run)}"  # upstream's name: its args alone
+    del run[run_file.EXTRAS_KEY]
+    model_dir = tmp_path / f"model_{run_file.run_info_hash(run)}"  # upstream's name: its args alone
     shutil.copytree(r.model_dir, model_dir)
-    export.write_run(tmp_path, run)
+    run_file.write_run(tmp_path, run)
     refit = evaluate.evaluate_dirs([model_dir], eval_root, progress=False)
     got, want = refit["models"][0]["rows"], result["models"][1]["rows"]
     assert got.keys() == want.keys()
@@ -133,7 +133,7 @@ def test_expand_dirs(tmp_path):
 def test_missing_run_file_names_the_fix(trained, eval_root, tmp_path):
     lonely = tmp_path / trained[0].model_dir.name
     shutil.copytree(trained[0].model_dir, lonely)
-    with pytest.raises(export.ExportError, match="needs its run file beside it"):
+    with pytest.raises(run_file.ExportError, match="needs its run file beside it"):
         evaluate.evaluate_dirs([lonely], eval_root, progress=False)
 
 
@@ -155,8 +155,8 @@ def test_baselines_and_config_0_kept(trained, eval_root, result):
         row, plain = m["kept_rows"][evaluate.OVERALL], m["rows"][evaluate.OVERALL]
         assert row["top5"] == pytest.approx(kept[5], abs=1e-9)
         assert row["top1"] == pytest.approx(plain["top1"], abs=1e-9)  # its top 1 stays
-        run = json.loads(gzip.decompress(r.run_file.read_bytes()))[export.EXTRAS_KEY]
-        assert m["run_keep_default"] is run[export.KEEP_DEFAULT_KEY]["chosen"]
+        run = json.loads(gzip.decompress(r.run_file.read_bytes()))[run_file.EXTRAS_KEY]
+        assert m["run_keep_default"] is run[run_file.KEEP_DEFAULT_KEY]["chosen"]
     labels = [label for label, _ in evaluate.rankings(result)]
     assert labels == [
         "random",

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import TINY_MLP, tiny_args
 
-from tpu_tiles_models import data, export, files, scoring, sweep, train
+from tpu_tiles_models import data, export, files, run_file, runs, scoring, sweep, train
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.sweep.grid import make_point
@@ -107,7 +107,7 @@ def test_training_writes_its_artifacts_to_the_remote_out_dir(remote_run):
 def test_a_reopened_remote_run_scores_like_its_local_copy(remote_run, ram_root, tmp_path):
     local_dir = tmp_path / files.basename(remote_run.model_dir)
     files.copy_tree(remote_run.model_dir, local_dir)
-    local_run = export.run_file_for(local_dir)
+    local_run = run_file.run_file_for(local_dir)
     local_run.write_bytes(files.read_bytes(remote_run.run_file))
     scores = []
     for where in (remote_run.model_dir, local_dir):
@@ -125,7 +125,7 @@ def test_a_reopened_remote_run_scores_like_its_local_copy(remote_run, ram_root, 
 
 
 def test_the_remote_model_dir_loads_back_with_its_weights(remote_run):
-    saved, trained = export.load_saved_model(remote_run.model_dir), remote_run.model
+    saved, trained = runs.load_saved_model(remote_run.model_dir), remote_run.model
     assert len(saved.trainable_variables) == len(trained.trainable_variables)
     for a, b in zip(saved.trainable_variables, trained.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
@@ -145,7 +145,7 @@ def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
         assert _tree(out)  # the model dir and the CSV are there by now
         raise RuntimeError("disk full")
 
-    monkeypatch.setattr(export, "_run_bytes", boom)
+    monkeypatch.setattr(run_file, "run_bytes", boom)
     empty = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     with pytest.raises(RuntimeError, match="disk full"):
         with export.writing_into(args) as artifacts:
@@ -175,8 +175,8 @@ def test_a_two_point_sweep_on_remote_paths_writes_its_leaderboard_and_runs(remot
     assert files.read_bytes(f"{out}/sweep.png")[:4] == b"\x89PNG"
     assert "| rank |" in files.read_bytes(f"{out}/sweep.md").decode()
     for r in summary.rows:
-        assert files.isfile(export.run_file_path(out, r.point.hash))
-        assert files.isfile(f"{export.model_dir_path(out, r.point.hash)}/saved_model.pb")
+        assert files.isfile(run_file.run_file_path(out, r.point.hash))
+        assert files.isfile(f"{run_file.model_dir_path(out, r.point.hash)}/saved_model.pb")
         assert files.isfile(r.point.args.results_csv)
         assert files.glob(f"{out}/tensorboard/run_{r.point.hash}/*.sweep_hparams")
     assert files.glob(f"{out}/sweep/points/*.json") and files.isfile(f"{out}/sweep/plan.json")

@@ -53,7 +53,7 @@ def _test_ranking(model_dir: Path, root: Path) -> dict[str, list[int]]:
     scored = scoring.score_split(model, ds.test, ds.stats, progress=False)
     keep = run.keep_default  # the stored ranking keeps config 0 if the run's validation chose
     return {
-        s.tile_id: scoring.upstream_top(s.scores, export.UPSTREAM_TOP, keep_default=keep)
+        s.tile_id: scoring.upstream_top(s.scores, kaggle.UPSTREAM_TOP, keep_default=keep)
         for s in scored
     }
 
@@ -64,7 +64,7 @@ def _run_info(run_file: Path) -> dict:
 
 def _assert_whole_and_consistent(out: Path, h: str, root: Path) -> dict:
     """The run `h` in `out` is whole, and its model ranks the test split as its run file says."""
-    info = export.completed_run(out, h)
+    info = run_file.completed_run(out, h)
     assert info is not None
     assert _test_ranking(out / f"model_{h}", root) == info["test_predictions"]
     return info
@@ -143,7 +143,7 @@ def test_a_failed_rerun_keeps_the_finished_run_byte_for_byte(
     elif where == "model save":
         monkeypatch.setattr(export, "save_model", _disk_full)
     elif where == "run file":
-        monkeypatch.setattr(export, "_run_bytes", _disk_full)
+        monkeypatch.setattr(run_file, "run_bytes", _disk_full)
     elif "rename" in where:
         calls, real = [], os.rename
         fail_at = 0 if where == "run rename" else int(where.split()[1])
@@ -231,7 +231,7 @@ def test_a_run_missing_any_part_is_not_complete(damage, finished):
     """Defect 4: a run is complete only with its run file, a model dir with every part a
     SavedModel loads, and its results CSV."""
     out, h = finished.model_dir.parent, finished.args.hash()
-    assert export.completed_run(out, h) is not None
+    assert run_file.completed_run(out, h) is not None
     if damage == "model dir":
         files.remove(finished.model_dir)
     elif damage == "variables data":
@@ -240,7 +240,7 @@ def test_a_run_missing_any_part_is_not_complete(damage, finished):
         finished.results_csv.unlink()
     else:
         finished.run_file.write_bytes(finished.run_file.read_bytes()[:40])
-    assert export.completed_run(out, h) is None
+    assert run_file.completed_run(out, h) is None
 
 
 # -- outputs against inputs (every command, before any work) -----------------------------------

@@ -126,12 +126,12 @@ def test_keep_default_follows_the_model_unless_told(without_margin, data_root, t
     validation choice; the run file's record does not override it), as the course script
     ranks; `yes` and `no` override it."""
     trained = without_margin
-    chosen = _run_info(trained)[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"]
+    chosen = _run_info(trained)[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]["chosen"]
     edited = _run_info(trained)  # a run file that says the opposite
-    edited[export.EXTRAS_KEY][export.KEEP_DEFAULT_KEY]["chosen"] = not chosen
+    edited[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]["chosen"] = not chosen
     out_dir = tmp_path / "edited"
     shutil.copytree(trained.model_dir, out_dir / trained.model_dir.name)
-    export.write_run(out_dir, edited)
+    run_file.write_run(out_dir, edited)
 
     def predict(model_dir: Path, mode: str | None) -> dict[str, list[int]]:
         out = tmp_path / f"{model_dir.parent.name}_{mode}.csv"
@@ -161,9 +161,9 @@ def _copy_model(result: export.TrainResult, out_dir: Path, **arg_changes) -> Pat
     run_info = _run_info(result)
     run_info["args"].update(arg_changes)
     out_dir.mkdir()
-    model_dir = out_dir / f"model_{export.run_info_hash(run_info)}"
+    model_dir = out_dir / f"model_{run_file.run_info_hash(run_info)}"
     shutil.copytree(result.model_dir, model_dir)
-    export.write_run(out_dir, run_info)
+    run_file.write_run(out_dir, run_info)
     return model_dir
 
 
@@ -205,7 +205,7 @@ def test_weights_from_the_checkpoint_are_the_course_copys(which, request, data_r
     model, dataset = run.load(data_root, progress=False)
     assert "saved_model" not in vars(run)  # the SavedModel was not loaded
     course = run.build(dataset.test, dataset.stats)
-    export.copy_variables(course, run.saved_model, origin="test")
+    runs.copy_variables(course, run.saved_model, origin="test")
     assert len(model.trainable_variables) == len(course.trainable_variables) > 0
     for ours, theirs in zip(model.trainable_variables, course.trainable_variables):
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
@@ -317,7 +317,7 @@ def scripts(short_test_root, tmp_path_factory) -> dict[str, Any]:
 
 def _expected_from(job: dict[str, Any]) -> dict[str, list[int]]:
     """The `scripts` training's test predictions, as the script writes them."""
-    run_info = json.loads(gzip.decompress(export.run_file_for(job["model_dir"]).read_bytes()))
+    run_info = json.loads(gzip.decompress(run_file.run_file_for(job["model_dir"]).read_bytes()))
     return _expected_top5(run_info, _config_counts(job["data_root"]))
 
 
@@ -391,11 +391,11 @@ def _forged_copy(result: export.TrainResult, out_dir: Path, args_kwargs: dict, r
     and whose recorded keywords (outside the hash) are updated with `recorded`."""
     run_info = _run_info(result)
     run_info["args"]["model_kwargs_json"] = json.dumps(args_kwargs)
-    run_info[export.EXTRAS_KEY][run_file.MODEL_KWARGS_KEY].update(recorded)
+    run_info[run_file.EXTRAS_KEY][run_file.MODEL_KWARGS_KEY].update(recorded)
     out_dir.mkdir()
-    model_dir = out_dir / f"model_{export.run_info_hash(run_info)}"
+    model_dir = out_dir / f"model_{run_file.run_info_hash(run_info)}"
     shutil.copytree(result.model_dir, model_dir)
-    return model_dir, export.write_run(out_dir, run_info)
+    return model_dir, run_file.write_run(out_dir, run_info)
 
 
 @pytest.mark.parametrize("command", ["predict", "evaluate"])

@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import load_benchmark, write_hand_made_run
 from tensorflow.core.protobuf import saved_model_pb2
 
-from tpu_tiles_models import bundle, cli, data, demo, export, formats, registry, run_file
+from tpu_tiles_models import bundle, cli, data, demo, formats, registry, run_file
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -139,11 +139,11 @@ def test_an_old_run_file_rebuilds_the_earlier_architecture(old_run, synth_root):
 def test_an_old_run_is_not_handed_in_with_todays_models_py(old_run, tmp_path):
     """A grader rebuilds from the run file's kwargs alone, with the models.py handed in."""
     model_dir, _ = old_run
-    run_file = export.run_file_for(model_dir)
+    path = run_file.run_file_for(model_dir)
     with pytest.raises(bundle.BundleError) as err:
         bundle.make_bundle(model_dir, tmp_path / "handin")
     assert str(err.value) == (
-        f"{run_file}: trained as ResidualSAGE with config_attention=true, "
+        f"{path}: trained as ResidualSAGE with config_attention=true, "
         "default_context=false, default_margin=false, hidden_dim=48, keep_default_gate=false, "
         f"but {registry.dropin_file('models.py')} builds config_attention=false, "
         "default_context=true, default_margin=true, hidden_dim=32, keep_default_gate=true from "

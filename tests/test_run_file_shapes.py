@@ -1,6 +1,6 @@
 """A run file of the wrong shape is one line naming it, exit 2, in every command that reads one.
 
-`export.read_run` checks the shape once (`export.run_info_problem`) for every reader: predict,
+`run_file.read_run` checks the shape once (`run_file.run_info_problem`) for every reader: predict,
 evaluate, ensemble, bundle (which then packs nothing), check and the drop-in
 `tiles_gen_predictions_csv.py`. Each damaged file is valid gzip, so only the check catches it.
 """
@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tpu_tiles_models import cli, export, registry
+from tpu_tiles_models import cli, registry, run_file
 
 FIX = "it is truncated or corrupt, copy it again from the training --out_dir"
 
@@ -138,7 +138,7 @@ def test_every_command_names_a_damaged_run_file(
 def test_a_good_run_file_has_no_problem(mlp_seeds):
     for run in mlp_seeds:
         info = json.loads(gzip.decompress(Path(run.run_file).read_bytes()))
-        assert export.run_info_problem(info) is None
+        assert run_file.run_info_problem(info) is None
 
 
 def test_no_run_file_is_written_with_a_number_json_lacks(mlp_seeds, tmp_path):
@@ -146,5 +146,5 @@ def test_no_run_file_is_written_with_a_number_json_lacks(mlp_seeds, tmp_path):
     info = json.loads(gzip.decompress(Path(mlp_seeds[0].run_file).read_bytes()))
     info["final_error"]["val"]["5"] = float("inf")
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
-        export.write_run(tmp_path, info)
+        run_file.write_run(tmp_path, info)
     assert list(tmp_path.iterdir()) == []

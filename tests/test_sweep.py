@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from tpu_tiles_models import cli, ensemble, export, files, pipelines, sweep
+from tpu_tiles_models import cli, ensemble, files, pipelines, run_file, sweep
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.sweep import grid as grids
 from tpu_tiles_models.sweep.leaderboard import leaderboard_row
@@ -227,7 +227,7 @@ def test_rerun_trains_again_a_point_whose_model_dir_is_gone(first, synth_root, c
     summary = _sweep(out, synth_root, GRID, *FAST)
     assert (summary.trained, summary.skipped, summary.failed) == (1, 3, [])
     assert "4 points, 3 already complete (skipped), 1 to train" in capsys.readouterr().out
-    assert all(export.completed_run(out, r["hash"]) for r in first["rows"])
+    assert all(run_file.completed_run(out, r["hash"]) for r in first["rows"])
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import tiny_cli
 
-from tpu_tiles_models import cli, data, export, scoring, train, train_args
+from tpu_tiles_models import cli, data, export, run_file, scoring, train, train_args
 
 FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0", "--no_progress"]
 
@@ -134,7 +134,7 @@ def test_validation_chooses_whether_to_keep_config_0(run, synth_root):
     """The validation errors every way, the rule's choices (config 0's margin, then keeping
     it in the top 5 on the ranking with the margin), and a test ranking that follows them."""
     info = _run_info(run)
-    record = info["tpu_tiles"][export.KEEP_DEFAULT_KEY]
+    record = info["tpu_tiles"][run_file.KEEP_DEFAULT_KEY]
     assert record["val"] == info["final_error"]["val"]
     assert run.model.default_margin == pytest.approx(record["margin"])
     stats = data.FeatureStats.from_json(info["tpu_tiles"]["feature_stats"])
@@ -172,7 +172,7 @@ def test_a_rerun_is_refused_and_replaces_its_run_only_with_overwrite(mlp_seeds):
     assert first.run_file.read_bytes() == before
     same = train.train(first.args.replace(overwrite=True))
     assert same.model_dir == first.model_dir and (same.model_dir / "saved_model.pb").is_file()
-    assert export.completed_run(same.model_dir.parent, same.args.hash()) is not None
+    assert run_file.completed_run(same.model_dir.parent, same.args.hash()) is not None
     assert not [p for p in first.model_dir.parent.iterdir() if p.name.startswith(".")]
 
 
@@ -186,7 +186,7 @@ def test_interrupted_save_leaves_nothing(run, tmp_path, monkeypatch):
     args = run.args.replace(out_dir=str(tmp_path), results_csv=str(tmp_path / "r.csv"))
     with pytest.raises(KeyboardInterrupt):
         with export.writing_into(args) as artifacts:
-            export.save_model(run.model, artifacts.stage(export.model_dir_path(tmp_path, "h")))
+            export.save_model(run.model, artifacts.stage(run_file.model_dir_path(tmp_path, "h")))
     assert list(tmp_path.iterdir()) == []
 
 

@@ -1,5 +1,5 @@
 """Training's flow reads in one direction: the run's places and hash are worked out once
-(`export.RunPaths.of`), its models.py is loaded once, the final validation and test ranking are
+(`run_file.RunPaths.of`), its models.py is loaded once, the final validation and test ranking are
 computed by scoring (`scoring.final_scores`), and `export.finish` only writes."""
 
 from __future__ import annotations
@@ -7,12 +7,12 @@ from __future__ import annotations
 import pytest
 from conftest import TINY_MLP, tiny_args
 
-from tpu_tiles_models import export, registry, scoring, train
+from tpu_tiles_models import export, registry, run_file, scoring, train
 
 
 def test_one_pass_from_options_to_artifacts(synth_root, tmp_path, monkeypatch):
     calls = {"paths": 0, "models": 0, "finish": 0}
-    of, load, finish = export.RunPaths.of.__func__, registry.load_models_module, export.finish
+    of, load, finish = run_file.RunPaths.of.__func__, registry.load_models_module, export.finish
 
     def counting_of(cls, args):
         calls["paths"] += 1
@@ -28,7 +28,7 @@ def test_one_pass_from_options_to_artifacts(synth_root, tmp_path, monkeypatch):
             inside.setattr(scoring, "score_split", lambda *a, **k: pytest.fail("finish scored"))
             return finish(*args, **kwargs)
 
-    monkeypatch.setattr(export.RunPaths, "of", classmethod(counting_of))
+    monkeypatch.setattr(run_file.RunPaths, "of", classmethod(counting_of))
     monkeypatch.setattr(registry, "load_models_module", counting_load)
     monkeypatch.setattr(export, "finish", writing_only)
     args = tiny_args(synth_root, tmp_path / "out", model="MLP", model_kwargs_json=TINY_MLP)

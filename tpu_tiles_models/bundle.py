@@ -19,7 +19,7 @@ from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import export, files, formats, interrupts, locks, registry, scoring
+from tpu_tiles_models import files, formats, interrupts, locks, registry, run_file, runs, scoring
 from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.runs import TrainedRun
 
@@ -82,7 +82,7 @@ def make_bundle(
 ) -> Path:
     """Copies `models.py`, `model_<h>/` and its `run_<h>.jsonz` into `out_dir`; returns it.
 
-    Refuses (BundleError / export.ExportError) a model without its matching run file, one
+    Refuses (BundleError / run_file.ExportError) a model without its matching run file, one
     whose run file's feature statistics are not finite, a models.py lacking the run's class,
     an `out_dir` that already holds another model or that another process is writing
     (locks.BusyError), and one holding a `models.py` (or model, or run file) that is not a
@@ -93,13 +93,13 @@ def make_bundle(
     source = _models_source(models_path)
     # An upstream root is loaded as a root, so that its models.py's own imports resolve.
     run = TrainedRun.open(model_dir, models_path=models_path or source)
-    model_dir, run_file = run.model_dir, run.run_file
+    model_dir, run_path = run.model_dir, run.run_file
     try:
         run.model_class()
     except (ValueError, ImportError, SyntaxError) as e:
         raise BundleError(f"{source} cannot rebuild this model: {e}") from None
     _require_grader_builds_it(run, source)
-    export.check_variables(model_dir)  # a grader could not load a model without them
+    runs.check_variables(model_dir)  # a grader could not load a model without them
     _ = run.stats  # nor use NaN statistics (they would rank every kernel in file order)
     if out == model_dir.parent:
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
@@ -109,26 +109,26 @@ def make_bundle(
         others = [
             p.name
             for p in (*out.glob(formats.MODEL_DIR_GLOB), *out.glob(formats.RUN_FILE_GLOB))
-            if p.name not in (model_dir.name, run_file.name)
+            if p.name not in (model_dir.name, run_path.name)
         ]
         if others:
             raise BundleError(
                 f"{out} already holds {', '.join(sorted(others))}; a bundle has one model, pick "
                 "an empty --out folder"
             )
-        size = source.stat().st_size + _tree_size(model_dir) + run_file.stat().st_size
+        size = source.stat().st_size + _tree_size(model_dir) + run_path.stat().st_size
         files.check_folder(out, flag="--out", need_bytes=size)
         files.prepare_outputs(
             [
                 files.Output(out / MODELS_FILE, "--out"),
                 files.Output(out / model_dir.name, "--out", artifact=True),
-                files.Output(out / run_file.name, "--out", artifact=True),
+                files.Output(out / run_path.name, "--out", artifact=True),
             ],
-            [*export.run_inputs(model_dir), files.Input(source, "--models file")],
+            [*run_file.run_inputs(model_dir), files.Input(source, "--models file")],
         )
         # The run file last: a run file never points at a model that is not there.
         copies = [(source, out / MODELS_FILE), (model_dir, out / model_dir.name)]
-        copies.append((run_file, out / run_file.name))
+        copies.append((run_path, out / run_path.name))
         for src, dst in copies:
             if os.path.lexists(dst) and not _same_content(src, dst):
                 raise BundleError(
@@ -234,7 +234,7 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         report.add("files present", FAIL, f"{bundle} is not a directory")
         return None
     models = sorted(p for p in bundle.glob(formats.MODEL_DIR_GLOB) if p.is_dir())
-    runs = sorted(p.name for p in bundle.glob(formats.RUN_FILE_GLOB))
+    run_files = sorted(p.name for p in bundle.glob(formats.RUN_FILE_GLOB))
     problems = [
         f"{link} is a symbolic link to {target}, outside the folder: a grader who gets the "
         "folder gets a dangling link; put a copy there (tpu-tiles bundle makes one)"
@@ -250,15 +250,15 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         problems.append(f"{models[0].name}/ has no variables/variables.index (its weights)")
     else:
         try:
-            export.require_saved_model(models[0])
-        except export.ExportError as e:
+            runs.require_saved_model(models[0])
+        except run_file.ExportError as e:
             problems.append(one_line(e))
-    if len(runs) != 1:
-        problems.append(f"{len(runs)} run_*.jsonz files (need exactly 1)")
+    if len(run_files) != 1:
+        problems.append(f"{len(run_files)} run_*.jsonz files (need exactly 1)")
     if problems:
         report.add("files present", FAIL, "; ".join(problems))
         return None
-    report.add("files present", PASS, f"{MODELS_FILE}, {models[0].name}/, {runs[0]}")
+    report.add("files present", PASS, f"{MODELS_FILE}, {models[0].name}/, {run_files[0]}")
     return models[0]
 
 

@@ -131,7 +131,7 @@ def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
     Raises:
       UserError: a bad flag value, a missing --sample.
     """
-    from tpu_tiles_models import export, files
+    from tpu_tiles_models import files, run_file
     from tpu_tiles_models.errors import FlagError
 
     if a.train < 1:
@@ -148,7 +148,7 @@ def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
             data_root=str(out / "data"),
             out_dir=str(models_dir),
             epochs=a.epochs,
-            results_csv=export.results_csv_path(models_dir, name),
+            results_csv=run_file.results_csv_path(models_dir, name),
             no_progress=a.no_progress,
         )
         for name, kwargs in DEMO_MODELS.items()
@@ -164,7 +164,7 @@ def run(a: DemoArgs) -> None:
     ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
     import tensorflow as tf
 
-    from tpu_tiles_models import evaluate, export, files, kaggle, predict, synthetic, train
+    from tpu_tiles_models import evaluate, files, kaggle, predict, run_file, synthetic, train
 
     out = Path(files.canonical(a.out, what="--out"))
     train_args = _train_args(a, out)
@@ -199,9 +199,9 @@ def run(a: DemoArgs) -> None:
         model_dirs = {}
         for name, args in train_args.items():
             print(f"\n== training {name}")
-            done = export.completed_run(models_dir, args.hash())
+            done = run_file.completed_run(models_dir, args.hash())
             if done is not None:  # an earlier demo into --out trained it: deterministic, reused
-                model_dirs[name] = Path(export.model_dir_path(models_dir, args.hash()))
+                model_dirs[name] = Path(run_file.model_dir_path(models_dir, args.hash()))
                 print(f"reusing {model_dirs[name]}, trained by an earlier demo into {out}")
                 continue
             # What an earlier demo left of this run is incomplete: replaced.
@@ -231,7 +231,7 @@ def run(a: DemoArgs) -> None:
         for label, path in (
             ("synthetic data", data_root),
             *((f"model {n}", d) for n, d in model_dirs.items()),
-            *((f"run file {n}", export.run_file_for(d)) for n, d in model_dirs.items()),
+            *((f"run file {n}", run_file.run_file_for(d)) for n, d in model_dirs.items()),
             ("evaluation table and chart", f"{out / EVALUATION_CSV}, {chart}"),
             (f"predictions ({kernels} kernels)", predictions),
             ("Kaggle submission", kaggle_csv),

@@ -180,7 +180,7 @@ def build_ensemble(
     )
     inputs = files.split_inputs(data_root, ("valid", "test"))
     for run in runs:
-        inputs += export.run_inputs(run.model_dir, "--dirs")
+        inputs += run_file.run_inputs(run.model_dir, "--dirs")
     files.check_folder(files.expand(args.out_dir), flag="--out_dir")
     files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
     with export.writing_into(args, inputs) as artifacts:

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import export, files, formats, metrics, registry, scoring
+from tpu_tiles_models import files, formats, metrics, registry, run_file, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
 from tpu_tiles_models.runs import TrainedRun
@@ -149,7 +149,7 @@ def evaluate_dirs(
     root = os.path.expanduser(os.fspath(data_root))
     inputs = files.split_inputs(root) + registry.models_inputs(models_path)
     for model_dir in model_dirs:
-        inputs += export.run_inputs(model_dir, "--dirs")
+        inputs += run_file.run_inputs(model_dir, "--dirs")
     files.prepare_outputs(outputs, inputs)
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     models, baselines = [], None

@@ -1,10 +1,7 @@
-"""A training run's artifacts: where they go, writing them (`finish`), reading the run file.
+"""Writing a training run: its artifacts staged, put in place at the end, the run file last.
 
-`tiles_train.py` writes a Keras-2 SavedModel `model_<h>` and a gzip JSON `run_<h>.jsonz`
-whose `h` is the md5 of the sorted-key JSON of its 15 argument fields (`train_args.args_hash`;
-ours adds our non-default options), and the test predictions `results_<ms>.csv` (names:
-`formats`). We write exactly that, and put our own extras under one extra key, `tpu_tiles`,
-never touching upstream's. The run file marks a run complete.
+We write what upstream's `tiles_train.py` writes (in `run_file`'s format) from what training
+computed (`finish`), our extras under one extra key, `tpu_tiles`. The run file marks a run done.
 
 Nothing finished is lost (`writing_into`, `finish`): a run first writes every artifact under a
 hidden name beside its place, and only once all are written renames them into place, the run
@@ -14,19 +11,14 @@ same folder finishes (if the killed one had written everything) or removes. A fi
 the same options (same `h`) or an existing `--results_csv` is replaced only with `--overwrite`,
 and outputs are checked against the run's inputs (`files.prepare_outputs`) before any work.
 
-The run file's keys, hash and shape check are `run_file`'s. Opening a trained run is
-`runs.TrainedRun`'s job; the low-level readers live here, beside the
-writers they mirror. Every path may be remote (`gs://...`, see `files`): remote artifacts are
-written locally and copied at the end, the run file last (not atomic: a bucket has no rename).
-
-Importing this module loads no TensorFlow (what needs it imports it when called): the sweep's
-driver and Beam workers use the layout without it.
+Reading runs is `run_file`'s and `runs`'. A remote path (`gs://...`, see `files`) is written
+locally and copied at the end, the run file last (not atomic: a bucket has no rename).
+Importing this module loads no TensorFlow (the sweep's driver and Beam workers use it).
 """
 
 from __future__ import annotations
 
 import contextlib
-import gzip
 import json
 import os
 import shutil
@@ -35,15 +27,17 @@ import warnings
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
 
 import tpu_tiles_models
-from tpu_tiles_models import files, formats, interrupts, kaggle
-from tpu_tiles_models.errors import UserError, one_line
+from tpu_tiles_models import files, formats, interrupts, kaggle, run_file
+from tpu_tiles_models.errors import one_line
 from tpu_tiles_models.run_file import (
     EXTRAS_KEY,
     IDENTITY_KEY,
     KEEP_DEFAULT_KEY,
+    ExportError,
+    RunPaths,
     run_info_hash,
     run_info_problem,
 )
@@ -52,89 +46,20 @@ from tpu_tiles_models.train_args import TrainArgs
 if TYPE_CHECKING:
     import tensorflow as tf
 
-    from tpu_tiles_models import data, scoring
-
-UPSTREAM_TOP = 10  # upstream writes this many indices per kernel into results_*.csv
+    from tpu_tiles_models import data
 
 
-class ExportError(UserError, RuntimeError):
-    """A model directory or run file that cannot be used; the message says why and the fix."""
+class FinalScores(Protocol):
+    """What `finish` writes of `scoring.FinalScores` (scoring is not imported here)."""
 
-
-class ShapeMismatch(ExportError):
-    """Saved and rebuilt variables differ in shape: usually other feature widths (data)."""
+    val: Any  # `scoring.KeepDefault`: its errors, rule and margin
+    test_errors: dict[int, float] | None
+    test_ranks: dict[str, list[int]] | None
 
 
 class RunExistsError(ExportError, FileExistsError):
     """A rerun would replace a finished run (or an existing `--results_csv`) without
     `--overwrite`; refused before any work."""
-
-
-# -- where the artifacts go ------------------------------------------------------------------
-# Each path is `files.join(out_dir, name)`: a string, local or remote, spelled as `out_dir` is
-# (a point's results_csv is part of its hash, so its spelling must not change).
-
-
-def model_dir_path(out_dir: str | os.PathLike, h: str) -> str:
-    """`<out_dir>/model_<h>`."""
-    return files.join(out_dir, formats.model_dir_name(h))
-
-
-def run_file_path(out_dir: str | os.PathLike, h: str) -> str:
-    """`<out_dir>/run_<h>.jsonz`."""
-    return files.join(out_dir, formats.run_file_name(h))
-
-
-def curve_path(out_dir: str | os.PathLike, h: str) -> str:
-    """`<out_dir>/train_curve_<h>.png`."""
-    return files.join(out_dir, formats.curve_name(h))
-
-
-def results_csv_path(out_dir: str | os.PathLike, tag: str | int) -> str:
-    """`<out_dir>/results_<tag>.csv`: test predictions (`TrainArgs.resolved` names upstream's)."""
-    return files.join(out_dir, formats.results_csv_name(tag))
-
-
-def tensorboard_dir(tensorboard: str | os.PathLike, h: str) -> str:
-    """`<tensorboard>/run_<h>`: the run's per-epoch scalars."""
-    return files.join(tensorboard, formats.tensorboard_run_name(h))
-
-
-def run_file_for(model_dir: str | os.PathLike) -> Path | str:
-    """`.../model_<h>` -> `.../run_<h>.jsonz`, as the course script derives it."""
-    h = formats.run_hash(files.basename(model_dir))
-    if h is None:
-        raise ExportError(f"{model_dir}: a model directory is named model_<hash>")
-    return files.with_name(model_dir, formats.run_file_name(h))
-
-
-@dataclass(frozen=True)
-class RunPaths:
-    """Where a run's artifacts go: worked out once from its options (`of`), then read by
-    everything that writes, checks or removes them."""
-
-    out_dir: str  # `--out_dir`, `~` expanded (a URL when remote)
-    hash: str  # the run's `h` (`TrainArgs.hash`)
-    model_dir: str
-    run_file: str
-    curve: str
-    results_csv: str  # `--results_csv`, `~` expanded
-    tensorboard: str | None  # the run's folder under `--tensorboard`, if any
-
-    @classmethod
-    def of(cls, args: TrainArgs) -> RunPaths:
-        """The places of a run of `args` (resolved: `results_csv` named)."""
-        out, h = files.expand(args.out_dir), args.hash()
-        board = tensorboard_dir(files.expand(args.tensorboard), h) if args.tensorboard else None
-        return cls(
-            out_dir=out,
-            hash=h,
-            model_dir=model_dir_path(out, h),
-            run_file=run_file_path(out, h),
-            curve=curve_path(out, h),
-            results_csv=files.expand(args.results_csv),
-            tensorboard=board,
-        )
 
 
 def remove_unfinished(args: TrainArgs) -> None:
@@ -147,106 +72,6 @@ def remove_unfinished(args: TrainArgs) -> None:
     for path in [*leftovers, paths.tensorboard]:
         if path is not None:
             files.remove(path)
-
-
-# -- the run file ----------------------------------------------------------------------------
-
-
-def _run_bytes(run_info: Mapping) -> bytes:
-    return gzip.compress(json.dumps(run_info, allow_nan=False).encode())
-
-
-def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
-    """Writes `run_<h>.jsonz` (gzip JSON) atomically, `h` from its content (`run_info_hash`);
-    returns its path (a string if remote)."""
-    path = run_file_path(out_dir, run_info_hash(run_info))
-    files.write_bytes(path, _run_bytes(run_info))
-    return path if files.is_remote(path) else Path(path)
-
-
-def _read_run_bytes(path: str | os.PathLike) -> Any:
-    """The run file's JSON content, of any shape (`run_info_problem` checks it). Raises
-    OSError, EOFError, zlib.error, ValueError or RecursionError (nesting deeper than Python's
-    JSON reader goes) if it is not whole."""
-    return json.loads(gzip.decompress(files.read_bytes(path)))
-
-
-def read_run(model_dir: str | Path) -> dict:
-    """Reads the `run_<h>.jsonz` beside `model_dir`, checking that it belongs to it.
-
-    Raises:
-      ExportError: missing, truncated or corrupt run file, or one of another model.
-    """
-    run_file = run_file_for(model_dir)
-    if files.isdir(run_file):
-        raise ExportError(
-            f"{run_file} is a folder, not a run file: copy the run file of "
-            f"{files.basename(model_dir)} again from the training --out_dir"
-        )
-    if not files.isfile(run_file):
-        raise ExportError(
-            f"{run_file} not found: {files.basename(model_dir)} needs its run file beside it "
-            "(tiles_train.py writes both into --out_dir; copy them together)"
-        )
-    try:
-        run_info = _read_run_bytes(run_file)
-    except RecursionError:
-        reason = "nested deeper than a run file is"
-    except (OSError, EOFError, zlib.error, ValueError) as e:
-        reason = " ".join(str(e).split()) or type(e).__name__
-    else:
-        reason = run_info_problem(run_info)
-    if reason is None:
-        try:
-            expected = run_info_hash(run_info)
-        except (ValueError, TypeError) as e:  # a value JSON cannot hash
-            reason = " ".join(str(e).split()) or type(e).__name__
-    if reason is not None:
-        raise ExportError(
-            f"{run_file}: not a readable run file ({reason}); it is truncated or corrupt, "
-            "copy it again from the training --out_dir"
-        ) from None
-    if files.basename(run_file) != formats.run_file_name(expected):
-        raise ExportError(
-            f"{run_file}: its args hash to {expected}, not to this name; it belongs to another "
-            "model directory"
-        )
-    return run_info
-
-
-def model_dir_complete(model_dir: str | os.PathLike) -> bool:
-    """Whether a SavedModel folder has everything `load_model` reads: `saved_model.pb` and
-    the variables' index and every data shard (`variables.data-00000-of-00002`, ...)."""
-    pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
-    variables = files.join(model_dir, "variables")
-    if not files.isfile(pb) or not files.isfile(files.join(variables, "variables.index")):
-        return False
-    shards = files.glob(files.join(variables, "variables.data-*-of-*"))
-    if not shards:
-        return False
-    total = int(files.basename(shards[0]).rsplit("-of-", 1)[1])
-    return len(shards) == total
-
-
-def completed_run(out_dir: str | os.PathLike, h: str) -> dict | None:
-    """The run file of run `h` in `out_dir` if the whole run is there (see `whole_run`)."""
-    return whole_run(model_dir_path(files.expand(out_dir), h))
-
-
-def whole_run(model_dir: str | os.PathLike) -> dict | None:
-    """The run file of `model_dir`'s run if the whole run is there, else None: a run file
-    that reads and names it, a complete model dir (`model_dir_complete`), and its results CSV
-    when it ranked the test split."""
-    try:
-        info = read_run(model_dir)
-    except ExportError:
-        return None
-    if not model_dir_complete(model_dir):
-        return None
-    csv = (info.get("args") or {}).get("results_csv")
-    if "test_predictions" in info and csv and not files.isfile(files.expand(csv)):
-        return None
-    return info
 
 
 # -- the SavedModel --------------------------------------------------------------------------
@@ -291,195 +116,6 @@ def check_space(artifacts: Artifacts, model: tf.keras.Model) -> None:
     """
     if not files.is_remote(artifacts.out_dir):  # a bucket has no free space to ask
         files.check_folder(artifacts.out_dir, flag="--out_dir", need_bytes=space_needed(model))
-
-
-def require_saved_model(model_dir: str | Path) -> None:
-    """Fails unless `model_dir` has a `saved_model.pb` that parses as a SavedModel with a
-    graph in it: an empty or garbled one would load nowhere (a grader's `load_model`), yet
-    nothing else reads it before the weights are copied.
-
-    Raises:
-      ExportError: no such file, or not a SavedModel; naming the file and the fix.
-    """
-    from google.protobuf.message import DecodeError
-    from tensorflow.core.protobuf import saved_model_pb2
-
-    pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
-    again = "copy the whole model_<hash> folder again from the training --out_dir"
-    if not files.isfile(pb):
-        raise ExportError(
-            f"{model_dir}: no {formats.SAVED_MODEL_FILE} in it; give the model_<hash> folder "
-            "training wrote"
-        )
-    saved = saved_model_pb2.SavedModel()
-    try:
-        content = files.read_bytes(pb)
-        saved.ParseFromString(content)
-    except (OSError, DecodeError) as err:
-        raise ExportError(
-            f"{pb}: not a readable SavedModel ({one_line(err, 120)}); {again}"
-        ) from None
-    if not (saved.meta_graphs and saved.meta_graphs[0].meta_info_def.tags):
-        what = "empty" if not content else "not a SavedModel (no graph in it)"
-        raise ExportError(f"{pb}: {what}; {again}")
-
-
-def require_variables(model_dir: str | Path) -> str:
-    """The checkpoint prefix of `model_dir`'s variables, checking (cheaply) that its index
-    file is there.
-
-    Raises:
-      ExportError: no `variables/variables.index`: the weights are missing.
-    """
-    prefix = files.join(model_dir, *formats.VARIABLES_PREFIX)
-    if not files.isfile(prefix + ".index"):
-        raise ExportError(
-            f"{model_dir}: no {'/'.join(formats.VARIABLES_PREFIX)}.index in it, so its weights "
-            "are missing; copy the whole model_<hash> folder again from the training --out_dir"
-        )
-    return prefix
-
-
-def check_variables(model_dir: str | Path) -> None:
-    """Fails unless `model_dir`'s variables are all there and whole: every tensor is read.
-
-    Raises:
-      ExportError: no `variables/` index, or a missing or truncated data file.
-    """
-    _read_variables(model_dir)
-
-
-def _read_variables(model_dir: str | Path) -> dict[str, Any]:
-    """Every tensor of `model_dir`'s variables checkpoint by key (`check_variables`' errors)."""
-    import tensorflow as tf
-
-    prefix = require_variables(model_dir)
-    try:
-        # Not tf.train.load_checkpoint: it takes a prefix that some file systems (ram://)
-        # also call a folder for the latest-checkpoint file it does not have.
-        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
-        return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
-    except (OSError, IndexError, ValueError, tf.errors.OpError) as err:
-        raise ExportError(
-            f"{model_dir}: its variables are truncated or corrupt ({one_line(err, 160)}); copy "
-            "the whole model_<hash> folder again from the training --out_dir"
-        ) from None
-
-
-def saved_variables(model_dir: str | Path) -> list | None:
-    """The saved model's variables in the order Keras 2 lists them, from its checkpoint alone.
-
-    A Keras 2 SavedModel keeps `model.variables` (the trainable ones first, in
-    `trainable_variables` order) as its root's list `variables`: its checkpoint's object graph
-    says where each one's value is (`variables/<i>/...`, or a shorter path's key for a variable
-    the model also holds by name, such as models.py's ranking gate). Every tensor is read, so
-    missing or truncated files fail here (`check_variables`). None when the checkpoint is laid
-    out otherwise: then only `load_saved_model` can list them.
-    """
-    tensors = _read_variables(model_dir)
-    graph = tensors.get(_OBJECT_GRAPH)
-    ordered = _listed_keys(graph) if graph is not None else None
-    if ordered is None:  # no object graph to read: the plain `variables/<i>` layout only
-        keys = [k for k in tensors if k.startswith("variables/") and k.endswith(_VARIABLE_VALUE)]
-        ordered = [f"variables/{i}/{_VARIABLE_VALUE}" for i in range(len(keys))]
-        if set(keys) != set(ordered):
-            return None
-    if not ordered or any(k not in tensors for k in ordered):
-        return None
-    return [tensors[k] for k in ordered]
-
-
-_VARIABLE_VALUE = ".ATTRIBUTES/VARIABLE_VALUE"  # a variable's value in a TF2 checkpoint
-_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"  # a TF2 checkpoint's object graph
-
-
-def _listed_keys(graph: Any) -> list[str] | None:
-    """The checkpoint keys of the values of the root's `variables` list, in list order, from
-    a serialized object graph; None when it has no such list of variables."""
-    from google.protobuf.message import DecodeError
-    from tensorflow.core.protobuf import trackable_object_graph_pb2
-
-    proto = trackable_object_graph_pb2.TrackableObjectGraph()
-    try:
-        proto.ParseFromString(graph.item() if hasattr(graph, "item") else graph)
-    except (DecodeError, TypeError, ValueError):
-        return None
-    if not proto.nodes:
-        return None
-    listed = [c.node_id for c in proto.nodes[0].children if c.local_name == "variables"]
-    if len(listed) != 1:
-        return None
-    keys: dict[int, str] = {}
-    for child in proto.nodes[listed[0]].children:
-        values = [
-            a.checkpoint_key
-            for a in proto.nodes[child.node_id].attributes
-            if a.name == "VARIABLE_VALUE"
-        ]
-        if not child.local_name.isdigit() or len(values) != 1:
-            return None
-        keys[int(child.local_name)] = values[0]
-    if sorted(keys) != list(range(len(keys))):
-        return None
-    return [keys[i] for i in range(len(keys))]
-
-
-def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
-    """`tf.keras.models.load_model` as the course script calls it (loss in a custom scope).
-
-    Keras 2 reads a SavedModel through tf.io.gfile, so a remote directory loads in place.
-
-    Raises:
-      ExportError: its files are missing, truncated or corrupt; one line naming the folder.
-    """
-    import tensorflow as tf
-
-    from tpu_tiles_models.losses import CombinedLoss
-
-    try:
-        with tf.keras.saving.custom_object_scope({"CombinedLoss": CombinedLoss}):
-            return tf.keras.models.load_model(str(model_dir), compile=False)
-    except (OSError, IndexError, ValueError, KeyError, tf.errors.OpError) as err:
-        check_variables(model_dir)  # the likely cause, said precisely
-        raise ExportError(
-            f"{model_dir}: not a loadable SavedModel ({one_line(err, 160)}); copy the whole "
-            "model_<hash> folder again from the training --out_dir"
-        ) from None
-
-
-def copy_variables(target: tf.keras.Model, source: tf.keras.Model, *, origin: str) -> None:
-    """The course script's pairwise in-order copy, with errors that say which and why."""
-    tv, sv = target.trainable_variables, source.trainable_variables
-    if len(tv) != len(sv):
-        raise ExportError(
-            f"{origin}: the saved model has {len(sv)} trainable variables but the rebuilt "
-            f"{type(target).__name__} has {len(tv)}: it was saved from a different models.py "
-            "or other --model_kwargs_json"
-        )
-    for i, (t, s) in enumerate(zip(tv, sv)):
-        if t.shape != s.shape:
-            raise ShapeMismatch(
-                f"{origin}: variable {i} ({t.name}) has shape {s.shape.as_list()} saved but "
-                f"{t.shape.as_list()} rebuilt: the feature widths differ (trained with "
-                "--toy_data or other data) or it comes from a different models.py"
-            )
-    for t, s in zip(tv, sv):
-        t.assign(s)
-
-
-def copy_saved_variables(target: tf.keras.Model, values: list | None) -> bool:
-    """`copy_variables` from `saved_variables`' values, without reviving the SavedModel (its
-    function library takes most of a second to load). False, and nothing copied, when their
-    count or a shape differs (or `values` is None): `copy_variables` then says which and why.
-    """
-    tv = target.trainable_variables
-    if values is None or len(values) != len(tv):
-        return False
-    if any(tuple(t.shape) != tuple(v.shape) for t, v in zip(tv, values)):
-        return False
-    for t, v in zip(tv, values):
-        t.assign(v)
-    return True
 
 
 # -- writing a run ---------------------------------------------------------------------------
@@ -572,10 +208,10 @@ class Artifacts:
                 files.put_file(local, place)
             interrupts.check()
         if files.is_remote(run_place):
-            files.write_bytes(run_place, _run_bytes(run_info))
+            files.write_bytes(run_place, run_file.run_bytes(run_info))
         else:
             self._run_tmp = files.hidden_path(run_place, tag=self.tag)
-            files.write_bytes(self._run_tmp, _run_bytes(run_info))  # all written: `recover`
+            files.write_bytes(self._run_tmp, run_file.run_bytes(run_info))  # all written: `recover`
             moves = [(local, Path(p)) for local, p in self.staged.items() if local not in remote]
             with interrupts.critical():
                 _refuse_to_replace(self.args, self.places)
@@ -666,18 +302,20 @@ def recover(out_dir: str | os.PathLike) -> None:
         if h is None or left.kind != "tmp":
             continue
         try:
-            info = _read_run_bytes(left.path)
+            info = run_file.read_run_bytes(left.path)
             if run_info_problem(info) is not None:
                 continue
             csv = info["args"]["results_csv"]
         except (OSError, EOFError, zlib.error, ValueError, RecursionError):
             continue  # not whole: the run had not finished; removed below
-        places = [model_dir_path(out, h), curve_path(out, h)]
+        places = [run_file.model_dir_path(out, h), run_file.curve_path(out, h)]
         if csv and not files.is_remote(csv):
             places.append(files.expand(csv))
         moves = [(files.hidden_path(p, tag=left.tag), Path(p)) for p in places]
         with contextlib.suppress(OSError):  # another run into the folder finished it first
-            _put_in_place(left.tag, moves, left.path, Path(run_file_path(out, h)), undo=False)
+            _put_in_place(
+                left.tag, moves, left.path, Path(run_file.run_file_path(out, h)), undo=False
+            )
         if len(places) == 3:
             files.remove_leftovers(Path(places[2]).parent, [Path(csv).name])
     files.remove_leftovers(out)
@@ -724,14 +362,6 @@ def outputs(args: TrainArgs, paths: RunPaths | None = None) -> list[files.Output
         cache = files.expand(args.cache_dir)  # one that cannot be written: a warning (README)
         places.append(files.Output(cache, "--cache_dir", adds_to=True, best_effort=True))
     return places
-
-
-def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[files.Input]:
-    """A trained run's model dir and run file, as inputs for `files.prepare_outputs`."""
-    return [
-        files.Input(model_dir, f"model directory of {flag}", folder=True),
-        files.Input(run_file_for(model_dir), f"run file of {flag}"),
-    ]
 
 
 @contextlib.contextmanager
@@ -806,7 +436,7 @@ def finish(
     model: tf.keras.Model,
     stats: data.FeatureStats,
     *,
-    final: scoring.FinalScores,
+    final: FinalScores,
     curve: dict[str, list],
     extras: dict[str, Any],
     artifacts: Artifacts,

@@ -19,9 +19,9 @@ Train and valid ids look like `<benchmark>_<hash>`; Kaggle names a kernel
 **A training run** (upstream's `tiles_train.py`, which the course scripts read back) writes into
 its `--out_dir` a Keras SavedModel `model_<h>/` and a gzip JSON `run_<h>.jsonz` with the same
 `h` (the md5 of its arguments, `train_args.args_hash`), and `results_<ms>.csv`; ours adds
-`train_curve_<h>.png` and a TensorBoard folder `run_<h>/`. Writing and reading them is
-`export`'s job: this module names them, and reads from a run file only the CSV it names
-(`named_results_csv`, for the check that no command writes over it).
+`train_curve_<h>.png` and a TensorBoard folder `run_<h>/`. The run file's format is
+`run_file`'s, writing them `export`'s: this module names them, and reads from a run file only
+the CSV it names (`named_results_csv`, for the check that no command writes over it).
 
 **Our JSON files** (run files, the sweep's records, `install`'s manifest) are read through one
 check of their shape (`checked`), so that valid JSON of the wrong shape, or a
@@ -108,7 +108,7 @@ def curve_hash(name: str) -> str | None:
 
 def named_results_csv(run_file: bytes) -> str | None:
     """The results CSV a run file's bytes name (upstream's `args.results_csv`), or None when
-    they name none or are not a whole run file (`export` reads the rest; this is all that
+    they name none or are not a whole run file (`run_file` reads the rest; this is all that
     `files` needs, to keep other commands' outputs off a run's CSV)."""
     try:
         info = json.loads(gzip.decompress(run_file))

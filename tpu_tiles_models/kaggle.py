@@ -29,6 +29,7 @@ from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import TILE_PREFIX
 
 TOP_K = 5
+UPSTREAM_TOP = 10  # upstream writes this many indices per kernel into results_*.csv
 HEADER = "ID,TopConfigs"
 SAMPLE_HELP = (
     "download sample_submission.csv from the Kaggle competition 'predict-ai-model-runtime' "

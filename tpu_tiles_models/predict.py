@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpu_tiles_models import export, files, kaggle, registry, scoring
+from tpu_tiles_models import files, kaggle, registry, run_file, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -56,7 +56,7 @@ def predict_to_csv(
         )
     files.check_output_path(out, flag="--out")  # before minutes of scoring
     run = TrainedRun.open(model_dir, models_path=models_path)
-    inputs = export.run_inputs(run.model_dir) + files.split_inputs(data_root)
+    inputs = run_file.run_inputs(run.model_dir) + files.split_inputs(data_root)
     files.prepare_outputs(
         [files.Output(out, "--out")], inputs + registry.models_inputs(models_path)
     )

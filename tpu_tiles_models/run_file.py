@@ -1,19 +1,29 @@
-"""A run file's content (`run_<h>.jsonz`): its keys, the hash it names, and its shape.
+"""The run-file format: a run's artifacts' paths, `run_<h>.jsonz`'s bytes, keys and hash, and
+reading and checking it.
 
-Upstream's trainer writes `args` (its 15 argument fields), `train_curve`, `final_error` and,
-ranking the test split, `test_predictions`; ours adds everything else under one key,
-`EXTRAS_KEY`. `run_info_problem` is the one check of that shape, which `export.read_run` (every
-reader's way in) applies before any value is used; `run_info_hash` is the `h` a content names.
-Writing and reading the file itself is `export`'s. Imports no TensorFlow.
+Upstream's trainer writes a SavedModel `model_<h>`, a gzip JSON `run_<h>.jsonz` (`h`: the md5
+of its 15 argument fields, `train_args.args_hash`; ours adds our non-default options) and
+`results_<ms>.csv` (names: `formats`). The run file holds `args`, `train_curve`, `final_error`
+and, ranking the test split, `test_predictions`; ours adds the rest under one key, `EXTRAS_KEY`.
+`run_info_problem` is the one check of that shape, which `read_run` (every reader's way in)
+applies before any value is used. Writing a run is `export`'s, opening one `runs.TrainedRun`'s.
+Paths may be remote (`gs://...`, see `files`). Imports no TensorFlow (the sweep uses it).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
+import os
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Mapping
 
+from tpu_tiles_models import files, formats
+from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import NUMBER, is_json, json_kind, json_wrong
-from tpu_tiles_models.train_args import UPSTREAM_FIELDS, args_hash
+from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs, args_hash
 
 EXTRAS_KEY = "tpu_tiles"
 # Under EXTRAS_KEY: our options that entered the hash (`TrainArgs.identity`), so that a run
@@ -127,3 +137,183 @@ def run_info_problem(info: Any) -> str | None:
             ):
                 return problem
     return None
+
+
+class ExportError(UserError, RuntimeError):
+    """A model directory or run file that cannot be used; the message says why and the fix."""
+
+
+# -- where the artifacts go ------------------------------------------------------------------
+# Each path is `files.join(out_dir, name)`: a string, local or remote, spelled as `out_dir` is
+# (a point's results_csv is part of its hash, so its spelling must not change).
+
+
+def model_dir_path(out_dir: str | os.PathLike, h: str) -> str:
+    """`<out_dir>/model_<h>`."""
+    return files.join(out_dir, formats.model_dir_name(h))
+
+
+def run_file_path(out_dir: str | os.PathLike, h: str) -> str:
+    """`<out_dir>/run_<h>.jsonz`."""
+    return files.join(out_dir, formats.run_file_name(h))
+
+
+def curve_path(out_dir: str | os.PathLike, h: str) -> str:
+    """`<out_dir>/train_curve_<h>.png`."""
+    return files.join(out_dir, formats.curve_name(h))
+
+
+def results_csv_path(out_dir: str | os.PathLike, tag: str | int) -> str:
+    """`<out_dir>/results_<tag>.csv`: test predictions (`TrainArgs.resolved` names upstream's)."""
+    return files.join(out_dir, formats.results_csv_name(tag))
+
+
+def tensorboard_dir(tensorboard: str | os.PathLike, h: str) -> str:
+    """`<tensorboard>/run_<h>`: the run's per-epoch scalars."""
+    return files.join(tensorboard, formats.tensorboard_run_name(h))
+
+
+def run_file_for(model_dir: str | os.PathLike) -> Path | str:
+    """`.../model_<h>` -> `.../run_<h>.jsonz`, as the course script derives it."""
+    h = formats.run_hash(files.basename(model_dir))
+    if h is None:
+        raise ExportError(f"{model_dir}: a model directory is named model_<hash>")
+    return files.with_name(model_dir, formats.run_file_name(h))
+
+
+@dataclass(frozen=True)
+class RunPaths:
+    """Where a run's artifacts go: worked out once from its options (`of`), then read by
+    everything that writes, checks or removes them."""
+
+    out_dir: str  # `--out_dir`, `~` expanded (a URL when remote)
+    hash: str  # the run's `h` (`TrainArgs.hash`)
+    model_dir: str
+    run_file: str
+    curve: str
+    results_csv: str  # `--results_csv`, `~` expanded
+    tensorboard: str | None  # the run's folder under `--tensorboard`, if any
+
+    @classmethod
+    def of(cls, args: TrainArgs) -> RunPaths:
+        """The places of a run of `args` (resolved: `results_csv` named)."""
+        out, h = files.expand(args.out_dir), args.hash()
+        board = tensorboard_dir(files.expand(args.tensorboard), h) if args.tensorboard else None
+        return cls(
+            out_dir=out,
+            hash=h,
+            model_dir=model_dir_path(out, h),
+            run_file=run_file_path(out, h),
+            curve=curve_path(out, h),
+            results_csv=files.expand(args.results_csv),
+            tensorboard=board,
+        )
+
+
+# -- the run file ----------------------------------------------------------------------------
+
+
+def run_bytes(run_info: Mapping) -> bytes:
+    """A run file's bytes: its content as gzip JSON (no NaN: JSON has none)."""
+    return gzip.compress(json.dumps(run_info, allow_nan=False).encode())
+
+
+def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
+    """Writes `run_<h>.jsonz` (gzip JSON) atomically, `h` from its content (`run_info_hash`);
+    returns its path (a string if remote)."""
+    path = run_file_path(out_dir, run_info_hash(run_info))
+    files.write_bytes(path, run_bytes(run_info))
+    return path if files.is_remote(path) else Path(path)
+
+
+def read_run_bytes(path: str | os.PathLike) -> Any:
+    """The run file's JSON content, of any shape (`run_info_problem` checks it). Raises
+    OSError, EOFError, zlib.error, ValueError or RecursionError (nesting deeper than Python's
+    JSON reader goes) if it is not whole."""
+    return json.loads(gzip.decompress(files.read_bytes(path)))
+
+
+def read_run(model_dir: str | Path) -> dict:
+    """Reads the `run_<h>.jsonz` beside `model_dir`, checking that it belongs to it.
+
+    Raises:
+      ExportError: missing, truncated or corrupt run file, or one of another model.
+    """
+    run_file = run_file_for(model_dir)
+    if files.isdir(run_file):
+        raise ExportError(
+            f"{run_file} is a folder, not a run file: copy the run file of "
+            f"{files.basename(model_dir)} again from the training --out_dir"
+        )
+    if not files.isfile(run_file):
+        raise ExportError(
+            f"{run_file} not found: {files.basename(model_dir)} needs its run file beside it "
+            "(tiles_train.py writes both into --out_dir; copy them together)"
+        )
+    try:
+        run_info = read_run_bytes(run_file)
+    except RecursionError:
+        reason = "nested deeper than a run file is"
+    except (OSError, EOFError, zlib.error, ValueError) as e:
+        reason = " ".join(str(e).split()) or type(e).__name__
+    else:
+        reason = run_info_problem(run_info)
+    if reason is None:
+        try:
+            expected = run_info_hash(run_info)
+        except (ValueError, TypeError) as e:  # a value JSON cannot hash
+            reason = " ".join(str(e).split()) or type(e).__name__
+    if reason is not None:
+        raise ExportError(
+            f"{run_file}: not a readable run file ({reason}); it is truncated or corrupt, "
+            "copy it again from the training --out_dir"
+        ) from None
+    if files.basename(run_file) != formats.run_file_name(expected):
+        raise ExportError(
+            f"{run_file}: its args hash to {expected}, not to this name; it belongs to another "
+            "model directory"
+        )
+    return run_info
+
+
+def model_dir_complete(model_dir: str | os.PathLike) -> bool:
+    """Whether a SavedModel folder has everything `load_model` reads: `saved_model.pb` and
+    the variables' index and every data shard (`variables.data-00000-of-00002`, ...)."""
+    pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
+    variables = files.join(model_dir, "variables")
+    if not files.isfile(pb) or not files.isfile(files.join(variables, "variables.index")):
+        return False
+    shards = files.glob(files.join(variables, "variables.data-*-of-*"))
+    if not shards:
+        return False
+    total = int(files.basename(shards[0]).rsplit("-of-", 1)[1])
+    return len(shards) == total
+
+
+def completed_run(out_dir: str | os.PathLike, h: str) -> dict | None:
+    """The run file of run `h` in `out_dir` if the whole run is there (see `whole_run`)."""
+    return whole_run(model_dir_path(files.expand(out_dir), h))
+
+
+def whole_run(model_dir: str | os.PathLike) -> dict | None:
+    """The run file of `model_dir`'s run if the whole run is there, else None: a run file
+    that reads and names it, a complete model dir (`model_dir_complete`), and its results CSV
+    when it ranked the test split."""
+    try:
+        info = read_run(model_dir)
+    except ExportError:
+        return None
+    if not model_dir_complete(model_dir):
+        return None
+    csv = (info.get("args") or {}).get("results_csv")
+    if "test_predictions" in info and csv and not files.isfile(files.expand(csv)):
+        return None
+    return info
+
+
+def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[files.Input]:
+    """A trained run's model dir and run file, as inputs for `files.prepare_outputs`."""
+    return [
+        files.Input(model_dir, f"model directory of {flag}", folder=True),
+        files.Input(run_file_for(model_dir), f"run file of {flag}"),
+    ]

@@ -4,8 +4,10 @@ A trained run is a `model_<h>/` SavedModel and the `run_<h>.jsonz` beside it. Op
 checks that the two belong together, reads the arguments, history and (our trainer's) feature
 statistics, and rebuilds the model by the course procedure: a fresh instance of the class named
 in the run file, one `forward` to create its variables, then a pairwise in-order copy of the
-saved trainable variables. `predict`, `evaluate`, `bundle` and `ensemble` all go through here.
-A run may be remote (`gs://.../model_<h>`): it is read in place through tf.io.gfile.
+saved trainable variables, read from its checkpoint (`saved_variables`) or, failing that, from
+the loaded SavedModel (`load_saved_model`). `predict`, `evaluate`, `bundle` and `ensemble` all
+go through here; the run file itself is `run_file`'s. A run may be remote
+(`gs://.../model_<h>`): it is read in place through tf.io.gfile.
 """
 
 from __future__ import annotations
@@ -22,9 +24,198 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, registry, run_file, scoring
-from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models import data, files, formats, registry, run_file, scoring
+from tpu_tiles_models.errors import FlagError, one_line
 from tpu_tiles_models.train_args import TrainArgs
+
+
+class ShapeMismatch(run_file.ExportError):
+    """Saved and rebuilt variables differ in shape: usually other feature widths (data)."""
+
+
+def require_saved_model(model_dir: str | Path) -> None:
+    """Fails unless `model_dir` has a `saved_model.pb` that parses as a SavedModel with a
+    graph in it: an empty or garbled one would load nowhere (a grader's `load_model`), yet
+    nothing else reads it before the weights are copied.
+
+    Raises:
+      ExportError: no such file, or not a SavedModel; naming the file and the fix.
+    """
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
+    again = "copy the whole model_<hash> folder again from the training --out_dir"
+    if not files.isfile(pb):
+        raise run_file.ExportError(
+            f"{model_dir}: no {formats.SAVED_MODEL_FILE} in it; give the model_<hash> folder "
+            "training wrote"
+        )
+    saved = saved_model_pb2.SavedModel()
+    try:
+        content = files.read_bytes(pb)
+        saved.ParseFromString(content)
+    except (OSError, DecodeError) as err:
+        raise run_file.ExportError(
+            f"{pb}: not a readable SavedModel ({one_line(err, 120)}); {again}"
+        ) from None
+    if not (saved.meta_graphs and saved.meta_graphs[0].meta_info_def.tags):
+        what = "empty" if not content else "not a SavedModel (no graph in it)"
+        raise run_file.ExportError(f"{pb}: {what}; {again}")
+
+
+def require_variables(model_dir: str | Path) -> str:
+    """The checkpoint prefix of `model_dir`'s variables, checking (cheaply) that its index
+    file is there.
+
+    Raises:
+      ExportError: no `variables/variables.index`: the weights are missing.
+    """
+    prefix = files.join(model_dir, *formats.VARIABLES_PREFIX)
+    if not files.isfile(prefix + ".index"):
+        raise run_file.ExportError(
+            f"{model_dir}: no {'/'.join(formats.VARIABLES_PREFIX)}.index in it, so its weights "
+            "are missing; copy the whole model_<hash> folder again from the training --out_dir"
+        )
+    return prefix
+
+
+def check_variables(model_dir: str | Path) -> None:
+    """Fails unless `model_dir`'s variables are all there and whole: every tensor is read.
+
+    Raises:
+      ExportError: no `variables/` index, or a missing or truncated data file.
+    """
+    _read_variables(model_dir)
+
+
+def _read_variables(model_dir: str | Path) -> dict[str, Any]:
+    """Every tensor of `model_dir`'s variables checkpoint by key (`check_variables`' errors)."""
+    prefix = require_variables(model_dir)
+    try:
+        # Not tf.train.load_checkpoint: it takes a prefix that some file systems (ram://)
+        # also call a folder for the latest-checkpoint file it does not have.
+        reader = tf.compat.v1.train.NewCheckpointReader(prefix)
+        return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
+    except (OSError, IndexError, ValueError, tf.errors.OpError) as err:
+        raise run_file.ExportError(
+            f"{model_dir}: its variables are truncated or corrupt ({one_line(err, 160)}); copy "
+            "the whole model_<hash> folder again from the training --out_dir"
+        ) from None
+
+
+def saved_variables(model_dir: str | Path) -> list | None:
+    """The saved model's variables in the order Keras 2 lists them, from its checkpoint alone.
+
+    A Keras 2 SavedModel keeps `model.variables` (the trainable ones first, in
+    `trainable_variables` order) as its root's list `variables`: its checkpoint's object graph
+    says where each one's value is (`variables/<i>/...`, or a shorter path's key for a variable
+    the model also holds by name, such as models.py's ranking gate). Every tensor is read, so
+    missing or truncated files fail here (`check_variables`). None when the checkpoint is laid
+    out otherwise: then only `load_saved_model` can list them.
+    """
+    tensors = _read_variables(model_dir)
+    graph = tensors.get(_OBJECT_GRAPH)
+    ordered = _listed_keys(graph) if graph is not None else None
+    if ordered is None:  # no object graph to read: the plain `variables/<i>` layout only
+        keys = [k for k in tensors if k.startswith("variables/") and k.endswith(_VARIABLE_VALUE)]
+        ordered = [f"variables/{i}/{_VARIABLE_VALUE}" for i in range(len(keys))]
+        if set(keys) != set(ordered):
+            return None
+    if not ordered or any(k not in tensors for k in ordered):
+        return None
+    return [tensors[k] for k in ordered]
+
+
+_VARIABLE_VALUE = ".ATTRIBUTES/VARIABLE_VALUE"  # a variable's value in a TF2 checkpoint
+_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"  # a TF2 checkpoint's object graph
+
+
+def _listed_keys(graph: Any) -> list[str] | None:
+    """The checkpoint keys of the values of the root's `variables` list, in list order, from
+    a serialized object graph; None when it has no such list of variables."""
+    from google.protobuf.message import DecodeError
+    from tensorflow.core.protobuf import trackable_object_graph_pb2
+
+    proto = trackable_object_graph_pb2.TrackableObjectGraph()
+    try:
+        proto.ParseFromString(graph.item() if hasattr(graph, "item") else graph)
+    except (DecodeError, TypeError, ValueError):
+        return None
+    if not proto.nodes:
+        return None
+    listed = [c.node_id for c in proto.nodes[0].children if c.local_name == "variables"]
+    if len(listed) != 1:
+        return None
+    keys: dict[int, str] = {}
+    for child in proto.nodes[listed[0]].children:
+        values = [
+            a.checkpoint_key
+            for a in proto.nodes[child.node_id].attributes
+            if a.name == "VARIABLE_VALUE"
+        ]
+        if not child.local_name.isdigit() or len(values) != 1:
+            return None
+        keys[int(child.local_name)] = values[0]
+    if sorted(keys) != list(range(len(keys))):
+        return None
+    return [keys[i] for i in range(len(keys))]
+
+
+def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
+    """`tf.keras.models.load_model` as the course script calls it (loss in a custom scope).
+
+    Keras 2 reads a SavedModel through tf.io.gfile, so a remote directory loads in place.
+
+    Raises:
+      ExportError: its files are missing, truncated or corrupt; one line naming the folder.
+    """
+    from tpu_tiles_models.losses import CombinedLoss
+
+    try:
+        with tf.keras.saving.custom_object_scope({"CombinedLoss": CombinedLoss}):
+            return tf.keras.models.load_model(str(model_dir), compile=False)
+    except (OSError, IndexError, ValueError, KeyError, tf.errors.OpError) as err:
+        check_variables(model_dir)  # the likely cause, said precisely
+        raise run_file.ExportError(
+            f"{model_dir}: not a loadable SavedModel ({one_line(err, 160)}); copy the whole "
+            "model_<hash> folder again from the training --out_dir"
+        ) from None
+
+
+def copy_variables(target: tf.keras.Model, source: tf.keras.Model, *, origin: str) -> None:
+    """The course script's pairwise in-order copy, with errors that say which and why."""
+    tv, sv = target.trainable_variables, source.trainable_variables
+    if len(tv) != len(sv):
+        raise run_file.ExportError(
+            f"{origin}: the saved model has {len(sv)} trainable variables but the rebuilt "
+            f"{type(target).__name__} has {len(tv)}: it was saved from a different models.py "
+            "or other --model_kwargs_json"
+        )
+    for i, (t, s) in enumerate(zip(tv, sv)):
+        if t.shape != s.shape:
+            raise ShapeMismatch(
+                f"{origin}: variable {i} ({t.name}) has shape {s.shape.as_list()} saved but "
+                f"{t.shape.as_list()} rebuilt: the feature widths differ (trained with "
+                "--toy_data or other data) or it comes from a different models.py"
+            )
+    for t, s in zip(tv, sv):
+        t.assign(s)
+
+
+def copy_saved_variables(target: tf.keras.Model, values: list | None) -> bool:
+    """`copy_variables` from `saved_variables`' values, without reviving the SavedModel (its
+    function library takes most of a second to load). False, and nothing copied, when their
+    count or a shape differs (or `values` is None): `copy_variables` then says which and why.
+    """
+    tv = target.trainable_variables
+    if values is None or len(values) != len(tv):
+        return False
+    if any(tuple(t.shape) != tuple(v.shape) for t, v in zip(tv, values)):
+        return False
+    for t, v in zip(tv, values):
+        t.assign(v)
+    return True
 
 
 @dataclasses.dataclass
@@ -66,14 +257,14 @@ class TrainedRun:
         path = files.canonical(model_dir, what="the model directory")
         path = path if files.is_remote(path) else Path(path)
         if not files.isdir(path):
-            raise export.ExportError(
+            raise run_file.ExportError(
                 f"{path}: no such model directory; give the model_<hash> folder training wrote"
             )
-        export.require_saved_model(path)
-        export.require_variables(path)
-        info = export.read_run(path)
+        require_saved_model(path)
+        require_variables(path)
+        info = run_file.read_run(path)
         where = Path(os.path.expanduser(os.fspath(models_path))) if models_path else None
-        return cls(path, export.run_file_for(path), info, where, models_flag)
+        return cls(path, run_file.run_file_for(path), info, where, models_flag)
 
     # -- what the run file says ----------------------------------------------------------
 
@@ -85,7 +276,7 @@ class TrainedRun:
     @property
     def extras(self) -> dict[str, Any]:
         """Our trainer's extras (`tpu_tiles` key); empty for upstream's runs."""
-        return self.info.get(export.EXTRAS_KEY) or {}
+        return self.info.get(run_file.EXTRAS_KEY) or {}
 
     @property
     def train_args(self) -> TrainArgs:
@@ -94,7 +285,7 @@ class TrainedRun:
         try:
             return TrainArgs.from_dict(stored if stored else self.args)
         except FlagError as e:
-            raise export.ExportError(
+            raise run_file.ExportError(
                 f"{self.run_file}: its training options do not read ({e})"
             ) from None
 
@@ -105,7 +296,7 @@ class TrainedRun:
         try:
             return data.FeatureStats.from_json(stored) if stored else None
         except data.DataError as e:
-            raise export.ExportError(
+            raise run_file.ExportError(
                 f"{self.run_file}: {e}; copy it again from the training --out_dir, or train again"
             ) from None
 
@@ -118,7 +309,7 @@ class TrainedRun:
     def keep_default(self) -> bool | None:
         """Whether its validation chose to keep config 0 in the top 5 (`scoring.KeepDefault`);
         None when the run file does not say (upstream's runs, older ones of ours)."""
-        record = self.extras.get(export.KEEP_DEFAULT_KEY)
+        record = self.extras.get(run_file.KEEP_DEFAULT_KEY)
         return bool(record["chosen"]) if record else None
 
     def keeps_default_in(self, model: tf.keras.Model) -> bool:
@@ -165,13 +356,13 @@ class TrainedRun:
     @functools.cached_property
     def saved_model(self) -> tf.keras.Model:
         """`tf.keras.models.load_model` of the directory, as the course script calls it."""
-        return export.load_saved_model(self.model_dir)
+        return load_saved_model(self.model_dir)
 
     @functools.cached_property
     def saved_values(self) -> list | None:
         """The saved trainable (and other) variables in order, from the checkpoint alone
-        (`export.saved_variables`); None when only `saved_model` can list them."""
-        return export.saved_variables(self.model_dir)
+        (`saved_variables`); None when only `saved_model` can list them."""
+        return saved_variables(self.model_dir)
 
     def copy_into(self, model: tf.keras.Model) -> None:
         """The course's pairwise in-order copy of the saved variables into `model` (built).
@@ -179,8 +370,8 @@ class TrainedRun:
         Read from the checkpoint when its count and shapes fit (the same values, without
         loading the SavedModel); otherwise from `saved_model`, which says what differs.
         """
-        if not export.copy_saved_variables(model, self.saved_values):
-            export.copy_variables(model, self.saved_model, origin=str(self.model_dir))
+        if not copy_saved_variables(model, self.saved_values):
+            copy_variables(model, self.saved_model, origin=str(self.model_dir))
 
     def dataset(
         self,
@@ -265,7 +456,7 @@ class TrainedRun:
                 what = f"more trainable variables than the {len(shapes)} saved"
             else:
                 return next_creator(**kw)
-            raise export.ShapeMismatch(
+            raise ShapeMismatch(
                 f"{self.run_file}: its model keywords {json.dumps(kwargs, sort_keys=True)} build "
                 f"{self.args['model']} with {what} in {self.model_dir} (largest "
                 f"{list(largest)}): the run file or the data's feature widths are not the ones "
@@ -299,11 +490,11 @@ class TrainedRun:
             )
             try:
                 return self.build(getattr(dataset, split), dataset.stats), dataset
-            except export.ShapeMismatch as e:  # other causes are not about the data
+            except ShapeMismatch as e:  # other causes are not about the data
                 if self.stats is not None:
                     raise
                 errors.append(str(e))
-        raise export.ExportError(
+        raise run_file.ExportError(
             f"{errors[0]}; retrying with the --toy_data subset's statistics failed too, so the "
             f"model was trained on other data than {data_root}"
         )

@@ -18,7 +18,7 @@ import numpy as np
 import tensorflow as tf
 import tqdm
 
-from tpu_tiles_models import data, export, interrupts, kaggle, margin, metrics
+from tpu_tiles_models import data, interrupts, kaggle, margin, metrics
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
 
@@ -472,7 +472,7 @@ def prediction_rows(
 class FinalScores:
     """A finished model's final figures, as its run file stores them: its validation errors
     and whether to keep config 0 in the top 5 (`val`), and the test split's errors (`metrics`
-    mode) or upstream's top-`export.UPSTREAM_TOP` ranking per kernel (`predictions` mode)."""
+    mode) or upstream's top-`kaggle.UPSTREAM_TOP` ranking per kernel (`predictions` mode)."""
 
     val: KeepDefault
     test_errors: dict[int, float] | None = None
@@ -510,7 +510,7 @@ def final_scores(
         else:
             final.test_ranks = {
                 s.tile_id: upstream_top(
-                    s.scores, export.UPSTREAM_TOP, keep_default=bool(rule_of(model))
+                    s.scores, kaggle.UPSTREAM_TOP, keep_default=bool(rule_of(model))
                 )
                 for s in scored
             }

@@ -285,7 +285,7 @@ def _models_module(args: TrainArgs) -> ModuleType:
     return registry.load_models_module(args.models or None)
 
 
-def _check_before_data(args: TrainArgs, module: ModuleType, paths: export.RunPaths) -> None:
+def _check_before_data(args: TrainArgs, module: ModuleType, paths: run_file.RunPaths) -> None:
     """Fails on a bad model name, kwargs, size or loss, and on an output that cannot be
     written, before any data is read."""
     registry.model_class(args.model, module)
@@ -346,7 +346,7 @@ def train(args: TrainArgs) -> export.TrainResult:
       UserError: bad options or data, in one line; nothing is left behind.
     """
     args = args.resolved()
-    paths = export.RunPaths.of(args)  # the run's places and hash, worked out once
+    paths = run_file.RunPaths.of(args)  # the run's places and hash, worked out once
     module = _models_module(args)
     _check_before_data(args, module, paths)
     # First TensorFlow work: a multi-worker strategy must exist before any other op.
@@ -370,7 +370,7 @@ def _train_as_worker(
     then deletes (every worker must save, TF's multi-worker guide says; only the chief's
     artifacts are kept)."""
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_worker_") as scratch:
-        csv = str(export.results_csv_path(scratch, "worker"))
+        csv = str(run_file.results_csv_path(scratch, "worker"))
         mine = args.replace(out_dir=scratch, results_csv=csv, tensorboard="")
         with export.writing_into(mine) as artifacts:
             return _train(mine, strategy, artifacts, module)

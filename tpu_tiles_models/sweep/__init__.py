@@ -30,7 +30,16 @@ import traceback
 from pathlib import Path
 from typing import Any, Sequence
 
-from tpu_tiles_models import export, files, formats, interrupts, locks, pipelines, registry
+from tpu_tiles_models import (
+    export,
+    files,
+    formats,
+    interrupts,
+    locks,
+    pipelines,
+    registry,
+    run_file,
+)
 from tpu_tiles_models.errors import FlagError, UserError, one_line
 from tpu_tiles_models.sweep import leaderboard
 from tpu_tiles_models.sweep.grid import Point, expand, parse_grid
@@ -296,7 +305,7 @@ def _run(args: SweepArgs) -> SweepSummary:
     writes += [w for p in points for w in export.outputs(p.args)]
     reads = files.split_inputs(base.data_root) + registry.models_inputs(base.models)
     files.prepare_outputs(writes, reads)  # before any work
-    todo = [p for p in points if export.completed_run(out_dir, p.hash) is None]
+    todo = [p for p in points if run_file.completed_run(out_dir, p.hash) is None]
     todo_keys = {p.key for p in todo}
     print(
         f"sweep: {len(points)} points, {len(points) - len(todo)} already complete (skipped), "
@@ -316,7 +325,7 @@ def _run(args: SweepArgs) -> SweepSummary:
     _write_json(files.join(sweep_dir, "plan.json"), plan)
     error = _train_points(todo, sweep_dir, args, len(points)) if todo else ""
     records = [_read_json(_record_path(sweep_dir, p.key)) for p in points]
-    infos = [export.completed_run(out_dir, p.hash) for p in points]
+    infos = [run_file.completed_run(out_dir, p.hash) for p in points]
     rows = leaderboard.rank_rows(list(map(leaderboard.leaderboard_row, points, infos, records)))
     ensemble = _ensemble(rows, args.ensemble_top, out_dir, base) if args.ensemble_top else None
     paths = leaderboard.write(rows, out_dir, base.tensorboard, ensemble)
@@ -373,14 +382,14 @@ def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[st
         return dict(info, error=f"{len(best)} ok point(s); an ensemble needs at least 2")
     record = files.join(target, "sweep_ensemble.json")
     previous = _read_json(record)
-    if previous and previous["members"] == info["members"] and export.whole_run(previous["dir"]):
+    if previous and previous["members"] == info["members"] and run_file.whole_run(previous["dir"]):
         return previous
     print(f"sweep: building the ensemble of the {len(best)} best points", flush=True)
     from tpu_tiles_models import ensemble as ensembles  # TensorFlow, only now
 
     try:
         result = ensembles.build_ensemble(
-            [export.model_dir_path(out_dir, r.point.hash) for r in best],
+            [run_file.model_dir_path(out_dir, r.point.hash) for r in best],
             target,
             data_root=base.data_root,
             cache_dir=base.cache_dir or None,
@@ -529,7 +538,7 @@ def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
     if STOPPED.is_set() or files.exists(files.join(sweep_dir, "STOP")):
         return dict(record, status="interrupted", error="not started: the sweep was interrupted")
     export.recover(args.out_dir)  # a killed attempt at this or another point
-    if export.completed_run(args.out_dir, record["hash"]) is not None:
+    if run_file.completed_run(args.out_dir, record["hash"]) is not None:
         record.update(status="skipped", error="")  # finished meanwhile (another sweep)
     else:
         export.remove_unfinished(args)

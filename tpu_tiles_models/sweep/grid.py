@@ -29,7 +29,7 @@ import random
 import re
 from typing import Any, Iterator, Mapping, Sequence
 
-from tpu_tiles_models import export, files
+from tpu_tiles_models import files, run_file
 from tpu_tiles_models.errors import FlagError, one_line
 from tpu_tiles_models.train_args import (
     ADDED_FLAGS,
@@ -389,7 +389,7 @@ def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
         where = " ".join(f"{k}={show(v)}" for k, v in values.items())
         raise FlagError(f"--grid point {where}: {e}") from None
     key = point_key(args)
-    results_csv = export.results_csv_path(files.expand(args.out_dir), key)
+    results_csv = run_file.results_csv_path(files.expand(args.out_dir), key)
     return Point(key, dict(values), args.replace(results_csv=results_csv))
 
 

@@ -18,7 +18,7 @@ import shlex
 import statistics
 from typing import Any, Sequence
 
-from tpu_tiles_models import export, files, formats
+from tpu_tiles_models import files, formats, run_file
 from tpu_tiles_models.sweep.grid import SEED_AXIS, Point, show
 
 FILES = ("csv", "md", "png")  # sweep.<ext> in --out_dir
@@ -58,7 +58,7 @@ def leaderboard_row(point: Point, info: dict | None, record: dict | None) -> Row
         status = "failed" if record and record["status"] == "failed" else "not run"
         return Row(point, status, (record or {}).get("error", ""), wall_s=wall)
     val = info.get("final_error", {}).get("val", {})
-    curve, extras = info.get("train_curve", {}), info.get(export.EXTRAS_KEY) or {}
+    curve, extras = info.get("train_curve", {}), info.get(run_file.EXTRAS_KEY) or {}
     epochs = len(curve.get("epoch", []))
     best = extras.get("best_epoch", epochs - 1)
     opas = curve.get("val_opa") or [None]
@@ -237,7 +237,7 @@ def _hparams(root: str, rows: Sequence[Row], axes: Sequence[str]) -> None:
     with tf.summary.create_file_writer(root, filename_suffix=HPARAMS_SUFFIX).as_default():
         hp.hparams_config(hparams=[hp.HParam(a, domain(a)) for a in axes], metrics=metrics)
     for r in ok:
-        run_dir = export.tensorboard_dir(root, r.point.hash)
+        run_dir = run_file.tensorboard_dir(root, r.point.hash)
         if files.glob(files.join(run_dir, f"*{HPARAMS_SUFFIX}")):
             continue
         values = {a: value(v) for a, v in r.point.values.items()}
