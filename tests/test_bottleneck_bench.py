@@ -1,4 +1,4 @@
-"""benchmarks/bottleneck.py's own logic on hand-made kernels (the benchmark runs by hand): the
+"""benchmarks/config_bottleneck.py's own logic on hand-made kernels (the benchmark runs by hand): the
 per-dimension features of a hand-worked kernel, its errors, the ridges, the table written from
 a results file and the one line for bad input."""
 
@@ -16,7 +16,7 @@ from tpu_tiles_models.synthetic.features import COL_ELEM_TYPE, COL_IS_ROOT, COL_
 
 @pytest.fixture(scope="module")
 def bottleneck():
-    return load_benchmark("bottleneck")
+    return load_benchmark("config_bottleneck")
 
 
 def hand_kernel() -> dict[str, np.ndarray]:

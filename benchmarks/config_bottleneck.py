@@ -29,8 +29,8 @@ under-fits (one set of weights for every kernel cannot express the order); an ow
 ridge far above the floor says the designs themselves cannot, even kernel by kernel; `perdim`
 against `raw` is what the representation buys; floor against 0 is what the noise costs.
 
-    python benchmarks/bottleneck.py --work /tmp/bottleneck          # data (reused), then scores
-    python benchmarks/bottleneck.py --tabulate                      # the table from the json
+    python benchmarks/config_bottleneck.py --work /tmp/bottleneck          # data (reused), then scores
+    python benchmarks/config_bottleneck.py --tabulate                      # the table from the json
 
 Writes `benchmarks/results/<name>.json` (one row per family, data seed and split) and
 `<name>.md` (mean +- std over data seeds; docs/choosing.md's block, through
@@ -451,7 +451,7 @@ def main(argv: list[str] | None = None) -> None:
         seeds = check(a)
         rows = measure(a, seeds)
         command = (
-            f"python benchmarks/bottleneck.py --work {Path(a.work).name} --families "
+            f"python benchmarks/config_bottleneck.py --work {Path(a.work).name} --families "
             f"{a.families} --seeds {a.seeds} --train {a.train} --valid {a.valid} --test "
             f"{a.test} --max_configs {a.max_configs}"
             + (f" --name {a.name}" if a.name != "bottleneck" else "")
