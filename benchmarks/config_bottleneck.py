@@ -29,8 +29,8 @@ under-fits (one set of weights for every kernel cannot express the order); an ow
 ridge far above the floor says the designs themselves cannot, even kernel by kernel; `perdim`
 against `raw` is what the representation buys; floor against 0 is what the noise costs.
 
-    python benchmarks/config_bottleneck.py --work /tmp/bottleneck          # data (reused), then scores
-    python benchmarks/config_bottleneck.py --tabulate                      # the table from the json
+    python benchmarks/config_bottleneck.py --work WORK     # data (reused), then scores
+    python benchmarks/config_bottleneck.py --tabulate      # the table from the json
 
 Writes `benchmarks/results/<name>.json` (one row per family, data seed and split) and
 `<name>.md` (mean +- std over data seeds; docs/choosing.md's block, through

@@ -1,4 +1,4 @@
-"""benchmarks/config_bottleneck.py's own logic on hand-made kernels (the benchmark runs by hand): the
+"""benchmarks/config_bottleneck.py's own logic on hand-made kernels (it runs by hand): the
 per-dimension features of a hand-worked kernel, its errors, the ridges, the table written from
 a results file and the one line for bad input."""
 
