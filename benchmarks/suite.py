@@ -60,14 +60,11 @@ from tpu_tiles_models.runs import TrainedRun
 RESULTS = Path(__file__).resolve().parent / "results"
 # Recipes: named sets of training flags on top of upstream's defaults. "upstream" is the
 # baseline every other recipe must beat on every family. The recipes whose options left the
-# package (`fastfirst`, `toplist`, and the head draws `head`, `headtop`, `headbest`,
+# package (`fastfirst`, `toplist`, `logmse`, and the head draws `head`, `headtop`, `headbest`,
 # `head1pc`) are gone; their results stay in benchmarks/results/ (docs/choosing.md), and
 # `--no_train` still tabulates their finished runs by name.
 RECIPES: dict[str, dict[str, object]] = {
     "upstream": {},
-    # Targets relative to the default: upstream's MSE on runtime / normaliser swapped for an
-    # MSE on its log, so a score difference reads as a log speed-up over config 0.
-    "logmse": {"losses": "ListMLELoss:1,LogMSE:0.1"},
     # LambdaLoss with NDCG weights on speedup gains: each mis-ordered pair weighted by what
     # swapping it would gain at the top of the list.
     "lambda": {"losses": "LambdaNDCG:1,MSE:0.02"},

@@ -5,6 +5,8 @@ import pytest
 import tensorflow as tf
 
 from tpu_tiles_models import losses, metrics
+from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models.train_args import TrainArgs
 
 
 def test_parse_losses_names_the_bad_item():
@@ -13,6 +15,18 @@ def test_parse_losses_names_the_bad_item():
         losses.parse_losses("Nope:1")
     with pytest.raises(ValueError, match="weight of 'MSE' must be a number"):
         losses.parse_losses("MSE:x")
+
+
+def test_a_removed_loss_is_refused_in_one_line_naming_its_results():
+    with pytest.raises(FlagError) as info:
+        losses.parse_losses("ListMLELoss:1,LogMSE:0.1")
+    assert str(info.value) == (
+        "--losses: LogMSE was removed (the benchmark suite rejected it: "
+        "benchmarks/results/suite_logmse.md); leave it out"
+    )
+    assert "LogMSE" not in losses.LOSSES
+    # A run file that records it still reads: only training resolves the names.
+    assert TrainArgs(losses="ListMLELoss:1,LogMSE:0.1").losses == "ListMLELoss:1,LogMSE:0.1"
 
 
 def test_combined_loss_is_the_normalised_weighted_sum():

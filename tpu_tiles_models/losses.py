@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from tpu_tiles_models import ranking
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.train_args import DEFAULT_LOSSES, loss_weights
+from tpu_tiles_models.train_args import DEFAULT_LOSSES, REMOVED_LOSSES, loss_weights, removed
 
 
 def _list_mle() -> tf.keras.losses.Loss:
@@ -44,22 +44,6 @@ class MaskedMSE(tf.keras.losses.Loss):
         y_true = tf.cast(y_true, y_pred.dtype)
         valid = _valid(y_true)
         squared = valid * tf.square(y_pred - y_true)
-        return tf.reduce_sum(squared, -1) / tf.maximum(tf.reduce_sum(valid, -1), 1.0)
-
-
-class LogMSE(tf.keras.losses.Loss):
-    """Mean squared error between scores and log runtimes, over the real configs of a list.
-
-    Upstream's MSE on runtime / normaliser is ruled by the slowest tiles (ratios reach
-    hundreds), where ranking does not matter; on the log scale a config 10% faster than the
-    default (the normaliser) counts as much as one 10% slower.
-    """
-
-    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        y_true = tf.cast(y_true, y_pred.dtype)
-        valid = _valid(y_true)
-        target = tf.math.log(tf.maximum(y_true, 1e-9))
-        squared = valid * tf.square(y_pred - target)
         return tf.reduce_sum(squared, -1) / tf.maximum(tf.reduce_sum(valid, -1), 1.0)
 
 
@@ -152,7 +136,6 @@ LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
     "ApproxNDCG": _approx_ndcg,
     "LambdaNDCG": _lambda_ndcg,
     "MSE": _mse,
-    "LogMSE": LogMSE,
 }
 
 
@@ -165,6 +148,8 @@ def parse_losses(spec: str) -> list[tuple[float, tf.keras.losses.Loss]]:
     """
     weighted = []
     for name, weight in loss_weights(spec):
+        if name in REMOVED_LOSSES:
+            raise removed(f"--losses: {name}", REMOVED_LOSSES[name])
         if name not in LOSSES:
             raise FlagError(
                 f"--losses: unknown loss {name!r} in {spec!r}; known: {', '.join(LOSSES)}"

@@ -43,6 +43,18 @@ REMOVED_FLAGS = {
     "head_configs": "benchmarks/results/suite_head.md",
     "head_share": "benchmarks/results/suite_head.md",
 }
+# Losses removed the same way: a run file whose `--losses` names one still reads (the name is
+# only resolved to a loss to train, `losses.parse_losses`), a new run that names one is refused.
+REMOVED_LOSSES = {"LogMSE": "benchmarks/results/suite_logmse.md"}
+
+
+def removed(what: str, results: str) -> FlagError:
+    """The one refusal of a removed flag or loss: what it was and the results file that says
+    why."""
+    return FlagError(
+        f"{what} was removed (the benchmark suite rejected it: {results}); leave it out"
+    )
+
 
 # numpy's and TensorFlow's seeds are unsigned 32-bit integers.
 MAX_SEED = 2**32 - 1
@@ -207,10 +219,7 @@ class TrainArgs:
         for arg in argv:
             name = arg.lstrip("-").partition("=")[0]
             if arg.startswith("-") and name in REMOVED_FLAGS:
-                raise FlagError(
-                    f"--{name} was removed (the benchmark suite rejected it: "
-                    f"{REMOVED_FLAGS[name]}); leave it out"
-                )
+                raise removed(f"--{name}", REMOVED_FLAGS[name])
         values = _define_flags(cls())
         try:
             rest = values([prog, *argv])
