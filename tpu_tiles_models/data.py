@@ -1,12 +1,11 @@
 """TpuGraphs tile:xla data pipeline: npz files -> validated arrays -> `tfgnn.GraphTensor`s.
 
-One npz file holds one kernel (file stem = tile id); `kernel_files` lists, reads and validates
-them. A split is read once, in parallel, into concatenated arrays plus per-kernel offsets
-(`Split`), cached under `--cache_dir` (in `cache`'s format); per-kernel GraphTensors are then
-built from cheap numpy slices, normalised as they are taken (so only the raw arrays are held).
+A split's npz files (one kernel each, read and validated by `kernel_files`) are read once, in
+parallel, into concatenated arrays plus per-kernel offsets (`Split`), cached under
+`--cache_dir`; GraphTensors are built from numpy slices, normalised as they are taken.
 
-The GraphTensor schema is exactly upstream's (`tpu_graphs/baselines/tiles/data.py`), so one
-model runs under both pipelines:
+The GraphTensor schema is upstream's (`tpu_graphs/baselines/tiles/data.py`), so one model runs
+under both pipelines (models cast upstream's uint8 opcodes and float64 runtimes):
 
 - node set `op`: `op` [n] int32 opcode, `feats` [n, stats.node_width] float32;
 - node set `config`: `feats` [c, stats.config_width] float32, `runtimes` [c] float32
@@ -15,14 +14,10 @@ model runs under both pipelines:
 - edge sets `feed` (op -> op; source = edge_index[:, 0], target = edge_index[:, 1]),
   `g_op` (g -> every op), `g_config` (g -> every config).
 
-Dtypes differ slightly from upstream (which passes uint8 opcodes and float64 runtimes and
-normalizers through unchanged); models cast their inputs, so both work.
-
-The preprocessing math is upstream's: node and config features drop the columns that are
-constant on train and min-max scale the rest with train's float32 min and max, computed as
-`(x - min) / (max - min)` in float32 (bit-identical to upstream's TF ops); `num_ops` is 1 + the
-largest opcode over all loaded splits. Unlike upstream, these statistics are a `FeatureStats`
-object saved with every model, so prediction reproduces them without the train split.
+Preprocessing is upstream's, bit for bit: features drop the columns constant on train and
+scale the rest by `(x - min) / (max - min)` in float32; `num_ops` is 1 + the largest opcode
+of all loaded splits. These `FeatureStats` are saved with every model, so prediction needs
+no train split.
 """
 
 from __future__ import annotations
@@ -34,7 +29,7 @@ import itertools
 import json
 import os
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
@@ -50,18 +45,11 @@ _CACHE_VERSION = 3
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
 
 
-# ---------------------------------------------------------------------------------------------
-# Split: one partition in memory
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclasses.dataclass
 class Split:
-    """One partition, raw (un-normalised) arrays of its K kernels concatenated.
-
-    Kernel i owns rows `node_offsets[i]:node_offsets[i + 1]` of `node_feat` / `node_opcode`,
-    and likewise for edges and configs. `edge_index` holds kernel-local node indices.
-    """
+    """One partition, raw arrays of its K kernels concatenated: kernel i owns rows
+    `node_offsets[i]:node_offsets[i + 1]` of `node_feat` / `node_opcode`, likewise for edges
+    and configs."""
 
     name: str
     tile_ids: list[str]
@@ -80,7 +68,6 @@ class Split:
         return len(self.tile_ids)
 
     def num_configs(self, i: int) -> int:
-        """Number of configs of kernel i."""
         return int(self.config_offsets[i + 1] - self.config_offsets[i])
 
     def config_counts(self) -> np.ndarray:
@@ -89,8 +76,6 @@ class Split:
 
 
 def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -> Split:
-    """Concatenates validated per-kernel arrays into one `Split`."""
-
     def cat(key: str, dtype: Any, width: int | None = None) -> np.ndarray:
         parts = [k[key].reshape(-1, width) if width else k[key] for k in kernels]
         if not parts:
@@ -119,16 +104,11 @@ def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -
     )
 
 
-_ARRAY_FIELDS = REQUIRED_KEYS + (
-    "node_offsets",
-    "edge_offsets",
-    "config_offsets",
-)
+_ARRAY_FIELDS = REQUIRED_KEYS + ("node_offsets", "edge_offsets", "config_offsets")
 
 
 def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -> str:
-    """Cache file name keyed by each file's absolute path (or URL), size and mtime, plus
-    options."""
+    """Keyed by each file's absolute path (or URL), size and mtime, and the options."""
     stamp = [[files.canonical(p), *files.size_and_mtime(p)] for p in paths]
     blob = json.dumps({"v": _CACHE_VERSION, "files": stamp, **key_extra}, sort_keys=True)
     digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
@@ -136,9 +116,8 @@ def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -
 
 
 def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
-    """Writes the split atomically (see `files.atomic_path`) in the `cache` format. The cache
-    only saves time: when its disk is full or cannot be written, a one-line warning says so
-    and loading goes on."""
+    """Writes the split atomically; the cache only saves time, so a disk that is full or
+    cannot be written gets a one-line warning."""
     arrays = {f: getattr(split, f) for f in _ARRAY_FIELDS}
     try:
         with files.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
@@ -167,17 +146,6 @@ def _warn_skipped(split: str, skipped: list[str]) -> None:
         warnings.warn(f"skipped {len(skipped)} bad file(s) in {split}: {shown}{more}", stacklevel=3)
 
 
-def _warn_single_config(split: str, paths: list[str]) -> None:
-    if split == "train" and paths:
-        shown = ", ".join(tile_id_of(p) for p in paths[:_SHOWN_NAMES])
-        more = f" and {len(paths) - _SHOWN_NAMES} more" if len(paths) > _SHOWN_NAMES else ""
-        warnings.warn(
-            f"train: left out {len(paths)} kernel(s) with a single config ({shown}{more}); "
-            "a ranking needs two",
-            stacklevel=3,
-        )
-
-
 def load_split(
     root: str | os.PathLike,
     split: str,
@@ -187,19 +155,14 @@ def load_split(
     toy_data: bool = False,
     skip_bad: bool = False,
     skip_hint: str = "",
-    workers: int | None = None,
     progress: bool = True,
 ) -> Split:
-    """Reads and validates `root/split/*.npz` into one `Split`.
+    """Reads and validates `root/split/*.npz` (local or `gs://`) into one `Split`.
 
     Kernels with fewer than `min_configs` configs are left out (like upstream). Bad files raise
-    `DataError`, or with `skip_bad` are left out with a warning giving their count and first
-    names. `skip_hint` is how the calling command could leave them out (`train with
-    --skip_bad`), added to the message of a bad train or valid file; '' for a command that
-    cannot, so that no message offers a flag the command rejects. With `cache_dir`, the result
-    is cached under a key made of every file's path, size and mtime and the options, so changed
-    files are re-read and unchanged ones are not. `root` and `cache_dir` may be remote
-    (`gs://...`).
+    `DataError`, or with `skip_bad` are left out with a warning. `skip_hint`: how the calling
+    command could leave them out (`train with --skip_bad`), added to a bad train or valid
+    file's message; '' where the command cannot. `cache_dir`: see `_cache_path`.
     """
     paths = split_files(root, split, toy_data=toy_data)
     cache = None
@@ -213,7 +176,7 @@ def load_split(
 
     results: list[dict[str, np.ndarray] | None] = [None] * len(paths)
     errors: dict[int, str] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+    with concurrent.futures.ThreadPoolExecutor() as pool:
         futures = {pool.submit(kernel_files.read_members, p): i for i, p in enumerate(paths)}
         done = concurrent.futures.as_completed(futures)
         if progress:
@@ -249,15 +212,17 @@ def load_split(
         )
     out = _concat(split, [paths[i] for i in kept], [results[i] for i in kept])
     _warn_skipped(split, skipped)
-    _warn_single_config(split, [paths[i] for i in loaded if len(results[i]["config_runtime"]) < 2])
+    single = [tile_id_of(paths[i]) for i in loaded if len(results[i]["config_runtime"]) < 2]
+    if split == "train" and single:
+        more = f" and {len(single) - _SHOWN_NAMES} more" if len(single) > _SHOWN_NAMES else ""
+        warnings.warn(
+            f"train: left out {len(single)} kernel(s) with a single config "
+            f"({', '.join(single[:_SHOWN_NAMES])}{more}); a ranking needs two",
+            stacklevel=2,
+        )
     if cache is not None:
         _save_cache(cache, out, skipped)
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Feature statistics
-# ---------------------------------------------------------------------------------------------
 
 
 def _scale(x: np.ndarray, keep: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -268,11 +233,8 @@ def _scale(x: np.ndarray, keep: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> n
 
 @dataclasses.dataclass
 class FeatureStats:
-    """Fitted preprocessing: kept columns, their train min/max, `num_ops`, and provenance.
-
-    JSON-serialisable and saved with every exported model, so prediction reproduces the
-    training-time features exactly without the train split.
-    """
+    """Fitted preprocessing: kept columns, their train min/max, `num_ops`, and provenance;
+    saved with every exported model."""
 
     node_keep: np.ndarray  # [140] bool: column not constant on train
     node_min: np.ndarray  # [node_width] float32
@@ -295,16 +257,10 @@ class FeatureStats:
             keep = lo != hi
             return keep, lo[keep].astype(np.float32), hi[keep].astype(np.float32)
 
-        node_keep, node_min, node_max = columns(train.node_feat)
-        config_keep, config_min, config_max = columns(train.config_feat)
         max_op = max(int(s.node_opcode.max()) for s in (train, *others) if len(s.node_opcode))
         return cls(
-            node_keep=node_keep,
-            node_min=node_min,
-            node_max=node_max,
-            config_keep=config_keep,
-            config_min=config_min,
-            config_max=config_max,
+            *columns(train.node_feat),
+            *columns(train.config_feat),
             num_ops=max_op + 1,
             train_files=[os.path.basename(f) for f in train.files],
             source=source,
@@ -327,11 +283,8 @@ class FeatureStats:
         return _scale(x, self.config_keep, self.config_min, self.config_max)
 
     def ops(self, opcodes: np.ndarray) -> np.ndarray:
-        """[n] opcodes as int32, those >= num_ops mapped to 0 (the 'unknown' opcode).
-
-        Only matters for statistics fitted on a subset (toy data) applied to the full set;
-        an out-of-range id would otherwise index past the model's embedding table.
-        """
+        """[n] opcodes as int32, those >= num_ops (statistics fitted on toy data) mapped to 0,
+        the 'unknown' opcode, not past the model's embedding table."""
         ops = np.asarray(opcodes, dtype=np.int32)
         return np.where(ops < self.num_ops, ops, 0).astype(np.int32)
 
@@ -339,10 +292,6 @@ class FeatureStats:
         """Whether `other` turns raw features into the same model inputs (provenance aside)."""
         a, b = self.to_json(), other.to_json()
         return all(a[k] == b[k] for k in a if k not in ("train_files", "source"))
-
-    def fingerprint(self) -> str:
-        """Hex digest of the JSON form: equal statistics, equal fingerprint."""
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON dict; float32 values survive the round trip exactly."""
@@ -391,7 +340,6 @@ class FeatureStats:
         return stats
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes JSON atomically (see `files.atomic_path`)."""
         with files.atomic_path(path) as tmp:
             tmp.write_text(json.dumps(self.to_json(), allow_nan=False), encoding="utf-8")
 
@@ -405,11 +353,6 @@ class FeatureStats:
             raise DataError(
                 f"{path}: cannot read feature statistics ({err}); re-export the model"
             ) from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Whole data set
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -438,12 +381,9 @@ def load_dataset(
     skip_hint: str = "",
     progress: bool = True,
 ) -> Dataset:
-    """Loads `splits` of `root`; fits `FeatureStats` on train unless `stats` is given.
-    `skip_bad` and `skip_hint`: as `load_split`'s.
-
-    `min_train_configs` filters train only. Upstream also drops valid/test kernels with fewer
-    than 2 configs; we keep them so every test kernel gets a prediction (real data has none).
-    """
+    """Loads `splits` of `root` (options as `load_split`'s); fits `FeatureStats` on train
+    unless `stats` is given. `min_train_configs` filters train only: unlike upstream, every
+    valid and test kernel is kept, so each gets a prediction."""
     unknown = [s for s in splits if s not in SPLITS]
     if unknown:
         raise DataError(f"unknown split(s) {unknown}; use some of {', '.join(SPLITS)}")
@@ -484,11 +424,6 @@ def _warn_unknown_ops(split: Split | None, stats: FeatureStats) -> None:
         )
 
 
-# ---------------------------------------------------------------------------------------------
-# GraphTensors
-# ---------------------------------------------------------------------------------------------
-
-
 def _pick_configs(
     c0: int,
     c1: int,
@@ -501,16 +436,11 @@ def _pick_configs(
     """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
     uniformly without replacement (all of them, shuffled, when the kernel has fewer).
 
-    `spread` (with -1): at most that many, evenly spaced in file order from the first, the
-    same every time (a fixed subset; no draw). `fill`: a kernel with fewer than `num_configs`
-    configs gets all of them, shuffled, then repeats drawn from them up to `num_configs` (see
-    `_FILLER`).
-
-    `default_first`: config 0 (the compiler's default) at position 0 of every draw, the rest
-    drawn from the other configs. Only for models that read position 0 as the default
-    (`default_first` of models.py): for the others, which score a config the same wherever it
-    stands, it would only change how often config 0 is drawn, so they keep upstream's draw
-    and their runs stay as they were.
+    `spread` (with -1): at most that many, evenly spaced in file order, no draw. `fill`: a
+    kernel with fewer than `num_configs` configs gets all of them, then repeats drawn from
+    them (`_FILLER`). `default_first`: config 0 at position 0, the rest drawn from the others;
+    only for models that read position 0 as the default (for the others it would only change
+    how often config 0 is drawn, so they keep upstream's draw).
     """
     if num_configs < 0:
         if spread is not None and c1 - c0 > spread:
@@ -543,16 +473,11 @@ def _components(
     default_first: bool = False,
     rows: Sequence[np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
-
-    Node, edge and config rows are concatenated; edge indices are shifted to index the
-    merged `op` node set, as `GraphTensor.merge_batch_to_components` would do. Features are
-    normalised here, on the rows taken (elementwise, so bit for bit what normalising the
-    whole split would give): no normalised copy of a split is ever held. With `pad`, every
-    kernel's configs are padded to the most any of them has by repeating its first one. With
-    `fill`, the repeats that fill up a short kernel (see `_pick_configs`) carry the runtime
-    `_FILLER`. `rows`: one array per kernel, the split's config indices to take in place of
-    the draw.
+    """Numpy pieces of `kernels` merged as components of one graph, as
+    `GraphTensor.merge_batch_to_components` would merge them, normalised on the rows taken
+    (no normalised copy of a split is held). `pad`: every kernel's configs padded to the most
+    any has by repeating its first. `fill`: the repeats of `_pick_configs` labelled `_FILLER`.
+    `rows`: per kernel, the split's config indices to take instead of a draw.
     """
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     if rows is None:
@@ -607,7 +532,7 @@ def _signature(stats: FeatureStats, batch: int | None) -> dict[str, tf.TensorSpe
 
 
 def _to_graph(pieces: dict[str, tf.Tensor]) -> tfgnn.GraphTensor:
-    """Merged components -> a scalar GraphTensor with upstream's schema (B components)."""
+    """Merged components -> a scalar GraphTensor with upstream's schema."""
     edges = pieces["edges"]
     num_components = tf.shape(pieces["tile_id"], out_type=tf.int32)[0]
 
@@ -661,11 +586,8 @@ def kernel_graph(
     num_configs: int = -1,
     rng: np.random.Generator | None = None,
 ) -> tfgnn.GraphTensor:
-    """Kernel i of `split` as a one-component GraphTensor, built eagerly.
-
-    Eager GraphTensor construction costs tens of ms in TF-GNN; iterate `graph_dataset` inside
-    a tf.function (as Keras does) for bulk work. See `graph_dataset` for `num_configs`.
-    """
+    """Kernel i of `split` as a one-component GraphTensor, built eagerly (tens of ms: use
+    `graph_dataset` for bulk work, whose `num_configs` this takes)."""
     if not 0 <= i < len(split):
         raise IndexError(f"kernel {i} out of range for {split.name} ({len(split)} kernels)")
     rng = rng if rng is not None else np.random.default_rng()
@@ -689,13 +611,10 @@ def _batches_dataset(
     fill: bool = False,
     default_first: bool = False,
 ) -> tf.data.Dataset:
-    """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
-
-    Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
-    plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
-    usable kernel from the i-th on (one worker's share in multi-worker training). `kernels`,
-    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`
-    and `default_first`: see `_components` and `_pick_configs`.
+    """GraphTensors of `batch_size` merged kernels (last partial batch dropped), assembled in
+    numpy: cheaper than tf.data batching and merging, same result. `shard=(i, n)`: every n-th
+    usable kernel from the i-th on. `kernels`: these indices instead of all with `min_configs`
+    configs.
     """
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
@@ -734,16 +653,13 @@ def graph_dataset(
     spread: int | None = None,
     cache: bool = False,
 ) -> tf.data.Dataset:
-    """One GraphTensor per kernel of `split` (upstream schema), normalised with `stats`.
+    """One GraphTensor per kernel of `split`, normalised with `stats`.
 
     `num_configs` = -1 keeps every config in file order (inference); k >= 0 samples k distinct
-    configs uniformly per kernel and pass. Kernels with fewer than `min_configs` configs are
-    left out. `shuffle` reorders kernels every pass. Passes are reproducible from `seed`
-    (pass p uses generator seed [seed, p]). `kernels`: only these kernel indices, in this
-    order (`min_configs` then does not apply). `spread` (with `num_configs` = -1): at most
-    that many configs per kernel, evenly spaced in file order, the same every pass.
-    `cache`: the first pass keeps its graphs in memory and later passes replay them (for a
-    small fixed set scored again and again; not with `num_configs` >= 0 or `shuffle`).
+    configs per kernel and pass. `shuffle` reorders kernels every pass; pass p draws with seed
+    `[seed, p]`. `kernels`: only these, in this order (`min_configs` then does not apply).
+    `spread`: see `_pick_configs`. `cache`: later passes replay the first one's graphs (a
+    small fixed set scored again and again; not with sampling or `shuffle`).
     """
     ds = _batches_dataset(
         split,
@@ -760,8 +676,8 @@ def graph_dataset(
 
 
 def _distinct_rows(feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions of the first row of each kind in `feats` `[n, d]`, ascending; for each row,
-    the index of its kind in them)."""
+    """(positions of the first row of each kind in `feats` `[n, d]`, ascending; each row's
+    kind's index in them)."""
     feats = np.ascontiguousarray(feats)
     # Each row's bytes as one item: equal rows are equal bytes (a row with -0.0 where another
     # has 0.0 counts as another kind: scored twice, same score).
@@ -777,15 +693,11 @@ def _distinct_rows(feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 class DistinctConfigs:
     """One kernel's configs to score and the distinct feature rows among them.
 
-    `picks`: the split's config indices taken (every config, or `spread`'s as
-    `graph_dataset` takes them), in file order; `rows`: those of `picks` whose feature row is
-    the first of its kind, in file order (config 0 first); `inverse`: for each pick, the
-    position in `rows` of its feature row: `config_feat[rows][inverse]` is
-    `config_feat[picks]`, bit for bit. A model that scores each config on its own (the
-    `independent_configs` of models.py) gives a pick the score of its row, so only `rows`
-    need scoring: the scores of `picks` are `scores[inverse]`. With `first_alone` (models
-    that read position 0 as the compiler's default, `default_first`), the first pick is a
-    row of its own, which no other pick shares.
+    `picks`: the split's config indices taken (all, or `spread`'s), in file order; `rows`:
+    those whose feature row is the first of its kind; `inverse`: each pick's position in
+    `rows`, so `config_feat[rows][inverse]` is `config_feat[picks]`. A model that scores each
+    config on its own (`independent_configs`) needs only `rows` scored: the picks' scores are
+    `scores[inverse]`. `first_alone` (`default_first` models): the first pick is its own row.
     """
 
     picks: np.ndarray
@@ -805,7 +717,7 @@ class DistinctConfigs:
         return cls(picks, rows, np.concatenate([np.zeros(skip, np.int64), inverse + skip]))
 
     def runtimes(self, split: Split) -> np.ndarray:
-        """`[len(picks)]` runtime / normalizer of the picks, as a kernel's graph holds them."""
+        """`[len(picks)]` runtime / normalizer, as a kernel's graph holds them."""
         return runtime_ratios(
             split.config_runtime[self.picks], split.config_runtime_normalizers[self.picks]
         )
@@ -815,37 +727,24 @@ def kernel_groups(
     split: Split,
     stats: FeatureStats,
     groups: Sequence[Sequence[int]],
+    rows: dict[int, np.ndarray],
     *,
-    spread: int | None = None,
     cache: bool = False,
-    rows: dict[int, np.ndarray] | None = None,
 ) -> tf.data.Dataset:
-    """One GraphTensor per group of kernel indices: the group's kernels as its components,
-    each with every config (at most `spread`, as `graph_dataset` takes them; with `rows`,
-    `rows[kernel]`, the split's config indices), padded to the group's most by repeating the
-    kernel's first config. For scoring several kernels in one model call; the padding's
-    scores are to be dropped. `cache`: as `graph_dataset`'s.
+    """One GraphTensor per group of kernel indices, its kernels as components, each with the
+    split's config indices `rows[kernel]` padded to the group's most by repeating the first
+    (scores of the padding are to be dropped). `cache`: as `graph_dataset`'s.
     """
-    groups = [list(g) for g in groups]
 
     def generate() -> Iterator[dict[str, Any]]:
-        rng = np.random.default_rng(0)  # unused: every config, no draw
+        rng = np.random.default_rng(0)  # unused: no draw
         for group in groups:
-            taken = None if rows is None else [rows[k] for k in group]
-            yield _components(split, stats, group, -1, rng, spread, pad=True, rows=taken)
+            yield _components(split, stats, group, -1, rng, pad=True, rows=[rows[k] for k in group])
 
     signature = _signature(stats, None)
     ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
     ds = ds.map(_to_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
     return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
-
-
-def _labels(batch_size: int, num_configs: int) -> Callable:
-    def attach(graph: tfgnn.GraphTensor) -> tuple[tfgnn.GraphTensor, tf.Tensor]:
-        runtimes = graph.node_sets["config"]["runtimes"]
-        return graph, tf.reshape(runtimes, [batch_size, num_configs])
-
-    return attach
 
 
 def training_batches(
@@ -860,19 +759,12 @@ def training_batches(
     fill: bool = False,
     default_first: bool = False,
 ) -> tf.data.Dataset:
-    """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
-
-    Equivalent to upstream's `graph_dataset(...).batch(B, drop_remainder=True)
-    .map(GraphTensor.merge_batch_to_components)` plus labels = the sampled configs' runtimes
-    (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out, or
-    with `fill` kept: all their configs, then repeats of them labelled `_FILLER` (-1), which
-    every loss leaves out. `shard=(i, n)`: only every n-th usable kernel from the i-th on.
-    `default_first`: config 0 at position 0 of every kernel's draw.
+    """(GraphTensor of `batch_size` merged kernels, labels `[batch_size, num_configs]`): upstream's
+    `graph_dataset(...).batch(B, drop_remainder=True).map(merge_batch_to_components)`, labelled
+    with the sampled configs' runtime / normalizer. Kernels with fewer than `num_configs`
+    configs are left out, or with `fill` padded with `_FILLER` repeats. `shard`,
+    `default_first`: see `_batches_dataset` and `_pick_configs`.
     """
-    if num_configs < 1 or batch_size < 1:
-        raise ValueError(
-            f"num_configs and batch_size must be >= 1 (got {num_configs}, {batch_size})"
-        )
     min_configs = 2 if fill else num_configs
     usable = int((split.config_counts() >= min_configs).sum())
     if usable < batch_size:
@@ -892,5 +784,10 @@ def training_batches(
         fill=fill,
         default_first=default_first,
     )
-    ds = ds.map(_labels(batch_size, num_configs))
+    ds = ds.map(
+        lambda graph: (
+            graph,
+            tf.reshape(graph.node_sets["config"]["runtimes"], [batch_size, num_configs]),
+        )
+    )
     return ds.prefetch(tf.data.AUTOTUNE)
