@@ -1,11 +1,8 @@
 """Scoring every config of every kernel of a split with a model, and ranking by the scores.
 
-The one scoring path: the trainer's validation and test predictions, `predict`, `evaluate`,
-the bundle check and ensembles all use it, so their rankings agree exactly. Lower score =
-predicted faster. A model call is traced once for all kernel sizes (`KernelScorer`), and for
-models whose configs are scored independently, small kernels share a call (`plan_groups`).
-The trainer's per-epoch validation scores a fixed `KernelSample` of the kernels. A model that
-scores any config NaN or infinite is refused here (`NonFiniteScores`), for every caller.
+The one scoring path (training, `predict`, `evaluate`, the bundle check, ensembles), so their
+rankings agree exactly; lower score = predicted faster. A model that scores any config NaN or
+infinite is refused here (`NonFiniteScores`), for every caller.
 """
 
 from __future__ import annotations
@@ -28,8 +25,7 @@ class NonFiniteScores(UserError, FloatingPointError):
     order, and config 0 is the compiler's default, so the ranking would pass for a fair one."""
 
 
-# What `score_split` suggests for a model that scores NaN: one whose weights or feature
-# statistics a run file holds (the trainer says its own).
+# What `score_split` suggests for a stored model that scores NaN (the trainer says its own).
 STORED_MODEL_FIX = (
     "its weights or its run file's feature statistics are not finite (a run whose loss "
     "diverged?); train it again"
@@ -39,11 +35,8 @@ STORED_MODEL_FIX = (
 def check_finite(
     scores: np.ndarray, tile_id: str, *, who: str, fix: str = STORED_MODEL_FIX
 ) -> None:
-    """Refuses one kernel's scores `[num_configs]` if any is NaN or infinite.
-
-    Raises:
-      NonFiniteScores: naming `who` (the model), the kernel, and `fix`.
-    """
+    """Refuses one kernel's scores `[num_configs]` if any is NaN or infinite (`NonFiniteScores`
+    naming `who`, the model, the kernel and `fix`)."""
     bad = ~np.isfinite(scores)
     if bad.any():
         raise NonFiniteScores(
@@ -61,40 +54,37 @@ class Scored:
     runtimes: np.ndarray
 
 
-# Kernels scored together in one model call (`score_split`): at most this many nodes x
-# (padded) configs per call, about one `forward` chunk of a big kernel, and at most this many
-# padded configs per real one.
+# Kernels scored together in one call: at most this many nodes x (padded) configs, about one
+# `forward` chunk of a big kernel, and at most this many padded configs per real one.
 GROUP_WORK = 1 << 18
 GROUP_PADDING = 1.25
 
 
 def own_scores(model: tf.keras.Model):
-    """The model's `forward` without its keep-default rule: our models' `config_scores` (their
-    fitted margin applied; the keep rule is applied once, by whoever ranks: `rule_of`),
-    upstream's `forward`."""
+    """The model's `forward` without its keep-default rule (which whoever ranks applies,
+    `rule_of`): our models' `config_scores` (margin applied), upstream's `forward`."""
     return getattr(model, "config_scores", None) or model.forward
 
 
 def rule_of(model: tf.keras.Model) -> bool | None:
-    """Whether `model`'s own ranking keeps config 0 in the top 5 (its gate, see models.py);
-    None for a model that carries no rule (upstream's, older runs of ours)."""
+    """Whether `model`'s own ranking keeps config 0 in the top 5; None for a model that carries
+    no rule (upstream's, older runs of ours)."""
     return getattr(model, "keeps_default", None)
 
 
 def carries_margin(model: tf.keras.Model) -> bool:
-    """Whether `model` carries config 0's margin (models.py's `default_margin` weight)."""
+    """Whether `model` carries config 0's margin (a `default_margin` weight)."""
     return getattr(model, "default_margin", None) is not None
 
 
 def carry_rule(model: tf.keras.Model, val: KeepDefault) -> KeepDefault:
-    """Puts validation's choices into `model`'s weights: config 0's margin (fitted on scores
-    with the model's margin so far, 0 after training) and the gate. Returns the record of
-    what the model carries: without a gate, config 0 is never kept (a grader ranks by
-    `forward` alone)."""
+    """Puts validation's choices, config 0's margin and the keep gate, into `model`'s weights;
+    returns the record of what it carries (without a gate config 0 is never kept: a grader
+    ranks by `forward` alone)."""
     if val.margin:  # only fitted for a model that carries one (`carries_margin`)
         model.set_default_margin(model.default_margin + val.margin)
-    if rule_of(model) is None:
-        return val.without_keep()
+    if rule_of(model) is None:  # not chosen; the rule's errors the margin's alone
+        return dataclasses.replace(val, chosen=False, rule=val.margin_errors or val.errors)
     model.set_keeps_default(val.chosen)
     return val
 
@@ -108,8 +98,8 @@ def _score_next(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
 
 
 def _score_group(model: tf.keras.Model, iterator: Iterator):
-    """Pulls one graph of B kernels padded to n configs each (`data.kernel_groups`); returns
-    (scores [B, n], tile ids [B], runtimes [B, n])."""
+    """Pulls one graph of B kernels padded to n configs each; returns (scores [B, n], tile ids
+    [B], runtimes [B, n])."""
     graph = next(iterator)
     scores = own_scores(model)(graph, graph.node_sets["config"].sizes[0])
     runtimes = tf.reshape(graph.node_sets["config"]["runtimes"], tf.shape(scores))
@@ -117,17 +107,13 @@ def _score_group(model: tf.keras.Model, iterator: Iterator):
 
 
 class KernelScorer:
-    """A model's traced scoring functions, made once and reused across `score_split` calls.
+    """A built model's traced scoring functions, reused across `score_split` calls.
 
-    Calling it scores the next kernel of an iterator: `(scores [n], tile_id, runtimes [n])`.
-    The graph is pulled inside one traced function: a GraphTensor built in Python and passed
-    in costs more than scoring it. Our models take the config count as a tensor, so one
-    trace serves every kernel size; upstream's need a Python int (they `tf.stack` n copies)
-    and fail to trace, so for them we fall back to eager calls, as upstream runs them.
-
-    `grouped` (models whose `independent_configs` says padding is harmless): `group` scores
-    several small kernels in one call, which saves the fixed cost of a call per kernel.
-    The model must be built (one eager `forward`) first.
+    Calling it scores the next kernel of an iterator, pulled inside the traced function (a
+    GraphTensor passed in costs more than scoring it): `(scores [n], tile_id, runtimes [n])`.
+    One trace serves every kernel size; upstream's models need a Python int config count and
+    fail to trace, so they run eagerly, as upstream runs them. `grouped` (models whose
+    `independent_configs` says padding is harmless): `group` scores several kernels per call.
     """
 
     def __init__(self, model: tf.keras.Model):
@@ -136,7 +122,7 @@ class KernelScorer:
         self._one = tf.function(lambda it: _score_next(model, it, dynamic=True))
         self._group = tf.function(lambda it: _score_group(model, it))
         self._eager = False
-        # `score_split(..., reuse=True)`'s prepared passes: key -> (split, dataset).
+        # `score_split(reuse=True)`'s prepared passes: key -> (split, dataset).
         self._kept: dict[tuple, tuple[data.Split, tf.data.Dataset]] = {}
 
     def __call__(self, iterator: Iterator) -> tuple:
@@ -148,7 +134,6 @@ class KernelScorer:
         return _score_next(self.model, iterator, dynamic=False)
 
     def group(self, iterator: Iterator) -> tuple:
-        """`(scores [B, n], tile ids [B], runtimes [B, n])` of the next group's kernels."""
         return self._group(iterator)
 
     def dataset(self, split: data.Split, key: tuple, make, reuse: bool) -> tf.data.Dataset:
@@ -169,8 +154,8 @@ def kernel_scorer(model: tf.keras.Model) -> KernelScorer:
 
 
 def plan_groups(order: Sequence[int], configs: np.ndarray, nodes: np.ndarray) -> list[list[int]]:
-    """Kernels of `order` in groups to score together: similar config counts (`configs`, one per
-    kernel of `order`), within `GROUP_WORK` and `GROUP_PADDING`; a big kernel alone."""
+    """Kernels of `order` in groups of similar config counts (`configs`, one per kernel) within
+    `GROUP_WORK` and `GROUP_PADDING`; a big kernel alone."""
     plan: list[list[int]] = []
     group: list[int] = []
     node_sum = real = 0
@@ -202,29 +187,13 @@ def score_split(
     who: str = "the model",
     fix: str = STORED_MODEL_FIX,
 ) -> list[Scored]:
-    """Scores all configs of every kernel (or of `kernels`) of `split`; refuses a model that
-    scores any config NaN or infinite.
+    """One `Scored` per kernel of `split` (or of `kernels`, in their order), by the model's own
+    scores (`own_scores`), refused by `check_finite` (`who`, `fix`) if any is not finite.
 
-    Args:
-      model: a built model with upstream's `forward(graph, n)`; scored without its ranking
-        rule (`own_scores`), which the caller applies (`rule_of`).
-      split, stats: the kernels and the feature statistics the model was trained with.
-      kernels: the indices of the kernels to score, in that order; default all.
-      max_configs: score at most this many configs of a kernel, evenly spread in file order
-        (the same ones every time; `Scored` then holds theirs); default all.
-      scorer: the `kernel_scorer` of an earlier call, to skip tracing it again.
-      progress, desc: the progress bar.
-      reuse: keep the kernels' prepared graphs in `scorer`, and use those kept by an earlier
-        call with the same split, kernels and `max_configs` (the trainer's sample, scored
-        every epoch; a full pass would hold a second copy of the split).
-      who, fix: the model (its directory) and what to do, for the message of non-finite
-        scores.
-
-    Returns:
-      One `Scored` per kernel, in split order (or the order of `kernels`).
-
-    Raises:
-      NonFiniteScores: at the first kernel with a NaN or infinite score, naming it.
+    `max_configs`: at most this many configs of a kernel, evenly spread in file order.
+    `scorer`: an earlier call's, to skip tracing again. `reuse`: keep the prepared graphs in
+    `scorer` for the next call with the same split, kernels and `max_configs` (the trainer's
+    sample, scored every epoch; not a full pass, which would hold a second copy of the split).
     """
     scorer = scorer or kernel_scorer(model)
     if scorer.grouped:
@@ -263,8 +232,7 @@ def _score_groups(
 ) -> list[Scored]:
     """`score_split` with several kernels per model call (`plan_groups`)."""
     order = list(range(len(split))) if kernels is None else [int(k) for k in kernels]
-    # Each distinct config row is scored once and its score copied to the configs that
-    # repeat it (the real collection has such repeats): the same scores, less work.
+    # Each distinct config row is scored once (the real collection repeats rows).
     first_alone = bool(getattr(scorer.model, "default_first", False))
     distinct = {
         k: data.DistinctConfigs.of(split, k, max_configs, first_alone=first_alone) for k in order
@@ -297,11 +265,8 @@ def _score_groups(
 
 @dataclass(frozen=True)
 class KernelSample:
-    """Kernels of a split to score, each one's weight in the mean over the split, and at most
-    how many configs of each (evenly spread in file order, see `score_split`).
-
-    `indices=None`: every kernel, equal weights; `max_configs=None`: every config.
-    """
+    """Kernels of a split to score (None: all, equal weights), each one's weight in the mean
+    over the split, and at most how many configs of each (None: all; see `score_split`)."""
 
     indices: tuple[int, ...] | None
     weights: tuple[float, ...] | None = None
@@ -318,20 +283,15 @@ ALL_KERNELS = KernelSample(None)
 def stratified_sample(
     split: data.Split, fraction: float, *, seed: int, max_configs: int | None = None
 ) -> KernelSample:
-    """A fixed sample of about `fraction` of `split`'s kernels, stratified by program and size,
-    and of each at most `max_configs` configs (None: all).
+    """A fixed sample of about `fraction` of `split`'s kernels, and of each at most
+    `max_configs` configs (None, or a cap no kernel reaches: all).
 
-    The strata are the kernels of one program with 2-9, 10-99, 100-999 or 1000+ configs
-    (a Kaggle score is a mean over kernels, and small and large kernels are ranked with
-    different success). Each stratum gives `round(fraction * size)` kernels, at least one,
-    drawn with `seed`; each kernel drawn weighs `size / drawn`, so the weighted mean of a
-    per-kernel figure estimates its mean over the whole split without bias. A big kernel
-    costs as much to score as hundreds of small ones, and the sample keeps their proportion,
-    so its cost is about `fraction` of a full pass. `fraction >= 1` (or strata too small to
-    sample): every kernel. A cap no kernel reaches is no cap (`max_configs=None`).
+    Strata: one program's kernels with 2-9, 10-99, 100-999 or 1000+ configs (small and large
+    kernels are ranked with different success). Each gives `round(fraction * size)` kernels,
+    at least one, drawn with `seed`, each weighing `size / drawn`: the weighted mean of a
+    per-kernel figure estimates the whole split's without bias, at about `fraction` of a full
+    pass's cost. `fraction >= 1` (or strata too small to sample): every kernel.
     """
-    if fraction <= 0:
-        raise ValueError(f"fraction must be positive, got {fraction}")
     counts = split.config_counts()
     if max_configs is not None and (len(counts) == 0 or counts.max() <= max_configs):
         max_configs = None
@@ -362,27 +322,22 @@ def ranking(scores: np.ndarray, keep_default: bool = False) -> np.ndarray:
 def errors(
     scored: Iterable[Scored], weights: Sequence[float] | None = None, *, keep_default: bool = False
 ) -> dict[int, float]:
-    """Mean top-1/5/10 errors (upstream's formula) of scored kernels with runtimes; with
-    `keep_default`, of the rankings with config 0 kept among the 5 first.
-
-    `weights`: one per kernel for a weighted mean (`KernelSample.weights`).
-    """
+    """Mean top-1/5/10 errors (weighted by `weights`, one per kernel) of scored kernels; with
+    `keep_default`, of the rankings with config 0 kept among the 5 first."""
     pairs = ((s.runtimes, ranking(s.scores, keep_default)) for s in scored)
     return metrics.top_k_errors(pairs, weights=weights)
 
 
 @dataclass(frozen=True)
 class KeepDefault:
-    """The ranking rule a validation split chooses, and the figures (stored in the run file,
-    `to_json`).
+    """The ranking rule a validation split chooses, and its figures (as the run file stores
+    them, `to_json`).
 
-    `margin`: config 0's margin (`margin.choose`; 0.0 where it does not pay or the model
-    cannot carry one), `margin_errors` the cross-fitted top-k errors of ranking with it.
-    `chosen`: whether keeping config 0 in the top 5 lowers the top-5 error once the margin is
-    applied (and, once final, only when the model carries the gate: `carry_rule`). `errors`
-    are the model's own top-k errors, `kept` those with the margin and config 0 kept in the
-    top 5; `rule` those of the whole rule the run ranks by (the margin cross-fitted, then the
-    keep rule where chosen).
+    `margin`: config 0's (`margin.choose`; 0.0 where it does not pay or cannot be carried),
+    `margin_errors` the cross-fitted top-k errors with it. `chosen`: whether keeping config 0
+    in the top 5 then lowers the top-5 error (and the model carries the gate: `carry_rule`).
+    `errors`: the model's own; `kept`: with the margin and config 0 kept; `rule`: the whole
+    rule's (the margin cross-fitted, then the keep rule where chosen).
     """
 
     chosen: bool
@@ -400,8 +355,8 @@ class KeepDefault:
         *,
         fit_margin: bool = False,
     ) -> KeepDefault:
-        """Every way on `scored` (weighted means with `weights`, see `errors`); with
-        `fit_margin`, config 0's margin is fitted too (`margin.choose`)."""
+        """Every way on `scored` (weighted by `weights`); with `fit_margin`, config 0's margin
+        is fitted too."""
         plain = errors(scored, weights)
         pairs = [(s.runtimes, s.scores) for s in scored]
         fitted = (
@@ -423,11 +378,6 @@ class KeepDefault:
                 weights=weights,
             )
         return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule)
-
-    def without_keep(self) -> KeepDefault:
-        """This record for a model that cannot carry the keep rule: not chosen, and the rule's
-        errors the margin's alone."""
-        return dataclasses.replace(self, chosen=False, rule=self.margin_errors or self.errors)
 
     def to_json(self) -> dict:
         out = {
@@ -470,9 +420,8 @@ def prediction_rows(
 
 @dataclass
 class FinalScores:
-    """A finished model's final figures, as its run file stores them: its validation errors
-    and whether to keep config 0 in the top 5 (`val`), and the test split's errors (`metrics`
-    mode) or upstream's top-`kaggle.UPSTREAM_TOP` ranking per kernel (`predictions` mode)."""
+    """A finished model's validation record, and the test split's errors (`metrics` mode) or
+    upstream's top-`kaggle.UPSTREAM_TOP` ranking per kernel (`predictions` mode)."""
 
     val: KeepDefault
     test_errors: dict[int, float] | None = None
@@ -488,10 +437,9 @@ def final_scores(
     val: KeepDefault | None = None,
     progress: bool = True,
 ) -> FinalScores:
-    """The final validation (every config of every validation kernel; not again when `val`,
-    the best epoch's, is given) and the test split's errors or ranking. Validation's choices,
-    config 0's margin and keeping config 0 in the top 5, go into the model's weights, and the
-    test ranking follows the model's rule. No test split: no test figures."""
+    """The final validation on all of valid (unless `val`, the best epoch's, is given), carried
+    into the model's weights (`carry_rule`), then the test split's errors or ranking by the
+    model's rule (none without a test split)."""
     if val is None:
         val = KeepDefault.measure(
             score_split(
