@@ -195,7 +195,7 @@ def rankers(root: Path, ridge: np.ndarray) -> dict[str, dict[str, float]]:
     ratios = kernel_ratios(valid)
     scores = [config_design(cfg) @ ridge for cfg in kernel_configs(valid)]
     return {
-        "random": _errors(metrics.random_top_k_errors(ratios, draws=DRAWS)),
+        "random": _errors(metrics.baseline_top_k_errors(ratios, draws=DRAWS)),
         "default": default_errors(ratios),
         "config-only ridge": _errors(metrics.top_k_errors(zip(ratios, scores))),
     }
@@ -229,7 +229,7 @@ def fixture_rankers(kernels: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, A
         "kernels": len(kernels),
         "scored": len(scored),
         "configs": [len(r) for r in ratios],
-        "random": _errors(metrics.random_top_k_errors(ratios, draws=DRAWS)),
+        "random": _errors(metrics.baseline_top_k_errors(ratios, draws=DRAWS)),
         "default": default_errors(ratios),
         "ridge, other fixture kernels": _errors(metrics.top_k_errors(loo)),
     }
