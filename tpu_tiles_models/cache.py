@@ -1,16 +1,10 @@
 """The data cache's file format: named numpy arrays, compressed, in one file.
 
-A cache file is a zip archive of stored (not deflated) members: `meta.json`, with each array's
-dtype, shape and frame count beside the caller's own metadata, and each array's rows in
-frames of about `FRAME_BYTES`. A frame is byte-shuffled (the first byte of every item, then
-every second byte, ...: the high bytes of floats and integers repeat, and zstd finds them)
-and zstd-compressed at a fast level. On the fusion `--scale full` train split this is 18 MiB
-for 216 MiB of arrays, smaller than upstream's `np.savez_compressed` (21 MiB), written and read
-in a fraction of a second. Frames are compressed and decompressed in threads (zstd releases
-the GIL), and decompressed straight into the arrays they belong to, so reading needs little
-memory beyond the arrays themselves.
-
-numpy and zstandard only, no TensorFlow. `data` owns what is cached; this module only how.
+A zip archive of stored members: `meta.json` (each array's dtype, shape and frame count, and
+the caller's metadata) and each array's rows in frames of about `FRAME_BYTES`, byte-shuffled
+(the high bytes of numbers repeat, and zstd finds them) and zstd-compressed in threads, read
+straight into their arrays. The fusion `--scale full` train split: 18 MiB for 216 MiB of
+arrays (`np.savez_compressed`: 21 MiB), in a fraction of a second. `data` owns what is cached.
 """
 
 from __future__ import annotations
