@@ -31,6 +31,16 @@ def _valid(labels: tf.Tensor) -> tf.Tensor:
     return labels >= 0
 
 
+def _both(valid: tf.Tensor) -> tf.Tensor:
+    """`[batch, list_size, list_size]`: True for the pairs of two real entries."""
+    return tf.logical_and(valid[:, :, None], valid[:, None, :])
+
+
+def _ordered(labels: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+    """`[batch, list_size, list_size]`: True for the real pairs with label_i > label_j."""
+    return tf.logical_and(labels[:, :, None] > labels[:, None, :], _both(valid))
+
+
 def _descending_order(
     keys: tf.Tensor, valid: tf.Tensor, *, shuffle_ties: bool, seed: int | None = None
 ) -> tf.Tensor:
@@ -133,11 +143,8 @@ class _PairwiseLoss(_RankingLoss):
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         labels, scores = self._inputs(y_true, y_pred)
         valid = _valid(labels)
-        ordered = tf.logical_and(
-            labels[:, :, None] > labels[:, None, :],
-            tf.logical_and(valid[:, :, None], valid[:, None, :]),
-        )
-        weights = tf.cast(ordered, scores.dtype) * self._pair_weights(labels, scores, valid)
+        ordered = tf.cast(_ordered(labels, valid), scores.dtype)
+        weights = ordered * self._pair_weights(labels, scores, valid)
         losses = self._pair_loss(scores[:, :, None] - scores[:, None, :])
         return tf.reduce_sum(tf.stop_gradient(weights) * losses, axis=-1)
 
@@ -171,7 +178,7 @@ def ndcg_lambda_weights(labels: tf.Tensor, scores: tf.Tensor, valid: tf.Tensor) 
     apart = distance > 0
     safe = tf.where(apart, distance, tf.ones_like(distance))
     discount = tf.where(apart, tf.abs(_discount(safe) - _discount(safe + 1.0)), 0.0)
-    both_real = tf.cast(tf.logical_and(valid[:, :, None], valid[:, None, :]), labels.dtype)
+    both_real = tf.cast(_both(valid), labels.dtype)
     size = tf.cast(tf.shape(labels)[1], labels.dtype)
     return tf.abs(gains[:, :, None] - gains[:, None, :]) * both_real * discount * size
 
@@ -211,7 +218,7 @@ class ApproxNDCG(_RankingLoss):
         labels, scores = self._inputs(y_true, y_pred)
         valid = _valid(labels)
         labels = tf.where(valid, labels, tf.zeros_like(labels))
-        both_real = tf.cast(tf.logical_and(valid[:, :, None], valid[:, None, :]), scores.dtype)
+        both_real = tf.cast(_both(valid), scores.dtype)
         # sigmoid(s_j - s_i) summed over j, the item itself included (it adds 1/2).
         beaten_by = tf.sigmoid(scores[:, None, :] - scores[:, :, None]) * both_real
         ranks = 0.5 + tf.reduce_sum(beaten_by, axis=-1)
@@ -239,11 +246,7 @@ class OrderedPairAccuracy(tf.keras.metrics.Metric):
         if sample_weight is not None:
             weights *= tf.cast(sample_weight, self.dtype)
         valid = tf.logical_and(_valid(labels), weights > 0)
-        ordered = tf.logical_and(
-            labels[:, :, None] > labels[:, None, :],
-            tf.logical_and(valid[:, :, None], valid[:, None, :]),
-        )
-        pair_weights = tf.cast(ordered, self.dtype) * weights[:, :, None]
+        pair_weights = tf.cast(_ordered(labels, valid), self.dtype) * weights[:, :, None]
         right = tf.cast(scores[:, :, None] > scores[:, None, :], self.dtype)
         return tf.group(
             self.correct.assign_add(tf.reduce_sum(pair_weights * right)),
@@ -252,7 +255,3 @@ class OrderedPairAccuracy(tf.keras.metrics.Metric):
 
     def result(self) -> tf.Tensor:
         return tf.math.divide_no_nan(self.correct, self.pairs)
-
-    def reset_state(self) -> None:
-        self.correct.assign(0.0)
-        self.pairs.assign(0.0)
