@@ -530,47 +530,32 @@ def _signature(stats: FeatureStats, batch: int | None) -> dict[str, tf.TensorSpe
 
 def _to_graph(pieces: dict[str, tf.Tensor]) -> tfgnn.GraphTensor:
     """Merged components -> a scalar GraphTensor with upstream's schema."""
-    edges = pieces["edges"]
-    num_components = tf.shape(pieces["tile_id"], out_type=tf.int32)[0]
+    p = pieces
+    num_components = tf.shape(p["tile_id"], out_type=tf.int32)[0]
+
+    def edges(sizes: tf.Tensor, source: tuple, target: tuple) -> tfgnn.EdgeSet:
+        adjacency = tfgnn.Adjacency.from_indices(source=source, target=target)
+        return tfgnn.EdgeSet.from_fields(sizes=sizes, adjacency=adjacency)
 
     def star(sizes: tf.Tensor, target: str) -> tfgnn.EdgeSet:
         # Component j's g node (index j) points at every node of that component.
-        return tfgnn.EdgeSet.from_fields(
-            sizes=sizes,
-            adjacency=tfgnn.Adjacency.from_indices(
-                source=("g", tf.repeat(tf.range(num_components), sizes)),
-                target=(target, tf.range(tf.reduce_sum(sizes), dtype=tf.int32)),
-            ),
-        )
+        g = tf.repeat(tf.range(num_components), sizes)
+        return edges(sizes, ("g", g), (target, tf.range(tf.reduce_sum(sizes), dtype=tf.int32)))
 
+    def nodes(sizes: tf.Tensor, **features: tf.Tensor) -> tfgnn.NodeSet:
+        return tfgnn.NodeSet.from_fields(sizes=sizes, features=features)
+
+    config = dict(feats=p["config_feats"], runtimes=p["runtimes"], normalizers=p["normalizers"])
     return tfgnn.GraphTensor.from_pieces(
         node_sets={
-            "op": tfgnn.NodeSet.from_fields(
-                sizes=pieces["node_sizes"],
-                features={"op": pieces["op"], "feats": pieces["node_feats"]},
-            ),
-            "config": tfgnn.NodeSet.from_fields(
-                sizes=pieces["config_sizes"],
-                features={
-                    "feats": pieces["config_feats"],
-                    "runtimes": pieces["runtimes"],
-                    "normalizers": pieces["normalizers"],
-                },
-            ),
-            "g": tfgnn.NodeSet.from_fields(
-                sizes=tf.ones_like(pieces["node_sizes"]),
-                features={"tile_id": pieces["tile_id"]},
-            ),
+            "op": nodes(p["node_sizes"], op=p["op"], feats=p["node_feats"]),
+            "config": nodes(p["config_sizes"], **config),
+            "g": nodes(tf.ones_like(p["node_sizes"]), tile_id=p["tile_id"]),
         },
         edge_sets={
-            "feed": tfgnn.EdgeSet.from_fields(
-                sizes=pieces["edge_sizes"],
-                adjacency=tfgnn.Adjacency.from_indices(
-                    source=("op", edges[:, 0]), target=("op", edges[:, 1])
-                ),
-            ),
-            "g_op": star(pieces["node_sizes"], "op"),
-            "g_config": star(pieces["config_sizes"], "config"),
+            "feed": edges(p["edge_sizes"], ("op", p["edges"][:, 0]), ("op", p["edges"][:, 1])),
+            "g_op": star(p["node_sizes"], "op"),
+            "g_config": star(p["config_sizes"], "config"),
         },
     )
 

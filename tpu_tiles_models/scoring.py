@@ -120,7 +120,8 @@ class KernelScorer:
         self.model = model
         self.grouped = bool(getattr(model, "independent_configs", False))
         self._one = tf.function(lambda it: _score_next(model, it, dynamic=True))
-        self._group = tf.function(lambda it: _score_group(model, it))
+        # `(scores [B, n], tile ids [B], runtimes [B, n])` of the next group's kernels.
+        self.group = tf.function(lambda it: _score_group(model, it))
         self._eager = False
         # `score_split(reuse=True)`'s prepared passes: key -> (split, dataset).
         self._kept: dict[tuple, tuple[data.Split, tf.data.Dataset]] = {}
@@ -132,9 +133,6 @@ class KernelScorer:
             except (TypeError, ValueError, NotImplementedError):
                 self._eager = True  # a tracing failure: nothing was pulled from the iterator
         return _score_next(self.model, iterator, dynamic=False)
-
-    def group(self, iterator: Iterator) -> tuple:
-        return self._group(iterator)
 
     def dataset(self, split: data.Split, key: tuple, make, reuse: bool) -> tf.data.Dataset:
         """`make(cache)`'s dataset; with `reuse`, the one made for the same `split` and `key`
@@ -218,13 +216,8 @@ def score_split(
         scored.append(Scored(tile_id.numpy().decode(), scores.numpy(), runtimes.numpy()))
         check_finite(scored[-1].scores, scored[-1].tile_id, who=who, fix=fix)
         interrupts.check()
-    _to_the_end(iterator)
+    next(iterator, None)  # a kept (`reuse`) pass is complete only once its end is read
     return scored
-
-
-def _to_the_end(iterator: Iterator) -> None:
-    """Reads past the last graph: a kept (`reuse`) pass is complete only once its end is read."""
-    next(iterator, None)
 
 
 def _score_groups(
@@ -259,7 +252,7 @@ def _score_groups(
                 results[k] = Scored(tile_ids[j].decode(), kernel_scores, d.runtimes(split))
             bar.update(len(group))
             interrupts.check()
-    _to_the_end(iterator)
+    next(iterator, None)  # as in `score_split`
     return [results[k] for k in order]
 
 

@@ -82,10 +82,6 @@ def _flag(default: Any, help: str, choices: Sequence[str] = ()) -> Any:
     return dataclasses.field(default=default, metadata=metadata)
 
 
-def _default(f: dataclasses.Field) -> Any:
-    return f.default_factory() if f.default is dataclasses.MISSING else f.default
-
-
 @dataclasses.dataclass(frozen=True)
 class TrainArgs:
     """Every option of one training run, by flag name: upstream's first, with its defaults;
@@ -344,9 +340,10 @@ def args_hash(upstream_args: Mapping[str, Any], identity: Mapping[str, Any] | No
 def help_text(prog: str = "tpu-tiles train") -> str:
     """`--help` output: every flag with its default and meaning, upstream's first."""
     lines = [f"usage: {prog} [--flag=value ...]  (absl syntax; booleans: --flag / --noflag)", ""]
+    defaults = TrainArgs()
     for f in dataclasses.fields(TrainArgs):
         choices = f" {{{','.join(f.metadata['choices'])}}}" if f.metadata["choices"] else ""
-        lines.append(f"  --{f.name}{choices}  (default: {_default(f)!r})")
+        lines.append(f"  --{f.name}{choices}  (default: {getattr(defaults, f.name)!r})")
         lines.append(f"      {f.metadata['help']}")
     lines += [
         "  --seeds=0,1,2  (tpu-tiles train only; default: none, one run of --seed)",
