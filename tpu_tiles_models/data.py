@@ -295,30 +295,21 @@ class FeatureStats:
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON dict; float32 values survive the round trip exactly."""
+        fields = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(self).items()}
         return {
             "format": "tpu_tiles_models.FeatureStats/1",
-            "node_keep": [bool(v) for v in self.node_keep],
-            "node_min": [float(v) for v in self.node_min],
-            "node_max": [float(v) for v in self.node_max],
-            "config_keep": [bool(v) for v in self.config_keep],
-            "config_min": [float(v) for v in self.config_min],
-            "config_max": [float(v) for v in self.config_max],
+            **fields,
             "num_ops": int(self.num_ops),
             "train_files": list(self.train_files),
-            "source": self.source,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FeatureStats:
         """Inverse of `to_json`; inconsistent input raises `DataError`."""
+        arrays = [f.name for f in dataclasses.fields(cls) if f.type == "np.ndarray"]
         try:
             stats = cls(
-                node_keep=np.array(d["node_keep"], dtype=bool),
-                node_min=np.array(d["node_min"], dtype=np.float32),
-                node_max=np.array(d["node_max"], dtype=np.float32),
-                config_keep=np.array(d["config_keep"], dtype=bool),
-                config_min=np.array(d["config_min"], dtype=np.float32),
-                config_max=np.array(d["config_max"], dtype=np.float32),
+                **{k: np.array(d[k], bool if k.endswith("_keep") else np.float32) for k in arrays},
                 num_ops=int(d["num_ops"]),
                 train_files=[str(f) for f in d.get("train_files", [])],
                 source=str(d.get("source", "")),

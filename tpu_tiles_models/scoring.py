@@ -356,20 +356,18 @@ class KeepDefault:
             margin.choose(pairs, weights) if fit_margin else margin.Margin.none(plain, len(pairs))
         )
         shifted = [
-            dataclasses.replace(s, scores=margin.with_margin(s.scores, fitted.margin))
+            Scored(s.tile_id, margin.with_margin(s.scores, fitted.margin), s.runtimes)
             for s in scored
         ]
         own, kept = errors(shifted, weights), errors(shifted, weights, keep_default=True)
         chosen = kept[5] < own[5]
         rule = fitted.errors
         if chosen:  # the margin's cross-fitted ranking, then config 0 kept in the top 5
-            rule = metrics.top_k_errors(
-                [
-                    (r, metrics.keep_default(margin.with_margin(sc, m)))
-                    for (r, sc), m in zip(pairs, fitted.folds)
-                ],
-                weights=weights,
-            )
+            folds = zip(pairs, fitted.folds)
+            kept_ranks = [
+                (r, metrics.keep_default(margin.with_margin(s, m))) for (r, s), m in folds
+            ]
+            rule = metrics.top_k_errors(kept_ranks, weights=weights)
         return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule)
 
     def to_json(self) -> dict:
@@ -386,28 +384,24 @@ class KeepDefault:
         return out
 
 
+def _top(scores: np.ndarray, k: int, keep_default: bool) -> list[int]:
+    """The k lowest-score indices (with `keep_default`, config 0 kept among the 5 first)."""
+    return np.argsort(ranking(scores, keep_default), kind="stable")[:k].tolist()
+
+
 def upstream_top(scores: np.ndarray, k: int, *, keep_default: bool = False) -> list[int]:
-    """Upstream's ranking: the k lowest-score indices, zero-padded when fewer than k (with
-    `keep_default`, config 0 kept among the 5 first)."""
-    order = np.argsort(ranking(scores, keep_default), kind="stable")[:k].tolist()
+    """Upstream's ranking: `_top`, zero-padded when fewer than k."""
+    order = _top(scores, k, keep_default)
     return order + [0] * (k - len(order))
 
 
 def prediction_rows(
     scored: list[Scored], top_k: int, *, keep_default: bool = False
 ) -> list[tuple[str, list[int]]]:
-    """CSV rows: each kernel's `top_k` fastest configs, padded to distinct indices (with
-    `keep_default`, config 0 kept among the 5 first)."""
+    """CSV rows: each kernel's `_top`, padded to `top_k` distinct indices."""
+    pad = kaggle.pad_top_k
     return [
-        (
-            s.tile_id,
-            kaggle.pad_top_k(
-                np.argsort(ranking(s.scores, keep_default), kind="stable")[:top_k].tolist(),
-                len(s.scores),
-                top_k,
-            ),
-        )
-        for s in scored
+        (s.tile_id, pad(_top(s.scores, top_k, keep_default), len(s.scores), top_k)) for s in scored
     ]
 
 

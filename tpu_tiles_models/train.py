@@ -66,14 +66,12 @@ class _Loop:
             scaled = loss / self.strategy.num_replicas_in_sync
         grads = tape.gradient(scaled, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        self._update_metrics(loss, labels, scores)
+        self.mean_loss.update_state(loss)
+        self.opa.update_state(labels, scores)
 
     def _eval_step(self, graph, labels):
         scores = self.model(graph, training=False)
-        self._update_metrics(tf.reduce_mean(self.loss(labels, scores)), labels, scores)
-
-    def _update_metrics(self, loss, labels, scores):
-        self.mean_loss.update_state(loss)
+        self.mean_loss.update_state(tf.reduce_mean(self.loss(labels, scores)))
         self.opa.update_state(labels, scores)
 
     def run(
@@ -103,8 +101,7 @@ class _Loop:
         return float(self.mean_loss.result()), float(self.opa.result())
 
 
-# `--select_by=top50`: how many of a kernel's top configs the smoother measure averages.
-SMOOTH_TOP_K = 50
+SMOOTH_TOP_K = 50  # `--select_by=top50`: the configs its measure averages
 
 
 def _val_score(
@@ -475,33 +472,23 @@ def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
     if args.validate_batches > 0:
         valid_steps = min(valid_steps, args.validate_batches)
 
-    def make_batches(split: data.Split, seed: int, shuffle: bool, count: int, shard=(0, 1)):
-        return data.training_batches(
-            split,
-            dataset.stats,
-            num_configs=args.configs,
-            batch_size=args.batch,
-            seed=seed,
-            shuffle=shuffle,
-            shard=shard,
-            fill=args.pad_configs,
-            # Only a model that reads position 0 as the default says so (`_pick_configs`).
-            default_first=getattr(model, "default_first", False),
-        ).take(count * local)
+    def batches(split: data.Split, seed: int, shuffle: bool, count: int):
+        def make(ctx: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+            return data.training_batches(
+                split,
+                dataset.stats,
+                num_configs=args.configs,
+                batch_size=args.batch,
+                seed=seed,
+                shuffle=shuffle,
+                shard=(ctx.input_pipeline_id, ctx.num_input_pipelines) if ctx else (0, 1),
+                fill=args.pad_configs,
+                # Only a model that reads position 0 as the default says so (`_pick_configs`).
+                default_first=getattr(model, "default_first", False),
+            ).take(count * local)
 
-    if replicas == 1:
-        train_batches = make_batches(dataset.train, args.seed, True, steps)
-        valid_batches = make_batches(dataset.valid, args.seed + 1, False, valid_steps)
-    else:
+        return make() if replicas == 1 else strategy.distribute_datasets_from_function(make)
 
-        def shard(ctx: tf.distribute.InputContext) -> tuple[int, int]:
-            return ctx.input_pipeline_id, ctx.num_input_pipelines
-
-        train_batches = strategy.distribute_datasets_from_function(
-            lambda ctx: make_batches(dataset.train, args.seed, True, steps, shard(ctx))
-        )
-        valid_batches = strategy.distribute_datasets_from_function(
-            lambda ctx: make_batches(dataset.valid, args.seed + 1, False, valid_steps, shard(ctx))
-        )
-    loop = _Loop(model, args, steps * args.epochs, strategy)
-    return loop, train_batches, valid_batches, steps
+    train_batches = batches(dataset.train, args.seed, True, steps)
+    valid_batches = batches(dataset.valid, args.seed + 1, False, valid_steps)
+    return _Loop(model, args, steps * args.epochs, strategy), train_batches, valid_batches, steps
