@@ -27,19 +27,10 @@ class CacheFormatError(ValueError):
     """A cache file is damaged or not in this format (callers rebuild it)."""
 
 
-def _rows_per_frame(array: np.ndarray) -> int:
-    row_bytes = max(array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64)), 1)
-    return max(1, FRAME_BYTES // row_bytes)
-
-
-def _shuffle(rows: np.ndarray) -> bytes:
-    """The bytes of `rows`, item byte 0 of every item first, then byte 1, ..."""
-    items = np.ascontiguousarray(rows).view(np.uint8).reshape(-1, rows.itemsize)
-    return items.T.tobytes()
-
-
 def _compress(rows: np.ndarray) -> bytes:
-    return zstandard.ZstdCompressor(level=LEVEL).compress(_shuffle(rows))
+    """The bytes of `rows`, byte 0 of every item first, then byte 1, ..., compressed."""
+    items = np.ascontiguousarray(rows).view(np.uint8).reshape(-1, rows.itemsize)
+    return zstandard.ZstdCompressor(level=LEVEL).compress(items.T.tobytes())
 
 
 def _decompress_into(frame: bytes, rows: np.ndarray) -> None:
@@ -52,7 +43,8 @@ def _decompress_into(frame: bytes, rows: np.ndarray) -> None:
 
 
 def _frames(array: np.ndarray) -> list[np.ndarray]:
-    step = _rows_per_frame(array)
+    row_bytes = max(array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64)), 1)
+    step = max(1, FRAME_BYTES // row_bytes)
     return [array[start : start + step] for start in range(0, len(array), step)]
 
 

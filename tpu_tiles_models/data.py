@@ -1,23 +1,17 @@
-"""TpuGraphs tile:xla data pipeline: npz files -> validated arrays -> `tfgnn.GraphTensor`s.
+"""TpuGraphs tile:xla data: npz files -> validated arrays (`Split`, cached) -> GraphTensors.
 
-A split's npz files (one kernel each, read and validated by `kernel_files`) are read once, in
-parallel, into concatenated arrays plus per-kernel offsets (`Split`), cached under
-`--cache_dir`; GraphTensors are built from numpy slices, normalised as they are taken.
-
-The GraphTensor schema is upstream's (`tpu_graphs/baselines/tiles/data.py`), so one model runs
-under both pipelines (models cast upstream's uint8 opcodes and float64 runtimes):
+A split is read in parallel into concatenated arrays with per-kernel offsets; GraphTensors are
+built from numpy slices, normalised as they are taken, in upstream's schema
+(`tpu_graphs/baselines/tiles/data.py`), so one model runs under both pipelines:
 
 - node set `op`: `op` [n] int32 opcode, `feats` [n, stats.node_width] float32;
 - node set `config`: `feats` [c, stats.config_width] float32, `runtimes` [c] float32
   (runtime / normalizer), `normalizers` [c] float32;
 - node set `g`: one node, `tile_id` [1] string;
-- edge sets `feed` (op -> op; source = edge_index[:, 0], target = edge_index[:, 1]),
-  `g_op` (g -> every op), `g_config` (g -> every config).
+- edge sets `feed` (op -> op, edge_index[:, 0] -> edge_index[:, 1]), `g_op`, `g_config`.
 
-Preprocessing is upstream's, bit for bit: features drop the columns constant on train and
-scale the rest by `(x - min) / (max - min)` in float32; `num_ops` is 1 + the largest opcode
-of all loaded splits. These `FeatureStats` are saved with every model, so prediction needs
-no train split.
+Preprocessing (`FeatureStats`, saved with every model) is upstream's, bit for bit: drop the
+columns constant on train, scale the rest by `(x - min) / (max - min)` in float32.
 """
 
 from __future__ import annotations
@@ -47,9 +41,8 @@ _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
 
 @dataclasses.dataclass
 class Split:
-    """One partition, raw arrays of its K kernels concatenated: kernel i owns rows
-    `node_offsets[i]:node_offsets[i + 1]` of `node_feat` / `node_opcode`, likewise for edges
-    and configs."""
+    """One partition's K kernels, raw arrays concatenated: kernel i owns rows
+    `node_offsets[i]:node_offsets[i + 1]` of `node_feat`, likewise for edges and configs."""
 
     name: str
     tile_ids: list[str]
@@ -157,12 +150,9 @@ def load_split(
     skip_hint: str = "",
     progress: bool = True,
 ) -> Split:
-    """Reads and validates `root/split/*.npz` (local or `gs://`) into one `Split`.
-
-    Kernels with fewer than `min_configs` configs are left out (like upstream). Bad files raise
-    `DataError`, or with `skip_bad` are left out with a warning. `skip_hint`: how the calling
-    command could leave them out (`train with --skip_bad`), added to a bad train or valid
-    file's message; '' where the command cannot. `cache_dir`: see `_cache_path`.
+    """Reads and validates `root/split/*.npz` (local or `gs://`) into one `Split`, without
+    kernels of fewer than `min_configs` configs and, with `skip_bad`, bad files (a warning).
+    `skip_hint`: how the calling command could leave a bad file out ('' if it cannot).
     """
     paths = split_files(root, split, toy_data=toy_data)
     cache = None
@@ -396,20 +386,14 @@ def load_dataset(
         stats = FeatureStats.fit(train, others, source=f"{where} toy_data={toy_data}")
     else:
         for split in loaded.values():
-            _warn_unknown_ops(split, stats)
+            unknown = int((split.node_opcode >= stats.num_ops).sum()) if split else 0
+            if unknown:
+                warnings.warn(
+                    f"{split.name}: {unknown} node(s) have opcodes >= num_ops={stats.num_ops} of "
+                    "the model's statistics; they are fed as opcode 0 (unknown)",
+                    stacklevel=2,
+                )
     return Dataset(stats=stats, **loaded)
-
-
-def _warn_unknown_ops(split: Split | None, stats: FeatureStats) -> None:
-    if split is None or not len(split.node_opcode):
-        return
-    unknown = int((split.node_opcode >= stats.num_ops).sum())
-    if unknown:
-        warnings.warn(
-            f"{split.name}: {unknown} node(s) have opcodes >= num_ops={stats.num_ops} of the "
-            "model's statistics; they are fed as opcode 0 (unknown)",
-            stacklevel=3,
-        )
 
 
 def _pick_configs(
@@ -421,14 +405,10 @@ def _pick_configs(
     fill: bool = False,
     default_first: bool = False,
 ) -> np.ndarray:
-    """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
-    uniformly without replacement (all of them, shuffled, when the kernel has fewer).
-
-    `spread` (with -1): at most that many, evenly spaced in file order, no draw. `fill`: a
-    kernel with fewer than `num_configs` configs gets all of them, then repeats drawn from
-    them (`_FILLER`). `default_first`: config 0 at position 0, the rest drawn from the others;
-    only for models that read position 0 as the default (for the others it would only change
-    how often config 0 is drawn, so they keep upstream's draw).
+    """Row indices of one kernel's configs: all in file order (-1; at most `spread`, evenly
+    spaced), else `num_configs` drawn without replacement (all, shuffled, if fewer; with
+    `fill`, then repeats of them). `default_first`: config 0 at position 0 (only for models
+    that read position 0 as the default; the others keep upstream's draw).
     """
     if num_configs < 0:
         if spread is not None and c1 - c0 > spread:
@@ -582,10 +562,8 @@ def _batches_dataset(
     fill: bool = False,
     default_first: bool = False,
 ) -> tf.data.Dataset:
-    """GraphTensors of `batch_size` merged kernels (last partial batch dropped), assembled in
-    numpy: cheaper than tf.data batching and merging, same result. `shard=(i, n)`: every n-th
-    usable kernel from the i-th on. `kernels`: these indices instead of all with `min_configs`
-    configs.
+    """GraphTensors of `batch_size` merged kernels (last partial batch dropped), merged in
+    numpy (cheaper than tf.data). `shard=(i, n)`: every n-th usable kernel from the i-th on.
     """
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
@@ -624,13 +602,9 @@ def graph_dataset(
     spread: int | None = None,
     cache: bool = False,
 ) -> tf.data.Dataset:
-    """One GraphTensor per kernel of `split`, normalised with `stats`.
-
-    `num_configs` = -1 keeps every config in file order (inference); k >= 0 samples k distinct
-    configs per kernel and pass. `shuffle` reorders kernels every pass; pass p draws with seed
-    `[seed, p]`. `kernels`: only these, in this order (`min_configs` then does not apply).
-    `spread`: see `_pick_configs`. `cache`: later passes replay the first one's graphs (a
-    small fixed set scored again and again; not with sampling or `shuffle`).
+    """One GraphTensor per kernel of `split` (or of `kernels`, in their order), its configs as
+    `_pick_configs` takes them (pass p draws with seed `[seed, p]`). `cache`: later passes
+    replay the first one's graphs (a small fixed set scored again and again).
     """
     ds = _batches_dataset(
         split,
@@ -662,13 +636,10 @@ def _distinct_rows(feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 @dataclasses.dataclass(frozen=True)
 class DistinctConfigs:
-    """One kernel's configs to score and the distinct feature rows among them.
-
-    `picks`: the split's config indices taken (all, or `spread`'s), in file order; `rows`:
-    those whose feature row is the first of its kind; `inverse`: each pick's position in
-    `rows`, so `config_feat[rows][inverse]` is `config_feat[picks]`. A model that scores each
-    config on its own (`independent_configs`) needs only `rows` scored: the picks' scores are
-    `scores[inverse]`. `first_alone` (`default_first` models): the first pick is its own row.
+    """One kernel's configs to score (`picks`, all or `spread`'s) and those whose feature row
+    is the first of its kind (`rows`); `config_feat[rows][inverse]` is `config_feat[picks]`,
+    so a model that scores each config on its own needs only `rows` scored. `first_alone`
+    (`default_first` models): the first pick is its own row.
     """
 
     picks: np.ndarray
@@ -730,11 +701,9 @@ def training_batches(
     fill: bool = False,
     default_first: bool = False,
 ) -> tf.data.Dataset:
-    """(GraphTensor of `batch_size` merged kernels, labels `[batch_size, num_configs]`): upstream's
-    `graph_dataset(...).batch(B, drop_remainder=True).map(merge_batch_to_components)`, labelled
-    with the sampled configs' runtime / normalizer. Kernels with fewer than `num_configs`
-    configs are left out, or with `fill` padded with `_FILLER` repeats. `shard`,
-    `default_first`: see `_batches_dataset` and `_pick_configs`.
+    """(GraphTensor of `batch_size` merged kernels, labels `[batch_size, num_configs]`, the
+    sampled configs' runtime / normalizer), as upstream batches and merges `graph_dataset`'s.
+    Kernels with fewer than `num_configs` configs are left out, or with `fill` kept.
     """
     min_configs = 2 if fill else num_configs
     usable = int((split.config_counts() >= min_configs).sum())

@@ -76,13 +76,6 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _interrupt(pids: list[int]) -> None:
-    """SIGINT to each process, as a terminal's Ctrl-C; gone ones are skipped."""
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGINT)
-
-
 # What Beam's local workers log as they start, before they read the pipeline's log level:
 # INFO lines and the import-time warning about GCP's client. Every other line passes.
 _WORKER_NOISE = re.compile(rb"^(INFO:|WARNING:root:apitools not found)")
@@ -158,7 +151,9 @@ def run_shielded(
             return
         stopped.append(time.monotonic())
         interrupts.note(signum)
-        _interrupt(_descendants(os.getpid()) or [sentinel.pid])
+        for pid in _descendants(os.getpid()) or [sentinel.pid]:  # Ctrl-C, as a terminal sends it
+            with contextlib.suppress(OSError):  # gone meanwhile
+                os.kill(pid, signal.SIGINT)
 
     others = {
         s: signal.signal(s, on_stop_signal) for s in interrupts.STOP_SIGNALS if s != signal.SIGINT

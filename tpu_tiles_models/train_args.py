@@ -275,24 +275,18 @@ class TrainCommand:
             seeds = tuple(int(s) for s in values.seeds)
         except (absl_flags.Error, ValueError) as e:
             raise FlagError(f"--seeds takes integers, e.g. --seeds=0,1,2 ({e})") from None
-        _check_seeds(seeds, given=values["seeds"].present > 0)
+        if values["seeds"].present and not seeds:  # it would quietly train --seed alone
+            raise FlagError("--seeds is empty; name the seeds, e.g. --seeds=0,1,2, or leave it out")
+        twice = sorted({s for s in seeds if seeds.count(s) > 1})  # each would be the same run
+        if twice:
+            raise FlagError(
+                f"--seeds names seed {', '.join(map(str, twice))} more than once; each seed is "
+                "one run, so list different seeds, e.g. --seeds=0,1,2"
+            )
+        for seed in seeds:
+            if not 0 <= seed <= MAX_SEED:
+                raise FlagError(f"--seeds must be in 0..{MAX_SEED}, got {seed}")
         return cls(TrainArgs.from_argv(rest, prog), seeds, values.ensemble)
-
-
-def _check_seeds(seeds: tuple[int, ...], *, given: bool) -> None:
-    """Refuses `--seeds=` (it would quietly train `--seed` alone), a seed twice (the same run
-    again) and seeds out of range."""
-    if given and not seeds:
-        raise FlagError("--seeds is empty; name the seeds, e.g. --seeds=0,1,2, or leave it out")
-    twice = sorted({s for s in seeds if seeds.count(s) > 1})
-    if twice:
-        raise FlagError(
-            f"--seeds names seed {', '.join(map(str, twice))} more than once; each seed is one "
-            "run, so list different seeds, e.g. --seeds=0,1,2"
-        )
-    for seed in seeds:
-        if not 0 <= seed <= MAX_SEED:
-            raise FlagError(f"--seeds must be in 0..{MAX_SEED}, got {seed}")
 
 
 def loss_weights(spec: str) -> list[tuple[str, float]]:
