@@ -639,7 +639,7 @@ class DistinctConfigs:
     """One kernel's configs to score (`picks`, all or `spread`'s) and those whose feature row
     is the first of its kind (`rows`); `config_feat[rows][inverse]` is `config_feat[picks]`,
     so a model that scores each config on its own needs only `rows` scored. `first_alone`
-    (`default_first` models): the first pick is its own row.
+    (`default_first` models): the first pick is its own row; without `merge`, every pick.
     """
 
     picks: np.ndarray
@@ -648,11 +648,19 @@ class DistinctConfigs:
 
     @classmethod
     def of(
-        cls, split: Split, kernel: int, spread: int | None = None, *, first_alone: bool = False
+        cls,
+        split: Split,
+        kernel: int,
+        spread: int | None = None,
+        *,
+        first_alone: bool = False,
+        merge: bool = True,
     ) -> DistinctConfigs:
         co = split.config_offsets
         rng = np.random.default_rng(0)  # unused: every config, no draw
         picks = _pick_configs(int(co[kernel]), int(co[kernel + 1]), -1, rng, spread)
+        if not merge:
+            return cls(picks, picks, np.arange(len(picks)))
         skip = 1 if first_alone and len(picks) else 0
         first, inverse = _distinct_rows(split.config_feat[picks[skip:]])
         rows = np.concatenate([picks[:skip], picks[skip:][first]])

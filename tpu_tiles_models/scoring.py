@@ -8,6 +8,7 @@ infinite is refused here (`NonFiniteScores`), for every caller.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
 
@@ -21,8 +22,8 @@ from tpu_tiles_models.kernel_files import benchmark_of
 
 
 class NonFiniteScores(UserError, FloatingPointError):
-    """A model scored some config NaN or infinite. Sorting such scores leaves configs in file
-    order, and config 0 is the compiler's default, so the ranking would pass for a fair one."""
+    """A model scored some config NaN or infinite (sorted, such scores would leave config 0,
+    the compiler's default, first: a ranking that passes for a fair one)."""
 
 
 # What `score_split` suggests for a stored model that scores NaN (the trainer says its own).
@@ -89,39 +90,25 @@ def carry_rule(model: tf.keras.Model, val: KeepDefault) -> KeepDefault:
     return val
 
 
-def _score_next(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
-    """Pulls one one-kernel graph; returns (scores [n], tile_id, runtimes [n])."""
+def _score(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
+    """Pulls one graph of B kernels padded to n configs each; returns (scores [B, n], tile ids
+    [B])."""
     graph = next(iterator)
     n = graph.node_sets["config"].sizes[0]
-    scores = own_scores(model)(graph, n if dynamic else int(n))[0]
-    return scores, graph.node_sets["g"]["tile_id"][0], graph.node_sets["config"]["runtimes"]
-
-
-def _score_group(model: tf.keras.Model, iterator: Iterator):
-    """Pulls one graph of B kernels padded to n configs each; returns (scores [B, n], tile ids
-    [B], runtimes [B, n])."""
-    graph = next(iterator)
-    scores = own_scores(model)(graph, graph.node_sets["config"].sizes[0])
-    runtimes = tf.reshape(graph.node_sets["config"]["runtimes"], tf.shape(scores))
-    return scores, graph.node_sets["g"]["tile_id"], runtimes
+    return own_scores(model)(graph, n if dynamic else int(n)), graph.node_sets["g"]["tile_id"]
 
 
 class KernelScorer:
-    """A built model's traced scoring functions, reused across `score_split` calls.
-
-    Calling it scores the next kernel of an iterator, pulled inside the traced function (a
-    GraphTensor passed in costs more than scoring it): `(scores [n], tile_id, runtimes [n])`.
-    One trace serves every kernel size; upstream's models need a Python int config count and
-    fail to trace, so they run eagerly, as upstream runs them. `grouped` (models whose
-    `independent_configs` says padding is harmless): `group` scores several kernels per call.
+    """A built model's traced scoring, reused across `score_split` calls: calling it scores the
+    next graph of an iterator, pulled inside the trace (a GraphTensor passed in costs more than
+    scoring it). Upstream's models need a Python int config count and run eagerly. `grouped`:
+    `independent_configs` models, scored several kernels per call.
     """
 
     def __init__(self, model: tf.keras.Model):
         self.model = model
         self.grouped = bool(getattr(model, "independent_configs", False))
-        self._one = tf.function(lambda it: _score_next(model, it, dynamic=True))
-        # `(scores [B, n], tile ids [B], runtimes [B, n])` of the next group's kernels.
-        self.group = tf.function(lambda it: _score_group(model, it))
+        self._traced = tf.function(lambda it: _score(model, it, dynamic=True))
         self._eager = False
         # `score_split(reuse=True)`'s prepared passes: key -> (split, dataset).
         self._kept: dict[tuple, tuple[data.Split, tf.data.Dataset]] = {}
@@ -129,20 +116,20 @@ class KernelScorer:
     def __call__(self, iterator: Iterator) -> tuple:
         if not self._eager:
             try:
-                return self._one(iterator)
+                return self._traced(iterator)
             except (TypeError, ValueError, NotImplementedError):
                 self._eager = True  # a tracing failure: nothing was pulled from the iterator
-        return _score_next(self.model, iterator, dynamic=False)
+        return _score(self.model, iterator, dynamic=False)
 
     def dataset(self, split: data.Split, key: tuple, make, reuse: bool) -> tf.data.Dataset:
-        """`make(cache)`'s dataset; with `reuse`, the one made for the same `split` and `key`
+        """`make(cache=...)`'s dataset; with `reuse`, the one made for the same `split` and `key`
         before, which replays the graphs its first pass kept."""
         if not reuse:
-            return make(False)
+            return make(cache=False)
         full_key = (id(split), *key)
         kept = self._kept.get(full_key)
         if kept is None or kept[0] is not split:
-            kept = self._kept[full_key] = (split, make(True))
+            kept = self._kept[full_key] = (split, make(cache=True))
         return kept[1]
 
 
@@ -185,75 +172,45 @@ def score_split(
     who: str = "the model",
     fix: str = STORED_MODEL_FIX,
 ) -> list[Scored]:
-    """One `Scored` per kernel of `split` (or of `kernels`, in their order), by the model's own
-    scores (`own_scores`), refused by `check_finite` (`who`, `fix`) if any is not finite.
-
-    `max_configs`: at most this many configs of a kernel, evenly spread in file order.
-    `scorer`: an earlier call's, to skip tracing again. `reuse`: keep the prepared graphs in
-    `scorer` for the next call with the same split, kernels and `max_configs` (the trainer's
-    sample, scored every epoch; not a full pass, which would hold a second copy of the split).
+    """One `Scored` per kernel of `split` (or of `kernels`, in order) on at most `max_configs`
+    configs each, by `own_scores`, refused by `check_finite` (`who`, `fix`). `reuse`: keep the
+    prepared graphs in `scorer` for the next call on the same kernels (the trainer's sample;
+    not a full pass, which would hold a second copy of the split).
     """
     scorer = scorer or kernel_scorer(model)
-    if scorer.grouped:
-        scored = _score_groups(split, stats, kernels, max_configs, scorer, progress, desc, reuse)
-        for s in scored:
-            check_finite(s.scores, s.tile_id, who=who, fix=fix)
-        return scored
-    total = len(split) if kernels is None else len(kernels)
-    key = ("one", None if kernels is None else tuple(kernels), max_configs)
-    graphs = scorer.dataset(
-        split,
-        key,
-        lambda cache: data.graph_dataset(
-            split, stats, kernels=kernels, spread=max_configs, cache=cache
-        ),
-        reuse,
-    )
-    iterator = iter(graphs)
-    scored = []
-    for _ in tqdm.trange(total, desc=desc, disable=not progress, leave=False):
-        scores, tile_id, runtimes = scorer(iterator)
-        scored.append(Scored(tile_id.numpy().decode(), scores.numpy(), runtimes.numpy()))
-        check_finite(scored[-1].scores, scored[-1].tile_id, who=who, fix=fix)
-        interrupts.check()
-    next(iterator, None)  # a kept (`reuse`) pass is complete only once its end is read
-    return scored
-
-
-def _score_groups(
-    split, stats, kernels, max_configs, scorer, progress, desc, reuse
-) -> list[Scored]:
-    """`score_split` with several kernels per model call (`plan_groups`)."""
+    grouped = scorer.grouped
     order = list(range(len(split))) if kernels is None else [int(k) for k in kernels]
-    # Each distinct config row is scored once (the real collection repeats rows).
-    first_alone = bool(getattr(scorer.model, "default_first", False))
+    # Grouped, each distinct config row is scored once (the real collection repeats rows).
+    first_alone = bool(getattr(model, "default_first", False))
     distinct = {
-        k: data.DistinctConfigs.of(split, k, max_configs, first_alone=first_alone) for k in order
+        k: data.DistinctConfigs.of(split, k, max_configs, first_alone=first_alone, merge=grouped)
+        for k in order
     }
-    configs = np.array([len(distinct[k].rows) for k in order])
-    nodes = np.diff(split.node_offsets)[order]
-    plan = plan_groups(order, configs, nodes)
-    key = ("groups", tuple(order), max_configs)
-    rows = {k: d.rows for k, d in distinct.items()}
-    groups = scorer.dataset(
-        split,
-        key,
-        lambda cache: data.kernel_groups(split, stats, plan, cache=cache, rows=rows),
-        reuse,
-    )
-    iterator = iter(groups)
-    results: dict[int, Scored] = {}
+    if grouped:
+        configs = np.array([len(distinct[k].rows) for k in order])
+        plan = plan_groups(order, configs, np.diff(split.node_offsets)[order])
+        rows = {k: d.rows for k, d in distinct.items()}
+        make = functools.partial(data.kernel_groups, split, stats, plan, rows)
+    else:  # configs that see each other: one kernel a call, every config
+        plan = [[k] for k in order]
+        make = functools.partial(
+            data.graph_dataset, split, stats, kernels=kernels, spread=max_configs
+        )
+    iterator = iter(scorer.dataset(split, (grouped, tuple(order), max_configs), make, reuse))
+    scored: dict[int, Scored] = {}
     with tqdm.tqdm(total=len(order), desc=desc, disable=not progress, leave=False) as bar:
         for group in plan:
-            scores, tile_ids, _ = (t.numpy() for t in scorer.group(iterator))
+            scores, tile_ids = (t.numpy() for t in scorer(iterator))
             for j, k in enumerate(group):
                 d = distinct[k]
-                kernel_scores = scores[j, : len(d.rows)][d.inverse]
-                results[k] = Scored(tile_ids[j].decode(), kernel_scores, d.runtimes(split))
+                s = scored[k] = Scored(
+                    tile_ids[j].decode(), scores[j, : len(d.rows)][d.inverse], d.runtimes(split)
+                )
+                check_finite(s.scores, s.tile_id, who=who, fix=fix)
             bar.update(len(group))
             interrupts.check()
-    next(iterator, None)  # as in `score_split`
-    return [results[k] for k in order]
+    next(iterator, None)  # a kept (`reuse`) pass is complete only once its end is read
+    return [scored[k] for k in order]
 
 
 @dataclass(frozen=True)
@@ -276,14 +233,10 @@ ALL_KERNELS = KernelSample(None)
 def stratified_sample(
     split: data.Split, fraction: float, *, seed: int, max_configs: int | None = None
 ) -> KernelSample:
-    """A fixed sample of about `fraction` of `split`'s kernels, and of each at most
-    `max_configs` configs (None, or a cap no kernel reaches: all).
-
-    Strata: one program's kernels with 2-9, 10-99, 100-999 or 1000+ configs (small and large
-    kernels are ranked with different success). Each gives `round(fraction * size)` kernels,
-    at least one, drawn with `seed`, each weighing `size / drawn`: the weighted mean of a
-    per-kernel figure estimates the whole split's without bias, at about `fraction` of a full
-    pass's cost. `fraction >= 1` (or strata too small to sample): every kernel.
+    """A fixed sample of about `fraction` of `split`'s kernels (all if that is 1 or the strata
+    are too small), and of each at most `max_configs` configs. Strata: one program's kernels
+    with 2-9, 10-99, 100-999 or 1000+ configs; each gives `round(fraction * size)` kernels, at
+    least one, weighing `size / drawn`, so weighted means estimate the split's without bias.
     """
     counts = split.config_counts()
     if max_configs is not None and (len(counts) == 0 or counts.max() <= max_configs):
@@ -323,14 +276,10 @@ def errors(
 
 @dataclass(frozen=True)
 class KeepDefault:
-    """The ranking rule a validation split chooses, and its figures (as the run file stores
-    them, `to_json`).
-
-    `margin`: config 0's (`margin.choose`; 0.0 where it does not pay or cannot be carried),
-    `margin_errors` the cross-fitted top-k errors with it. `chosen`: whether keeping config 0
-    in the top 5 then lowers the top-5 error (and the model carries the gate: `carry_rule`).
-    `errors`: the model's own; `kept`: with the margin and config 0 kept; `rule`: the whole
-    rule's (the margin cross-fitted, then the keep rule where chosen).
+    """The ranking rule a validation split chooses, and its top-k errors (`to_json`: the run
+    file's record): `errors` the model's own, `margin` config 0's (0.0 where it does not pay)
+    and `margin_errors` cross-fitted with it, `chosen` whether keeping config 0 in the top 5
+    then lowers the top-5 error (`kept`), `rule` the whole rule's.
     """
 
     chosen: bool

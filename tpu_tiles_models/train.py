@@ -1,10 +1,6 @@
 """The trainer, `train(TrainArgs) -> TrainResult`: upstream's flags and artifacts (written by
-`export`), a faster and better loop inside.
-
-Like `tiles_train.py` it samples `configs` configs from `batch` kernels per step and trains
-with `losses` under Adam with `clip_norm`; the step is one traced `tf.function`, the learning
-rate follows a cosine schedule, and the weights kept are the best by Kaggle-form validation
-score, rather than sampled OPA (docs/training.md says how the epochs are scored).
+`export`); inside, one traced step, a cosine learning rate, and the weights kept by
+Kaggle-form validation score rather than sampled OPA (docs/training.md).
 """
 
 from __future__ import annotations
