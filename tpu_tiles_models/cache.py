@@ -70,11 +70,7 @@ def write(out: IO[bytes], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -
 
 
 def read(source: IO[bytes]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(arrays, meta) from a file written by `write`.
-
-    Raises:
-      CacheFormatError: the file is damaged, truncated or in another format.
-    """
+    """(arrays, meta) from a file written by `write`; `CacheFormatError` if it is not one."""
     try:
         with (
             zipfile.ZipFile(source) as zf,

@@ -23,8 +23,7 @@ def _valid(y_true: tf.Tensor) -> tf.Tensor:
 
 
 class MaskedMSE(tf.keras.losses.Loss):
-    """Mean squared error between scores and runtimes over each list's real configs (Keras'
-    `MeanSquaredError` without padding): it anchors the score scale."""
+    """Mean squared error of scores and runtimes over real configs: anchors the score scale."""
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         y_true = tf.cast(y_true, y_pred.dtype)
@@ -60,9 +59,8 @@ class StandardisedHinge(tf.keras.losses.Loss):
 
 
 def speedup_relevance(y_true: tf.Tensor, sharpness: float) -> tf.Tensor:
-    """Runtimes `[b, n]` -> relevance `sharpness * best / runtime` per list (padding stays -1),
-    so NDCG's gain `2^relevance - 1` grows steeply towards the fastest configs, where the
-    metric looks."""
+    """Runtimes `[b, n]` -> relevance `sharpness * best / runtime` (padding stays -1): NDCG's
+    gain `2^relevance - 1` grows steeply towards the fastest configs, where the metric looks."""
     valid = y_true >= 0
     big = tf.reduce_max(y_true) + 1.0
     best = tf.reduce_min(tf.where(valid, y_true, big), -1, keepdims=True)

@@ -50,9 +50,8 @@ def top_k_errors(
 
 
 def kernel_mean_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """`mean runtime of the k lowest scores / mean of the k fastest runtimes - 1`, one kernel:
-    smoother than the top-k error, it moves with every config of the top k (the 1st-place
-    Kaggle tile solution picked checkpoints by it, k = 50)."""
+    """`mean runtime of the k lowest scores / mean of the k fastest runtimes - 1`: smoother
+    than the top-k error (the 1st-place Kaggle tile solution picked checkpoints by it)."""
     runtimes = np.asarray(runtimes, dtype=np.float64)
     k = min(k, len(runtimes))
     chosen = np.argsort(np.asarray(scores), kind="stable")[:k]
@@ -65,8 +64,7 @@ def mean_top_k_error(
     *,
     weights: Sequence[float] | None = None,
 ) -> float:
-    """Mean `kernel_mean_top_k_error` over `(runtimes, scores)` pairs, weighted as
-    `top_k_errors`."""
+    """Mean `kernel_mean_top_k_error` over `(runtimes, scores)` pairs, weighted."""
     per_kernel = [kernel_mean_top_k_error(r, s, k) for r, s in kernels]
     if not per_kernel:
         raise ValueError("mean_top_k_error: no kernels to evaluate")

@@ -114,18 +114,14 @@ def quiet_workers() -> Iterator[None]:
 def run_shielded(
     run: Callable[[], T], on_ctrl_c: Callable[[Handler], None]
 ) -> tuple[T | None, bool]:
-    """Runs `run` (a Beam pipeline) in a thread with SIGINT ignored here and the workers'
-    start-up lines out of stderr; returns `(its value or None, whether Ctrl-C was pressed)`,
-    and raises what `run` raised unless Ctrl-C was pressed.
+    """Runs `run` (a Beam pipeline) in a thread with SIGINT ignored; returns `(its value or
+    None, whether Ctrl-C was pressed)`, and raises what `run` raised unless Ctrl-C was pressed.
 
-    Beam starts its local workers through `/bin/sh`, which keeps only *ignored* signals, so
-    Ctrl-C must not kill them (Beam would wait for or retry their work): a sentinel child
-    notices it instead, and the first calls `on_ctrl_c(previous_handler)`. SIGTERM and SIGHUP
-    sent to this process alone are noted (`interrupts`) and passed on as Ctrl-C to every
-    process below; a second stops waiting at once. Sent to the whole group they also kill
-    Beam's workers, which Beam may wait for forever: then `run` is waited for only while
-    processes below are left, at most `STOP_GRACE_S`. Outside the main thread `run` is simply
-    called.
+    Beam's local workers keep only *ignored* signals (`/bin/sh`), so Ctrl-C must not kill them:
+    a sentinel child notices it, and the first calls `on_ctrl_c(previous_handler)`. SIGTERM and
+    SIGHUP are noted (`interrupts`) and passed on as Ctrl-C to every process below; a second
+    stops waiting. Sent to the whole group, they kill the workers, which Beam may wait for
+    forever: `run` is then waited for while processes below are left, at most `STOP_GRACE_S`.
     """
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)

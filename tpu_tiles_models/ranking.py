@@ -98,13 +98,9 @@ class _RankingLoss(tf.keras.losses.Loss):
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class ListMLE(_RankingLoss):
     """ListMLE (Xia et al., ICML 2008): the Plackett-Luce negative log-likelihood of the labels'
-    order, `sum_k [log(sum_{m >= k} exp(s_m)) - s_k]` with `s` the scores / temperature in
-    that order.
-
-    Equal labels come in a random order drawn on each call (with TF-Ranking's op-level seed),
-    or with `shuffle_ties=False` in index order. Padding takes part, as in TF-Ranking, as
-    items after the real ones with logit log(1e-10): no gradient, and the constant
-    log(n_pad!) added.
+    order, `sum_k [log(sum_{m >= k} exp(s_m)) - s_k]`, `s` the scores / temperature in that
+    order. Equal labels in a random order drawn on each call (`shuffle_ties=False`: in index
+    order). Padding, as in TF-Ranking, comes last with logit log(1e-10), adding log(n_pad!).
     """
 
     def __init__(self, temperature: float = 1.0, *, shuffle_ties: bool = True, **kwargs):
@@ -159,14 +155,10 @@ class PairwiseHinge(_PairwiseLoss):
 
 
 def ndcg_lambda_weights(labels: tf.Tensor, scores: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-    """LambdaLoss's NDCG weights (Wang et al., CIKM 2018, NDCG-Loss2): `[batch, list_size,
-    list_size]`.
-
-    With ranks r of the current scores (ties random; padding always last, where TF-Ranking's
-    lowest score less 1e-6 can tie in float32) and d = |r_i - r_j|:
-    `w_ij = |G_i - G_j| / maxDCG * |1/log2(1 + d) - 1/log2(2 + d)| * list_size`, gains
-    `G = 2^label - 1`; the list size (TF-Ranking's factor) brings the weights to the scale of
-    unweighted pairs. Pairs with padding or d = 0 weigh 0.
+    """LambdaLoss's NDCG weights (Wang et al., CIKM 2018, NDCG-Loss2), `[batch, list_size,
+    list_size]`: `w_ij = |G_i - G_j| / maxDCG * |1/log2(1 + d) - 1/log2(2 + d)| * list_size`,
+    gains `G = 2^label - 1`, d = |r_i - r_j| for ranks r of the scores (ties random; padding
+    last, where TF-Ranking's lowest score less 1e-6 can tie in float32); 0 with padding.
     """
     labels = tf.where(valid, labels, tf.zeros_like(labels))
     gains = _ndcg_gains(labels)
@@ -185,9 +177,8 @@ def ndcg_lambda_weights(labels: tf.Tensor, scores: tf.Tensor, valid: tf.Tensor) 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class PairwiseLogistic(_PairwiseLoss):
-    """Pairwise logistic loss (RankNet, Burges et al., ICML 2005): each ordered pair costs
-    `log(1 + exp(-(s_i - s_j)))`; with `ndcg_weights`, weighted by `ndcg_lambda_weights`
-    (LambdaLoss)."""
+    """Pairwise logistic loss (RankNet, ICML 2005), `log(1 + exp(-(s_i - s_j)))` per ordered
+    pair; with `ndcg_weights`, weighted by `ndcg_lambda_weights` (LambdaLoss)."""
 
     def __init__(self, temperature: float = 1.0, *, ndcg_weights: bool = False, **kwargs):
         super().__init__(temperature, **kwargs)

@@ -294,11 +294,8 @@ def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
 
 
 def train(args: TrainArgs) -> export.TrainResult:
-    """Trains, validates, ranks the test split and writes upstream's artifacts.
-
-    Raises:
-      UserError: bad options or data, in one line; nothing is left behind.
-    """
+    """Trains, validates, ranks the test split and writes upstream's artifacts; bad options or
+    data raise a one-line `UserError`, and leave nothing behind."""
     args = args.resolved()
     paths = run_file.RunPaths.of(args)  # the run's places and hash, worked out once
     files.require_local(args.models, flag="--models")  # Python imports local files only

@@ -31,14 +31,12 @@ NOT_IN_HASH = frozenset({"cache_dir", "no_progress", "tensorboard", "overwrite"}
 # at it, they are left out of a sweep point's name, so an older sweep resumes. None now.
 ADDED_FLAGS: dict[str, Any] = {}
 # Options the benchmark suite rejected, with the results file that says why: a run file that
-# records one reloads without it (its hash never held it), a command line that sets one is
-# refused.
+# records one reloads without it (its hash never held it), a command line is refused.
 REMOVED_FLAGS = {
     "head_configs": "benchmarks/results/suite_head.md",
     "head_share": "benchmarks/results/suite_head.md",
 }
-# Losses removed the same way: a run file whose `--losses` names one still reads (the name is
-# only resolved to a loss to train, `losses.parse_losses`), a new run that names one is refused.
+# Losses removed the same way: a run file that names one reads, training refuses it.
 REMOVED_LOSSES = {"LogMSE": "benchmarks/results/suite_logmse.md"}
 
 
