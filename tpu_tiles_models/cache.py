@@ -50,11 +50,7 @@ def _frames(array: np.ndarray) -> list[np.ndarray]:
 
 def write(out: IO[bytes], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Writes `arrays` (numeric, at least 1-D) and the JSON-able `meta` to the file `out`."""
-    specs = {}
-    for name, array in arrays.items():
-        if array.ndim < 1 or array.dtype.kind not in "biuf":
-            raise ValueError(f"cannot cache {name}: {array.dtype} array of shape {array.shape}")
-        specs[name] = {"dtype": array.dtype.str, "shape": list(array.shape)}
+    specs = {name: {"dtype": a.dtype.str, "shape": list(a.shape)} for name, a in arrays.items()}
     with (
         concurrent.futures.ThreadPoolExecutor() as pool,
         zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf,

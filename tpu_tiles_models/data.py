@@ -75,10 +75,8 @@ def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -
             return np.zeros((0, width) if width else (0,), dtype)
         return np.concatenate(parts).astype(dtype, copy=False)
 
-    def offsets(key: str) -> np.ndarray:
-        sizes = [
-            len(k[key].reshape(-1, 2)) if key == "edge_index" else len(k[key]) for k in kernels
-        ]
+    def offsets(key: str, width: int = 1) -> np.ndarray:
+        sizes = [k[key].size // width for k in kernels]
         return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
 
     return Split(
@@ -92,7 +90,7 @@ def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -
         config_runtime=cat("config_runtime", np.float64),
         config_runtime_normalizers=cat("config_runtime_normalizers", np.float64),
         node_offsets=offsets("node_opcode"),
-        edge_offsets=offsets("edge_index"),
+        edge_offsets=offsets("edge_index", 2),
         config_offsets=offsets("config_runtime"),
     )
 

@@ -87,7 +87,6 @@ class _RankingLoss(tf.keras.losses.Loss):
         self.temperature = temperature
 
     def _inputs(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """(labels, scores / temperature), both in the scores' float dtype."""
         y_pred = tf.convert_to_tensor(y_pred)
         return tf.cast(y_true, y_pred.dtype), y_pred / self.temperature
 

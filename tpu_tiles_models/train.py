@@ -159,18 +159,15 @@ def _choose(
 ) -> tuple[int, list[np.ndarray], scoring.KeepDefault, dict[int, float]]:
     """Scores each candidate on all of valid; returns the best one's (epoch, weights, errors
     both ways) and each candidate's key by epoch."""
-    scores: dict[int, float] = {}
-    best = None
+    results = []
     for _, epoch, weights in candidates.kept:
         _assign(model, weights)
         _, key, measured = _val_score(
             model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer, select_by
         )
-        scores[epoch] = key
-        if best is None or key > best[0]:
-            best = (key, epoch, weights, measured)
-    _, epoch, weights, measured = best
-    return epoch, weights, measured, scores
+        results.append((key, epoch, weights, measured))
+    _, epoch, weights, measured = max(results, key=lambda r: r[0])  # the first of equals
+    return epoch, weights, measured, {e: key for key, e, _, _ in results}
 
 
 def _assign(model: tf.keras.Model, weights: list[np.ndarray]) -> None:
