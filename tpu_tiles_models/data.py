@@ -622,8 +622,7 @@ def _distinct_rows(feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(positions of the first row of each kind in `feats` `[n, d]`, ascending; each row's
     kind's index in them)."""
     feats = np.ascontiguousarray(feats)
-    # Each row's bytes as one item: equal rows are equal bytes (a row with -0.0 where another
-    # has 0.0 counts as another kind: scored twice, same score).
+    # Each row's bytes as one item (-0.0 and 0.0 differ: such rows are scored twice, alike).
     items = feats.view(np.dtype((np.void, feats.dtype.itemsize * feats.shape[1]))).ravel()
     _, first, inverse = np.unique(items, return_index=True, return_inverse=True)
     by_file = np.argsort(first, kind="stable")

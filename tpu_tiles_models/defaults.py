@@ -10,8 +10,7 @@ from typing import Sequence
 
 # The course handout's place for the data (upstream's README downloads it there).
 HOME_DATA_ROOT = "~/data/tpugraphs/npz/tile/xla"
-# Where a Kaggle notebook finds the competition's data ("Fast or Slow? Predict AI Model
-# Runtime", data set predict-ai-model-runtime).
+# Where a Kaggle notebook finds the competition's data (data set predict-ai-model-runtime).
 KAGGLE_DATA_ROOT = "/kaggle/input/predict-ai-model-runtime/npz_all/npz/tile/xla"
 DATA_ROOTS = (HOME_DATA_ROOT, KAGGLE_DATA_ROOT)
 # The cache of loaded arrays, for every command that reads the data ('' on a flag: none).

@@ -1,9 +1,8 @@
 """Ranking losses, chosen by name from one table (`LOSSES`), and upstream's weighted combination.
 
-Labels are runtimes `[batch, num_configs]`, predictions scores of the same shape, lower score =
-predicted faster: the ranking losses (`ranking`) rank a larger label higher, so they push slow
-configs to high scores, the order we want. A negative label marks padding (`--pad_configs`),
-which every loss leaves out.
+Labels are runtimes `[batch, num_configs]`, predictions scores of that shape (lower = faster):
+ranking losses rank a larger label higher, so they push slow configs to high scores, as we
+want. Every loss leaves out padding (`--pad_configs`), a negative label.
 """
 
 from __future__ import annotations

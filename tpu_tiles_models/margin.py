@@ -1,13 +1,10 @@
 """Config 0's margin: how much to favour the compiler's default, fitted on validation (numpy).
 
-The margin `m` is subtracted from config 0's score (`with_margin`), so config 0 comes first
-exactly where `gap = score[0] - min(score[1:]) <= m`. Each kernel's top-1 pick is then one of
-two configs, so the top-1 error of every candidate margin is a cheap vectorised sum.
-
-`fit` picks the margin with the lowest top-1 error among quantiles of the gaps and 0 (the
-smallest `|m|` wins a tie). In sample any margin looks better than it is, so `choose` keeps
-one only where its cross-fitted estimate (`FOLDS` folds, each ranked with the margin fitted on
-the others) beats the model's own top-1; that estimate is what a run reports.
+The margin `m` is subtracted from config 0's score (`with_margin`): config 0 comes first where
+`gap = score[0] - min(score[1:]) <= m`, so each candidate's top-1 error is a vectorised sum.
+`fit` picks the best among quantiles of the gaps and 0 (the smallest `|m|` wins a tie); as in
+sample any margin looks better than it is, `choose` keeps one only where its cross-fitted
+estimate (`FOLDS` folds) beats the model's own top-1, and that estimate is what a run reports.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """Ranking quality of predicted scores against measured runtimes (numpy; lower score = faster).
 
-The top-k error is upstream's `top_error_performance`: per kernel, the best runtime among the
-k configs ranked fastest over the best runtime, less 1, averaged; the Kaggle tile score is
-`1 - top-5 error`. Every comparison takes its baselines from here (`BASELINES`), and
-`keep_default`, a ranking with config 0 kept among its 5 first.
+The top-k error is upstream's `top_error_performance`; the Kaggle tile score is `1 - top-5
+error`. Every comparison takes its baselines (`BASELINES`) and `keep_default` from here.
 """
 
 from __future__ import annotations
@@ -14,9 +12,8 @@ import numpy as np
 
 TOP_KS = (1, 5, 10)
 
-# The index of the compiler's default config in every kernel: inferred for the real collection
-# (upstream's fixture runs the default first and its tile iterator keeps run order; models
-# trained on the real data put index 0 in their top 5 for 48-60% of valid kernels).
+# The compiler's default config in every kernel, as inferred (upstream's fixture runs it first;
+# models trained on the real data put index 0 in their top 5 for 48-60% of valid kernels).
 DEFAULT_CONFIG = 0
 # `keep_default` keeps config 0 among this many picks: the 5 the Kaggle metric reads.
 KEEP_TOP = 5

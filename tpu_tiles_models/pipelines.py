@@ -28,8 +28,7 @@ _SENTINEL = (
     "while True:\n    time.sleep(3600)"
 )
 
-# Seconds a pipeline is waited for after SIGTERM or SIGHUP: time for the workers' children (a
-# sweep's points) to stop at a safe point and clean up.
+# Seconds a pipeline is waited for after SIGTERM or SIGHUP, for its points to clean up.
 STOP_GRACE_S = 60.0
 
 
@@ -76,8 +75,7 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-# What Beam's local workers log as they start, before they read the pipeline's log level:
-# INFO lines and the import-time warning about GCP's client. Every other line passes.
+# What Beam's local workers log as they start, before they read the pipeline's log level.
 _WORKER_NOISE = re.compile(rb"^(INFO:|WARNING:root:apitools not found)")
 
 

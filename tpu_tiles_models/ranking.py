@@ -1,11 +1,10 @@
 """Learning-to-rank losses and ordered pair accuracy in plain TensorFlow, so that no run needs
 `tensorflow-ranking` (not installable beside TensorFlow >= 2.16).
 
-Each follows TF-Ranking 0.5's conventions and numbers (tests/test_ranking.py checks values and
-gradients against it): labels `y_true` and scores `y_pred` are `[batch, list_size]`, a larger
-label or score means "rank higher"; a label < 0 marks padding, left out of every pair, sum and
-rank; `temperature` divides the scores first; `call` returns `[batch, 1]` for listwise losses,
-`[batch, list_size]` (each item's sum over its pairs) for pairwise ones.
+Each gives TF-Ranking 0.5's numbers (tests/test_ranking.py): labels and scores are
+`[batch, list_size]`, larger = "rank higher"; a label < 0 marks padding, left out of every
+pair, sum and rank; `temperature` divides the scores; `call` returns `[batch, 1]` (listwise)
+or `[batch, list_size]` (each item's sum over its pairs).
 """
 
 from __future__ import annotations
@@ -16,8 +15,7 @@ import tensorflow as tf
 
 # TF-Ranking gives a padding entry of ListMLE this logit (log 1e-10) and puts it last.
 _PADDING_LOGIT = math.log(1e-10)
-# The op-level seed of ListMLE's tie shuffle. It is TF-Ranking's, so that under one global
-# seed (`tf.random.set_seed`) both draw the same numbers and put ties in the same order.
+# ListMLE's tie shuffle's op-level seed: TF-Ranking's, so both order ties alike (one global seed).
 _LIST_MLE_TIE_SEED = 37
 
 

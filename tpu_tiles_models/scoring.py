@@ -1,8 +1,7 @@
 """Scoring every config of every kernel of a split with a model, and ranking by the scores.
 
-The one scoring path (training, `predict`, `evaluate`, the bundle check, ensembles), so their
-rankings agree exactly; lower score = predicted faster. A model that scores any config NaN or
-infinite is refused here (`NonFiniteScores`), for every caller.
+The one scoring path, so every command's rankings agree; lower score = predicted faster. A
+model that scores any config NaN or infinite is refused here (`NonFiniteScores`).
 """
 
 from __future__ import annotations

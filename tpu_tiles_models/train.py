@@ -45,8 +45,7 @@ class _Loop:
             lr = tf.keras.optimizers.schedules.CosineDecay(args.lr, max(steps, 1), alpha=0.05)
         with strategy.scope():
             self.optimizer = tf.keras.optimizers.Adam(lr, clipnorm=args.clip_norm)
-            # Its slots now, not in the first step: a tf.function whose first call creates
-            # variables is traced twice, and tracing is most of a short run's time.
+            # Its slots now: a tf.function whose first call makes variables is traced twice.
             self.optimizer.build(model.trainable_variables)
         self.loss = CombinedLoss(args.losses, reduction=tf.keras.losses.Reduction.NONE)
         self.opa = ranking.OrderedPairAccuracy()
@@ -184,8 +183,7 @@ def _strategy(name: str) -> tf.distribute.Strategy:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     else:
         strategy = tf.distribute.MirroredStrategy()
-    # Every replica runs the same number of full steps, so no last partial step needs padding
-    # with empty values, which a GraphTensor cannot have.
+    # Only full steps (`_datasets_and_loop`): a GraphTensor cannot be padded with empty values.
     strategy.extended.experimental_enable_get_next_as_optional = False
     return strategy
 
@@ -349,8 +347,7 @@ def _train(
     export.check_space(artifacts, model)  # before the training it would waste
     loop, train_batches, valid_batches, steps = _datasets_and_loop(args, dataset, model, strategy)
     sample = _epoch_sample(args, dataset.valid)
-    # By sample score the best few epochs are rescored on every config at the end; by OPA
-    # (upstream's choice) the best epoch is kept as upstream keeps it.
+    # The best few epochs by sample score are rescored on all of valid; by OPA, as upstream.
     rescore = sample.is_subset and args.select_by != "opa"
     candidates = _Candidates(args.score_candidates if rescore else 1)
     scorer = scoring.kernel_scorer(model)

@@ -1,9 +1,8 @@
 """`TrainArgs`: every training flag as one typed, frozen value, from a command line (absl's
 syntax, as upstream's `tiles_train.py`), a dict (a run file's `args`, a sweep's point) or code.
 
-It gives upstream's 15-field args dict and the run's hash `h`, which names its artifacts: with
-our options at their defaults upstream's own md5, else with those options in it too
-(`identity`). No TensorFlow here: a sweep driver builds and hashes arguments without it.
+It gives upstream's 15-field args dict and the run's hash `h` (upstream's md5, with our options
+not at their defaults in it: `identity`). No TensorFlow: a sweep driver hashes without it.
 """
 
 from __future__ import annotations
@@ -27,8 +26,7 @@ HASH_KEY = "tpu_tiles"
 # Options that only say where things are cached or shown, or how a rerun treats an earlier
 # run: two runs that differ only in these are the same run (same hash).
 NOT_IN_HASH = frozenset({"cache_dir", "no_progress", "tensorboard", "overwrite"})
-# Options added after sweep points were first named, with the value that means "as before":
-# at it, they are left out of a sweep point's name, so an older sweep resumes. None now.
+# Options added after sweeps began, at their "as before" value left out of sweep points' names.
 ADDED_FLAGS: dict[str, Any] = {}
 # Options the benchmark suite rejected, with the results file that says why: a run file that
 # records one reloads without it (its hash never held it), a command line is refused.
@@ -199,8 +197,7 @@ class TrainArgs:
             raise FlagError(f"unexpected argument {rest[1]!r}; flags look like --epochs=10")
         return cls.from_dict({f.name: values[f.name].value for f in dataclasses.fields(cls)})
 
-    def replace(self, **changes: Any) -> TrainArgs:
-        """A copy with some fields changed (validated again)."""
+    def replace(self, **changes: Any) -> TrainArgs:  # validated again
         return dataclasses.replace(self, **changes)
 
     @property
