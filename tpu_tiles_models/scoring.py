@@ -278,7 +278,9 @@ class KeepDefault:
     """The ranking rule a validation split chooses, and its top-k errors (`to_json`: the run
     file's record): `errors` the model's own, `margin` config 0's (0.0 where it does not pay)
     and `margin_errors` cross-fitted with it, `chosen` whether keeping config 0 in the top 5
-    then lowers the top-5 error (`kept`), `rule` the whole rule's.
+    then lowers the top-5 error (`kept`), `rule` the whole rule's, `shifted` the margin's
+    alone (fitted on every kernel). `forward`: the figure of the ranking `forward` hands in,
+    the run file's `final_error.val`.
     """
 
     chosen: bool
@@ -287,6 +289,12 @@ class KeepDefault:
     margin: float = 0.0
     margin_errors: dict[int, float] | None = None
     rule: dict[int, float] | None = None
+    shifted: dict[int, float] | None = None
+
+    @property
+    def forward(self) -> dict[int, float]:
+        """The errors of ranking by the margin and, where chosen, config 0 kept in the top 5."""
+        return self.kept if self.chosen else (self.shifted or self.errors)
 
     @classmethod
     def measure(
@@ -316,7 +324,7 @@ class KeepDefault:
                 (r, metrics.keep_default(margin.with_margin(s, m))) for (r, s), m in folds
             ]
             rule = metrics.top_k_errors(kept_ranks, weights=weights)
-        return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule)
+        return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule, own)
 
     def to_json(self) -> dict:
         out = {
