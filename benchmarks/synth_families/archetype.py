@@ -15,16 +15,17 @@ runtime is a roofline over what the tile reads, computes and writes:
   tiles and window passes re-read the same input rows.
 - **Spills.** A tile whose working set (two buffers of everything it reads and writes, and an
   f32 accumulator over several passes) exceeds the 16 MiB scratchpad still compiles, up to
-  `COMPILE_LIMIT` times it, but loses overlap and writes out and reads back the excess every
-  pass.
-- **A fixed step overhead** per grid step (each pass of each output tile) and a launch.
+  `COMPILE_LIMIT` times it, but loses overlap (compute and memory add up) and writes out and
+  reads back the excess.
+- **A fixed step overhead** per output tile (grid step), and a launch.
 
-The log is not the compiler's: each kernel holds 12 to 400 configs (log-uniform), distinct
-tiles drawn uniformly from those that compile, in random order, so config 0 is an ordinary
-tile and nothing marks its position. Every row's normaliser is the compiler's default tile measured
-again: its greedy search (`autotuner.compiler_default`) among the tiles that compile, on an
-estimate blind to the operands' padding (`unpadded`); that tile is in the log only when the
-draw happened to take it.
+The log is not the compiler's: each kernel holds 12 to 400 configs (log-uniform; fewer when
+fewer tiles compile, about 2% of them re-measured rows), distinct tiles drawn uniformly from
+those that compile, in random order, so config 0 is an ordinary tile and nothing marks its
+position. Every row's normaliser is the compiler's default tile measured again: its greedy
+search (`autotuner.compiler_default`) among the tiles that compile, on an estimate blind to
+the padding of the epilogue's parameters (`compiler_view`); that tile is in the log only when
+the draw happened to take it.
 """
 
 from __future__ import annotations
@@ -65,12 +66,13 @@ COMPILE_LIMIT = 2.5  # working sets up to this many scratchpads compile (and spi
 HBM = 700.0  # bytes/ns
 MXU_BF16, MXU_F32 = 120e3, 30e3  # flop/ns
 VPU = 3e3  # element-ops/ns
-STEP_NS = 200.0  # per grid step (each pass of each output tile)
+STEP_NS = 200.0  # per output tile (grid step)
 LAUNCH_NS = 2500.0
 SUBLANES, LANES = 8, 128
 # The log.
 MIN_CONFIGS, MAX_LOGGED = 12, 400  # configs per kernel, drawn log-uniform between
 ENUMERATE = 50_000  # grids up to this size are listed whole, larger ones sampled
+DUPLICATES = 0.02  # share of rows that re-measure another row
 DRAWS = 30  # kernels drawn for one place before one with fewer tiles than MIN_CONFIGS is kept
 BF16_SHARE = 0.3
 
@@ -243,9 +245,9 @@ def cost(a: Archetype, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     comp = flops / peak + vpu / VPU
     mem = (per_pass * passes + side + out) / HBM
     spill = np.maximum(ws - VMEM, 0.0)
-    per_tile = np.where(spill > 0, comp + mem + 2.0 * spill * passes / HBM, np.maximum(comp, mem))
+    per_tile = np.where(spill > 0, comp + mem + 2.0 * spill / HBM, np.maximum(comp, mem))
     first = (per_pass + side) / HBM  # the pipeline's first fetch, with nothing to hide under
-    return tiles * (per_tile + STEP_NS * passes) + first + LAUNCH_NS, ws
+    return tiles * (per_tile + STEP_NS) + first + LAUNCH_NS, ws
 
 
 def _side_ext(op: Operand, ext: np.ndarray) -> np.ndarray:
@@ -257,23 +259,20 @@ def _side_ext(op: Operand, ext: np.ndarray) -> np.ndarray:
     return whole
 
 
-def unpadded(a: Archetype) -> Archetype:
-    """`a` as the compiler's estimate sees it: its operands unpadded (it knows the MXU's
-    padding, not the layouts' (8, 128) tiles), so that its default tile is a good one, not
-    always the best."""
-
-    def blind(ops: tuple[Operand, ...]) -> tuple[Operand, ...]:
-        return tuple(replace(op, pad=np.ones_like(op.pad)) for op in ops)
-
-    return replace(a, main=blind(a.main), sides=blind(a.sides))
+def compiler_view(a: Archetype) -> Archetype:
+    """`a` as the compiler's estimate sees it: the epilogue's parameters unpadded (it knows its
+    main op's operand layouts, not those of what the fusion adds), so that its default tile
+    is a good one, not always the best."""
+    sides = tuple(replace(op, pad=np.ones_like(op.pad)) for op in a.sides)
+    return replace(a, sides=sides)
 
 
 def _space(a: Archetype, meta: dict) -> autotuner.Space:
     """A kernel's tile grid (the package's options and config rows) under this cost model: the
-    tiles that compile, and the compiler's padding-blind estimate."""
+    tiles that compile, and the compiler's estimate (`compiler_view`)."""
     opts = choices(a.geom, meta)
     units = -(-a.geom.out_dims // a.geom.granule)
-    blind = unpadded(a)
+    blind = compiler_view(a)
     return autotuner.Space(
         opts,
         lambda points: config_rows(a.geom, meta, points),
@@ -336,10 +335,12 @@ def make_kernel(
             break
     else:
         raise AssertionError("no tile compiles in any kernel drawn")
-    # Too few tiles compile in the last kernel drawn: re-measured copies fill it up.
-    order = np.arange(len(points))
-    if len(order) < want:
-        order = np.concatenate([order, rng.integers(len(points), size=want - len(order))])
+    # A few re-measured rows, as in any log; where fewer than `MIN_CONFIGS` tiles compile (in
+    # the last kernel drawn) re-measured copies fill the log up to them.
+    distinct = len(points) - int(rng.binomial(len(points) - 1, DUPLICATES))
+    total = max(len(points), min(want, MIN_CONFIGS))
+    order = np.concatenate([np.arange(distinct), rng.integers(distinct, size=total - distinct)])
+    order = rng.permutation(order)
     default = autotuner.compiler_default(space, fallback=points)
     base = float(cost(arch, space.rows(default[None, :]))[0][0])
     sigma = float(np.clip(0.004 * math.exp(0.9 * rng.standard_normal()), 3e-4, 0.02))
