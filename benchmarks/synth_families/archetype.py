@@ -1,5 +1,5 @@
 """The `archetype` family, written from the description of a held-back TpuGraphs-format set
-(issue 46's "set A") that the suite's other families did not reproduce.
+("set A") that the suite's other families did not reproduce.
 
 Kernels are the package's HLO fusions, one of four archetypes by their main op (convolution,
 dot, reduce, or an element-wise loop fusion), each with a fused element-wise epilogue. A tile's
