@@ -49,7 +49,7 @@ import synth_families  # noqa: F401  (registers alt, fusion, inference; beside t
 # benchmarks/suite.py, beside this script: the budget, the data sets and the sweep's runs are
 # the suite's, so the two scripts given the same --work share them (neither trains twice).
 from suite import (
-    BUDGET,
+    BUDGETS,
     add_budget_flags,
     budget_text,
     finished_runs,
@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> None:
         **{k: getattr(a, k) for k in ("train", "valid", "test", "data_seed", "seeds", "epochs")},
         "early_stop": a.early_stop,
         "budget": budget_text(a),
-        "suite_budget": all(getattr(a, k) == v for k, v in BUDGET.items()),
+        "suite_budget": any(all(getattr(a, k) == b[k] for k in b) for b in BUDGETS.values()),
         "models": a.models,
         "full": a.full,
     }

@@ -23,7 +23,7 @@ from pathlib import Path
 
 from tpu_tiles_models.synthetic.families import Family, register
 
-from . import alt, fusion, fusion_space, inference
+from . import alt, archetype, fusion, fusion_space, inference
 
 # `generate`'s worker processes (Apache Beam's) unpickle these families' functions by module
 # name, so they must find this package as this process did: through PYTHONPATH, which they
@@ -51,6 +51,13 @@ FAMILIES = (
         "the same fusions, inference mix; v4i-like core: 4 MXUs, CMEM, overlap from headroom",
         inference.make_kernel,
         inference.runtime,
+    ),
+    Family(
+        "archetype",
+        "the same fusions; (8, 128) padding, halo re-reads, spills; 12-400 random tiles, "
+        "config 0 ordinary",
+        archetype.make_kernel,
+        archetype.runtime,
     ),
 )
 for _family in FAMILIES:
