@@ -37,8 +37,8 @@ FAMILIES = (
     Family(
         "alt",
         "the same fusions; partial overlap, operand cache, smooth capacity penalty",
-        alt.make_kernel,
-        alt.runtime,
+        alt.COST.make_kernel,
+        alt.COST.runtime,
     ),
     Family(
         "fusion",
@@ -50,7 +50,7 @@ FAMILIES = (
         "inference",
         "the same fusions, inference mix; v4i-like core: 4 MXUs, CMEM, overlap from headroom",
         inference.make_kernel,
-        inference.runtime,
+        inference.COST.runtime,
     ),
 )
 for _family in FAMILIES:

@@ -17,9 +17,9 @@ from tpu_tiles_models.synthetic import roofline
 class Family:
     """One generator family: `make_kernel(rng, *, kind_weights, max_configs, min_configs,
     labelled)` builds one kernel's six npz arrays from its own rng (see
-    `analytic.make_kernel`); `runtime(node_feat, node_opcode, edge_index, config_feat)` is its
-    cost model: noise-free `[c]` runtimes (ns) from what a learned model sees. `name` is what
-    `--family` takes, `summary` one line for `--help` and benchmark tables."""
+    `analytic.make_kernel`); `runtime(node_feat, node_opcode, edge_index, config_feat)`, its
+    cost model, gives noise-free `[c]` runtimes (ns) from what a learned model sees. `name` is
+    what `--family` takes, `summary` one line for `--help` and benchmark tables."""
 
     name: str
     summary: str
@@ -31,8 +31,8 @@ FAMILIES: dict[str, Family] = {
     "roofline": Family(
         "roofline",
         "HLO fusions; max(compute, memory) per tile on a v3-like core",
-        roofline.make_kernel,
-        roofline.runtime,
+        roofline.COST.make_kernel,
+        roofline.COST.runtime,
     ),
 }
 DEFAULT_FAMILY = "roofline"

@@ -57,43 +57,18 @@ class ValidationSplitWarning(UserWarning):
 
 
 # Benchmark groups: model names with their kernel-kind mix (conv, dot, reduce, elementwise).
-BENCHMARK_GROUPS: dict[str, tuple[tuple[str, ...], tuple[float, float, float, float]]] = {
+BENCHMARK_GROUPS: dict[str, tuple[list[str], tuple[float, float, float, float]]] = {
     "convnet": (
-        (
-            "resnet50",
-            "resnet101",
-            "inception_v3",
-            "efficientnet_b0",
-            "efficientnet_b7",
-            "mobilenet_v2",
-            "mask_rcnn",
-            "retinanet",
-            "unet3d",
-            "densenet121",
-            "shapemask",
-            "vgg16",
-            "alexnet",
-        ),
+        "resnet50 resnet101 inception_v3 efficientnet_b0 efficientnet_b7 mobilenet_v2 "
+        "mask_rcnn retinanet unet3d densenet121 shapemask vgg16 alexnet".split(),
         (0.62, 0.06, 0.1, 0.22),
     ),
     "transformer": (
-        (
-            "bert_base",
-            "bert_large",
-            "transformer_lm",
-            "t5_small",
-            "gpt2_medium",
-            "vit_b16",
-            "wmt_transformer",
-            "albert",
-            "xlnet",
-        ),
+        "bert_base bert_large transformer_lm t5_small gpt2_medium vit_b16 wmt_transformer "
+        "albert xlnet".split(),
         (0.12, 0.46, 0.18, 0.24),
     ),
-    "recsys": (
-        ("ncf", "dlrm", "wide_deep", "rnn_lm", "lstm_translate", "deepfm"),
-        (0.05, 0.4, 0.2, 0.35),
-    ),
+    "recsys": ("ncf dlrm wide_deep rnn_lm lstm_translate deepfm".split(), (0.05, 0.4, 0.2, 0.35)),
 }
 
 
@@ -179,24 +154,6 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
                 np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
 
 
-def _check_args(
-    counts: dict[str, int], seed: int, max_configs: int | None, min_configs: int
-) -> None:
-    """Raises `FlagError` (one line, naming the flag) for values that make no data set."""
-    for split, n in counts.items():
-        if n < 0:
-            raise FlagError(f"--{split} must be a kernel count >= 0, got {n}")
-    if seed < 0:
-        raise FlagError(f"--seed must be >= 0, got {seed}")
-    if min_configs < 1:
-        raise FlagError(f"min_configs must be >= 1, got {min_configs}")
-    if max_configs is not None and max_configs < min_configs:
-        raise FlagError(
-            f"--max_configs must be at least {min_configs} (the fewest configs a kernel gets), "
-            f"got {max_configs}"
-        )
-
-
 def _test_ids(path: str | Path) -> list[str]:
     """`read_test_ids`, with a one-line `FlagError` for a missing file or one without ids."""
     try:
@@ -251,12 +208,7 @@ def existing_npz(out: Path) -> list[Path]:
 
 
 def _prepare_out(out: Path, overwrite: bool) -> list[Path]:
-    """Checks `out` can take a new data set; returns the old npz files to replace.
-
-    Raises:
-      FlagError: `out` is a file.
-      DataSetExistsError: `out` holds npz files and `overwrite` is False.
-    """
+    """Checks `out` can take a new data set; returns the old npz files to replace."""
     if out.exists() and not out.is_dir():
         raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
     old = existing_npz(out) if out.is_dir() else []
@@ -284,13 +236,13 @@ def _install(staging: Path, out: Path, old: list[Path]) -> None:
         src.rmdir()
 
 
-def usable_valid_kernels(out: str | Path, configs: int = UPSTREAM_CONFIGS) -> int:
-    """Validation kernels of a tree with at least `configs` configs (those upstream's trainer
-    keeps for its validation batches)."""
+def usable_valid_kernels(out: str | Path) -> int:
+    """Validation kernels of a tree with at least `UPSTREAM_CONFIGS` configs (those upstream's
+    trainer keeps for its validation batches)."""
     count = 0
     for path in sorted(Path(out, "valid").glob("*.npz")):
         with np.load(path) as d:
-            count += len(d["config_runtime"]) >= configs
+            count += len(d["config_runtime"]) >= UPSTREAM_CONFIGS
     return count
 
 
@@ -331,40 +283,37 @@ def generate(
     all are done, so an error or Ctrl-C leaves `out_dir` as it was; the hidden folder of a
     killed run (`kill -9`) is removed by the next run into `out_dir`. Kernel `i` of a split is
     made from its own generator seeded with `(seed, split, i)`, so the files are the same
-    whatever `num_workers` is.
-
-    Args:
-      out_dir: the tree's root (created if missing).
-      train: train kernels.
-      valid: validation kernels; warns (`ValidationSplitWarning`) when fewer than
-      `UPSTREAM_BATCH` of them have `UPSTREAM_CONFIGS` configs.
-      test: test kernels (ignored with `test_ids_from`).
-      seed: everything is a function of it.
-      max_configs: cap on configs per kernel (when None, `autotuner.MAX_CONFIGS`: 10,000).
-      min_configs: floor on configs per kernel.
-      family: a key of `FAMILIES`.
-      test_ids_from: a sample_submission.csv whose tile ids (and count) the test split takes.
-      overwrite: replace the npz files of a data set already in `out_dir`.
-      progress: show a progress bar.
-      num_workers: 1 makes every kernel in this process; more runs an Apache Beam pipeline
-      on the multi-processing DirectRunner with that many worker processes; None takes
-      the cores when there are at least `PARALLEL_MIN_KERNELS` kernels, else 1.
+    whatever `num_workers` is: 1 makes every kernel in this process, more runs an Apache Beam
+    pipeline with that many worker processes, None takes the cores from
+    `PARALLEL_MIN_KERNELS` kernels on. `max_configs` None is `autotuner.MAX_CONFIGS`;
+    `test_ids_from` (a sample_submission.csv) sets the test split's ids and count. Warns
+    (`ValidationSplitWarning`) when fewer than `UPSTREAM_BATCH` validation kernels have
+    `UPSTREAM_CONFIGS` configs.
 
     Returns:
       `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
-      `"seed"`, `"usable_valid"` (validation kernels with at least `UPSTREAM_CONFIGS`
-      configs), `"replaced"` (old npz files removed) and `"workers"` (processes used).
+      `"seed"`, `"usable_valid"` (`usable_valid_kernels`), `"replaced"` (old npz files
+      removed) and `"workers"` (processes used).
 
     Raises:
-      FlagError: a negative count or seed, `max_configs < min_configs`, `num_workers < 1`,
-      an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
-      UnknownFamilyError: `family` is not in `FAMILIES`.
-      DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
-      locks.BusyError: another process is writing `out_dir` (`locks.claim`).
+      UserError: a flag value that makes no data set, an unknown `family`, `out_dir` holds
+      npz files and `overwrite` is False (`DataSetExistsError`), or another process is
+      writing it (`locks.BusyError`).
     """
     maker = get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
-    _check_args(counts, seed, max_configs, min_configs)
+    for split, n in counts.items():
+        if n < 0:
+            raise FlagError(f"--{split} must be a kernel count >= 0, got {n}")
+    if seed < 0:
+        raise FlagError(f"--seed must be >= 0, got {seed}")
+    if min_configs < 1:
+        raise FlagError(f"min_configs must be >= 1, got {min_configs}")
+    if max_configs is not None and max_configs < min_configs:
+        raise FlagError(
+            f"--max_configs must be at least {min_configs} (the fewest configs a kernel gets), "
+            f"got {max_configs}"
+        )
     if num_workers is not None and num_workers < 1:
         raise FlagError(f"--num_workers must be at least 1, got {num_workers}")
     test_ids = _test_ids(test_ids_from) if test_ids_from is not None else None
@@ -456,31 +405,28 @@ def _write_kernels(job: _Job, plan: list[Item], progress: bool, workers: int) ->
     for split in SPLITS:
         Path(job.root, split).mkdir()
     interrupts.check()  # a Ctrl-C while the plan was made
-    with _progress_bar(Path(job.root), len(plan), progress, workers) as bar:
-        if workers == 1:
+    with _progress_bar(Path(job.root), len(plan), progress):
+        if workers > 1:
+            total = _write_in_beam(job, plan, workers)
+        else:
             total = 0
             for item in plan:
                 total += job.write(item)
-                bar()
                 interrupts.check()  # the command line's Ctrl-C: stop between kernels
-            return total
-        total = _write_in_beam(job, plan, workers)
     interrupts.check()
     return total
 
 
 @contextlib.contextmanager
-def _progress_bar(root: Path, total: int, show: bool, workers: int) -> Iterator[Callable[[], None]]:
-    """Yields `tick()` for one written kernel; with workers, a thread counts the files instead."""
+def _progress_bar(root: Path, total: int, show: bool) -> Iterator[None]:
+    """A progress bar of the kernels written under `root`, which a thread counts (Beam's
+    workers write them in other processes)."""
     if not show:
-        yield lambda: None
+        yield
         return
     from tqdm import tqdm
 
     with tqdm(total=total, desc="synthetic kernels", unit="kernel") as bar:
-        if workers == 1:
-            yield lambda: bar.update()
-            return
         done = threading.Event()
 
         def poll() -> None:
@@ -490,7 +436,7 @@ def _progress_bar(root: Path, total: int, show: bool, workers: int) -> Iterator[
         thread = threading.Thread(target=poll, daemon=True)
         thread.start()
         try:
-            yield lambda: None
+            yield
         finally:
             done.set()
             thread.join()
@@ -508,10 +454,8 @@ def _write_chunk(chunk: str, job: _Job) -> int:
 
 def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
     """`Create(chunks) | Reshuffle | Map(_write_chunk)` on the multi-processing DirectRunner
-    with `workers` processes (the sweep's runner); returns the configs written.
-
-    The Reshuffle spreads the chunks over the workers instead of fusing them onto one.
-    """
+    with `workers` processes; returns the configs written. The Reshuffle spreads the chunks
+    over the workers instead of fusing them onto one."""
     with pipelines.quiet_beam():
         import apache_beam as beam
         from apache_beam.metrics.metric import MetricsFilter
