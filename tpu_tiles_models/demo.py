@@ -136,10 +136,6 @@ def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
     }
 
 
-def _valid_kernels(train: int) -> int:
-    return max(train // 5, 20)  # upstream's flags need 10 with >= 10 configs
-
-
 def run(a: DemoArgs) -> None:
     """`tpu-tiles demo`: synthetic data, two models trained and evaluated, the test split
     ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
@@ -154,8 +150,9 @@ def run(a: DemoArgs) -> None:
     data_root, models_dir = out / "data", out / "models"
     progress = not a.no_progress
     have_data = (data_root / "train").is_dir()
-    kernels = a.train + _valid_kernels(a.train) + TEST_KERNELS
-    need = _BYTES_BESIDE_DATA + (0 if have_data else kernels * _BYTES_PER_KERNEL)
+    valid = max(a.train // 5, 20)  # upstream's flags need 10 with >= 10 configs
+    new_kernels = 0 if have_data else a.train + valid + TEST_KERNELS
+    need = _BYTES_BESIDE_DATA + new_kernels * _BYTES_PER_KERNEL
     files.check_folder(out, flag="--out", need_bytes=need)
     written = [EVALUATION_CSV, EVALUATION_PNG, PREDICTIONS_CSV, KAGGLE_CSV]
     written += [] if a.sample else [SAMPLE_CSV]
@@ -170,7 +167,7 @@ def run(a: DemoArgs) -> None:
             synthetic.generate(
                 data_root,
                 train=a.train,
-                valid=_valid_kernels(a.train),
+                valid=valid,
                 test=TEST_KERNELS,
                 seed=0,
                 max_configs=300,
@@ -180,8 +177,8 @@ def run(a: DemoArgs) -> None:
         model_dirs = {}
         for name, args in train_args.items():
             print(f"\n== training {name}")
-            done = run_file.completed_run(models_dir, args.hash())
-            if done is not None:  # an earlier demo into --out trained it: deterministic, reused
+            # An earlier demo into --out trained it: deterministic, reused.
+            if run_file.completed_run(models_dir, args.hash()) is not None:
                 model_dirs[name] = Path(run_file.model_dir_path(models_dir, args.hash()))
                 print(f"reusing {model_dirs[name]}, trained by an earlier demo into {out}")
                 continue

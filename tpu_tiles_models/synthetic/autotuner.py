@@ -109,15 +109,6 @@ def draw_kernel(
     raise AssertionError("unreachable: the last draw is always kept")
 
 
-def _distinct(total: int, count: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` (or all `total`) distinct flat grid indices in random order."""
-    if total <= 3 * count:
-        return rng.permutation(total)[:count]
-    draws = rng.integers(total, size=count + count // 4 + 16)
-    _, first = np.unique(draws, return_index=True)
-    return draws[np.sort(first)][:count]
-
-
 def _points(space: Space, flat: np.ndarray) -> np.ndarray:
     """Flat grid indices -> `[c, knobs]` option values."""
     idx = np.unravel_index(flat, tuple(len(c) for c in space.choices))
@@ -248,7 +239,13 @@ def _timed_tiles(
     kept, costs = [np.zeros((0, len(space.choices)))], [np.zeros(0)]
     if count <= 0:
         return kept[0], costs[0]
-    order = _distinct(total, min(total, 20 * count + 1000), rng)
+    draw = min(total, 20 * count + 1000)  # distinct flat grid indices, in random order
+    if total <= 3 * draw:
+        order = rng.permutation(total)[:draw]
+    else:
+        draws = rng.integers(total, size=draw + draw // 4 + 16)
+        _, first = np.unique(draws, return_index=True)
+        order = draws[np.sort(first)][:draw]
     found, pos, rate = 0, 0, 1.0
     while found < count and pos < len(order):
         step = int(min(len(order) - pos, math.ceil((count - found) / rate * 1.15) + 8))

@@ -1,6 +1,6 @@
 """The generator families by name (`FAMILIES`). The package holds `roofline`, the one
 `tpu-tiles synth` and the demo write; the benchmark suite adds more with `register`
-(benchmarks/synth_families) to check that a model does not overfit one generator."""
+(benchmarks/lib/synth_families) to check that a model does not overfit one generator."""
 
 from __future__ import annotations
 

@@ -72,22 +72,16 @@ BENCHMARK_GROUPS: dict[str, tuple[list[str], tuple[float, float, float, float]]]
 }
 
 
-# Programs per split, as in the real collection: train kernels come from 61 programs of very
-# uneven size (1 to 266 kernels), valid kernels from 7 programs not in train (4 convnets and 3
-# BERTs, 72% of the kernels from the convnets); the test split's (anonymised) kernels from
-# programs of their own, mixed like valid. Each split has fixed program counts per group and a
-# kernel picks its group with fixed odds, then a program of it by weight: drawn groups made one
-# seed's valid split 93% convnet kernels and another's 17%, and its configs-per-kernel
-# histogram swung with them (convnet kernels hold far more configs).
+# (programs, odds of a kernel) per split and group, as in the real collection: train kernels
+# come from 61 programs of very uneven size (1 to 266 kernels), valid kernels from 7 programs
+# not in train (4 convnets and 3 BERTs, 72% of the kernels from the convnets); the test split's
+# (anonymised) kernels from programs of their own, mixed like valid. Both are fixed, not drawn
+# (drawn, they made a split's mix, and so its configs-per-kernel histogram, swing from seed to
+# seed: convnet kernels hold far more configs); a kernel picks a program of its group by weight.
 PROGRAMS = {
-    "train": {"convnet": 37, "transformer": 18, "recsys": 6},
-    "valid": {"convnet": 4, "transformer": 3},
-    "test": {"convnet": 5, "transformer": 3},
-}
-KERNEL_GROUP_ODDS = {
-    "train": {"convnet": 0.6, "transformer": 0.3, "recsys": 0.1},
-    "valid": {"convnet": 0.72, "transformer": 0.28},
-    "test": {"convnet": 0.72, "transformer": 0.28},
+    "train": {"convnet": (37, 0.6), "transformer": (18, 0.3), "recsys": (6, 0.1)},
+    "valid": {"convnet": (4, 0.72), "transformer": (3, 0.28)},
+    "test": {"convnet": (5, 0.72), "transformer": (3, 0.28)},
 }
 PROGRAM_SIGMA = 1.1  # lognormal spread of program sizes
 
@@ -100,7 +94,7 @@ def _programs(seed: int) -> dict[str, dict[str, list[tuple[str, float]]]]:
     out: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for split, quota in PROGRAMS.items():
         out[split] = {}
-        for group, n in quota.items():
+        for group, (n, _) in quota.items():
             programs: list[tuple[str, float]] = []
             while len(programs) < n:
                 model = str(pick(rng, BENCHMARK_GROUPS[group][0]))
@@ -113,28 +107,20 @@ def _programs(seed: int) -> dict[str, dict[str, list[tuple[str, float]]]]:
     return out
 
 
-def read_test_ids(path: str | Path) -> list[str]:
-    """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order."""
-    prefix = TILE_PREFIX
-    text = files.read_bytes(path).decode("utf-8")  # a named pipe: refused, not waited on
-    rows = list(csv.reader(io.StringIO(text, newline="")))
-    return [r[0][len(prefix) :] for r in rows if r and r[0].startswith(prefix)]
-
-
 def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -> list[Item]:
     """`(split, index, tile_id, kind weights)` for every kernel, deterministic in `seed`."""
     programs = _programs(seed)
     plan, seen = [], set(test_ids or ())  # given test ids stand; a generated id avoids them
     for s_idx, split in enumerate(SPLITS):
         rng = np.random.default_rng([seed, 104729, s_idx])
-        groups = list(KERNEL_GROUP_ODDS[split])
-        group_odds = np.asarray([KERNEL_GROUP_ODDS[split][g] for g in groups])
+        groups = list(PROGRAMS[split])
+        group_odds = np.asarray([PROGRAMS[split][g][1] for g in groups])
         for i in range(counts[split]):
             group = groups[int(rng.choice(len(groups), p=group_odds))]
             names, weights = zip(*programs[split][group])
             j = int(rng.choice(len(names), p=np.asarray(weights) / sum(weights)))
             if split == "test" and test_ids is not None:
-                tid = test_ids[i]  # distinct (`_test_ids`)
+                tid = test_ids[i]  # distinct (`read_test_ids`)
             else:
                 tid = rng.bytes(16).hex() if split == "test" else f"{names[j]}_{rng.bytes(8).hex()}"
                 while tid in seen:  # never two kernels with one id
@@ -154,16 +140,20 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
                 np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
 
 
-def _test_ids(path: str | Path) -> list[str]:
-    """`read_test_ids`, with a one-line `FlagError` for a missing file or one without ids."""
+def read_test_ids(path: str | Path) -> list[str]:
+    """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order; a
+    one-line `FlagError` for a file that cannot be read, holds none or an id that cannot name
+    a file."""
     try:
-        ids = read_test_ids(path)
+        text = files.read_bytes(path).decode("utf-8")  # a named pipe: refused, not waited on
+        rows = list(csv.reader(io.StringIO(text, newline="")))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         why = getattr(err, "strerror", None) or err.__class__.__name__
         raise FlagError(
             f"--test_ids_from {path}: cannot read it ({why}); give the competition's "
             "sample_submission.csv"
         ) from None
+    ids = [r[0][len(TILE_PREFIX) :] for r in rows if r and r[0].startswith(TILE_PREFIX)]
     if not ids:
         raise FlagError(
             f"--test_ids_from {path} has no {TILE_PREFIX}* rows; give the competition's "
@@ -205,19 +195,6 @@ def _not_a_name(tile_id: str) -> str:
 def existing_npz(out: Path) -> list[Path]:
     """The npz files of a data set already in `out/{train,valid,test}/`."""
     return [p for split in SPLITS for p in sorted((out / split).glob("*.npz"))]
-
-
-def _prepare_out(out: Path, overwrite: bool) -> list[Path]:
-    """Checks `out` can take a new data set; returns the old npz files to replace."""
-    if out.exists() and not out.is_dir():
-        raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
-    old = existing_npz(out) if out.is_dir() else []
-    if old and not overwrite:
-        raise DataSetExistsError(
-            f"{out} already holds a data set ({len(old)} npz files in {{train,valid,test}}/); "
-            "pass --overwrite to replace it, or choose another folder"
-        )
-    return old
 
 
 def _install(staging: Path, out: Path, old: list[Path]) -> None:
@@ -316,7 +293,7 @@ def generate(
         )
     if num_workers is not None and num_workers < 1:
         raise FlagError(f"--num_workers must be at least 1, got {num_workers}")
-    test_ids = _test_ids(test_ids_from) if test_ids_from is not None else None
+    test_ids = read_test_ids(test_ids_from) if test_ids_from is not None else None
     if test_ids is not None:
         counts["test"] = len(test_ids)
     if not sum(counts.values()):
@@ -324,7 +301,14 @@ def generate(
     workers = num_workers or default_workers(sum(counts.values()))
     out = Path(out_dir)
     with locks.claim(out, flag="OUT", command="synth"):  # one synth into OUT at a time
-        old = _prepare_out(out, overwrite)
+        if out.exists() and not out.is_dir():
+            raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
+        old = existing_npz(out) if out.is_dir() else []  # replaced by the new set
+        if old and not overwrite:
+            raise DataSetExistsError(
+                f"{out} already holds a data set ({len(old)} npz files in {{train,valid,test}}/); "
+                "pass --overwrite to replace it, or choose another folder"
+            )
         files.check_folder(out, flag="OUT")  # read-only, names too long: before any kernel
         inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
         files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
