@@ -227,8 +227,7 @@ def run(a: DemoArgs) -> None:
 
 
 def _entries(out: Path) -> set[Path]:
-    """What `--out` and its `models/` hold, hidden names left out (locks and staged files are
-    their writers' to remove): a demo that does not finish removes what it added to them (the
-    data set it generated, the runs it trained, its CSVs), and keeps what was there."""
+    """What `--out` and its `models/` hold, hidden names left out: locks and staged files are
+    their writers' to remove."""
     folders = [f for f in (out, out / "models") if f.is_dir()]
     return {p for f in folders for p in f.iterdir() if not p.name.startswith(".")}

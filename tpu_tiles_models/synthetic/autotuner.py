@@ -69,9 +69,7 @@ class Space:
 
 def explored_count(grid: int, rng: np.random.Generator) -> int:
     """How many tiles the autotuner times for a search space of `grid` points: the whole of a
-    small one, a shrinking share of a large one. `raw = COUNT_SCALE * grid**COUNT_POWER`
-    (lognormal spread) saturates towards `MAX_CONFIGS` as `MAX_CONFIGS * (1 - exp(-raw /
-    MAX_CONFIGS))`; at most the grid, at least 2."""
+    small one, a shrinking share of a large one (see `COUNT_SCALE`); at least 2."""
     raw = COUNT_SCALE * grid**COUNT_POWER * math.exp(COUNT_SIGMA * rng.standard_normal())
     count = MAX_CONFIGS * -math.expm1(-raw / MAX_CONFIGS)
     return int(np.clip(round(count), 2, max(min(grid, MAX_CONFIGS), 2)))
@@ -206,10 +204,8 @@ def tune(
     points, costs = _timed_tiles(space, want - n_dup, rng)
     default = compiler_default(space, fallback=points)
     other = ~np.all(points == default[None, :], axis=1)
-    points, costs = (
-        points[other][: max(want - 1 - n_dup, 0)],
-        costs[other][: max(want - 1 - n_dup, 0)],
-    )
+    room = max(want - 1 - n_dup, 0)  # rows beside the default and the copies
+    points, costs = points[other][:room], costs[other][:room]
     if not keep and len(points) + 1 < min(SMALL_GRID, want) and rng.random() >= SMALL_KEPT:
         return None
     rows = space.rows(np.concatenate([default[None, :], points]))

@@ -233,13 +233,13 @@ def tried(points: np.ndarray, units: np.ndarray, max_steps: int = MAX_STEPS) -> 
     return (np.prod(points[:, :rank], axis=1) <= MAX_TILE) & (steps <= most)
 
 
-def bounds_block(values: np.ndarray, width: int = 6) -> np.ndarray:
+def bounds_block(values: np.ndarray) -> np.ndarray:
     """`[c, k]` bounds -> `[c, 8]` block of 6 dims + sum + product (product 0 when empty)."""
-    out = np.zeros((len(values), width + 2))
-    k = min(values.shape[1], width)
+    out = np.zeros((len(values), 8))
+    k = min(values.shape[1], 6)
     out[:, :k] = values[:, :k]
-    out[:, width] = values.sum(axis=1)
-    out[:, width + 1] = np.prod(values, axis=1) if values.shape[1] else 0.0
+    out[:, 6] = values.sum(axis=1)
+    out[:, 7] = np.prod(values, axis=1) if values.shape[1] else 0.0
     return out
 
 

@@ -265,17 +265,9 @@ def generate(
     `PARALLEL_MIN_KERNELS` kernels on. `max_configs` None is `autotuner.MAX_CONFIGS`;
     `test_ids_from` (a sample_submission.csv) sets the test split's ids and count. Warns
     (`ValidationSplitWarning`) when fewer than `UPSTREAM_BATCH` validation kernels have
-    `UPSTREAM_CONFIGS` configs.
-
-    Returns:
-      `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
-      `"seed"`, `"usable_valid"` (`usable_valid_kernels`), `"replaced"` (old npz files
-      removed) and `"workers"` (processes used).
-
-    Raises:
-      UserError: a flag value that makes no data set, an unknown `family`, `out_dir` holds
-      npz files and `overwrite` is False (`DataSetExistsError`), or another process is
-      writing it (`locks.BusyError`).
+    `UPSTREAM_CONFIGS` configs. Returns the counts and settings `tpu-tiles synth` prints.
+    Raises a `UserError` for values that make no data set, a data set already in `out_dir`
+    without `overwrite` (`DataSetExistsError`), or another process writing it.
     """
     maker = get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
