@@ -125,12 +125,11 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str,
     if 0.0 < geom.operand_bytes <= hw.resident:
         reuse, once = np.zeros(len(cfg)), once + geom.operand_bytes
     side_tile = np.minimum(geom.side_elems[None, :], e_t[:, None])
-    side = side_tile @ geom.side_bytes if len(geom.side_bytes) else np.zeros(len(cfg))
+    side = side_tile @ geom.side_bytes  # `[c]` (zeros without side inputs)
     small = geom.side_elems[None, :] < e_t[:, None]  # broadcast operands re-read per tile
-    side_reuse = (side_tile * small) @ geom.side_bytes if len(geom.side_bytes) else 0.0
+    side_reuse = (side_tile * small) @ geom.side_bytes
     # Reading a side input costs more when the tile is short along its own minor dim.
-    slow = side_tile / _dma_share(geom, ext, hw) - side_tile
-    side_slow = slow @ geom.side_bytes if len(geom.side_bytes) else 0.0
+    side_slow = (side_tile / _dma_share(geom, ext, hw) - side_tile) @ geom.side_bytes
     out = e_t * geom.out_bytes
     single = chunk + side + e_t * 4.0 + out  # one buffer of everything streamed
     write = out  # the write-back's time in bytes at full bandwidth: short runs are slower
@@ -168,8 +167,6 @@ def _out_run(geom: KernelGeometry, ext: np.ndarray, units: np.ndarray, b: np.nda
 def _dma_share(geom: KernelGeometry, ext: np.ndarray, hw: Hardware) -> np.ndarray:
     """`[c, p]` bandwidth share of reading each side input with tile extents `ext`: long
     contiguous runs along its minor dim read fast."""
-    if not len(geom.side_minor):
-        return np.ones((len(ext), 0))
     minor = np.maximum(geom.side_minor, 0)
     run = np.where(geom.side_minor[None, :] >= 0, ext[:, minor], np.inf)  # a scalar: no limit
     return _share(run * geom.side_bytes[None, :], hw)
