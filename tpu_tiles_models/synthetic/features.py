@@ -81,12 +81,10 @@ NODE_PRODUCT_COLS = (28, 44, 52, 60, 68, 76, 84, 112, 116, 120, 124, 128, 132)
 # Offsets of element types inside the one-hot block, and their sizes in bytes.
 ELEM_TYPES: dict[str, tuple[int, int]] = {
     "pred": (1, 1),
-    "s8": (2, 1),
     "s32": (4, 4),
     "u8": (6, 1),
     "u16": (7, 2),
     "u32": (8, 4),
-    "f16": (10, 2),
     "f32": (11, 4),
     "bf16": (13, 2),
     "tuple": (16, 0),
