@@ -44,10 +44,10 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import synth_families  # noqa: F401  (registers alt, fusion, inference; beside this script)
 
 # benchmarks/suite.py, beside this script: the budget, the data sets and the sweep's runs are
 # the suite's, so the two scripts given the same --work share them (neither trains twice).
+# Importing it registers the benchmark families (alt, fusion, inference).
 from suite import (
     BUDGETS,
     add_budget_flags,

@@ -52,7 +52,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import synth_families  # noqa: F401  (registers alt, fusion, inference; beside this script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))  # synth_families alone
+import synth_families  # noqa: F401  (registers alt, fusion, inference)
 
 from tpu_tiles_models import data, metrics, registry, run_file, synthetic
 from tpu_tiles_models.evaluate import (

@@ -1,20 +1,23 @@
-"""benchmarks/synth_families: the suite's generator families beside the package's `roofline`
+"""benchmarks/lib/synth_families: the suite's generator families beside the package's `roofline`
 (`alt`, `fusion`, `inference`, `archetype`), registered with the generator: each one's output
 frozen, the checks every family passes (tests/test_synthetic.py's), and what sets each one
 apart."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import test_synthetic as package
-from conftest import benchmark_families
+from conftest import REPO, benchmark_families
 from test_synthetic import _kernels, _tree_digest
 
 from tpu_tiles_models import synthetic
+from tpu_tiles_models.synthetic import features
 
 FAMILIES = benchmark_families()
 NAMES = [f.name for f in FAMILIES.FAMILIES]
@@ -36,6 +39,30 @@ def test_the_families_are_registered_in_the_suites_order() -> None:
     assert NAMES == ["alt", "fusion", "inference", "archetype"] == list(FROZEN_DIGESTS)
     assert list(synthetic.FAMILIES)[:5] == ["roofline", *NAMES]
     assert all(synthetic.get_family(f.name) is f for f in FAMILIES.FAMILIES)
+
+
+def test_a_child_process_finds_the_families_and_no_benchmark_script(tmp_path: Path) -> None:
+    """Importing the families sets PYTHONPATH for the processes a benchmark starts (Beam's
+    workers unpickle the families' functions by module name) to their folder alone: a child
+    started as the suite starts its sweep (this Python, this environment) imports them, and
+    no benchmark script's name shadows a module of that name there (benchmarks/bottleneck.py
+    once hid pandas' `bottleneck` and broke TensorFlow's import in a training child)."""
+    scripts = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py"))
+    assert {"suite", "families", "synth", "config_bottleneck"} <= set(scripts)
+    child = (
+        "import importlib.util, sys\n"
+        "import synth_families\n"
+        "print(sorted(synth_families.__path__))\n"
+        "print([m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, *scripts], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        repr([str(REPO / "benchmarks" / "lib" / "synth_families")]),
+        "[]",
+    ]
 
 
 @pytest.mark.parametrize("family", NAMES)
@@ -245,7 +272,7 @@ def test_archetype_pads_operands_to_8_by_128() -> None:
     row_major, cfg = _archetype_matmul((8, 128))
     rows_minor, _ = _archetype_matmul((128, 8))
     plain, padded = (FAMILIES.archetype.cost(a, cfg)[0] for a in (row_major, rows_minor))
-    rows = cfg[:, synthetic.CFG_OUTPUT] * 8  # lhs rows per tile
+    rows = cfg[:, features.CFG_OUTPUT] * 8  # lhs rows per tile
     # With its rows minor the lhs moves 128 rows per tile whatever the tile holds: the same
     # cost for tiles of 128 rows or more, more for shorter ones (8 rows: 16 times the bytes).
     np.testing.assert_array_equal(padded[rows % 128 == 0], plain[rows % 128 == 0])

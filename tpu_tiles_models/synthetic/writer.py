@@ -57,62 +57,31 @@ class ValidationSplitWarning(UserWarning):
 
 
 # Benchmark groups: model names with their kernel-kind mix (conv, dot, reduce, elementwise).
-BENCHMARK_GROUPS: dict[str, tuple[tuple[str, ...], tuple[float, float, float, float]]] = {
+BENCHMARK_GROUPS: dict[str, tuple[list[str], tuple[float, float, float, float]]] = {
     "convnet": (
-        (
-            "resnet50",
-            "resnet101",
-            "inception_v3",
-            "efficientnet_b0",
-            "efficientnet_b7",
-            "mobilenet_v2",
-            "mask_rcnn",
-            "retinanet",
-            "unet3d",
-            "densenet121",
-            "shapemask",
-            "vgg16",
-            "alexnet",
-        ),
+        "resnet50 resnet101 inception_v3 efficientnet_b0 efficientnet_b7 mobilenet_v2 "
+        "mask_rcnn retinanet unet3d densenet121 shapemask vgg16 alexnet".split(),
         (0.62, 0.06, 0.1, 0.22),
     ),
     "transformer": (
-        (
-            "bert_base",
-            "bert_large",
-            "transformer_lm",
-            "t5_small",
-            "gpt2_medium",
-            "vit_b16",
-            "wmt_transformer",
-            "albert",
-            "xlnet",
-        ),
+        "bert_base bert_large transformer_lm t5_small gpt2_medium vit_b16 wmt_transformer "
+        "albert xlnet".split(),
         (0.12, 0.46, 0.18, 0.24),
     ),
-    "recsys": (
-        ("ncf", "dlrm", "wide_deep", "rnn_lm", "lstm_translate", "deepfm"),
-        (0.05, 0.4, 0.2, 0.35),
-    ),
+    "recsys": ("ncf dlrm wide_deep rnn_lm lstm_translate deepfm".split(), (0.05, 0.4, 0.2, 0.35)),
 }
 
 
-# Programs per split, as in the real collection: train kernels come from 61 programs of very
-# uneven size (1 to 266 kernels), valid kernels from 7 programs not in train (4 convnets and 3
-# BERTs, 72% of the kernels from the convnets); the test split's (anonymised) kernels from
-# programs of their own, mixed like valid. Each split has fixed program counts per group and a
-# kernel picks its group with fixed odds, then a program of it by weight: drawn groups made one
-# seed's valid split 93% convnet kernels and another's 17%, and its configs-per-kernel
-# histogram swung with them (convnet kernels hold far more configs).
+# (programs, odds of a kernel) per split and group, as in the real collection: train kernels
+# come from 61 programs of very uneven size (1 to 266 kernels), valid kernels from 7 programs
+# not in train (4 convnets and 3 BERTs, 72% of the kernels from the convnets); the test split's
+# (anonymised) kernels from programs of their own, mixed like valid. Both are fixed, not drawn
+# (drawn, they made a split's mix, and so its configs-per-kernel histogram, swing from seed to
+# seed: convnet kernels hold far more configs); a kernel picks a program of its group by weight.
 PROGRAMS = {
-    "train": {"convnet": 37, "transformer": 18, "recsys": 6},
-    "valid": {"convnet": 4, "transformer": 3},
-    "test": {"convnet": 5, "transformer": 3},
-}
-KERNEL_GROUP_ODDS = {
-    "train": {"convnet": 0.6, "transformer": 0.3, "recsys": 0.1},
-    "valid": {"convnet": 0.72, "transformer": 0.28},
-    "test": {"convnet": 0.72, "transformer": 0.28},
+    "train": {"convnet": (37, 0.6), "transformer": (18, 0.3), "recsys": (6, 0.1)},
+    "valid": {"convnet": (4, 0.72), "transformer": (3, 0.28)},
+    "test": {"convnet": (5, 0.72), "transformer": (3, 0.28)},
 }
 PROGRAM_SIGMA = 1.1  # lognormal spread of program sizes
 
@@ -125,7 +94,7 @@ def _programs(seed: int) -> dict[str, dict[str, list[tuple[str, float]]]]:
     out: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for split, quota in PROGRAMS.items():
         out[split] = {}
-        for group, n in quota.items():
+        for group, (n, _) in quota.items():
             programs: list[tuple[str, float]] = []
             while len(programs) < n:
                 model = str(pick(rng, BENCHMARK_GROUPS[group][0]))
@@ -138,28 +107,20 @@ def _programs(seed: int) -> dict[str, dict[str, list[tuple[str, float]]]]:
     return out
 
 
-def read_test_ids(path: str | Path) -> list[str]:
-    """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order."""
-    prefix = TILE_PREFIX
-    text = files.read_bytes(path).decode("utf-8")  # a named pipe: refused, not waited on
-    rows = list(csv.reader(io.StringIO(text, newline="")))
-    return [r[0][len(prefix) :] for r in rows if r and r[0].startswith(prefix)]
-
-
 def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -> list[Item]:
     """`(split, index, tile_id, kind weights)` for every kernel, deterministic in `seed`."""
     programs = _programs(seed)
     plan, seen = [], set(test_ids or ())  # given test ids stand; a generated id avoids them
     for s_idx, split in enumerate(SPLITS):
         rng = np.random.default_rng([seed, 104729, s_idx])
-        groups = list(KERNEL_GROUP_ODDS[split])
-        group_odds = np.asarray([KERNEL_GROUP_ODDS[split][g] for g in groups])
+        groups = list(PROGRAMS[split])
+        group_odds = np.asarray([PROGRAMS[split][g][1] for g in groups])
         for i in range(counts[split]):
             group = groups[int(rng.choice(len(groups), p=group_odds))]
             names, weights = zip(*programs[split][group])
             j = int(rng.choice(len(names), p=np.asarray(weights) / sum(weights)))
             if split == "test" and test_ids is not None:
-                tid = test_ids[i]  # distinct (`_test_ids`)
+                tid = test_ids[i]  # distinct (`read_test_ids`)
             else:
                 tid = rng.bytes(16).hex() if split == "test" else f"{names[j]}_{rng.bytes(8).hex()}"
                 while tid in seen:  # never two kernels with one id
@@ -179,34 +140,20 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
                 np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
 
 
-def _check_args(
-    counts: dict[str, int], seed: int, max_configs: int | None, min_configs: int
-) -> None:
-    """Raises `FlagError` (one line, naming the flag) for values that make no data set."""
-    for split, n in counts.items():
-        if n < 0:
-            raise FlagError(f"--{split} must be a kernel count >= 0, got {n}")
-    if seed < 0:
-        raise FlagError(f"--seed must be >= 0, got {seed}")
-    if min_configs < 1:
-        raise FlagError(f"min_configs must be >= 1, got {min_configs}")
-    if max_configs is not None and max_configs < min_configs:
-        raise FlagError(
-            f"--max_configs must be at least {min_configs} (the fewest configs a kernel gets), "
-            f"got {max_configs}"
-        )
-
-
-def _test_ids(path: str | Path) -> list[str]:
-    """`read_test_ids`, with a one-line `FlagError` for a missing file or one without ids."""
+def read_test_ids(path: str | Path) -> list[str]:
+    """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order; a
+    one-line `FlagError` for a file that cannot be read, holds none or an id that cannot name
+    a file."""
     try:
-        ids = read_test_ids(path)
+        text = files.read_bytes(path).decode("utf-8")  # a named pipe: refused, not waited on
+        rows = list(csv.reader(io.StringIO(text, newline="")))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         why = getattr(err, "strerror", None) or err.__class__.__name__
         raise FlagError(
             f"--test_ids_from {path}: cannot read it ({why}); give the competition's "
             "sample_submission.csv"
         ) from None
+    ids = [r[0][len(TILE_PREFIX) :] for r in rows if r and r[0].startswith(TILE_PREFIX)]
     if not ids:
         raise FlagError(
             f"--test_ids_from {path} has no {TILE_PREFIX}* rows; give the competition's "
@@ -250,24 +197,6 @@ def existing_npz(out: Path) -> list[Path]:
     return [p for split in SPLITS for p in sorted((out / split).glob("*.npz"))]
 
 
-def _prepare_out(out: Path, overwrite: bool) -> list[Path]:
-    """Checks `out` can take a new data set; returns the old npz files to replace.
-
-    Raises:
-      FlagError: `out` is a file.
-      DataSetExistsError: `out` holds npz files and `overwrite` is False.
-    """
-    if out.exists() and not out.is_dir():
-        raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
-    old = existing_npz(out) if out.is_dir() else []
-    if old and not overwrite:
-        raise DataSetExistsError(
-            f"{out} already holds a data set ({len(old)} npz files in {{train,valid,test}}/); "
-            "pass --overwrite to replace it, or choose another folder"
-        )
-    return old
-
-
 def _install(staging: Path, out: Path, old: list[Path]) -> None:
     """Replaces the `old` npz files by the complete new set in `staging` (renames only)."""
     for path in old:
@@ -284,13 +213,13 @@ def _install(staging: Path, out: Path, old: list[Path]) -> None:
         src.rmdir()
 
 
-def usable_valid_kernels(out: str | Path, configs: int = UPSTREAM_CONFIGS) -> int:
-    """Validation kernels of a tree with at least `configs` configs (those upstream's trainer
-    keeps for its validation batches)."""
+def usable_valid_kernels(out: str | Path) -> int:
+    """Validation kernels of a tree with at least `UPSTREAM_CONFIGS` configs (those upstream's
+    trainer keeps for its validation batches)."""
     count = 0
     for path in sorted(Path(out, "valid").glob("*.npz")):
         with np.load(path) as d:
-            count += len(d["config_runtime"]) >= configs
+            count += len(d["config_runtime"]) >= UPSTREAM_CONFIGS
     return count
 
 
@@ -331,43 +260,32 @@ def generate(
     all are done, so an error or Ctrl-C leaves `out_dir` as it was; the hidden folder of a
     killed run (`kill -9`) is removed by the next run into `out_dir`. Kernel `i` of a split is
     made from its own generator seeded with `(seed, split, i)`, so the files are the same
-    whatever `num_workers` is.
-
-    Args:
-      out_dir: the tree's root (created if missing).
-      train: train kernels.
-      valid: validation kernels; warns (`ValidationSplitWarning`) when fewer than
-      `UPSTREAM_BATCH` of them have `UPSTREAM_CONFIGS` configs.
-      test: test kernels (ignored with `test_ids_from`).
-      seed: everything is a function of it.
-      max_configs: cap on configs per kernel (when None, `autotuner.MAX_CONFIGS`: 10,000).
-      min_configs: floor on configs per kernel.
-      family: a key of `FAMILIES`.
-      test_ids_from: a sample_submission.csv whose tile ids (and count) the test split takes.
-      overwrite: replace the npz files of a data set already in `out_dir`.
-      progress: show a progress bar.
-      num_workers: 1 makes every kernel in this process; more runs an Apache Beam pipeline
-      on the multi-processing DirectRunner with that many worker processes; None takes
-      the cores when there are at least `PARALLEL_MIN_KERNELS` kernels, else 1.
-
-    Returns:
-      `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
-      `"seed"`, `"usable_valid"` (validation kernels with at least `UPSTREAM_CONFIGS`
-      configs), `"replaced"` (old npz files removed) and `"workers"` (processes used).
-
-    Raises:
-      FlagError: a negative count or seed, `max_configs < min_configs`, `num_workers < 1`,
-      an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
-      UnknownFamilyError: `family` is not in `FAMILIES`.
-      DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
-      locks.BusyError: another process is writing `out_dir` (`locks.claim`).
+    whatever `num_workers` is: 1 makes every kernel in this process, more runs an Apache Beam
+    pipeline with that many worker processes, None takes the cores from
+    `PARALLEL_MIN_KERNELS` kernels on. `max_configs` None is `autotuner.MAX_CONFIGS`;
+    `test_ids_from` (a sample_submission.csv) sets the test split's ids and count. Warns
+    (`ValidationSplitWarning`) when fewer than `UPSTREAM_BATCH` validation kernels have
+    `UPSTREAM_CONFIGS` configs. Returns the counts and settings `tpu-tiles synth` prints.
+    Raises a `UserError` for values that make no data set, a data set already in `out_dir`
+    without `overwrite` (`DataSetExistsError`), or another process writing it.
     """
     maker = get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
-    _check_args(counts, seed, max_configs, min_configs)
+    for split, n in counts.items():
+        if n < 0:
+            raise FlagError(f"--{split} must be a kernel count >= 0, got {n}")
+    if seed < 0:
+        raise FlagError(f"--seed must be >= 0, got {seed}")
+    if min_configs < 1:
+        raise FlagError(f"min_configs must be >= 1, got {min_configs}")
+    if max_configs is not None and max_configs < min_configs:
+        raise FlagError(
+            f"--max_configs must be at least {min_configs} (the fewest configs a kernel gets), "
+            f"got {max_configs}"
+        )
     if num_workers is not None and num_workers < 1:
         raise FlagError(f"--num_workers must be at least 1, got {num_workers}")
-    test_ids = _test_ids(test_ids_from) if test_ids_from is not None else None
+    test_ids = read_test_ids(test_ids_from) if test_ids_from is not None else None
     if test_ids is not None:
         counts["test"] = len(test_ids)
     if not sum(counts.values()):
@@ -375,7 +293,14 @@ def generate(
     workers = num_workers or default_workers(sum(counts.values()))
     out = Path(out_dir)
     with locks.claim(out, flag="OUT", command="synth"):  # one synth into OUT at a time
-        old = _prepare_out(out, overwrite)
+        if out.exists() and not out.is_dir():
+            raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
+        old = existing_npz(out) if out.is_dir() else []  # replaced by the new set
+        if old and not overwrite:
+            raise DataSetExistsError(
+                f"{out} already holds a data set ({len(old)} npz files in {{train,valid,test}}/); "
+                "pass --overwrite to replace it, or choose another folder"
+            )
         files.check_folder(out, flag="OUT")  # read-only, names too long: before any kernel
         inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
         files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
@@ -456,31 +381,28 @@ def _write_kernels(job: _Job, plan: list[Item], progress: bool, workers: int) ->
     for split in SPLITS:
         Path(job.root, split).mkdir()
     interrupts.check()  # a Ctrl-C while the plan was made
-    with _progress_bar(Path(job.root), len(plan), progress, workers) as bar:
-        if workers == 1:
+    with _progress_bar(Path(job.root), len(plan), progress):
+        if workers > 1:
+            total = _write_in_beam(job, plan, workers)
+        else:
             total = 0
             for item in plan:
                 total += job.write(item)
-                bar()
                 interrupts.check()  # the command line's Ctrl-C: stop between kernels
-            return total
-        total = _write_in_beam(job, plan, workers)
     interrupts.check()
     return total
 
 
 @contextlib.contextmanager
-def _progress_bar(root: Path, total: int, show: bool, workers: int) -> Iterator[Callable[[], None]]:
-    """Yields `tick()` for one written kernel; with workers, a thread counts the files instead."""
+def _progress_bar(root: Path, total: int, show: bool) -> Iterator[None]:
+    """A progress bar of the kernels written under `root`, which a thread counts (Beam's
+    workers write them in other processes)."""
     if not show:
-        yield lambda: None
+        yield
         return
     from tqdm import tqdm
 
     with tqdm(total=total, desc="synthetic kernels", unit="kernel") as bar:
-        if workers == 1:
-            yield lambda: bar.update()
-            return
         done = threading.Event()
 
         def poll() -> None:
@@ -490,7 +412,7 @@ def _progress_bar(root: Path, total: int, show: bool, workers: int) -> Iterator[
         thread = threading.Thread(target=poll, daemon=True)
         thread.start()
         try:
-            yield lambda: None
+            yield
         finally:
             done.set()
             thread.join()
@@ -508,10 +430,8 @@ def _write_chunk(chunk: str, job: _Job) -> int:
 
 def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
     """`Create(chunks) | Reshuffle | Map(_write_chunk)` on the multi-processing DirectRunner
-    with `workers` processes (the sweep's runner); returns the configs written.
-
-    The Reshuffle spreads the chunks over the workers instead of fusing them onto one.
-    """
+    with `workers` processes; returns the configs written. The Reshuffle spreads the chunks
+    over the workers instead of fusing them onto one."""
     with pipelines.quiet_beam():
         import apache_beam as beam
         from apache_beam.metrics.metric import MetricsFilter
