@@ -27,29 +27,10 @@ SUPPORTED_TF = ((2, 13), (2, 21))
 LEGACY_KERAS_VARIABLE = "TF_USE_LEGACY_KERAS"
 
 
-def _installed(names: tuple[str, ...]) -> str | None:
-    """The version of the first installed distribution of `names`, or None."""
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def major_minor(version: str) -> tuple[int, int]:
     """`"2.21.0"` -> `(2, 21)`."""
     major, minor = version.split(".")[:2]
     return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-
-
-def keras_3_fix() -> str:
-    """The one-line fix for a process whose tf.keras would be Keras 3."""
-    return (
-        f"install tf-keras matching TensorFlow (pip install 'tf-keras~=X.Y.0' for TF X.Y) and "
-        f"set {LEGACY_KERAS_VARIABLE}=1 before TensorFlow is first imported (in a notebook: "
-        f"restart it and run `import os; os.environ['{LEGACY_KERAS_VARIABLE}'] = '1'` first)"
-    )
 
 
 class TensorFlowUnusable(UserError, ImportError):
@@ -68,7 +49,10 @@ def _keras_2_problem(tf_version: str) -> str | None:
             return None
         return (
             f"TensorFlow {tf_version} was imported with Keras 3 before tpu_tiles_models, "
-            f"which needs Keras 2: {keras_3_fix()}"
+            "which needs Keras 2: install tf-keras matching TensorFlow (pip install "
+            f"'tf-keras~=X.Y.0' for TF X.Y) and set {LEGACY_KERAS_VARIABLE}=1 before TensorFlow "
+            "is first imported (in a notebook: restart it and run `import os; "
+            f"os.environ['{LEGACY_KERAS_VARIABLE}'] = '1'` first)"
         )
     if util.find_spec("tf_keras") is None:
         major, minor = major_minor(tf_version)
@@ -87,7 +71,12 @@ def _keras_2_problem(tf_version: str) -> str | None:
 
 def tensorflow_version() -> str | None:
     """The installed TensorFlow's version, from its metadata (TensorFlow is not imported)."""
-    return _installed(_TF_DISTRIBUTIONS)
+    for name in _TF_DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def tensorflow_problem() -> str | None:
