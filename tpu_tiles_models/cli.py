@@ -1,11 +1,8 @@
 """`tpu-tiles`: the command line of the package. Each subcommand is a thin front end.
 
-Anything a user can cause ends in one line, `tpu-tiles <cmd>: error: <message>`, and exit
-status 2 (`errors.UserError`); any other exception is our bug and keeps its traceback.
-Ctrl-C, SIGTERM and SIGHUP stop at the next safe point (`interrupts`): the run removes what it
-had started and exits 128 + the signal's number; after the last safe point, with a line saying
-the outputs are complete. Standard output that cannot be written (`| head`, /dev/full) costs
-no file: a reader that stopped reading exits 141 (as SIGPIPE would), any other failure 2.
+Here the promises of docs/reliability.md's first section are kept: one line and exit status 2
+for a `UserError` (any other exception is our bug and keeps its traceback), 128 + the signal's
+number for a stop signal (`interrupts`), 141 for a closed standard output.
 """
 
 from __future__ import annotations
@@ -352,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, stdout: _Output, then: Callable | None) -> int:
-    """Runs the command; its exit status, each failure a user can fix said in one line."""
+    """Runs the command; its exit status."""
     command = args.command
     try:
         with contextlib.ExitStack() as stack:  # (no parenthesized `with`: Python 3.9)
@@ -429,7 +426,7 @@ def _how() -> str:
 
 def _stopped_when_done(command: str) -> Callable[[int, object], None]:
     """The stop signals' handler once `main`'s work is done (the interpreter is exiting): one
-    line, and the shell's status for the signal (128 + its number)."""
+    line, and the shell's status for the signal."""
 
     def stop(signum: int, frame: object) -> None:
         interrupts.note(signum)
@@ -447,9 +444,9 @@ def _ignore_stop_signals() -> None:
 
 
 def _standard_streams() -> list[int]:
-    """Points each standard file descriptor (0, 1, 2) that is closed (`>&-`, `2>&-`) at
-    os.devnull and gives Python a stream for it, so that no file the command opens takes its
-    number (where a print or TensorFlow's logging would then write); returns those it did."""
+    """Points each closed standard file descriptor (`>&-`) at os.devnull, with a Python stream,
+    so that no file the command opens takes its number (where a print or TensorFlow's logging
+    would then write); returns those it did."""
     closed = []
     for fd in (0, 1, 2):
         try:
@@ -511,8 +508,8 @@ class _Output:
             os.close(devnull)
 
     def status(self, command: str) -> int:
-        """The exit status once the command succeeded: 0, or the shell's for SIGPIPE (141)
-        when the reader stopped reading, or 2 with one line for any other failed write."""
+        """The exit status once the command succeeded: 0, 141 for a reader that stopped
+        reading (as SIGPIPE), or 2 with one line for any other failed write."""
         if self.error is None:
             return 0
         if self.error.errno == errno.EPIPE:
@@ -527,10 +524,8 @@ class _Output:
 
 def _say(line: str) -> None:
     """Prints to stderr; after SIGHUP the terminal may be gone, which must not hide the exit."""
-    try:
+    with contextlib.suppress(OSError):
         print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

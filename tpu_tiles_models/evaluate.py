@@ -284,8 +284,6 @@ def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
     matplotlib.use("Agg")  # no display on servers and CI
     import matplotlib.pyplot as plt
 
-    if not result["models"]:
-        raise EvaluateError("no models in the result; nothing to plot")
     labels, overall = zip(*rankings(result))
     x = np.arange(len(labels))
     fig, (ax_score, ax_err) = plt.subplots(1, 2, figsize=(4 + 1.1 * len(labels), 3.8))

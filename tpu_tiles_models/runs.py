@@ -95,20 +95,11 @@ def saved_variables(model_dir: str | Path) -> list | None:
     only `load_saved_model` can list them.
     """
     tensors = check_variables(model_dir)
-    graph = tensors.get(_OBJECT_GRAPH)
+    graph = tensors.get("_CHECKPOINTABLE_OBJECT_GRAPH")  # a TF2 checkpoint's
     ordered = _listed_keys(graph) if graph is not None else None
-    if ordered is None:  # no object graph to read: the plain `variables/<i>` layout only
-        keys = [k for k in tensors if k.startswith("variables/") and k.endswith(_VARIABLE_VALUE)]
-        ordered = [f"variables/{i}/{_VARIABLE_VALUE}" for i in range(len(keys))]
-        if set(keys) != set(ordered):
-            return None
     if not ordered or any(k not in tensors for k in ordered):
         return None
     return [tensors[k] for k in ordered]
-
-
-_VARIABLE_VALUE = ".ATTRIBUTES/VARIABLE_VALUE"  # a variable's value in a TF2 checkpoint
-_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"  # a TF2 checkpoint's object graph
 
 
 def _listed_keys(graph: Any) -> list[str] | None:
@@ -122,9 +113,8 @@ def _listed_keys(graph: Any) -> list[str] | None:
         proto.ParseFromString(graph.item() if hasattr(graph, "item") else graph)
     except (DecodeError, TypeError, ValueError):
         return None
-    if not proto.nodes:
-        return None
-    listed = [c.node_id for c in proto.nodes[0].children if c.local_name == "variables"]
+    root = proto.nodes[0].children if proto.nodes else []
+    listed = [c.node_id for c in root if c.local_name == "variables"]
     if len(listed) != 1:
         return None
     keys: dict[int, str] = {}
@@ -333,19 +323,12 @@ class TrainedRun:
         """`split` of `data_root` under the statistics the model was trained with: stored by
         our runs; for upstream's refitted as its training did (every split, train kernels with
         at least `--configs` configs, the first 100 files of each with `toy_data`)."""
+        if self.stats is not None:
+            how = dict(splits=(split,), stats=self.stats)
+        else:
+            how = dict(min_train_configs=self.args["configs"], toy_data=toy_data)
         root = files.expand(data_root)
-        stats = self.stats
-        if stats is not None:
-            return data.load_dataset(
-                root, splits=(split,), stats=stats, cache_dir=cache_dir, progress=progress
-            )
-        return data.load_dataset(
-            root,
-            min_train_configs=self.args["configs"],
-            toy_data=toy_data,
-            cache_dir=cache_dir,
-            progress=progress,
-        )
+        return data.load_dataset(root, cache_dir=cache_dir, progress=progress, **how)
 
     def build(
         self, sample: data.Split, stats: data.FeatureStats, *, as_stored: bool = False
