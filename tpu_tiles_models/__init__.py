@@ -1,14 +1,10 @@
 """tpu-tiles-models: learned cost models for TpuGraphs tile:xla kernels.
 
-Importing the package does not import TensorFlow (the CSV tools need none of it). It checks,
-from the installed metadata, that the TensorFlow present is one TF-GNN 1.0 can use, and makes
-`tf.keras` mean Keras 2 on every supported stack: TF 2.13-2.15 have it built in; TF 2.16-2.21
-ship Keras 3, and there Keras 2 comes from `tf-keras` once `TF_USE_LEGACY_KERAS=1` is set
-before TensorFlow is imported (TF-GNN's own guide, `docs/guide/keras_version.md`).
-
-A TensorFlow it cannot use (another version, no `tf-keras`, `TF_USE_LEGACY_KERAS=0`) fails
-the first import of TensorFlow in the process, in one line (`TensorFlowUnusable`), not the
-package's: the commands and modules that need no TensorFlow (`kaggle`, `synth`) still work.
+Importing the package imports no TensorFlow. From the installed metadata it checks that the
+TensorFlow present is one TF-GNN 1.0 can use, and makes `tf.keras` mean Keras 2 (TF 2.16 and
+later: `tf-keras` with `TF_USE_LEGACY_KERAS=1`, as TF-GNN's guide says). An unusable one fails
+the first import of TensorFlow in one line (`TensorFlowUnusable`), not the package's: the
+modules that need no TensorFlow (`kaggle`, `synth`) still work.
 """
 
 from __future__ import annotations
@@ -39,8 +35,8 @@ class TensorFlowUnusable(UserError, ImportError):
 
 
 def _keras_2_problem(tf_version: str) -> str | None:
-    """Routes tf.keras to `tf_keras` where Keras 3 would be the default; what stops that, or
-    None."""
+    """Routes tf.keras to `tf_keras` where Keras 3 would be the default; None, or what stops
+    that."""
     if major_minor(tf_version) < (2, 16):
         return None  # Keras 2 is built in
     legacy = os.environ.get(LEGACY_KERAS_VARIABLE) in ("1", "true", "True")

@@ -1,12 +1,9 @@
 """`tpu-tiles evaluate`: top-k errors and Kaggle-form score of trained models on the valid split.
 
-As upstream's `tiles_evaluate.py`, each model is reloaded by the course procedure
-(`runs.TrainedRun`) and its top-k errors averaged per benchmark (`benchmark_of`) and over all
-kernels, here scored by the compiled `scoring.score_split`. Beside them: the baselines of
-`metrics.BASELINES`, and each model's ranking with config 0 kept among its 5 first (`KEPT`), so
-a user sees on their own validation split whether keeping the default pays; the model's own
-rule says which of its two rows a grader sees. Every row also gives its top-1 error over the
-`default` baseline's (`RATIO`): below 1, the model's single pick beats the compiler's.
+As upstream's `tiles_evaluate.py`: each model reloaded (`runs.TrainedRun`), its top-k errors
+averaged per benchmark and over all kernels; beside them the baselines of `metrics.BASELINES`
+and each model's ranking with config 0 kept among its 5 first (`KEPT`), so a user sees on their
+own validation split whether keeping the default pays.
 """
 
 from __future__ import annotations
