@@ -144,11 +144,7 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_models_flag(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument(
-        "--models",
-        default=None,
-        help=f"models.py file or upstream checkout {what} (default: ours)",
-    )
+    p.add_argument("--models", help=f"models.py file or upstream checkout {what} (default: ours)")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -257,9 +253,7 @@ def build_parser() -> _Parser:
         ".tpu_tiles_backup/)",
     )
     p.add_argument(
-        "--uninstall",
-        action="store_true",
-        help="restore upstream's files and remove ours",
+        "--uninstall", action="store_true", help="restore upstream's files and remove ours"
     )
 
     p = command("evaluate", _evaluate, "top-k errors per benchmark on the valid split")
