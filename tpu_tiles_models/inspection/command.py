@@ -30,19 +30,8 @@ EPILOG = (
 def check_outputs(
     root: str | os.PathLike, outputs: dict[str, str | None], *, overwrite: bool = False
 ) -> None:
-    """Refuses, before any reading, an output that would harm an input or another output.
-
-    Args:
-      root: the data root to inspect.
-      outputs: `{flag: path or None}`, e.g. `{"--json": "report.json", "--png": None}`.
-      overwrite: replace an existing output file.
-
-    Raises:
-      FlagError: an output is named `*.npz`, or exists and `overwrite` is False.
-      files.OutputError: two flags name the same file, or an output is or holds one of the
-        root's split folders or lies in one (`files.prepare_outputs`, as every command).
-      files.WriteError: it is a folder, or below a file.
-    """
+    """Refuses, before any reading, an output (`{flag: path or None}`) that would harm an input
+    or another output, is named `*.npz`, or exists (unless `overwrite`)."""
     given = {flag: files.expand(p) for flag, p in outputs.items() if p}
     for flag, path in given.items():
         if path.endswith(".npz"):
@@ -58,7 +47,6 @@ def check_outputs(
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Adds the `inspect` flags to `parser`."""
     parser.add_argument(
         "root",
         nargs="?",

@@ -1,4 +1,4 @@
-"""The report as text for the terminal (`format_table`) and its histograms as a PNG (`plot`)."""
+"""The report as text for the terminal (`format_table`) and its histograms as a PNG (`draw`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from tpu_tiles_models import files
 from tpu_tiles_models.inspection.report import FEW_CONFIGS, InspectError
 from tpu_tiles_models.inspection.stats import share
 
-# The 24 config_feat columns (upstream README): kernel, output and input tile bounds, each as
+# The 24 config_feat columns (upstream README): kernel, output and input tile bounds, each in
 # 6 dimensions, their sum and their product.
 CONFIG_COLUMNS = tuple(
     f"{part}_bounds_{dim}"
@@ -70,10 +69,16 @@ def _ranges(columns: list[int], names: Sequence[str] | None = None) -> str:
     return ", ".join(parts)
 
 
+def _stats(label: str, d: dict[str, Any] | None, keys: Sequence[str], fmt=_num):
+    """A row `label: p10 / p50` of the figures `keys` of `d`."""
+    return f"{label}: {' / '.join(keys)}", _join(d, keys, fmt)
+
+
 def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
     """(label, cell) rows of one split."""
-    rt, dup, prog = s["runtimes"], s["duplicates"], s["programs"]
-    c0 = rt["config0"] if rt else None
+    dup, prog = s["duplicates"], s["programs"]
+    rt = s["runtimes"] or {}
+    c0 = rt.get("config0") or {}
     rows = [
         ("npz files", _int(s["files"])),
         ("kernels read", _int(s["kernels"])),
@@ -83,78 +88,49 @@ def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
         ("edges: total", _int(s["edges"]["total"])),
         ("edges per kernel: mean / p50 / max", _sizes(s["edges"])),
         ("configs: total", _int(s["configs"]["total"])),
-        ("configs per kernel: mean / p50", _join(s["configs"], ("mean", "p50"), _count)),
-        ("configs per kernel: p10 / p90 / max", _join(s["configs"], ("p10", "p90", "max"), _count)),
+        _stats("configs per kernel", s["configs"], ("mean", "p50"), _count),
+        _stats("configs per kernel", s["configs"], ("p10", "p90", "max"), _count),
         (f"kernels with < {FEW_CONFIGS} configs", _kernels_share(s["configs"]["fewer_than_10"])),
     ]
     for b in s["configs"]["histogram"]:
         label = (
-            f"  configs {b['lo']}-{b['hi']}"
-            if b["hi"] is not None
-            else f"  configs > {b['lo'] - 1}"
+            f"configs {b['lo']}-{b['hi']}" if b["hi"] is not None else f"configs > {b['lo'] - 1}"
         )
-        rows.append((label, _kernels_share(share(b["kernels"], s["kernels"]))))
-    ratio = rt["ratio"] if rt else None
+        rows.append((f"  {label}", _kernels_share(share(b["kernels"], s["kernels"]))))
+    falls = rt["output_tile"]["runtime_falls"] if rt else None
+    anonymised = prog["anonymised_kernels"]
     rows += [
         ("kernels with runtimes", _int(s["labelled_kernels"])),
-        ("runtime / normaliser: mean / std", _join(ratio, ("mean", "std"))),
-        ("runtime / normaliser: p10 / p50 / p90", _join(ratio, ("p10", "p50", "p90"))),
-        ("runtime / normaliser: p99 / max", _join(ratio, ("p99", "max"))),
-        (
-            "worst / best per kernel: p10 / p50 / p90",
-            _join(rt and rt["worst_over_best"], ("p10", "p50", "p90")),
+        _stats("runtime / normaliser", rt.get("ratio"), ("mean", "std")),
+        _stats("runtime / normaliser", rt.get("ratio"), ("p10", "p50", "p90")),
+        _stats("runtime / normaliser", rt.get("ratio"), ("p99", "max")),
+        _stats("worst / best per kernel", rt.get("worst_over_best"), ("p10", "p50", "p90")),
+        _stats(
+            "best runtime / normaliser", rt.get("best_ratio"), ("p10", "p50"), lambda x: _num(x, 3)
         ),
-        (
-            "best runtime / normaliser: p10 / p50",
-            _join(rt and rt["best_ratio"], ("p10", "p50"), lambda x: _num(x, 3)),
-        ),
-        (
-            "normaliser spread in a kernel: p50 / max",
-            _join(rt and rt["normaliser_spread"], ("p50", "max"), _pct),
-        ),
+        _stats("normaliser spread in a kernel", rt.get("normaliser_spread"), ("p50", "max"), _pct),
         (
             f"config 0 is the default (within {_pct(tolerance, 0)})",
-            _kernels_share(c0 and c0["is_default"]),
+            _kernels_share(c0.get("is_default")),
         ),
-        ("config 0 is the fastest", _kernels_share(c0 and c0["fastest"])),
-        (
-            "config 0 / best: mean / p50 / p90",
-            _join(c0 and c0["over_best"], ("mean", "p50", "p90")),
-        ),
-        (
-            "runtime falls as the output tile grows",
-            _kernels_share(rt and rt["output_tile"]["runtime_falls"]),
-        ),
+        ("config 0 is the fastest", _kernels_share(c0.get("fastest"))),
+        _stats("config 0 / best", c0.get("over_best"), ("mean", "p50", "p90")),
+        ("runtime falls as the output tile grows", _kernels_share(falls)),
         (
             "duplicate config rows (kernels with one)",
             f"{_pct(dup['share'], 2)} ({dup['kernels']:,})",
         ),
-        (
-            "duplicates' runtime gap: p50 / p90",
-            _join(dup["gap"], ("p50", "p90"), lambda x: _pct(x, 2)),
-        ),
+        _stats("duplicates' runtime gap", dup["gap"], ("p50", "p90"), lambda x: _pct(x, 2)),
         (
             "programs",
-            f"{prog['count']:,}"
-            + (
-                f" (+{prog['anonymised_kernels']:,} anonymised ids)"
-                if prog["anonymised_kernels"]
-                else ""
-            ),
+            f"{prog['count']:,}" + (f" (+{anonymised:,} anonymised ids)" if anonymised else ""),
         ),
-        (
-            "kernels per program: min / p50 / max",
-            _join(prog["kernels_per_program"], ("min", "p50", "max"), _int),
-        ),
+        _stats("kernels per program", prog["kernels_per_program"], ("min", "p50", "max"), _int),
     ]
     for key in ("node_feat", "config_feat"):
         f = s["features"][key]
-        rows.append(
-            (
-                f"{key} columns: constant / heavy-tailed",
-                f"{len(f['constant'])} / {len(f['heavy_tailed'])} of {f['columns']}",
-            )
-        )
+        counts = f"{len(f['constant'])} / {len(f['heavy_tailed'])} of {f['columns']}"
+        rows.append((f"{key} columns: constant / heavy-tailed", counts))
     return rows
 
 
@@ -200,11 +176,6 @@ def format_table(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-# ---------------------------------------------------------------------------------------------
-# Histograms (PNG)
-# ---------------------------------------------------------------------------------------------
-
-
 def _bin_label(b: dict[str, Any], scale: int) -> str:
     def short(x: int) -> str:
         return f"{x // 1000}k" if scale >= 1000 and x >= 1000 else str(x)
@@ -216,18 +187,10 @@ def _bin_label(b: dict[str, Any], scale: int) -> str:
     return f"{short(b['lo'] - 1) if scale >= 1000 and b['lo'] > 1 else b['lo']}-{short(b['hi'])}"
 
 
-def plot(result: dict[str, Any], path: str | os.PathLike) -> str:
-    """PNG of the report's histograms (`draw`) written to `path` atomically; returns the path."""
-    path = files.expand(path)
-    with files.atomic_path(path, flag="--png") as tmp:
-        draw(result, tmp)
-    return path
-
-
 def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
     """PNG of the report's histograms, splits side by side: configs, nodes and edges per kernel
     (share of kernels), runtime / normaliser over all configs and worst / best per kernel;
-    saved as it is drawn, so `path` is a temp name (`files.atomic_path`; `plot` does both)."""
+    saved as it is drawn, so `path` is a temporary name (`files.atomic_paths`)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI

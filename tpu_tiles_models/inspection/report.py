@@ -1,10 +1,9 @@
-"""`inspect_root`: one pass over each split of a data root into the report's figures.
-
-The package docstring says what each figure means; `inspect_root` documents the keys.
-"""
+"""`inspect_root`: one pass over each split of a data root into the report's figures (the
+package docstring says what they mean; `inspect_root` documents the keys)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
 import json
 import math
@@ -36,10 +35,7 @@ CONFIG_BINS = (1, 1001, 2001, 3001, 4001, 5001, 6001, 7001, 8001, 9001, 10001)
 # Nodes or edges per kernel: zero (edges only), then bins doubling in width.
 SIZE_BINS = (0, 1, 11, 21, 41, 81, 161, 321, 641)
 FEW_CONFIGS = 10  # upstream's trainer leaves out train kernels with fewer (its --configs)
-# The output tile's size: `config_feat` column 14, the sum of the output bounds. On the real
-# train split runtime falls as it grows (correlation below FALLS_BELOW) in 83% of kernels
-# (REAL_DATA_FACTS.md), a signal a ranker needs no graph for.
-OUTPUT_SUM_COLUMN = 14
+OUTPUT_SUM_COLUMN = 14  # `config_feat`'s sum of the output bounds: the output tile's size
 FALLS_BELOW = -0.17
 DEFAULT_TOLERANCE = 0.05
 TAIL_SIGMAS = 10.0
@@ -48,16 +44,6 @@ _ANONYMISED = re.compile(r"[0-9a-f]{32}")
 
 class InspectError(UserError, ValueError):
     """Nothing to inspect there, or a report that cannot be read; one line with the fix."""
-
-
-def program_of(tile_id: str) -> str | None:
-    """The program of a tile id; None for an anonymised test id (32 hex digits)."""
-    return None if _ANONYMISED.fullmatch(tile_id) else benchmark_of(tile_id)
-
-
-# ---------------------------------------------------------------------------------------------
-# One split
-# ---------------------------------------------------------------------------------------------
 
 
 class _Split:
@@ -128,7 +114,7 @@ class _Split:
     def result(self, tail_sigmas: float, tolerance: float) -> dict[str, Any]:
         kernels = len(self.tile_ids)
         configs = np.asarray(self.configs, np.int64)
-        out: dict[str, Any] = {
+        return {
             "files": self.files,
             "kernels": kernels,
             "bad_files": list(self.bad),
@@ -152,7 +138,6 @@ class _Split:
                 "config_feat": self.config_columns.summary(tail_sigmas),
             },
         }
-        return out
 
     def _runtimes(self, tolerance: float) -> dict[str, Any] | None:
         if not self.config0_ratio:
@@ -184,17 +169,11 @@ class _Split:
         }
 
     def _programs(self) -> dict[str, Any]:
-        counts: dict[str, int] = {}
-        anonymised = 0
-        for tile_id in self.tile_ids:
-            program = program_of(tile_id)
-            if program is None:
-                anonymised += 1
-            else:
-                counts[program] = counts.get(program, 0) + 1
+        named = [t for t in self.tile_ids if not _ANONYMISED.fullmatch(t)]  # test ids: none
+        counts = collections.Counter(map(benchmark_of, named))
         return {
             "count": len(counts),
-            "anonymised_kernels": anonymised,
+            "anonymised_kernels": len(self.tile_ids) - len(named),
             "kernels_per_program": distribution(list(counts.values())),
             "kernels": dict(sorted(counts.items())),
         }
@@ -203,11 +182,6 @@ class _Split:
 def _counted(values: list[int], lows: Sequence[int]) -> dict[str, Any]:
     """Total, distribution and histogram of a per-kernel count."""
     return {"total": int(sum(values)), **distribution(values), "histogram": binned(values, lows)}
-
-
-# ---------------------------------------------------------------------------------------------
-# The whole root
-# ---------------------------------------------------------------------------------------------
 
 
 def _split_paths(root: str, splits: Sequence[str] | None) -> dict[str, list[str]]:
@@ -244,21 +218,10 @@ def inspect_root(
     default_tolerance: float = DEFAULT_TOLERANCE,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """The data report of `root` (`{train,valid,test}/*.npz`, local or `gs://...`).
-
-    Args:
-      root: the data root.
-      splits: the splits to read; None: every split folder `root` has.
-      skip_bad: report bad files (one line each, in `bad_files`) and read the rest, instead
-        of stopping at the first.
-      tail_sigmas: a column is heavy-tailed when an extreme lies more than this many standard
-        deviations from its mean.
-      default_tolerance: config 0 "is the default" when |runtime / normaliser - 1| is at
-        most this.
-      progress: a progress bar per split.
-
-    Returns:
-      A JSON-ready dict:
+    """The data report of `root` (`{train,valid,test}/*.npz`, local or `gs://...`): of the
+    `splits` (None: every split folder there); `skip_bad` lists bad files in `bad_files` and
+    reads the rest; config 0 "is the default" when |runtime / normaliser - 1| <=
+    `default_tolerance`. Returns a JSON-ready dict:
       - `format` (`tpu_tiles_models.inspect/1`), `data_root`, `settings` (the arguments);
       - `totals`: `files`, `kernels`, `configs`, `bad_files` over the splits read;
       - `splits`: per split name, `files` (npz files found), `kernels` (read), `bad_files`
