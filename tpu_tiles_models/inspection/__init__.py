@@ -24,8 +24,6 @@ from tpu_tiles_models.inspection.report import (
     TAIL_SIGMAS,
     InspectError,
     inspect_root,
-    read_json,
-    write_json,
 )
 from tpu_tiles_models.inspection.stats import QUANTILES
 
@@ -40,7 +38,5 @@ __all__ = [
     "check_outputs",
     "format_table",
     "inspect_root",
-    "read_json",
     "run",
-    "write_json",
 ]

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 
 from tpu_tiles_models import defaults, files, locks
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.inspection.render import draw, format_table
-from tpu_tiles_models.inspection.report import (
-    DEFAULT_ROOT,
-    TAIL_SIGMAS,
-    inspect_root,
-    json_text,
-)
+from tpu_tiles_models.inspection.report import DEFAULT_ROOT, TAIL_SIGMAS, inspect_root
 
 EPILOG = (
     "Per split: kernels; nodes, edges and configs per kernel (percentiles; configs on the real "
@@ -109,7 +105,8 @@ def run(args: argparse.Namespace) -> None:
         with files.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
             for (flag, _), tmp in zip(given.items(), tmps):
                 if flag == "--json":
-                    tmp.write_text(json_text(result), encoding="utf-8")
+                    text = json.dumps(result, indent=1, allow_nan=False) + "\n"
+                    tmp.write_text(text, encoding="utf-8")
                 else:
                     draw(result, tmp)
     print(format_table(result))

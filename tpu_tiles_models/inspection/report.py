@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import collections
 import itertools
-import json
 import math
 import os
 import re
@@ -43,7 +42,7 @@ _ANONYMISED = re.compile(r"[0-9a-f]{32}")
 
 
 class InspectError(UserError, ValueError):
-    """Nothing to inspect there, or a report that cannot be read; one line with the fix."""
+    """Nothing to inspect there; one line with the fix."""
 
 
 class _Split:
@@ -313,31 +312,3 @@ def _overlap(splits: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         both = sorted(set(splits[a]["programs"]["kernels"]) & set(splits[b]["programs"]["kernels"]))
         out[f"{a}-{b}"] = {"count": len(both), "programs": both}
     return out
-
-
-def write_json(result: dict[str, Any], path: str | os.PathLike) -> str:
-    """Writes `result` as indented JSON (`json_text`), atomically; returns the path."""
-    path = files.expand(path)
-    with files.atomic_path(path, flag="--json") as tmp:
-        tmp.write_text(json_text(result), encoding="utf-8")
-    return path
-
-
-def json_text(result: dict[str, Any]) -> str:
-    """The report as `write_json` writes it: indented JSON and a newline."""
-    return json.dumps(result, indent=1, allow_nan=False) + "\n"
-
-
-def read_json(path: str | os.PathLike) -> dict[str, Any]:
-    """A report written by `write_json`; one line naming the file when it is not one."""
-    try:
-        result = json.loads(files.read_bytes(files.expand(path)))
-    except (OSError, ValueError) as err:
-        raise InspectError(
-            f"{path}: cannot read an inspect report ({err}); write it again with --json"
-        ) from None
-    if not isinstance(result, dict) or result.get("format") != FORMAT:
-        raise InspectError(
-            f"{path}: not a {FORMAT} report; write it again with tpu-tiles inspect --json"
-        )
-    return result
