@@ -13,8 +13,7 @@ file holds one mapping `{axis: value | [values] | "range"}` or a list of them (a
 A grid's points are the product of its axes (first axis slowest), or with `--random N`, N
 draws per grid seeded by `--random_seed` (floats to 4 significant digits), each crossed with
 the `seed` list. A point is the base `TrainArgs` with its values on top and a results CSV
-named by its `key` (`point_key`, frozen: a sweep started before resumes); equal points are one.
-This module imports no TensorFlow.
+named by its `key` (`point_key`); equal points are one. No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -44,8 +43,7 @@ RANGE_KINDS = ("uniform", "loguniform", "int", "logint")
 SEED_AXIS = "seed"
 SIGNIFICANT = 4  # digits kept of a float drawn by --random
 SET_BY_SWEEP = ("out_dir", "results_csv", "tensorboard", "no_progress")
-# Options that say where things are cached or shown (`NOT_IN_HASH`), and the results CSV,
-# named after the key: not part of a point's key.
+# Not in a point's key: where things are cached or shown, and the results CSV named after it.
 NOT_IN_KEY = frozenset({"results_csv", *NOT_IN_HASH})
 EXAMPLE = "e.g. --grid 'lr=1e-3,2e-3 seed=0,1'"
 
@@ -97,19 +95,12 @@ class Point:
         return self.args.hash()
 
     def describe(self) -> str:
-        """`model=MLP lr=0.001 seed=0`: the point's axis values."""
+        """`model=MLP lr=0.001 seed=0`."""
         return " ".join(f"{k}={show(v)}" for k, v in self.values.items()) or "(base flags)"
 
 
-# -- parsing --------------------------------------------------------------------------------
-
-
 def parse_grid(text: str) -> list[Grid]:
-    """`--grid`: a YAML/JSON file (JSON if it ends in .json; local or remote) or inline text.
-
-    Raises:
-      FlagError: a missing or malformed file, or a bad axis, naming `--grid` and the fix.
-    """
+    """`--grid`: a YAML/JSON file (JSON if it ends in .json; local or remote) or inline text."""
     if not text.strip():
         raise FlagError(
             f"--grid is empty; pass a .yaml/.json grid file or an inline spec, {EXAMPLE}"
@@ -181,7 +172,7 @@ def _inline_axis(name: str, rest: str) -> Axis:
 
 
 def _range_match(text: str) -> tuple[str, ...] | None:
-    """`(kind, low, high)` if `text` is a range such as `loguniform(1e-4,1e-2)`."""
+    """`(kind, low, high)` of a range such as `loguniform(1e-4,1e-2)`, else None."""
     kinds = "|".join(RANGE_KINDS)
     m = re.fullmatch(rf"\s*({kinds})\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*", text)
     return m.groups() if m else None
@@ -271,9 +262,6 @@ def _split(text: str, seps: str, where: str, *, keep_empty: bool = False) -> lis
     return pieces if keep_empty else [p for p in pieces if p.strip()]
 
 
-# -- values ---------------------------------------------------------------------------------
-
-
 def _numeric(name: str) -> bool:
     return name.startswith(KWARGS) or FLAG_TYPES[name] in (int, float)
 
@@ -323,17 +311,10 @@ def show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# -- points ---------------------------------------------------------------------------------
-
-
 def expand(
     grids: Sequence[Grid], base: TrainArgs, *, random_points: int = 0, random_seed: int = 0
 ) -> list[Point]:
-    """The points of `grids` over `base`, without duplicates, in a stable order.
-
-    Raises:
-      FlagError: a range without `--random`, or a point whose flags are invalid.
-    """
+    """The points of `grids` over `base`, without duplicates, in a stable order."""
     points: dict[str, Point] = {}
     for index, grid in enumerate(grids):
         if random_points:
@@ -371,11 +352,7 @@ def _draws(grid: Grid, n: int, rng: random.Random) -> Iterator[dict[str, Any]]:
 
 
 def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
-    """`base` with `values` applied and a `results_csv` named after the point's key.
-
-    Raises:
-      FlagError: the values give invalid flags, naming the point.
-    """
+    """`base` with `values` applied and a `results_csv` named after the point's key."""
     fields = {k: v for k, v in values.items() if not k.startswith(KWARGS)}
     kwargs = {k[len(KWARGS) :]: v for k, v in values.items() if k.startswith(KWARGS)}
     try:

@@ -4,7 +4,6 @@
 Ranking is by score, 1 - top-5 error on every config of every validation kernel, best first;
 then points whose loss or errors are not finite (`nan`), that failed, or that did not run.
 Points that differ only by `seed` form a group with the mean and sample std of their scores.
-TensorFlow and matplotlib are imported only to write the chart and the summaries.
 """
 
 from __future__ import annotations
