@@ -224,10 +224,6 @@ def validate_predictions(
             raise KaggleError(f"{source}: {_describe(offenders)} {problem}")
 
 
-def _tile_ids(rows: Sequence[tuple[str, str]]) -> list[str]:
-    return [row_id for row_id, _ in rows if row_id.startswith(TILE_PREFIX)]
-
-
 def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
     """Refuses an ``--out`` that is a folder, one of ``inputs`` (``{flag: path}``) or on a
     full disk."""
@@ -252,7 +248,8 @@ def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: Pa
     _check_out(out_path, {"--sample": sample_path, "--inputcsv": predictions_path})
     sample = _read_rows(sample_path, "sample submission", SAMPLE_HELP)
     predictions = read_predictions_csv(predictions_path)
-    validate_predictions(predictions, _tile_ids(sample), source=str(predictions_path))
+    tile_ids = [row_id for row_id, _ in sample if row_id.startswith(TILE_PREFIX)]
+    validate_predictions(predictions, tile_ids, source=str(predictions_path))
     merged = [
         (i, ";".join(map(str, predictions[i])) if i in predictions else value)
         for i, value in sample
@@ -261,30 +258,3 @@ def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: Pa
     _write_atomic(out_path, text, "--out")  # a trailing newline, like pandas' to_csv
     tile_rows = len(predictions)
     return {"rows": len(merged), "tile_rows": tile_rows, "kept_rows": len(merged) - tile_rows}
-
-
-def validate_submission(sample_path: PathLike, submission_path: PathLike) -> dict:
-    """Checks a Kaggle CSV against the sample: the sample's ids, each once; ``TOP_K`` distinct
-    indices on its tile:xla rows, the sample's other rows unchanged. Returns
-    :func:`merge_kaggle`'s counts."""
-    sample = _read_rows(sample_path, "sample submission", SAMPLE_HELP)
-    rows = _read_rows(submission_path, "submission")
-    submitted = dict(rows)
-    sample_ids = [i for i, _ in sample]
-    missing = [i for i in sample_ids if i not in submitted]
-    unknown = [i for i in submitted if i not in set(sample_ids)]
-    for ids, problem in ((missing, "are missing"), (unknown, "are not in the sample")):
-        if ids:
-            raise KaggleError(f"{submission_path}: {_describe(ids)} {problem}")
-    changed = [i for i, v in sample if not i.startswith(TILE_PREFIX) and submitted[i] != v]
-    if changed:
-        raise KaggleError(
-            f"{submission_path}: {_describe(changed)} differ from the sample; keep non-tile rows"
-        )
-    tiles = _tile_ids(sample)
-    parsed = {i: _parse_indices(submitted[i]) for i in tiles}
-    bad = [i for i in tiles if parsed[i] is None]
-    if bad:
-        raise KaggleError(f"{submission_path}: {_describe(bad)} are not ';'-separated integers")
-    validate_predictions(parsed, tiles, source=str(submission_path))
-    return {"rows": len(rows), "tile_rows": len(tiles), "kept_rows": len(rows) - len(tiles)}
