@@ -150,10 +150,9 @@ def _load_file(path: str) -> list[Grid]:
 
 
 def _file_axis(name: str, value: Any, where: str) -> Axis:
-    if isinstance(value, str) and _numeric(name) and _range_match(value):
-        return _inline_axis(name, value)
-    if isinstance(value, str):
-        _refuse_bad_range(name, value, where)
+    ranged = _range_axis(name, value, where) if isinstance(value, str) else None
+    if ranged:
+        return ranged
     values = value if isinstance(value, list) else [value]
     if not values:
         raise FlagError(f"{where}: {name} has no values")
@@ -161,32 +160,32 @@ def _file_axis(name: str, value: Any, where: str) -> Axis:
 
 
 def _inline_axis(name: str, rest: str) -> Axis:
-    match = _range_match(rest) if _numeric(name) else None
-    if match:
-        return Axis(name, range=_range(name, *match))
-    _refuse_bad_range(name, rest, "--grid")
+    ranged = _range_axis(name, rest, "--grid")
+    if ranged:
+        return ranged
     pieces = _split(rest, ",", "--grid", keep_empty=True)
     if not all(p.strip() for p in pieces):
         raise FlagError(f"--grid: {name}={rest}: an empty value; remove the extra comma")
     return Axis(name, tuple(_typed(name, _unquote(name, p.strip())) for p in pieces))
 
 
-def _range_match(text: str) -> tuple[str, ...] | None:
-    """`(kind, low, high)` of a range such as `loguniform(1e-4,1e-2)`, else None."""
+def _range_axis(name: str, text: str, where: str) -> Axis | None:
+    """`text` as a range of numeric flag `name`, such as `loguniform(1e-4,1e-2)`; None if it
+    is no range. One that starts like a range but is not one is refused as such."""
+    if not _numeric(name):
+        return None
     kinds = "|".join(RANGE_KINDS)
     m = re.fullmatch(rf"\s*({kinds})\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*", text)
-    return m.groups() if m else None
-
-
-def _refuse_bad_range(name: str, text: str, where: str) -> None:
-    """A value that starts like a range but is not one: say so, not that the type is wrong."""
-    kind = re.match(rf"\s*({'|'.join(RANGE_KINDS)})\s*\(", text)
-    if kind and _numeric(name):
+    if m:
+        return Axis(name, range=_range(name, *m.groups()))
+    kind = re.match(rf"\s*({kinds})\s*\(", text)
+    if kind:
         example = "1,8" if kind.group(1).endswith("int") else "1e-4,1e-2"
         raise FlagError(
             f"{where}: {name}={text}: a range takes two bounds, low and high, e.g. "
             f"{kind.group(1)}({example})"
         )
+    return None
 
 
 def _range(name: str, kind: str, low: str, high: str) -> Range:
