@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from tpu_tiles_models.inspection.report import FEW_CONFIGS, InspectError
+from tpu_tiles_models.inspection.report import FEW_CONFIGS
 from tpu_tiles_models.inspection.stats import share
 
 # The 24 config_feat columns (upstream README): kernel, output and input tile bounds, each in
@@ -197,50 +197,30 @@ def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
     import matplotlib.pyplot as plt
 
     splits = result["splits"]
-    if not splits:
-        raise InspectError("no splits in the report; nothing to draw")
     fig, axes = plt.subplots(2, 3, figsize=(16, 8))
     width = 0.8 / len(splits)
-    for ax, key, scale in (
-        (axes[0, 0], "configs", 1000),
-        (axes[0, 1], "nodes", 1),
-        (axes[0, 2], "edges", 1),
-    ):
+    for ax, key, scale in zip(axes[0], ("configs", "nodes", "edges"), (1000, 1, 1)):
         bins = next(iter(splits.values()))[key]["histogram"]
         x = np.arange(len(bins))
         for j, (name, s) in enumerate(splits.items()):
             counts = np.array([b["kernels"] for b in s[key]["histogram"]], np.float64)
-            ax.bar(
-                x + (j - (len(splits) - 1) / 2) * width,
-                counts / max(counts.sum(), 1),
-                width,
-                label=f"{name} ({s['kernels']:,})",
-            )
+            x_j, label = x + (j - (len(splits) - 1) / 2) * width, f"{name} ({s['kernels']:,})"
+            ax.bar(x_j, counts / max(counts.sum(), 1), width, label=label)
         ax.set_xticks(x, [_bin_label(b, scale) for b in bins], rotation=45, ha="right", fontsize=8)
         if key == "configs":  # the real tail above 1,000 is a few percent per bin
             ax.set_yscale("log")
         ax.set_title(f"{key} per kernel (share of kernels)")
         ax.legend(fontsize=8)
-    for ax, title, get in (
-        (
-            axes[1, 0],
-            "runtime / normaliser, all configs (share)",
-            lambda rt: rt["ratio"]["histogram"],
-        ),
-        (
-            axes[1, 1],
-            "worst / best runtime per kernel (share)",
-            lambda rt: rt["worst_over_best"]["histogram"],
-        ),
-    ):
+    titles = ("runtime / normaliser, all configs", "worst / best runtime per kernel")
+    for ax, key, title in zip(axes[1], ("ratio", "worst_over_best"), titles):
         for name, s in splits.items():
-            h = s["runtimes"] and get(s["runtimes"])
+            h = s["runtimes"] and s["runtimes"][key]["histogram"]
             if not h or not h["counts"]:
                 continue
             counts = np.array(h["counts"], np.float64)
             ax.stairs(counts / counts.sum(), 10.0 ** np.array(h["log10_edges"]), label=name)
         ax.set_xscale("log")
-        ax.set_title(title)
+        ax.set_title(f"{title} (share)")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     ax = axes[1, 2]
