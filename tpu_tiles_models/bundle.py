@@ -186,10 +186,8 @@ class CheckReport:
     def passed(self) -> bool:
         return bool(self.rows) and all(r.status != FAIL for r in self.rows)
 
-    def add(self, name: str, status: str, detail: str) -> bool:
-        """Records a check; returns whether later checks can go on."""
+    def add(self, name: str, status: str, detail: str) -> None:
         self.rows.append(CheckRow(name, status, detail))
-        return status != FAIL
 
     def failures(self) -> list[CheckRow]:
         return [r for r in self.rows if r.status == FAIL]

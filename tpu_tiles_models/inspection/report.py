@@ -220,40 +220,30 @@ def inspect_root(
     """The data report of `root` (`{train,valid,test}/*.npz`, local or `gs://...`): of the
     `splits` (None: every split folder there); `skip_bad` lists bad files in `bad_files` and
     reads the rest; config 0 "is the default" when |runtime / normaliser - 1| <=
-    `default_tolerance`. Returns a JSON-ready dict:
+    `default_tolerance`. Returns a JSON-ready dict (a "distribution" is `stats.distribution`'s):
       - `format` (`tpu_tiles_models.inspect/1`), `data_root`, `settings` (the arguments);
       - `totals`: `files`, `kernels`, `configs`, `bad_files` over the splits read;
       - `splits`: per split name, `files` (npz files found), `kernels` (read), `bad_files`
         (messages), `labelled_kernels` (with runtimes; 0 on the real test split) and:
-        - `nodes`, `edges`, `configs` per kernel: `total`, a distribution (`count`, `mean`,
-          `std`, `min`, `p1`, `p10`, `p25`, `p50`, `p75`, `p90`, `p99`, `max`) and
-          `histogram` (`[{"lo", "hi", "kernels"}]`, inclusive bounds, `hi` None on the last;
-          configs on the real valid histogram's bins); `configs.fewer_than_10`
-          (`{"kernels", "share"}`);
-        - `runtimes` (None without runtimes): `ratio` (runtime / normaliser over all
-          configs: a distribution plus `histogram` `{"log10_edges", "counts", "under",
-          "over"}`), per kernel `worst_over_best` (with such a histogram), `best_ratio`
-          (best runtime / normaliser) and `normaliser_spread` (max / min normaliser - 1),
-          and `config0`: `is_default` and `fastest` (`{"kernels", "share"}`), `ratio`
-          (its runtime / normaliser), `over_best` (its runtime / the kernel's best),
-          `default_top1_error` (mean of `over_best` - 1); `output_tile`: `corr` (a
-          distribution over kernels of the correlation of runtime with `config_feat` column
-          14, the output bounds' sum, where both vary) and `runtime_falls` (kernels where it
-          is below -0.17, `{"kernels", "share"}`);
+        - `nodes`, `edges`, `configs` per kernel: `total`, a distribution and `histogram`
+          (`[{"lo", "hi", "kernels"}]`, inclusive bounds, `hi` None on the last; configs on
+          the real valid histogram's bins); `configs.fewer_than_10` (`{"kernels", "share"}`);
+        - `runtimes` (None without runtimes): `ratio` (runtime / normaliser over all configs:
+          a distribution plus `histogram` `{"log10_edges", "counts", "under", "over"}`), per
+          kernel `worst_over_best` (with such a histogram), `best_ratio` (best runtime /
+          normaliser) and `normaliser_spread` (max / min normaliser - 1); `config0`:
+          `is_default` and `fastest` (`{"kernels", "share"}`), `ratio` (its runtime /
+          normaliser), `over_best` (its runtime / the kernel's best), `default_top1_error`
+          (mean `over_best` - 1); `output_tile`: `corr` (over kernels where both vary, of
+          runtime with `config_feat` column 14) and `runtime_falls` (`corr` < -0.17);
         - `duplicates`: `rows` (repeating an earlier row of their kernel), `share` (of all
           config rows), `kernels` (with one), `gap` (a distribution of the relative runtime
           gaps to the first copy; None without runtimes);
         - `programs`: `count`, `anonymised_kernels`, `kernels_per_program` (distribution),
           `kernels` (`{program: kernels}`);
-        - `features`: `node_feat` and `config_feat`, each `rows`, `columns`, `constant` and
-          `heavy_tailed` (column indices), and per column `min`, `max`, `mean`, `std`,
-          `tail_sigmas` (the farther extreme from the mean in stds; None when constant).
+        - `features`: `node_feat` and `config_feat`, each `Columns.summary`'s.
       - `program_overlap`: per pair of splits read (`"train-valid"`, ...), `count` and the
         sorted `programs` in both.
-
-    Raises:
-      DataError: a bad file (unless `skip_bad`), or every file of a split is bad.
-      InspectError: no data root or split folder there.
     """
     if not (math.isfinite(tail_sigmas) and tail_sigmas > 0):  # nan would flag no column
         raise FlagError(f"--tail_sigmas must be a finite number above 0, got {tail_sigmas}")
