@@ -184,14 +184,10 @@ def pad_top_k(indices: Sequence[int], num_configs: int, k: int = TOP_K) -> list[
 
 
 def validate_predictions(
-    predictions: Mapping[str, Sequence[int]],
-    expected_ids: Iterable[str],
-    *,
-    source: str = "predictions",
-    k: int = TOP_K,
+    predictions: Mapping[str, Sequence[int]], expected_ids: Iterable[str], *, source: str
 ) -> None:
     """Fails on the first check ``predictions`` fails: covering ``expected_ids`` exactly,
-    each with ``k`` distinct non-negative indices; names ``source`` and the offending ids."""
+    each with ``TOP_K`` distinct non-negative indices; names ``source`` and the offending ids."""
     expected = list(expected_ids)
     expected_set = set(expected)
     missing = [i for i in expected if i not in predictions]
@@ -207,11 +203,11 @@ def validate_predictions(
             "predict the test split only"
         )
     again = (
-        f"write them again with tpu-tiles predict --top_k {k} (or our "
+        f"write them again with tpu-tiles predict --top_k {TOP_K} (or our "
         "tiles_gen_predictions_csv.py), which lists that many distinct configs per kernel"
     )
     checks = (
-        (lambda v: len(v) != k, f"do not list exactly {k} configs; {again}"),
+        (lambda v: len(v) != TOP_K, f"do not list exactly {TOP_K} configs; {again}"),
         (lambda v: any(i < 0 for i in v), "list negative config indices"),
         (
             lambda v: len(set(v)) != len(v),

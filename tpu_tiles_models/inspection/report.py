@@ -110,7 +110,7 @@ class _Split:
         self.duplicate_kernels += repeats > 0
         return first
 
-    def result(self, tail_sigmas: float, tolerance: float) -> dict[str, Any]:
+    def result(self, tail_sigmas: float) -> dict[str, Any]:
         kernels = len(self.tile_ids)
         configs = np.asarray(self.configs, np.int64)
         return {
@@ -124,7 +124,7 @@ class _Split:
                 "fewer_than_10": share(int((configs < FEW_CONFIGS).sum()), kernels),
             },
             "labelled_kernels": len(self.config0_ratio),
-            "runtimes": self._runtimes(tolerance),
+            "runtimes": self._runtimes(),
             "duplicates": {
                 "rows": self.duplicate_rows,
                 "share": self.duplicate_rows / int(configs.sum()) if kernels else None,
@@ -138,7 +138,7 @@ class _Split:
             },
         }
 
-    def _runtimes(self, tolerance: float) -> dict[str, Any] | None:
+    def _runtimes(self) -> dict[str, Any] | None:
         if not self.config0_ratio:
             return None
         c0 = np.asarray(self.config0_ratio)
@@ -153,7 +153,7 @@ class _Split:
             "best_ratio": distribution(self.best_ratio),
             "normaliser_spread": distribution(self.normaliser_spread),
             "config0": {
-                "is_default": share(int((np.abs(c0 - 1.0) <= tolerance).sum()), n),
+                "is_default": share(int((np.abs(c0 - 1.0) <= DEFAULT_TOLERANCE).sum()), n),
                 "fastest": share(int((over <= 1.0).sum()), n),
                 "ratio": distribution(c0),
                 "over_best": distribution(over),
@@ -214,13 +214,12 @@ def inspect_root(
     splits: Sequence[str] | None = None,
     skip_bad: bool = False,
     tail_sigmas: float = TAIL_SIGMAS,
-    default_tolerance: float = DEFAULT_TOLERANCE,
     progress: bool = True,
 ) -> dict[str, Any]:
     """The data report of `root` (`{train,valid,test}/*.npz`, local or `gs://...`): of the
     `splits` (None: every split folder there); `skip_bad` lists bad files in `bad_files` and
     reads the rest; config 0 "is the default" when |runtime / normaliser - 1| <=
-    `default_tolerance`. Returns a JSON-ready dict (a "distribution" is `stats.distribution`'s):
+    `DEFAULT_TOLERANCE`. Returns a JSON-ready dict (a "distribution" is `stats.distribution`'s):
       - `format` (`tpu_tiles_models.inspect/1`), `data_root`, `settings` (the arguments);
       - `totals`: `files`, `kernels`, `configs`, `bad_files` over the splits read;
       - `splits`: per split name, `files` (npz files found), `kernels` (read), `bad_files`
@@ -274,7 +273,7 @@ def inspect_root(
             kernels.close()
         if split_files and len(stats.bad) == len(split_files):
             raise DataError(f"{files.join(where, split)}: every file is bad, e.g. {stats.bad[0]}")
-        result[split] = stats.result(tail_sigmas, default_tolerance)
+        result[split] = stats.result(tail_sigmas)
     return {
         "format": FORMAT,
         "data_root": where,
@@ -282,7 +281,7 @@ def inspect_root(
             "splits": list(paths),
             "skip_bad": skip_bad,
             "tail_sigmas": tail_sigmas,
-            "default_tolerance": default_tolerance,
+            "default_tolerance": DEFAULT_TOLERANCE,
         },
         "totals": {
             "files": sum(s["files"] for s in result.values()),
