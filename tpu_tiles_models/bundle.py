@@ -298,14 +298,12 @@ def _compare(
     missing = [s.tile_id for s in scored if s.tile_id not in stored]
     matched = sum(v != "differ" for v in outcome.values())
     ties = sum(v == "tie" for v in outcome.values())
-    detail = f"{matched}/{len(scored)} test kernels" + (
-        f" ({ties} within float ties)" if ties else ""
-    )
+    detail = f"{matched}/{len(scored)} test kernels"
+    detail += f" ({ties} within float ties)" if ties else ""
     differ = [t for t, v in outcome.items() if v == "differ"]
     if differ:
-        detail += f"; top-5 differs on {differ[0]}" + (
-            f" and {len(differ) - 1} more" if len(differ) > 1 else ""
-        )
+        detail += f"; top-5 differs on {differ[0]}"
+        detail += f" and {len(differ) - 1} more" if len(differ) > 1 else ""
     if missing:
         detail += (
             f"; {len(missing)} not in the run file (trained on other test data?), e.g. {missing[0]}"
@@ -368,11 +366,8 @@ def check_bundle(
         return report
     stored = run.info.get("test_predictions")
     if not stored:
-        report.add(
-            "predictions match",
-            SKIP,
-            "run file has no test_predictions (trained with --test_mode metrics)",
-        )
+        why = "run file has no test_predictions (trained with --test_mode metrics)"
+        report.add("predictions match", SKIP, why)
         return report
     try:  # a model that scores NaN would match the file-order top 5 it stored at training
         scored = scoring.score_split(

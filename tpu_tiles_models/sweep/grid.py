@@ -268,9 +268,8 @@ def _numeric(name: str) -> bool:
 def _unquote(name: str, piece: str) -> str:
     """One pair of outer quotes off ('...' always; "..." except for kwargs, where it is JSON)."""
     quotes = "'" if name.startswith(KWARGS) else "'\""
-    if len(piece) >= 2 and piece[0] == piece[-1] and piece[0] in quotes:
-        return piece[1:-1]
-    return piece
+    quoted = len(piece) >= 2 and piece[0] == piece[-1] and piece[0] in quotes
+    return piece[1:-1] if quoted else piece
 
 
 def _typed(name: str, value: Any) -> Any:
@@ -283,7 +282,7 @@ def _typed(name: str, value: Any) -> Any:
     kind = FLAG_TYPES[name]
     if name == "model_kwargs_json" and isinstance(value, dict):
         return json.dumps(value)
-    try:
+    with contextlib.suppress(TypeError, ValueError):
         if kind is bool:
             text = str(value).strip().lower()
             if isinstance(value, bool) or text in ("true", "1", "yes", "false", "0", "no"):
@@ -296,8 +295,6 @@ def _typed(name: str, value: Any) -> Any:
             return float(value)
         elif kind is str and isinstance(value, str):
             return value
-    except (TypeError, ValueError):
-        pass
     raise FlagError(f"--grid: {name}={value!r}: --{name} takes {kind.__name__}")
 
 
