@@ -244,7 +244,6 @@ def _keep_edited_copy(dst: Path, backup: Path) -> tuple[Path, bool]:
             return kept, True
         if kept.is_file() and _sha256(kept) == sha:
             return kept, False
-    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def _undo_record(root: Path, rel: str, before: dict) -> None:
