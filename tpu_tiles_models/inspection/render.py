@@ -144,23 +144,17 @@ def format_table(result: dict[str, Any]) -> str:
     label_w = max(map(len, labels), default=0)
     widths = {n: max(len(n), *(len(c) for _, c in rows)) for n, rows in per_split.items()}
     t = result["totals"]
-    lines = [
-        f"{result['data_root']}: {t['kernels']:,} kernels, {t['configs']:,} configs"
-        + (f", {t['bad_files']} bad files skipped" if t["bad_files"] else ""),
-        "",
-        " " * label_w + "".join(f"  {n:>{widths[n]}}" for n in per_split),
-    ]
+    bad = f", {t['bad_files']} bad files skipped" if t["bad_files"] else ""
+    lines = [f"{result['data_root']}: {t['kernels']:,} kernels, {t['configs']:,} configs{bad}", ""]
+    lines.append(" " * label_w + "".join(f"  {n:>{widths[n]}}" for n in per_split))
     for i, label in enumerate(labels):
-        lines.append(
-            f"{label:<{label_w}}"
-            + "".join(f"  {per_split[n][i][1]:>{widths[n]}}" for n in per_split)
-        )
+        cells = "".join(f"  {per_split[n][i][1]:>{widths[n]}}" for n in per_split)
+        lines.append(f"{label:<{label_w}}{cells}")
     lines.append("")
     for pair, overlap in result["program_overlap"].items():
         shown = ", ".join(overlap["programs"][:5]) + (", ..." if overlap["count"] > 5 else "")
-        lines.append(
-            f"programs in both {pair}: {overlap['count']}" + (f" ({shown})" if shown else "")
-        )
+        shown = f" ({shown})" if shown else ""
+        lines.append(f"programs in both {pair}: {overlap['count']}{shown}")
     tail = settings["tail_sigmas"]
     for name, s in splits.items():
         for key, names in (("node_feat", None), ("config_feat", CONFIG_COLUMNS)):
@@ -169,8 +163,7 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{name} {key} constant: {_ranges(f['constant'], names)}; heavy-tailed (an "
                 f"extreme > {tail:g} std from the mean): {_ranges(f['heavy_tailed'], names)}"
             )
-        for message in s["bad_files"][:3]:
-            lines.append(f"{name} bad file: {message}")
+        lines += [f"{name} bad file: {message}" for message in s["bad_files"][:3]]
         if len(s["bad_files"]) > 3:
             lines.append(f"{name}: {len(s['bad_files']) - 3} more bad files (see --json)")
     return "\n".join(lines)
