@@ -206,13 +206,11 @@ def validate_predictions(
         f"write them again with tpu-tiles predict --top_k {TOP_K} (or our "
         "tiles_gen_predictions_csv.py), which lists that many distinct configs per kernel"
     )
+    repeat = f"repeat a config index (upstream's zero padding?); {again}"
     checks = (
         (lambda v: len(v) != TOP_K, f"do not list exactly {TOP_K} configs; {again}"),
         (lambda v: any(i < 0 for i in v), "list negative config indices"),
-        (
-            lambda v: len(set(v)) != len(v),
-            f"repeat a config index (upstream's zero padding?); {again}",
-        ),
+        (lambda v: len(set(v)) != len(v), repeat),
     )
     for failed, problem in checks:
         offenders = [i for i in expected if failed(predictions[i])]
