@@ -337,14 +337,8 @@ def check_bundle(
     )
     if run is None:
         return report
-    args = run.args
-    cls = _attempt(
-        report,
-        "class found",
-        run.model_class,
-        lambda c: f"{args['model']} in {MODELS_FILE}, kwargs {args['model_kwargs_json']}",
-    )
-    if cls is None:
+    found = f"{run.args['model']} in {MODELS_FILE}, kwargs {run.args['model_kwargs_json']}"
+    if _attempt(report, "class found", run.model_class, lambda _: found) is None:
         return report
     saved = _attempt(
         report,
@@ -369,14 +363,10 @@ def check_bundle(
         why = "run file has no test_predictions (trained with --test_mode metrics)"
         report.add("predictions match", SKIP, why)
         return report
+    who = run.model_dir.name
     try:  # a model that scores NaN would match the file-order top 5 it stored at training
         scored = scoring.score_split(
-            model,
-            dataset.test,
-            dataset.stats,
-            progress=progress,
-            desc="test",
-            who=run.model_dir.name,
+            model, dataset.test, dataset.stats, progress=progress, desc="test", who=who
         )
     except scoring.NonFiniteScores as e:
         report.add("predictions match", FAIL, one_line(e))

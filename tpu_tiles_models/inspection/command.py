@@ -95,13 +95,8 @@ def run(args: argparse.Namespace) -> None:
                 claimed.add(files.canonical(path, what=flag))
                 claims.enter_context(locks.claim(path, flag=flag, command="inspect"))
         check_outputs(args.root, outputs, overwrite=args.overwrite)
-        result = inspect_root(
-            args.root,
-            splits=splits,
-            skip_bad=args.skip_bad,
-            tail_sigmas=args.tail_sigmas,
-            progress=not args.no_progress,
-        )
+        options = dict(skip_bad=args.skip_bad, tail_sigmas=args.tail_sigmas)
+        result = inspect_root(args.root, splits=splits, progress=not args.no_progress, **options)
         with files.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
             for (flag, _), tmp in zip(given.items(), tmps):
                 if flag == "--json":

@@ -252,12 +252,9 @@ def inspect_root(
     for split, split_files in paths.items():
         stats = _Split(len(split_files))
         kernels = iter_kernels(split_files, split, skip_bad=skip_bad)
+        desc = f"inspecting {split}"
         bar = tqdm.tqdm(
-            kernels,
-            total=len(split_files),
-            desc=f"inspecting {split}",
-            unit="file",
-            disable=not progress,
+            kernels, total=len(split_files), desc=desc, unit="file", disable=not progress
         )
         try:
             for path, arrays in bar:

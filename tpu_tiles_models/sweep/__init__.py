@@ -373,12 +373,9 @@ def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[st
     from tpu_tiles_models import ensemble as ensembles  # TensorFlow, only now
 
     try:
+        dirs = [run_file.model_dir_path(out_dir, r.point.hash) for r in best]
         result = ensembles.build_ensemble(
-            [run_file.model_dir_path(out_dir, r.point.hash) for r in best],
-            target,
-            data_root=base.data_root,
-            cache_dir=base.cache_dir or None,
-            progress=False,
+            dirs, target, data_root=base.data_root, cache_dir=base.cache_dir or None, progress=False
         )
     except UserError as e:
         return dict(info, error=one_line(e))
@@ -444,13 +441,9 @@ def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total:
 
             with beam.Pipeline(options=options) as p:
                 # Reshuffle: a distributed runner would fuse every point onto one worker.
-                _ = (
-                    p
-                    | "Points" >> beam.Create(elements)
-                    | "Spread" >> beam.Reshuffle()
-                    | "Train"
-                    >> beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
-                )
+                spread = p | "Points" >> beam.Create(elements) | "Spread" >> beam.Reshuffle()
+                train = beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
+                _ = spread | "Train" >> train
 
     def on_ctrl_c(previous) -> None:
         """The first Ctrl-C: no new point starts (`STOP`); running points stop at a safe
