@@ -159,7 +159,7 @@ def install(
         for rel, src in sources.items():
             before = json.loads(json.dumps(manifest))
             try:
-                line = _install_one(root, rel, src, manifest, force=force)
+                line = _install_one(root, rel, src, manifest)
             except BaseException:
                 _undo_record(root, rel, before)
                 raise
@@ -194,7 +194,7 @@ def trainer_note() -> str:
     )
 
 
-def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool) -> str:
+def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
     """Installs one file, updating ``manifest`` and its file; '' when already current."""
     dst, backup = root / rel, root / BACKUP_DIR / rel
     new_sha = _sha256(src)
