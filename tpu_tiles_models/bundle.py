@@ -223,8 +223,6 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         problems.append(f"no {MODELS_FILE}")
     if len(models) != 1:
         problems.append(f"{len(models)} model_<hash>/ directories (need exactly 1)")
-    elif not (models[0] / formats.SAVED_MODEL_FILE).is_file():
-        problems.append(f"{models[0].name}/ has no {formats.SAVED_MODEL_FILE}")
     elif not (models[0] / "variables" / "variables.index").is_file():
         problems.append(f"{models[0].name}/ has no variables/variables.index (its weights)")
     else:
