@@ -486,9 +486,9 @@ def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading
             if record is None:
                 continue
             seen.add(key)
-            failed += record["status"] == "failed"
-            what = f"{record.get('wall_s', 0):.0f} s"
-            what = record["error"] if record["status"] == "failed" else what
+            is_failed = record["status"] == "failed"
+            failed += is_failed
+            what = record["error"] if is_failed else f"{record.get('wall_s', 0):.0f} s"
             print(
                 f"sweep: [{total - len(points) + len(seen)}/{total}] {record['status']:<7} "
                 f"{points[key].describe()}  {what}  ({failed} failed)",
