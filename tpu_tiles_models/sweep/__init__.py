@@ -1,15 +1,12 @@
 """`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable.
 
 `run` expands the grid (`grid`), skips the points whose whole run is there, trains the others
-through `Create | Reshuffle | Map(train_element)` on any Beam runner (the DirectRunner with
-`--num_workers` processes by default; `--runner DaskRunner` on a Dask cluster), then writes the
-leaderboard (`leaderboard`). A point is `train.train` of its `TrainArgs`, with the artifacts of
-`tpu-tiles train`; it trains in a fresh child process of its worker (`--isolation process`), so
-that a crash or an out-of-memory kill is its failure, not the worker's. Ctrl-C writes
-`sweep/STOP`: no point starts, running ones stop at a safe point and clean up. The sweep's own
-files in `--out_dir`: sweep.csv/.md/.png (the leaderboard), sweep/plan.json (the points),
-sweep/points/<key>.json (each outcome), sweep/logs/<key>.log (each output), tensorboard/ (the
-default --tensorboard), ensemble_top<k>/sweep_ensemble.json (what --ensemble_top built).
+through `Create | Reshuffle | Map(train_element)` on any Beam runner (docs/sweeps.md), each
+`train.train` in a fresh child process of its worker (`--isolation process`): a crash or an
+out-of-memory kill is the point's failure, not the worker's. Then it writes the leaderboard
+(`leaderboard`). Ctrl-C writes `sweep/STOP`: no point starts, running ones stop at a safe point.
+Its bookkeeping in `--out_dir`: sweep/plan.json (the points), sweep/points/<key>.json (each
+outcome), sweep/logs/<key>.log (each output), ensemble_top<k>/sweep_ensemble.json.
 """
 
 from __future__ import annotations
@@ -79,8 +76,6 @@ class SweepArgs:
             value = getattr(self, flag)
             if value is not None and value < low:
                 raise FlagError(f"--{flag} must be at least {low}, got {value}")
-        if self.isolation not in ISOLATIONS:
-            raise FlagError(f"--isolation must be one of {', '.join(ISOLATIONS)}")
 
     @property
     def out_dir(self) -> str:
@@ -127,11 +122,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 
 def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The extra arguments as (`tpu-tiles train` flags, Beam pipeline options).
-
-    Raises:
-      FlagError: a stray positional argument, or a flag that is neither.
-    """
+    """The extra arguments as (`tpu-tiles train` flags, Beam pipeline options)."""
     train_argv: list[str] = []
     beam_argv: list[str] = []
     i = 0
@@ -279,14 +270,8 @@ def main(argv: Sequence[str] | None = None) -> SweepSummary:
 
 
 def run(args: SweepArgs) -> SweepSummary:
-    """Expands the grid, trains the missing points, writes the leaderboard.
-
-    Raises:
-      FlagError: a bad grid or output, before anything is trained.
-      SweepFailed: some points failed or did not run; the leaderboard is written anyway.
-      KeyboardInterrupt: Ctrl-C; running points removed what they had started.
-      locks.BusyError: another sweep is running on `--out_dir` (a dry run only reads it).
-    """
+    """Expands the grid, trains the missing points, writes the leaderboard; raises SweepFailed
+    when some points failed or did not run (after writing it). A dry run only reads."""
     if args.dry_run:
         return _run(args)
     with locks.claim(args.out_dir, flag="--out_dir", command="sweep"):
@@ -388,12 +373,9 @@ def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[st
     from tpu_tiles_models import ensemble as ensembles  # TensorFlow, only now
 
     try:
+        dirs = [run_file.model_dir_path(out_dir, r.point.hash) for r in best]
         result = ensembles.build_ensemble(
-            [run_file.model_dir_path(out_dir, r.point.hash) for r in best],
-            target,
-            data_root=base.data_root,
-            cache_dir=base.cache_dir or None,
-            progress=False,
+            dirs, target, data_root=base.data_root, cache_dir=base.cache_dir or None, progress=False
         )
     except UserError as e:
         return dict(info, error=one_line(e))
@@ -426,11 +408,8 @@ _POINT_FIELDS: formats.Fields = dict(
 
 
 def _read_json(path: str) -> dict | None:
-    """The record's JSON; None if it does not exist or is not whole.
-
-    Raises:
-      formats.ShapeError: valid JSON, not a record (one line naming the file and the fix).
-    """
+    """The record's JSON; None if it does not exist or is not whole (ShapeError if it is
+    JSON of another shape)."""
     try:
         value = json.loads(files.read_bytes(path))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
@@ -447,11 +426,7 @@ def _write_json(path: str, value: Any) -> None:
 
 def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total: int) -> str:
     """Runs the pipeline over `todo`, printing a line per finished point; returns the
-    pipeline's error ('' if it finished).
-
-    Raises:
-      KeyboardInterrupt: Ctrl-C; running points removed what they had started.
-    """
+    pipeline's error ('' if it finished)."""
     options = pipeline_options(args, args.beam_argv)
     for p in todo:  # outcomes of earlier attempts: these points are tried again
         files.remove(_record_path(sweep_dir, p.key))
@@ -466,13 +441,9 @@ def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total:
 
             with beam.Pipeline(options=options) as p:
                 # Reshuffle: a distributed runner would fuse every point onto one worker.
-                _ = (
-                    p
-                    | "Points" >> beam.Create(elements)
-                    | "Spread" >> beam.Reshuffle()
-                    | "Train"
-                    >> beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
-                )
+                spread = p | "Points" >> beam.Create(elements) | "Spread" >> beam.Reshuffle()
+                train = beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
+                _ = spread | "Train" >> train
 
     def on_ctrl_c(previous) -> None:
         """The first Ctrl-C: no new point starts (`STOP`); running points stop at a safe
@@ -515,12 +486,9 @@ def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading
             if record is None:
                 continue
             seen.add(key)
-            failed += record["status"] == "failed"
-            what = (
-                record["error"]
-                if record["status"] == "failed"
-                else f"{record.get('wall_s', 0):.0f} s"
-            )
+            is_failed = record["status"] == "failed"
+            failed += is_failed
+            what = record["error"] if is_failed else f"{record.get('wall_s', 0):.0f} s"
             print(
                 f"sweep: [{total - len(points) + len(seen)}/{total}] {record['status']:<7} "
                 f"{points[key].describe()}  {what}  ({failed} failed)",
