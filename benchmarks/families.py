@@ -59,7 +59,7 @@ from suite import (
     run_sweep,
 )
 
-from tpu_tiles_models import data, files, inspection, metrics, synthetic
+from tpu_tiles_models import data, files, inspection, metrics, run_file, synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "families.json"
@@ -261,7 +261,7 @@ def model_rows(
     for family, run in finished_runs(work, roots):
         if run.train_args.model not in wanted or run.train_args.model_kwargs_json != "{}":
             continue  # another script's model or variant (the suite's), sharing the folder
-        errors = run.val_errors
+        errors = (run.extras.get(run_file.KEEP_DEFAULT_KEY) or {}).get("val") or run.val_errors
         seconds = sum(run.extras.get("epoch_seconds", []))
         runs.setdefault((family, run.train_args.model), []).append(
             {"top1": errors["1"], "top5": errors["5"], "seconds": seconds}

@@ -352,7 +352,9 @@ def collect(
     rows = []
     for family, run in finished_runs(work, roots, budget):
         args = run.train_args
-        errors, extras = run.val_errors, run.extras
+        extras = run.extras
+        # The model's own ranking: its record's (the run file's `final_error` is its rule's).
+        errors = (extras.get(run_file.KEEP_DEFAULT_KEY) or {}).get("val") or run.val_errors
         best = extras.get("best_epoch", -1)
         curve = run.info["train_curve"]
         row = dict(

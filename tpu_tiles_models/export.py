@@ -455,7 +455,7 @@ def finish(
       artifacts: from `writing_into(args)`.
     """
     paths, val = artifacts.places, final.val
-    val_errors = val.errors
+    val_errors = val.forward  # the figure of the ranking the run hands in
     run_info: dict[str, Any] = dict(
         train_curve=curve, final_error=dict(val=val_errors), args=args.upstream_args()
     )

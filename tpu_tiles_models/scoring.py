@@ -382,7 +382,9 @@ class KeepDefault:
     applied (and, once final, only when the model carries the gate: `carry_rule`). `errors`
     are the model's own top-k errors, `kept` those with the margin and config 0 kept in the
     top 5; `rule` those of the whole rule the run ranks by (the margin cross-fitted, then the
-    keep rule where chosen).
+    keep rule where chosen); `shifted` those with the margin alone (fitted on every kernel).
+    `forward` is the figure of the ranking the model's `forward` gives: the run file's
+    `final_error.val`.
     """
 
     chosen: bool
@@ -391,6 +393,12 @@ class KeepDefault:
     margin: float = 0.0
     margin_errors: dict[int, float] | None = None
     rule: dict[int, float] | None = None
+    shifted: dict[int, float] | None = None
+
+    @property
+    def forward(self) -> dict[int, float]:
+        """The errors of ranking by the margin and, where chosen, config 0 kept in the top 5."""
+        return self.kept if self.chosen else (self.shifted or self.errors)
 
     @classmethod
     def measure(
@@ -422,7 +430,7 @@ class KeepDefault:
                 ],
                 weights=weights,
             )
-        return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule)
+        return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule, own)
 
     def without_keep(self) -> KeepDefault:
         """This record for a model that cannot carry the keep rule: not chosen, and the rule's
