@@ -41,6 +41,10 @@ MODELS: dict[str, ModelInfo] = {
     "ResidualSAGEPlain": ModelInfo(
         "ResidualSAGE as first configured, without attention: 48 wide, no default context"
     ),
+    "LateHeadSAGE": ModelInfo(
+        "a candidate the suite is measuring: ResidualSAGE's GNN once per kernel, then a per-config head "
+        "that reads the nodes by cross-attention; many configs a step"
+    ),
     "EarlyJoinSAGE": ModelInfo(
         "paper baseline (upstream's default): config features on every node, GraphSAGE"
     ),
