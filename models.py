@@ -305,34 +305,6 @@ class ConfigSetAttention(_Configured):
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class NodeReadout(_Configured):
-    """Each config reads its kernel's nodes (multi-head cross-attention, Vaswani et al.):
-
-    `r_j = W_o concat_heads(sum_v softmax_v(q(c_j) . k(h_v) / sqrt(d)) v(h_v))`, the softmax over
-    the nodes of c_j's own kernel. A config costs `[num_nodes, units]` work, not a GNN pass.
-    Call: `(graph, h, c)`, `h` `[num_nodes, units]`, `c` `[batch, num_configs, units]` -> like `c`.
-    """
-
-    CONFIG = ("units", "num_heads")
-
-    def __init__(self, *, units: int, num_heads: int = 4, **kwargs):
-        super().__init__(**kwargs)
-        if units % num_heads:
-            raise ValueError(f"NodeReadout: units={units} not divisible by num_heads")
-        self.units, self.num_heads = units, num_heads
-        self._q, self._k, self._v, self._o = (tf.keras.layers.Dense(units) for _ in range(4))
-
-    def call(self, graph: tfgnn.GraphTensor, h: tf.Tensor, c: tf.Tensor) -> tf.Tensor:
-        heads = lambda x: tf.reshape(x, tf.concat([tf.shape(x)[:-1], [self.num_heads, -1]], 0))  # noqa: E731
-        q = heads(_to_ops(graph, self._q(c)))  # [num_nodes, c, heads, d]
-        k, v = heads(self._k(h))[:, tf.newaxis], heads(self._v(h))[:, tf.newaxis]
-        logits = tf.reduce_sum(q * k, -1) / math.sqrt(self.units // self.num_heads)
-        weights = tfgnn.softmax(graph, tfgnn.CONTEXT, node_set_name="op", feature_value=logits)
-        read = _pool(graph, weights[..., tf.newaxis] * v, ["sum"])  # [batch, c, heads, d]
-        return self._o(tf.reshape(read, tf.concat([tf.shape(c)[:-1], [self.units]], 0)))
-
-
-@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class DefaultContext(_Configured):
     """Shows every config the compiler's default, read at position 0:
 
@@ -671,15 +643,10 @@ class ResidualSAGE(_TileRanker):
         self._attention = ConfigSetAttention(**attention) if config_attention else None
         self._default_context = DefaultContext(**width) if default_context else None
         self._score_head = _mlp([hidden_dim, 1], activation)
-        if self.late_head:  # LateHeadSAGE's; a sum over nodes would outweigh a config's features
-            self._node_readout = NodeReadout(units=hidden_dim, num_heads=attention_heads)
-            self._kernel_norm = tf.keras.layers.LayerNormalization()
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
         # The attention mixes a kernel's configs; the default context reads position 0 only,
         # which configs appended as padding leave in place.
         self.independent_configs, self.default_first = not config_attention, default_context
-
-    late_head = False
 
     def encode(self, graph):
         ops, feats = _nodes(graph)
@@ -717,35 +684,6 @@ class ResidualSAGEPlain(ResidualSAGE):
     ):
         plain = dict(config_attention=config_attention, default_context=default_context)
         super().__init__(num_configs, num_ops, hidden_dim=hidden_dim, **plain, **kwargs)
-
-
-class LateHeadSAGE(ResidualSAGE):
-    """The kernel's graph once, then a cheap head per config (no GNN pass per config):
-
-        h(v) = DirectedSAGEBlocks(n(v)), n as in ResidualSAGE        [num_nodes, hidden]
-        k = LayerNorm([sum || mean || max over v of LayerNorm(h)(v)])  [batch, 3 hidden]
-        c_j = MLP(stretch(config_j)); r_j = NodeReadout(h, c_j)     [batch, c, hidden]
-        score_j = MLP(DefaultContext(MLP([k || c_j || r_j]))_j)
-
-    A step can hold many more configs of a kernel (`--configs`) at about one GNN pass's cost;
-    the readout has `attention_heads` heads.
-    """
-
-    late_head = True  # ResidualSAGE's constructor adds the readout's layers, before the rule
-
-    def encode(self, graph):
-        h = super().encode(graph)[:, tf.newaxis, :]  # one "config": [num_nodes, 1, hidden]
-        for block in self._blocks:
-            h = block(graph, h)
-        h = self._pool_norm(h[:, 0])
-        return h, self._kernel_norm(_pool(graph, h, self._pooling))
-
-    def embed(self, graph, kernel, configs):
-        h, pooled = kernel
-        c = _apply(self._config_in, self._stretch(configs))  # [batch, c, hidden]
-        read = self._node_readout(graph, h, c)
-        pooled = _per_config(pooled, tf.shape(c)[1])  # [batch, c, 3 hidden]
-        return _apply(self._readout, tf.concat([pooled, c, read], axis=-1))
 
 
 # --- The baselines of the TpuGraphs paper, under upstream's names, keywords and defaults --------
@@ -950,8 +888,8 @@ class MLP(_Baseline):
 # The classes an `Ensemble` may hold, by the names its `members` use.
 MEMBER_MODELS: dict[str, type[_TileRanker]] = {
     m.__name__: m
-    for m in (ResidualSAGE, ResidualSAGEPlain, LateHeadSAGE, EarlyJoinSAGE, LateJoinSAGE)
-    + (EarlyJoinResGCN, LateJoinResGCN, MLP)
+    for m in (ResidualSAGE, ResidualSAGEPlain, EarlyJoinSAGE, LateJoinSAGE, EarlyJoinResGCN)
+    + (LateJoinResGCN, MLP)
 }
 
 # How `Ensemble` puts its members' scores on one scale, per kernel, before averaging.

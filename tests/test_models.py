@@ -22,7 +22,6 @@ SINGLE = list(models.MEMBER_MODELS)
 CLASSES = [*SINGLE, "Ensemble"]
 BASELINES = ["EarlyJoinSAGE", "LateJoinSAGE", "EarlyJoinResGCN", "LateJoinResGCN", "MLP"]
 ONE_LAYER = {"ResidualSAGE": "num_layers", "ResidualSAGEPlain": "num_layers", "MLP": "mlp_layers"}
-ONE_LAYER["LateHeadSAGE"] = "num_layers"
 # One GNN layer and width 16: tracing, not arithmetic, is what costs time in these tests.
 TINY = {
     name: {"hidden_dim": 16, "op_embed_dim": 8, ONE_LAYER.get(name, "num_gnns"): 1}

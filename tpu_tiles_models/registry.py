@@ -31,8 +31,6 @@ MODELS: dict[str, str] = {
     "optional",
     "ResidualSAGEPlain": "ResidualSAGE as first configured, without attention: 48 wide, no "
     "default context",
-    "LateHeadSAGE": "a candidate the suite is measuring: ResidualSAGE's GNN once per kernel, "
-    "then a per-config head that reads the nodes by cross-attention; many configs a step",
     "EarlyJoinSAGE": "paper baseline (upstream's default): config features on every node, "
     "GraphSAGE",
     "LateJoinSAGE": "paper baseline: GraphSAGE on the kernel, config joined late",
