@@ -98,25 +98,6 @@ def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -
 _ARRAY_FIELDS = REQUIRED_KEYS + ("node_offsets", "edge_offsets", "config_offsets")
 
 
-def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -> str:
-    """Keyed by each file's absolute path (or URL), size and mtime, and the options."""
-    stamp = [[files.canonical(p), *files.size_and_mtime(p)] for p in paths]
-    blob = json.dumps({"v": _CACHE_VERSION, "files": stamp, **key_extra}, sort_keys=True)
-    digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
-    return files.join(cache_dir, f"tiles-{split}-{digest}.cache")
-
-
-def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
-    """Writes the split atomically; the cache only saves time, so a disk that is full or
-    cannot be written gets a one-line warning."""
-    arrays = {f: getattr(split, f) for f in _ARRAY_FIELDS}
-    try:
-        with files.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
-            cache.write(out, arrays, {"files": split.files, "skipped": skipped})
-    except files.WriteError as err:
-        warnings.warn(f"{err}; loaded without caching", stacklevel=3)
-
-
 def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
     """The cached split and its skipped-file messages, or None if unreadable."""
     try:
@@ -153,11 +134,17 @@ def load_split(
     `skip_hint`: how the calling command could leave a bad file out ('' if it cannot).
     """
     paths = split_files(root, split, toy_data=toy_data)
-    cache = None
+    cache_path = None
     if cache_dir is not None:
-        extra = {"min_configs": min_configs, "toy": toy_data, "skip_bad": skip_bad}
-        cache = _cache_path(files.expand(cache_dir), split, paths, extra)
-        hit = _load_cache(cache, split) if files.exists(cache) else None
+        # Keyed by each file's absolute path (or URL), size and mtime, and the options.
+        stamp = [[files.canonical(p), *files.size_and_mtime(p)] for p in paths]
+        key = dict(
+            v=_CACHE_VERSION, files=stamp, min_configs=min_configs, toy=toy_data, skip_bad=skip_bad
+        )
+        blob = json.dumps(key, sort_keys=True)
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
+        cache_path = files.join(files.expand(cache_dir), f"tiles-{split}-{digest}.cache")
+        hit = _load_cache(cache_path, split) if files.exists(cache_path) else None
         if hit is not None:
             _warn_skipped(split, hit[1])
             return hit[0]
@@ -208,8 +195,13 @@ def load_split(
             f"({', '.join(single[:_SHOWN_NAMES])}{more}); a ranking needs two",
             stacklevel=2,
         )
-    if cache is not None:
-        _save_cache(cache, out, skipped)
+    if cache_path is not None:
+        try:  # the cache only saves time: a disk that is full or read-only gets a warning
+            with files.atomic_path(cache_path, flag="--cache_dir") as tmp, open(tmp, "wb") as f:
+                arrays = {name: getattr(out, name) for name in _ARRAY_FIELDS}
+                cache.write(f, arrays, {"files": out.files, "skipped": skipped})
+        except files.WriteError as err:
+            warnings.warn(f"{err}; loaded without caching", stacklevel=2)
     return out
 
 
@@ -431,8 +423,9 @@ def _components(
     split: Split,
     stats: FeatureStats,
     kernels: Sequence[int],
-    num_configs: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None = None,
+    *,
+    num_configs: int = -1,
     spread: int | None = None,
     pad: bool = False,
     fill: bool = False,
@@ -540,7 +533,7 @@ def kernel_graph(
     """Kernel i of `split` as a one-component GraphTensor, built eagerly (tens of ms: use
     `graph_dataset` for bulk work, whose `num_configs` this takes)."""
     rng = rng if rng is not None else np.random.default_rng()
-    pieces = _components(split, stats, [i], num_configs, rng)
+    pieces = _components(split, stats, [i], rng, num_configs=num_configs)
     spec = _signature(stats, 1)
     return _to_graph({k: tf.convert_to_tensor(v, spec[k].dtype) for k, v in pieces.items()})
 
@@ -556,12 +549,11 @@ def _batches_dataset(
     seed: int,
     shard: tuple[int, int] = (0, 1),
     kernels: Sequence[int] | None = None,
-    spread: int | None = None,
-    fill: bool = False,
-    default_first: bool = False,
+    **pick: Any,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` merged kernels (last partial batch dropped), merged in
-    numpy (cheaper than tf.data). `shard=(i, n)`: every n-th usable kernel from the i-th on.
+    numpy (cheaper than tf.data); `pick`: `_components`' options. `shard=(i, n)`: every n-th
+    usable kernel from the i-th on.
     """
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
@@ -571,20 +563,14 @@ def _batches_dataset(
         rng = np.random.default_rng([seed, next(passes)])
         order = rng.permutation(index) if shuffle else index
         for start in range(0, len(order) - batch_size + 1, batch_size):
-            chosen = order[start : start + batch_size]
-            yield _components(
-                split,
-                stats,
-                chosen,
-                num_configs,
-                rng,
-                spread,
-                fill=fill,
-                default_first=default_first,
-            )
+            yield _components(split, stats, order[start : start + batch_size], rng, **pick)
 
-    signature = _signature(stats, batch_size)
-    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+    return _graphs(generate, stats, batch_size)
+
+
+def _graphs(generate, stats: FeatureStats, batch: int | None) -> tf.data.Dataset:
+    """`generate`'s `_components` as GraphTensors."""
+    ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(stats, batch))
     return ds.map(_to_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
@@ -618,19 +604,6 @@ def graph_dataset(
     return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
 
 
-def _distinct_rows(feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions of the first row of each kind in `feats` `[n, d]`, ascending; each row's
-    kind's index in them)."""
-    feats = np.ascontiguousarray(feats)
-    # Each row's bytes as one item (-0.0 and 0.0 differ: such rows are scored twice, alike).
-    items = feats.view(np.dtype((np.void, feats.dtype.itemsize * feats.shape[1]))).ravel()
-    _, first, inverse = np.unique(items, return_index=True, return_inverse=True)
-    by_file = np.argsort(first, kind="stable")
-    position = np.empty_like(by_file)
-    position[by_file] = np.arange(len(by_file))
-    return first[by_file], position[inverse.ravel()]
-
-
 @dataclasses.dataclass(frozen=True)
 class DistinctConfigs:
     """One kernel's configs to score (`picks`, all or `spread`'s) and those whose feature row
@@ -659,9 +632,16 @@ class DistinctConfigs:
         if not merge:
             return cls(picks, picks, np.arange(len(picks)))
         skip = 1 if first_alone and len(picks) else 0
-        first, inverse = _distinct_rows(split.config_feat[picks[skip:]])
-        rows = np.concatenate([picks[:skip], picks[skip:][first]])
-        return cls(picks, rows, np.concatenate([np.zeros(skip, np.int64), inverse + skip]))
+        feats = np.ascontiguousarray(split.config_feat[picks[skip:]])
+        # Each row's bytes as one item (-0.0 and 0.0 differ: such rows are scored twice, alike).
+        items = feats.view(np.dtype((np.void, feats.dtype.itemsize * feats.shape[1]))).ravel()
+        _, first, inverse = np.unique(items, return_index=True, return_inverse=True)
+        by_file = np.argsort(first, kind="stable")  # kinds in the order they first appear
+        position = np.empty_like(by_file)
+        position[by_file] = np.arange(len(by_file))
+        rows = np.concatenate([picks[:skip], picks[skip:][first[by_file]]])
+        inverse = position[inverse.ravel()] + skip
+        return cls(picks, rows, np.concatenate([np.zeros(skip, np.int64), inverse]))
 
     def runtimes(self, split: Split) -> np.ndarray:
         """`[len(picks)]` runtime / normalizer, as a kernel's graph holds them."""
@@ -684,13 +664,10 @@ def kernel_groups(
     """
 
     def generate() -> Iterator[dict[str, Any]]:
-        rng = np.random.default_rng(0)  # unused: no draw
         for group in groups:
-            yield _components(split, stats, group, -1, rng, pad=True, rows=[rows[k] for k in group])
+            yield _components(split, stats, group, pad=True, rows=[rows[k] for k in group])
 
-    signature = _signature(stats, None)
-    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
-    ds = ds.map(_to_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = _graphs(generate, stats, None)
     return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
 
 

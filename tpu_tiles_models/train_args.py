@@ -51,21 +51,11 @@ MAX_SEED = 2**32 - 1
 
 # Upstream's `TrainArgs` fields in its order, and the name each has here (= our flag name).
 UPSTREAM_FIELDS = {
-    "epochs": "epochs",
-    "eval_every": "eval_every",
-    "batch_size": "batch",
-    "configs": "configs",
-    "early_stop": "early_stop",
-    "losses": "losses",
-    "learning_rate": "lr",
-    "clip_norm": "clip_norm",
-    "model": "model",
-    "model_kwargs_json": "model_kwargs_json",
-    "test_mode": "test_mode",
-    "out_dir": "out_dir",
-    "results_csv": "results_csv",
-    "validate_batches": "validate_batches",
-    "run_id": "run_id",
+    field: {"batch_size": "batch", "learning_rate": "lr"}.get(field, field)
+    for field in (
+        "epochs eval_every batch_size configs early_stop losses learning_rate clip_norm model "
+        "model_kwargs_json test_mode out_dir results_csv validate_batches run_id"
+    ).split()
 }
 
 
@@ -156,9 +146,41 @@ class TrainArgs:
     )
 
     def __post_init__(self) -> None:
+        # Types, then ranges and choices; each message names the flag and what it accepts.
         for f in dataclasses.fields(self):
-            _check_type(f, getattr(self, f.name))
-        _check_values(self)
+            want, value = FLAG_TYPES[f.name], getattr(self, f.name)
+            fits = isinstance(value, want) or (want is float and isinstance(value, int))
+            if not fits or (isinstance(value, bool) and want is not bool):
+                raise FlagError(f"--{f.name} must be {want.__name__}, got {value!r}")
+        for f in dataclasses.fields(self):
+            choices, value = f.metadata["choices"], getattr(self, f.name)
+            if choices and value not in choices:
+                raise FlagError(f"--{f.name} must be one of {', '.join(choices)}, got {value!r}")
+        at_least = {
+            "epochs": 1,
+            "batch": 1,
+            "configs": 2,
+            "early_stop": 0,
+            "eval_every": 1,
+            "score_candidates": 1,
+            "score_configs": 0,
+        }
+        for name, low in at_least.items():
+            if getattr(self, name) < low:
+                raise FlagError(f"--{name} must be at least {low}, got {getattr(self, name)}")
+        for name in ("lr", "clip_norm"):  # inf or nan makes the loss NaN from the first step
+            value = getattr(self, name)
+            if not (math.isfinite(value) and value > 0):
+                raise FlagError(f"--{name} must be positive and finite, got {value}")
+        loss_weights(self.losses)
+        if not 0 <= self.seed <= MAX_SEED:
+            raise FlagError(f"--seed must be in 0..{MAX_SEED}, got {self.seed}")
+        if not 0 < self.score_sample <= 1:
+            raise FlagError(f"--score_sample must be in (0, 1], got {self.score_sample}")
+        if self.validate_batches == 0:
+            raise FlagError("--validate_batches must be -1 (all) or positive, got 0")
+        if not self.model:
+            raise FlagError("--model must name a class, e.g. --model=ResidualSAGE")
 
     @classmethod
     def from_dict(cls, values: Mapping[str, Any]) -> TrainArgs:
@@ -188,7 +210,21 @@ class TrainArgs:
             name = arg.lstrip("-").partition("=")[0]
             if arg.startswith("-") and name in REMOVED_FLAGS:
                 raise removed(f"--{name}", REMOVED_FLAGS[name])
-        values = _define_flags(cls())
+        values = absl_flags.FlagValues()  # never absl's global FLAGS
+        define = {
+            bool: absl_flags.DEFINE_boolean,
+            int: absl_flags.DEFINE_integer,
+            float: absl_flags.DEFINE_float,
+            str: absl_flags.DEFINE_string,
+        }
+        defaults = cls()
+        for f in dataclasses.fields(cls):
+            default, help = getattr(defaults, f.name), f.metadata["help"]
+            if f.metadata["choices"]:
+                choices = list(f.metadata["choices"])
+                absl_flags.DEFINE_enum(f.name, default, choices, help, flag_values=values)
+            else:
+                define[FLAG_TYPES[f.name]](f.name, default, help, flag_values=values)
         try:
             rest = values([prog, *argv])
         except absl_flags.Error as e:
@@ -357,64 +393,3 @@ def flag_named(name: str) -> str | None:
     if name.startswith("no") and name[2:] in BOOLEAN_FLAGS:
         return name[2:]
     return None
-
-
-def _check_type(f: dataclasses.Field, value: Any) -> None:
-    want = FLAG_TYPES[f.name]
-    fits = isinstance(value, want) or (want is float and isinstance(value, int))
-    if not fits or (isinstance(value, bool) and want is not bool):
-        raise FlagError(f"--{f.name} must be {want.__name__}, got {value!r}")
-
-
-def _check_values(a: TrainArgs) -> None:
-    """Range and choice checks; each message names the flag and what it accepts."""
-    for f in dataclasses.fields(a):
-        choices = f.metadata["choices"]
-        if choices and getattr(a, f.name) not in choices:
-            raise FlagError(
-                f"--{f.name} must be one of {', '.join(choices)}, got {getattr(a, f.name)!r}"
-            )
-    at_least = {
-        "epochs": 1,
-        "batch": 1,
-        "configs": 2,
-        "early_stop": 0,
-        "eval_every": 1,
-        "score_candidates": 1,
-        "score_configs": 0,
-    }
-    for name, low in at_least.items():
-        if getattr(a, name) < low:
-            raise FlagError(f"--{name} must be at least {low}, got {getattr(a, name)}")
-    for name in ("lr", "clip_norm"):  # inf or nan makes the loss NaN from the first step
-        value = getattr(a, name)
-        if not (math.isfinite(value) and value > 0):
-            raise FlagError(f"--{name} must be positive and finite, got {value}")
-    loss_weights(a.losses)
-    if not 0 <= a.seed <= MAX_SEED:
-        raise FlagError(f"--seed must be in 0..{MAX_SEED}, got {a.seed}")
-    if not 0 < a.score_sample <= 1:
-        raise FlagError(f"--score_sample must be in (0, 1], got {a.score_sample}")
-    if a.validate_batches == 0:
-        raise FlagError("--validate_batches must be -1 (all) or positive, got 0")
-    if not a.model:
-        raise FlagError("--model must name a class, e.g. --model=ResidualSAGE")
-
-
-def _define_flags(defaults: TrainArgs) -> absl_flags.FlagValues:
-    """A fresh absl `FlagValues` with one flag per field (never absl's global FLAGS)."""
-    values = absl_flags.FlagValues()
-    define = {
-        bool: absl_flags.DEFINE_boolean,
-        int: absl_flags.DEFINE_integer,
-        float: absl_flags.DEFINE_float,
-        str: absl_flags.DEFINE_string,
-    }
-    for f in dataclasses.fields(defaults):
-        default, help = getattr(defaults, f.name), f.metadata["help"]
-        if f.metadata["choices"]:
-            choices = list(f.metadata["choices"])
-            absl_flags.DEFINE_enum(f.name, default, choices, help, flag_values=values)
-        else:
-            define[FLAG_TYPES[f.name]](f.name, default, help, flag_values=values)
-    return values
