@@ -543,7 +543,6 @@ def _batches_dataset(
     stats: FeatureStats,
     *,
     batch_size: int,
-    num_configs: int,
     min_configs: int,
     shuffle: bool,
     seed: int,
