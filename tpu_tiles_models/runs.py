@@ -31,6 +31,10 @@ class ShapeMismatch(run_file.ExportError):
     """Saved and rebuilt variables differ in shape: usually other feature widths (data)."""
 
 
+# The fix for a model folder with a file missing, truncated or corrupt.
+_AGAIN = "copy the whole model_<hash> folder again from the training --out_dir"
+
+
 def require_saved_model(model_dir: str | Path) -> None:
     """`ExportError` unless `model_dir` has a `saved_model.pb` that parses as a SavedModel with
     a graph in it: an empty or garbled one would load nowhere (a grader's `load_model`), yet
@@ -39,7 +43,6 @@ def require_saved_model(model_dir: str | Path) -> None:
     from tensorflow.core.protobuf import saved_model_pb2
 
     pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
-    again = "copy the whole model_<hash> folder again from the training --out_dir"
     if not files.isfile(pb):
         raise run_file.ExportError(
             f"{model_dir}: no {formats.SAVED_MODEL_FILE} in it; give the model_<hash> folder "
@@ -51,11 +54,11 @@ def require_saved_model(model_dir: str | Path) -> None:
         saved.ParseFromString(content)
     except (OSError, DecodeError) as err:
         raise run_file.ExportError(
-            f"{pb}: not a readable SavedModel ({one_line(err, 120)}); {again}"
+            f"{pb}: not a readable SavedModel ({one_line(err, 120)}); {_AGAIN}"
         ) from None
     if not (saved.meta_graphs and saved.meta_graphs[0].meta_info_def.tags):
         what = "empty" if not content else "not a SavedModel (no graph in it)"
-        raise run_file.ExportError(f"{pb}: {what}; {again}")
+        raise run_file.ExportError(f"{pb}: {what}; {_AGAIN}")
 
 
 def require_variables(model_dir: str | Path) -> str:
@@ -64,7 +67,7 @@ def require_variables(model_dir: str | Path) -> str:
     if not files.isfile(prefix + ".index"):
         raise run_file.ExportError(
             f"{model_dir}: no {'/'.join(formats.VARIABLES_PREFIX)}.index in it, so its weights "
-            "are missing; copy the whole model_<hash> folder again from the training --out_dir"
+            f"are missing; {_AGAIN}"
         )
     return prefix
 
@@ -80,34 +83,25 @@ def check_variables(model_dir: str | Path) -> dict[str, Any]:
         return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
     except (OSError, IndexError, ValueError, tf.errors.OpError) as err:
         raise run_file.ExportError(
-            f"{model_dir}: its variables are truncated or corrupt ({one_line(err, 160)}); copy "
-            "the whole model_<hash> folder again from the training --out_dir"
+            f"{model_dir}: its variables are truncated or corrupt ({one_line(err, 160)}); {_AGAIN}"
         ) from None
 
 
 def saved_variables(model_dir: str | Path) -> list | None:
-    """The saved model's variables in the order Keras 2 lists them, from its checkpoint alone.
-
-    A Keras 2 SavedModel keeps `model.variables` (the trainable ones first) as its root's list
+    """The saved model's variables in the order Keras 2 lists them, from its checkpoint alone:
+    a Keras 2 SavedModel keeps `model.variables` (the trainable ones first) as its root's list
     `variables`: its checkpoint's object graph says where each one's value is
     (`variables/<i>/...`, or a shorter path's key for a variable the model also holds by name,
     such as models.py's ranking gate). None when the checkpoint is laid out otherwise: then
     only `load_saved_model` can list them.
     """
-    tensors = check_variables(model_dir)
-    graph = tensors.get("_CHECKPOINTABLE_OBJECT_GRAPH")  # a TF2 checkpoint's
-    ordered = _listed_keys(graph) if graph is not None else None
-    if not ordered or any(k not in tensors for k in ordered):
-        return None
-    return [tensors[k] for k in ordered]
-
-
-def _listed_keys(graph: Any) -> list[str] | None:
-    """The checkpoint keys of the values of the root's `variables` list, in list order, from
-    a serialized object graph; None when it has no such list of variables."""
     from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+    tensors = check_variables(model_dir)
+    graph = tensors.get("_CHECKPOINTABLE_OBJECT_GRAPH")  # a TF2 checkpoint's
+    if graph is None:
+        return None
     proto = trackable_object_graph_pb2.TrackableObjectGraph()
     try:
         proto.ParseFromString(graph.item() if hasattr(graph, "item") else graph)
@@ -127,9 +121,10 @@ def _listed_keys(graph: Any) -> list[str] | None:
         if not child.local_name.isdigit() or len(values) != 1:
             return None
         keys[int(child.local_name)] = values[0]
-    if sorted(keys) != list(range(len(keys))):
+    ordered = [keys.get(i) for i in range(len(keys))]
+    if not ordered or any(k not in tensors for k in ordered):  # None: keys not 0..n-1
         return None
-    return [keys[i] for i in range(len(keys))]
+    return [tensors[k] for k in ordered]
 
 
 def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
@@ -143,8 +138,7 @@ def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
     except (OSError, IndexError, ValueError, KeyError, tf.errors.OpError) as err:
         check_variables(model_dir)  # the likely cause, said precisely
         raise run_file.ExportError(
-            f"{model_dir}: not a loadable SavedModel ({one_line(err, 160)}); copy the whole "
-            "model_<hash> folder again from the training --out_dir"
+            f"{model_dir}: not a loadable SavedModel ({one_line(err, 160)}); {_AGAIN}"
         ) from None
 
 
@@ -188,11 +182,7 @@ class TrainedRun:
         models_flag: str | None = "--models",
     ) -> TrainedRun:
         """Opens `model_dir` and its run file, checking both; nothing heavy is loaded yet.
-
-        `models_path`: the models.py (or upstream checkout) holding its class, default ours;
-        `models_flag` names it in messages (None: a file the user did not name, such as a
-        hand-in's own models.py).
-        """
+        `models_flag` names `models_path` in messages (None: a file the user did not name)."""
         path = files.canonical(model_dir, what="the model directory")
         path = path if files.is_remote(path) else Path(path)
         if not files.isdir(path):
@@ -298,12 +288,9 @@ class TrainedRun:
         return saved_variables(self.model_dir)
 
     def copy_into(self, model: tf.keras.Model) -> None:
-        """The course's pairwise in-order copy of the saved variables into `model` (built).
-
-        Read from the checkpoint when its count and shapes fit (the same values, without
-        reviving the SavedModel, whose functions take most of a second to load); otherwise
-        from `saved_model`, which says what differs.
-        """
+        """The course's pairwise in-order copy of the saved variables into `model` (built): from
+        the checkpoint when count and shapes fit (reviving the SavedModel takes most of a
+        second), else from `saved_model`, which says what differs."""
         tv, values = model.trainable_variables, self.saved_values
         if values is None or [tuple(t.shape) for t in tv] != [tuple(v.shape) for v in values]:
             copy_variables(model, self.saved_model, origin=str(self.model_dir))
@@ -394,11 +381,8 @@ class TrainedRun:
         cache_dir: str | None = None,
         progress: bool = True,
     ) -> tuple[tf.keras.Model, data.Dataset]:
-        """The rebuilt model and `split` under its statistics.
-
-        When refitted statistics give other widths than the saved model, the `--toy_data`
-        subset's statistics are tried, since training on it is the usual cause.
-        """
+        """The rebuilt model and `split` under its statistics; when refitted ones give other
+        widths than the saved model, the `--toy_data` subset's (the usual cause) are tried."""
         self.model_class()  # an unknown class fails before any data is read,
         if self.saved_values is None:  # and so do missing or truncated variables
             _ = self.saved_model
