@@ -1,9 +1,5 @@
-"""The one place that knows every model class: its name and description, where it comes from,
-and how to build one.
-
-Classes come from our top-level `models.py` (the package holds no second copy of model code)
-or from an upstream checkout's swapped-in `tpu_graphs/baselines/tiles/models.py`, both loaded
-by file path.
+"""The one place that knows every model class: its name and description, where it comes from
+(our top-level `models.py` or an upstream checkout's, loaded by file path), how to build one.
 """
 
 from __future__ import annotations
@@ -69,11 +65,9 @@ _MODULE_PREFIX = "tpu_tiles_models_dropin_"
 def load_models_module(
     path: str | Path | None = None, *, flag: str | None = "--models"
 ) -> ModuleType:
-    """Imports a `models.py` by path (None: ours), or an upstream root's swapped-in one, with
-    the root on sys.path so that its own imports of `tpu_graphs` resolve. `flag` chose `path`,
-    for messages (None: a file the user did not name, such as a hand-in folder's own). A file
-    that cannot be imported (a syntax error, a failing import, a `sys.exit()`) is a
-    `FlagError` naming it (and the line)."""
+    """Imports a `models.py` by path (None: ours), or an upstream root's, with the root on
+    sys.path for its own imports of `tpu_graphs`. `flag` chose `path`, for messages (None: a
+    file the user did not name). A file that cannot be imported is a `FlagError` naming it."""
     fix = f"pass {flag} <models.py or upstream root>" if flag else "restore the file"
     path = Path(path) if path is not None else dropin_file("models.py")
     if path.is_dir():
@@ -151,10 +145,8 @@ def exit_call(err: SystemExit) -> str:
 
 
 def fault_site(err: BaseException) -> str | None:
-    """Where a user's models.py loaded by `load_models_module` (not ours) raised `err`, or
-    called what raised it, while the command ran (in a `forward`, say: its import is caught
-    where it runs), as `<file>, line <n>`; None when no such file took part (`--help`, a bug
-    of ours)."""
+    """Where a user's models.py (not ours) loaded by `load_models_module` raised `err` or
+    called what raised it, as `<file>, line <n>`; None when no such file took part."""
     try:
         ours = str(dropin_file("models.py"))
     except UserError:
@@ -253,9 +245,8 @@ def parameter_limit(
     name: str, kwargs_json: str, *, limit_bytes: int | None = None
 ) -> Iterator[None]:
     """Within it, a model whose parameters would not fit in memory for training fails
-    (`FlagError`) as each variable is created, before TensorFlow allocates it: Keras declares
-    each variable's shape before its initial value is made, so a variable creator sees it
-    first (and in a `tf.Graph` nothing is allocated: a graph-mode build is a free estimate)."""
+    (`FlagError`) as each variable is declared, before TensorFlow allocates it (in a
+    `tf.Graph` nothing is allocated: a graph-mode build is a free estimate)."""
     import tensorflow as tf
 
     limit = available_memory() if limit_bytes is None else limit_bytes
@@ -330,10 +321,8 @@ def recommended_kwargs(module: ModuleType | None = None) -> dict:
     return resolved_kwargs(RECOMMENDED_MODEL, {}, module)
 
 
-# Class defaults that changed, by class: what a run file that does not record its resolved
-# keywords (written before they were recorded) meant by leaving them out. ResidualSAGE was 48
-# wide with cross-config attention and without the default context until its defaults became
-# the suite's recommendation.
+# Class defaults that changed, by class: what a run file written before runs recorded their
+# resolved keywords meant by leaving them out (ResidualSAGE's until the suite's recommendation).
 EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {
     "ResidualSAGE": {"hidden_dim": 48, "config_attention": True, "default_context": False},
 }
@@ -361,8 +350,8 @@ def earlier_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict:
 
 
 def describe(module: ModuleType | None = None) -> str:
-    """The `tpu-tiles models` table, then the recommendation: a line `recommended: <flags>`
-    (the format is stable: scripts read it) and a note on what those defaults are."""
+    """The `tpu-tiles models` table, then `recommended: <flags>` (a stable line: scripts read
+    it) and a note on those defaults."""
     width = max(map(len, MODELS))
     lines = [f"{name:<{width}}  {text}" for name, text in MODELS.items()]
     kwargs = recommended_kwargs(module)
