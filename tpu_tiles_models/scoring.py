@@ -77,21 +77,8 @@ def carries_margin(model: tf.keras.Model) -> bool:
     return getattr(model, "default_margin", None) is not None
 
 
-def carry_rule(model: tf.keras.Model, val: KeepDefault) -> KeepDefault:
-    """Puts validation's choices, config 0's margin and the keep gate, into `model`'s weights;
-    returns the record of what it carries (without a gate config 0 is never kept: a grader
-    ranks by `forward` alone)."""
-    if val.margin:  # only fitted for a model that carries one (`carries_margin`)
-        model.set_default_margin(model.default_margin + val.margin)
-    if rule_of(model) is None:  # not chosen; the rule's errors the margin's alone
-        return dataclasses.replace(val, chosen=False, rule=val.margin_errors or val.errors)
-    model.set_keeps_default(val.chosen)
-    return val
-
-
 def _score(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
-    """Pulls one graph of B kernels padded to n configs each; returns (scores [B, n], tile ids
-    [B])."""
+    """(scores [B, n], tile ids [B]) of the next graph: B kernels padded to n configs each."""
     graph = next(iterator)
     n = graph.node_sets["config"].sizes[0]
     return own_scores(model)(graph, n if dynamic else int(n)), graph.node_sets["g"]["tile_id"]
@@ -234,9 +221,8 @@ def stratified_sample(
 ) -> KernelSample:
     """A fixed sample of about `fraction` of `split`'s kernels (all if that is 1 or the strata
     are too small), and of each at most `max_configs` configs. Strata: one program's kernels
-    with 2-9, 10-99, 100-999 or 1000+ configs; each gives `round(fraction * size)` kernels, at
-    least one, weighing `size / drawn`, so weighted means estimate the split's without bias.
-    """
+    with 2-9, 10-99, 100-999 or 1000+ configs, each drawn `round(fraction * size)` times (at
+    least once) at weight `size / drawn`: weighted means estimate the split's without bias."""
     counts = split.config_counts()
     if max_configs is not None and (len(counts) == 0 or counts.max() <= max_configs):
         max_configs = None
@@ -327,17 +313,13 @@ class KeepDefault:
         return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule, own)
 
     def to_json(self) -> dict:
-        out = {
-            "chosen": self.chosen,
-            "val": {str(k): v for k, v in self.errors.items()},
-            "val_kept": {str(k): v for k, v in self.kept.items()},
-            "margin": self.margin,
+        out = dict(chosen=self.chosen, val=self.errors, val_kept=self.kept, margin=self.margin)
+        out.update(val_margin=self.margin_errors, val_rule=self.rule)
+        return {  # error tables keyed by "1", "5", "10"; a table not measured left out
+            key: {str(k): e for k, e in value.items()} if isinstance(value, dict) else value
+            for key, value in out.items()
+            if value is not None
         }
-        if self.margin_errors is not None:
-            out["val_margin"] = {str(k): v for k, v in self.margin_errors.items()}
-        if self.rule is not None:
-            out["val_rule"] = {str(k): v for k, v in self.rule.items()}
-        return out
 
 
 def _top(scores: np.ndarray, k: int, keep_default: bool) -> list[int]:
@@ -380,9 +362,9 @@ def final_scores(
     val: KeepDefault | None = None,
     progress: bool = True,
 ) -> FinalScores:
-    """The final validation on all of valid (unless `val`, the best epoch's, is given), carried
-    into the model's weights (`carry_rule`), then the test split's errors or ranking by the
-    model's rule (none without a test split)."""
+    """The final validation on all of valid (unless `val`, the best epoch's, is given), its
+    choices (config 0's margin, the keep gate) put into the model's weights, then the test
+    split's errors or ranking by the model's rule (none without a test split)."""
     if val is None:
         val = KeepDefault.measure(
             score_split(
@@ -390,7 +372,12 @@ def final_scores(
             ),
             fit_margin=carries_margin(model),
         )
-    val = carry_rule(model, val)
+    if val.margin:  # only fitted for a model that carries one (`carries_margin`)
+        model.set_default_margin(model.default_margin + val.margin)
+    if rule_of(model) is None:  # without a gate config 0 is never kept: graders use `forward`
+        val = dataclasses.replace(val, chosen=False, rule=val.margin_errors or val.errors)
+    else:
+        model.set_keeps_default(val.chosen)
     final = FinalScores(val)
     if dataset.test is not None and len(dataset.test):
         scored = score_split(
