@@ -21,8 +21,7 @@ from tpu_tiles_models.kernel_files import benchmark_of
 
 
 class NonFiniteScores(UserError, FloatingPointError):
-    """A model scored some config NaN or infinite (sorted, such scores would leave config 0,
-    the compiler's default, first: a ranking that passes for a fair one)."""
+    """A model scored some config NaN or infinite (sorted, config 0 would stay first)."""
 
 
 # What `score_split` suggests for a stored model that scores NaN (the trainer says its own).
@@ -35,8 +34,7 @@ STORED_MODEL_FIX = (
 def check_finite(
     scores: np.ndarray, tile_id: str, *, who: str, fix: str = STORED_MODEL_FIX
 ) -> None:
-    """Refuses one kernel's scores `[num_configs]` if any is NaN or infinite (`NonFiniteScores`
-    naming `who`, the model, the kernel and `fix`)."""
+    """Refuses one kernel's scores `[num_configs]` if any is NaN or infinite."""
     bad = ~np.isfinite(scores)
     if bad.any():
         raise NonFiniteScores(
@@ -85,11 +83,10 @@ def _score(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
 
 
 class KernelScorer:
-    """A built model's traced scoring, reused across `score_split` calls: calling it scores the
-    next graph of an iterator, pulled inside the trace (a GraphTensor passed in costs more than
-    scoring it). Upstream's models need a Python int config count and run eagerly. `grouped`:
-    `independent_configs` models, scored several kernels per call.
-    """
+    """A built model's traced scoring, reused across `score_split` calls: it pulls the next
+    graph of an iterator inside the trace (a GraphTensor passed in costs more than scoring it);
+    upstream's models need a Python int config count and run eagerly. `grouped`: several
+    kernels per call (`independent_configs` models)."""
 
     def __init__(self, model: tf.keras.Model):
         self.model = model
@@ -290,8 +287,7 @@ class KeepDefault:
         *,
         fit_margin: bool = False,
     ) -> KeepDefault:
-        """Every way on `scored` (weighted by `weights`); with `fit_margin`, config 0's margin
-        is fitted too."""
+        """Every way on `scored`; with `fit_margin`, config 0's margin is fitted too."""
         plain = errors(scored, weights)
         pairs = [(s.runtimes, s.scores) for s in scored]
         fitted = (
