@@ -37,8 +37,7 @@ _AGAIN = "copy the whole model_<hash> folder again from the training --out_dir"
 
 def require_saved_model(model_dir: str | Path) -> None:
     """`ExportError` unless `model_dir` has a `saved_model.pb` that parses as a SavedModel with
-    a graph in it: an empty or garbled one would load nowhere (a grader's `load_model`), yet
-    nothing else reads it before the weights are copied."""
+    a graph in it (nothing else reads it before the weights are copied; a grader would)."""
     from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import saved_model_pb2
 
@@ -243,8 +242,7 @@ class TrainedRun:
 
     def keeps_default_in(self, model: tf.keras.Model) -> bool | None:
         """Whether `model` (built from this run) ranks with config 0 kept in the top 5: its own
-        rule (`scoring.rule_of`); for a model without one, the run file's `keep_default`
-        (runs of ours from before models carried it ranked their test split by it)."""
+        rule (`scoring.rule_of`), else the run file's `keep_default` (older runs of ours)."""
         own = scoring.rule_of(model)
         return self.keep_default if own is None else own
 
@@ -321,8 +319,7 @@ class TrainedRun:
         self, sample: data.Split, stats: data.FeatureStats, *, as_stored: bool = False
     ) -> tf.keras.Model:
         """The course procedure: fresh class, one `forward` on kernel 0, in-order copy; with
-        `as_stored`, built from the args' `model_kwargs_json` alone, as a grader's copy of the
-        course script builds it (`check`)."""
+        `as_stored`, from the args' `model_kwargs_json` alone, as a grader builds it."""
         args = self.args
         kwargs = self.stored_kwargs if as_stored else self.model_kwargs
         with self._only_saved_sizes(kwargs):
