@@ -119,9 +119,8 @@ def _policy_set(what: str, policy: str, other: str) -> str:
 
 @contextlib.contextmanager
 def _keras_policy_kept() -> Iterator[list[str]]:
-    """Within it, user code may set Keras's global dtype policy (`mixed_float16`) or float
-    type; both are put back after it, and the list it yields then holds the policy that was
-    set (empty when unchanged)."""
+    """Puts Keras's global dtype policy and float type back after user code in it; the list it
+    yields then holds the policy that was set (empty when unchanged)."""
     import tensorflow as tf
 
     keras = tf.keras
@@ -367,8 +366,7 @@ def describe(module: ModuleType | None = None) -> str:
 
 
 def describe_json(module: ModuleType | None = None) -> dict:
-    """`tpu-tiles models --json`: `{"models": {name: description}, "recommended": {"model",
-    "flags", "kwargs"}}`, the kwargs being the recommended class's defaults."""
+    """`tpu-tiles models --json`: `{"models": {name: description}, "recommended": {...}}`."""
     return {
         "models": dict(MODELS),
         "recommended": {
