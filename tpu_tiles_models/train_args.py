@@ -39,8 +39,7 @@ REMOVED_LOSSES = {"LogMSE": "benchmarks/results/suite_logmse.md"}
 
 
 def removed(what: str, results: str) -> FlagError:
-    """The one refusal of a removed flag or loss: what it was and the results file that says
-    why."""
+    """The one refusal of a removed flag or loss, naming the results file that says why."""
     return FlagError(
         f"{what} was removed (the benchmark suite rejected it: {results}); leave it out"
     )
@@ -60,8 +59,7 @@ UPSTREAM_FIELDS = {
 
 
 def _flag(default: Any, help: str, choices: Sequence[str] = ()) -> Any:
-    """A dataclass field that is also a flag; a function as `default` is called for each
-    default value (the data root looks at the disk)."""
+    """A dataclass field that is also a flag; a function `default` is called for each value."""
     metadata = {"help": help, "choices": tuple(choices)}
     if callable(default):
         return dataclasses.field(default_factory=default, metadata=metadata)
