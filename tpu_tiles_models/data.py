@@ -98,19 +98,6 @@ def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -
 _ARRAY_FIELDS = REQUIRED_KEYS + ("node_offsets", "edge_offsets", "config_offsets")
 
 
-def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
-    """The cached split and its skipped-file messages, or None if unreadable."""
-    try:
-        with files.open_read(path) as f:
-            arrays, meta = cache.read(f)
-        paths = [str(p) for p in meta["files"]]
-        skipped = [str(s) for s in meta["skipped"]]
-        split = Split(name=name, tile_ids=[tile_id_of(p) for p in paths], files=paths, **arrays)
-    except (OSError, cache.CacheFormatError, KeyError, TypeError):
-        return None  # a damaged cache is rebuilt, never trusted
-    return split, skipped
-
-
 def _warn_skipped(split: str, skipped: list[str]) -> None:
     if skipped:
         shown = " | ".join(skipped[:_SHOWN_NAMES])
@@ -144,10 +131,17 @@ def load_split(
         blob = json.dumps(key, sort_keys=True)
         digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
         cache_path = files.join(files.expand(cache_dir), f"tiles-{split}-{digest}.cache")
-        hit = _load_cache(cache_path, split) if files.exists(cache_path) else None
-        if hit is not None:
-            _warn_skipped(split, hit[1])
-            return hit[0]
+        if files.exists(cache_path):
+            try:  # a damaged cache is rebuilt, never trusted
+                with files.open_read(cache_path) as f:
+                    arrays, meta = cache.read(f)
+                names, skipped = [str(p) for p in meta["files"]], [str(s) for s in meta["skipped"]]
+                hit = Split(split, [tile_id_of(p) for p in names], names, **arrays)
+            except (OSError, cache.CacheFormatError, KeyError, TypeError):
+                pass
+            else:
+                _warn_skipped(split, skipped)
+                return hit
 
     results: list[dict[str, np.ndarray] | None] = [None] * len(paths)
     errors: dict[int, str] = {}
