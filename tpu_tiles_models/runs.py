@@ -1,11 +1,7 @@
-"""`TrainedRun`: the one way to open a trained model, ours or upstream's.
-
-A trained run is a `model_<h>/` SavedModel and the `run_<h>.jsonz` beside it (`run_file`'s).
-Opening one checks that the two belong together; the model is rebuilt by the course procedure:
-a fresh instance of the class named in the run file, one `forward` to create its variables,
-then a pairwise in-order copy of the saved trainable variables, read from its checkpoint
-(`saved_variables`) or, failing that, from the loaded SavedModel (`load_saved_model`). A run
-may be remote (`gs://.../model_<h>`): it is read in place through tf.io.gfile.
+"""`TrainedRun`: the one way to open a trained model, ours or upstream's: a `model_<h>/`
+SavedModel and the `run_<h>.jsonz` beside it (`run_file`'s), checked to belong together, the
+model rebuilt by the course procedure (`TrainedRun.build`). A remote run (`gs://...`) is read
+in place through tf.io.gfile.
 """
 
 from __future__ import annotations
@@ -339,9 +335,8 @@ class TrainedRun:
     @contextlib.contextmanager
     def _only_saved_sizes(self, kwargs: dict[str, Any]) -> Iterator[None]:
         """Within it, a variable larger than every saved one, or more trainable variables than
-        the saved model holds, fail as they are declared (`ShapeMismatch`), before memory is
-        taken: a run file whose keywords do not describe its model (`hidden_dim` 10^7 beside a
-        model saved 8 wide) fails in one line, not in minutes of allocation."""
+        saved, fail as they are declared (`ShapeMismatch`): a run file whose keywords do not
+        describe its model fails in one line, not in minutes of allocation."""
         saved = self.saved_values
         shapes = [
             tuple(v.shape) for v in (saved if saved is not None else self.saved_model.variables)
