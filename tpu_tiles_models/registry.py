@@ -327,10 +327,9 @@ EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 
 
-# Keywords our classes gained after runs began recording their keywords, each with the value
-# that builds a model as it was before: a run file whose recorded (or, earlier still, stored)
-# keywords leave one out was trained without it. `keep_default_gate`, `default_margin`: the
-# ranking rule's variables (models.py), which the course's in-order copy would otherwise miss.
+# Keywords our classes gained after runs began recording theirs, each with the value that
+# builds a model as before (a run file that leaves one out was trained without it): the ranking
+# rule's variables, which the course's in-order copy would otherwise miss.
 ADDED_KEYWORDS: dict[str, Any] = {"keep_default_gate": False, "default_margin": False}
 
 
