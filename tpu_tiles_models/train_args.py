@@ -58,9 +58,9 @@ UPSTREAM_FIELDS = {
 }
 
 
-def _flag(default: Any, help: str, choices: Sequence[str] = ()) -> Any:
+def _flag(default: Any, help: str, choices: Sequence[str] = (), at_least: int | None = None) -> Any:
     """A dataclass field that is also a flag; a function `default` is called for each value."""
-    metadata = {"help": help, "choices": tuple(choices)}
+    metadata = {"help": help, "choices": tuple(choices), "at_least": at_least}
     if callable(default):
         return dataclasses.field(default_factory=default, metadata=metadata)
     return dataclasses.field(default=default, metadata=metadata)
@@ -74,14 +74,14 @@ class TrainArgs:
     # Upstream's flags (tiles_train.py / train_args.py).
     model: str = _flag("EarlyJoinSAGE", "class name in models.py (see: tpu-tiles models)")
     model_kwargs_json: str = _flag("{}", "JSON object of constructor kwargs")
-    epochs: int = _flag(100, "training epochs")
-    eval_every: int = _flag(5, "deprecated upstream; kept because upstream hashes it")
-    early_stop: int = _flag(20, "stop after this many epochs without gain (0: never)")
+    epochs: int = _flag(100, "training epochs", at_least=1)
+    eval_every: int = _flag(5, "deprecated upstream; kept because upstream hashes it", at_least=1)
+    early_stop: int = _flag(20, "stop after this many epochs without gain (0: never)", at_least=0)
     losses: str = _flag(DEFAULT_LOSSES, 'weighted losses, e.g. "ListMLELoss:1,MSE:0.02"')
     lr: float = _flag(1e-3, "Adam learning rate")
     clip_norm: float = _flag(1e-3, "gradient clipping norm")
-    configs: int = _flag(10, "configs sampled per kernel per step")
-    batch: int = _flag(10, "kernels per step")
+    configs: int = _flag(10, "configs sampled per kernel per step", at_least=2)
+    batch: int = _flag(10, "kernels per step", at_least=1)
     validate_batches: int = _flag(
         -1,
         ">0: validate on this many batches per epoch and score their kernels on every config "
@@ -120,9 +120,10 @@ class TrainArgs:
         "each epoch, at most this many configs of each of those kernels, evenly spread in file "
         "order, the same every epoch (0: all; 32 chose epochs as well as 128 at under a third of "
         "the work, benchmarks/results/selection.md)",
+        at_least=0,
     )
     score_candidates: int = _flag(
-        3, "the epochs with the best sample scores, rescored on every config at the end"
+        3, "the epochs with the best sample scores, rescored on every config at the end", at_least=1
     )
     pad_configs: bool = _flag(
         False,
@@ -152,20 +153,11 @@ class TrainArgs:
                 raise FlagError(f"--{f.name} must be {want.__name__}, got {value!r}")
         for f in dataclasses.fields(self):
             choices, value = f.metadata["choices"], getattr(self, f.name)
+            low = f.metadata["at_least"]
             if choices and value not in choices:
                 raise FlagError(f"--{f.name} must be one of {', '.join(choices)}, got {value!r}")
-        at_least = {
-            "epochs": 1,
-            "batch": 1,
-            "configs": 2,
-            "early_stop": 0,
-            "eval_every": 1,
-            "score_candidates": 1,
-            "score_configs": 0,
-        }
-        for name, low in at_least.items():
-            if getattr(self, name) < low:
-                raise FlagError(f"--{name} must be at least {low}, got {getattr(self, name)}")
+            if low is not None and value < low:
+                raise FlagError(f"--{f.name} must be at least {low}, got {value}")
         for name in ("lr", "clip_norm"):  # inf or nan makes the loss NaN from the first step
             value = getattr(self, name)
             if not (math.isfinite(value) and value > 0):
