@@ -238,9 +238,7 @@ class TrainArgs:
         """The flags that differ from the defaults, as `--name=value` (booleans lowercase)."""
         defaults = TrainArgs().to_dict()
         changed = {k: v for k, v in self.to_dict().items() if v != defaults[k]}
-        return [
-            f"--{k}={str(v).lower() if isinstance(v, bool) else str(v)}" for k, v in changed.items()
-        ]
+        return [f"--{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in changed.items()]
 
     def resolved(self, now_ms: int | None = None) -> TrainArgs:
         """With `results_csv` filled in as upstream does: `<out_dir>/results_<ms>.csv`."""
