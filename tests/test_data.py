@@ -533,9 +533,7 @@ def test_no_warnings_on_clean_load(small_root: Path):
 def test_merged_batches_equal_upstream_batch_and_merge(small_root: Path):
     """Our numpy-merged batches equal `.batch(B).map(merge_batch_to_components)`."""
     ds = data.load_dataset(small_root, progress=False)
-    ours = data._batches_dataset(
-        ds.train, ds.stats, batch_size=4, num_configs=-1, min_configs=0, shuffle=False, seed=0
-    )
+    ours = data.graph_dataset(ds.train, ds.stats, batch_size=4)
     theirs = (
         data.graph_dataset(ds.train, ds.stats)
         .batch(4, drop_remainder=True)

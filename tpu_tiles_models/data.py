@@ -364,10 +364,9 @@ def load_dataset(
             progress=progress,
         )
     if stats is None:
-        train = loaded["train"]
         others = [s for n, s in loaded.items() if n != "train" and s is not None]
-        where = files.canonical(root)
-        stats = FeatureStats.fit(train, others, source=f"{where} toy_data={toy_data}")
+        source = f"{files.canonical(root)} toy_data={toy_data}"
+        stats = FeatureStats.fit(loaded["train"], others, source=source)
     else:
         for split in loaded.values():
             unknown = int((split.node_opcode >= stats.num_ops).sum()) if split else 0
@@ -426,12 +425,10 @@ def _components(
     default_first: bool = False,
     rows: Sequence[np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """Numpy pieces of `kernels` merged as components of one graph, as
-    `GraphTensor.merge_batch_to_components` would merge them, normalised on the rows taken
-    (no normalised copy of a split is held). `pad`: every kernel's configs padded to the most
-    any has by repeating its first. `fill`: the repeats of `_pick_configs` labelled `_FILLER`.
-    `rows`: per kernel, the split's config indices to take instead of a draw.
-    """
+    """Numpy pieces of `kernels` merged as `GraphTensor.merge_batch_to_components` would,
+    normalised on the rows taken (no normalised copy of a split is held). `pad`: each kernel's
+    configs padded to the most any has by repeating its first. `fill`: `_pick_configs`' repeats
+    labelled `_FILLER`. `rows`: per kernel, the split's config indices to take, not a draw."""
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     if rows is None:
         rows = [
@@ -532,35 +529,6 @@ def kernel_graph(
     return _to_graph({k: tf.convert_to_tensor(v, spec[k].dtype) for k, v in pieces.items()})
 
 
-def _batches_dataset(
-    split: Split,
-    stats: FeatureStats,
-    *,
-    batch_size: int,
-    min_configs: int,
-    shuffle: bool,
-    seed: int,
-    shard: tuple[int, int] = (0, 1),
-    kernels: Sequence[int] | None = None,
-    **pick: Any,
-) -> tf.data.Dataset:
-    """GraphTensors of `batch_size` merged kernels (last partial batch dropped), merged in
-    numpy (cheaper than tf.data); `pick`: `_components`' options. `shard=(i, n)`: every n-th
-    usable kernel from the i-th on.
-    """
-    usable = np.flatnonzero(split.config_counts() >= min_configs)
-    index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
-    passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
-
-    def generate() -> Iterator[dict[str, Any]]:
-        rng = np.random.default_rng([seed, next(passes)])
-        order = rng.permutation(index) if shuffle else index
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            yield _components(split, stats, order[start : start + batch_size], rng, **pick)
-
-    return _graphs(generate, stats, batch_size)
-
-
 def _graphs(generate, stats: FeatureStats, batch: int | None) -> tf.data.Dataset:
     """`generate`'s `_components` as GraphTensors."""
     ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(stats, batch))
@@ -578,22 +546,27 @@ def graph_dataset(
     kernels: Sequence[int] | None = None,
     spread: int | None = None,
     cache: bool = False,
+    batch_size: int = 1,
+    shard: tuple[int, int] = (0, 1),
+    fill: bool = False,
+    default_first: bool = False,
 ) -> tf.data.Dataset:
-    """One GraphTensor per kernel of `split` (or of `kernels`, in their order), its configs as
-    `_pick_configs` takes them (pass p draws with seed `[seed, p]`). `cache`: later passes
-    replay the first one's graphs (a small fixed set scored again and again).
-    """
-    ds = _batches_dataset(
-        split,
-        stats,
-        batch_size=1,
-        num_configs=num_configs,
-        min_configs=min_configs,
-        shuffle=shuffle,
-        seed=seed,
-        kernels=kernels,
-        spread=spread,
-    )
+    """GraphTensors of `batch_size` kernels of `split` with `min_configs` configs or more (or
+    of `kernels`, in order) merged in numpy (cheaper than tf.data; a partial batch dropped),
+    configs as `_pick_configs` takes them (pass p draws with seed `[seed, p]`). `shard=(i, n)`:
+    every n-th kernel from the i-th on. `cache`: later passes replay the first one's graphs."""
+    usable = np.flatnonzero(split.config_counts() >= min_configs)
+    index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
+    passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
+    pick = dict(num_configs=num_configs, spread=spread, fill=fill, default_first=default_first)
+
+    def generate() -> Iterator[dict[str, Any]]:
+        rng = np.random.default_rng([seed, next(passes)])
+        order = rng.permutation(index) if shuffle else index
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            yield _components(split, stats, order[start : start + batch_size], rng, **pick)
+
+    ds = _graphs(generate, stats, batch_size)
     return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
 
 
@@ -687,7 +660,7 @@ def training_batches(
             f"{split.name}: only {usable} kernel(s) have >= {min_configs} configs, fewer than "
             f"--batch={batch_size}; lower --configs or --batch"
         )
-    ds = _batches_dataset(
+    ds = graph_dataset(
         split,
         stats,
         batch_size=batch_size,
