@@ -361,13 +361,10 @@ def final_scores(
     """The final validation on all of valid (unless `val`, the best epoch's, is given), its
     choices (config 0's margin, the keep gate) put into the model's weights, then the test
     split's errors or ranking by the model's rule (none without a test split)."""
+    score = functools.partial(score_split, model, scorer=scorer, progress=progress)
     if val is None:
-        val = KeepDefault.measure(
-            score_split(
-                model, dataset.valid, dataset.stats, scorer=scorer, progress=progress, desc="valid"
-            ),
-            fit_margin=carries_margin(model),
-        )
+        scored = score(dataset.valid, dataset.stats, desc="valid")
+        val = KeepDefault.measure(scored, fit_margin=carries_margin(model))
     if val.margin:  # only fitted for a model that carries one (`carries_margin`)
         model.set_default_margin(model.default_margin + val.margin)
     if rule_of(model) is None:  # without a gate config 0 is never kept: graders use `forward`
@@ -376,16 +373,13 @@ def final_scores(
         model.set_keeps_default(val.chosen)
     final = FinalScores(val)
     if dataset.test is not None and len(dataset.test):
-        scored = score_split(
-            model, dataset.test, dataset.stats, scorer=scorer, progress=progress, desc="test"
-        )
+        scored = score(dataset.test, dataset.stats, desc="test")
+        keep = bool(rule_of(model))
         if test_mode == "metrics":
             final.test_errors = errors(scored)
         else:
+            top = kaggle.UPSTREAM_TOP
             final.test_ranks = {
-                s.tile_id: upstream_top(
-                    s.scores, kaggle.UPSTREAM_TOP, keep_default=bool(rule_of(model))
-                )
-                for s in scored
+                s.tile_id: upstream_top(s.scores, top, keep_default=keep) for s in scored
             }
     return final
