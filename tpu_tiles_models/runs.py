@@ -316,19 +316,14 @@ class TrainedRun:
     ) -> tf.keras.Model:
         """The course procedure: fresh class, one `forward` on kernel 0, in-order copy; with
         `as_stored`, from the args' `model_kwargs_json` alone, as a grader builds it."""
-        args = self.args
+        name, configs = self.args["model"], self.args["configs"]
         kwargs = self.stored_kwargs if as_stored else self.model_kwargs
+        source = f"the model_kwargs_json of {self.run_file}"
         with self._only_saved_sizes(kwargs):
             model = registry.build_model(
-                args["model"],
-                args["configs"],
-                stats.num_ops,
-                json.dumps(kwargs),
-                self.module,
-                source=f"the model_kwargs_json of {self.run_file}",
+                name, configs, stats.num_ops, json.dumps(kwargs), self.module, source=source
             )
-            graph = data.kernel_graph(sample, 0, stats)
-            model.forward(graph, sample.num_configs(0))
+            model.forward(data.kernel_graph(sample, 0, stats), sample.num_configs(0))
         self.copy_into(model)
         return model
 
