@@ -624,10 +624,8 @@ def kernel_groups(
     *,
     cache: bool = False,
 ) -> tf.data.Dataset:
-    """One GraphTensor per group of kernel indices, its kernels as components, each with the
-    split's config indices `rows[kernel]` padded to the group's most by repeating the first
-    (scores of the padding are to be dropped). `cache`: as `graph_dataset`'s.
-    """
+    """One GraphTensor per group of kernels, each a component with the split's config rows
+    `rows[kernel]`, padded to the group's most (`_components`' `pad`; drop their scores)."""
 
     def generate() -> Iterator[dict[str, Any]]:
         for group in groups:
