@@ -105,8 +105,7 @@ class KernelScorer:
         return _score(self.model, iterator, dynamic=False)
 
     def dataset(self, split: data.Split, key: tuple, make, reuse: bool) -> tf.data.Dataset:
-        """`make(cache=...)`'s dataset; with `reuse`, the one made for the same `split` and `key`
-        before, which replays the graphs its first pass kept."""
+        """`make(cache=...)`'s dataset; with `reuse`, the one made before for `split` and `key`."""
         if not reuse:
             return make(cache=False)
         full_key = (id(split), *key)
