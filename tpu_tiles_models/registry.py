@@ -39,8 +39,8 @@ MODELS: dict[str, str] = {
 
 
 def dropin_file(name: str) -> Path:
-    """Path of one of our top-level drop-in files (`models.py`, ...): beside the package in a
-    checkout or editable install, in `tpu_tiles_models/dropin/` in a built wheel."""
+    """One of our top-level drop-in files: beside the package in a checkout, in `dropin/` in a
+    built wheel."""
     for candidate in (PACKAGE_DIR.parent / name, PACKAGE_DIR / "dropin" / name):
         if candidate.is_file():
             return candidate
