@@ -148,10 +148,7 @@ def _add_models_flag(p: argparse.ArgumentParser, what: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Errors in one line, `<prog>: error: <message>`, and exit status 2; `commands` holds the
-    subcommands' parsers, so that an error can name the subcommand."""
-
-    commands: dict[str, argparse.ArgumentParser]
+    """Errors in one line, `<prog>: error: <message>`, and exit status 2."""
 
     def error(self, message: str):
         text = " ".join(message.split())
@@ -186,13 +183,11 @@ def build_parser() -> _Parser:
     from tpu_tiles_models import demo, inspection, sweep, synthetic
 
     parser = _Parser(prog="tpu-tiles", description=__doc__.splitlines()[0])
-    parser.commands = {}
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(name: str, fn: Callable, help: str, **kw) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter, **kw)
-        p.set_defaults(fn=fn)
-        parser.commands[name] = p
+        p.set_defaults(fn=fn, parser=p)  # an error in `main` names the subcommand
         return p
 
     p = command(
@@ -317,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in _ABSL_COMMANDS:  # the subcommand's, which has the flags
-        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     # Run as a program (argv None), a stop signal after the work still gets its one line.
     then = _stopped_when_done(args.command) if argv is None else None
