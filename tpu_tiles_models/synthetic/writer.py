@@ -264,9 +264,19 @@ def generate(
         staging.mkdir()
         try:
             job = _Job(str(staging), seed, maker, max_configs, min_configs)
-            total_configs = _write_kernels(
-                job, _split_plan(counts, seed, test_ids), progress, workers
-            )
+            plan = _split_plan(counts, seed, test_ids)
+            for split in SPLITS:
+                (staging / split).mkdir()
+            interrupts.check()  # a Ctrl-C while the plan was made
+            with _progress_bar(staging, len(plan), progress):
+                if workers > 1:
+                    total_configs = _write_in_beam(job, plan, workers)
+                else:
+                    total_configs = 0
+                    for item in plan:
+                        total_configs += job.write(item)
+                        interrupts.check()  # the command line's Ctrl-C: stop between kernels
+            interrupts.check()
             for path in old:  # replaced by the complete new set, by renames only
                 path.unlink(missing_ok=True)
             for split in SPLITS:
@@ -350,23 +360,6 @@ class _Job:
             raise FileNotFoundError(f"{folder} is gone")
         _write_npz(folder / f"{tile_id}.npz", arrays)
         return len(arrays["config_feat"])
-
-
-def _write_kernels(job: _Job, plan: list[Item], progress: bool, workers: int) -> int:
-    """Writes every kernel of the plan under `job.root`; returns the number of configs."""
-    for split in SPLITS:
-        Path(job.root, split).mkdir()
-    interrupts.check()  # a Ctrl-C while the plan was made
-    with _progress_bar(Path(job.root), len(plan), progress):
-        if workers > 1:
-            total = _write_in_beam(job, plan, workers)
-        else:
-            total = 0
-            for item in plan:
-                total += job.write(item)
-                interrupts.check()  # the command line's Ctrl-C: stop between kernels
-    interrupts.check()
-    return total
 
 
 @contextlib.contextmanager
