@@ -214,7 +214,18 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
     elif _is_original(root, rel, entry):  # a stopped install's record: finish it
         action = "original link recorded" if "link" in entry else f"original saved to {backup}"
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
-        kept, new = _keep_edited_copy(dst, backup)
+        # The user's edit kept as <backup>.modified, or <backup>.<n>.modified beside an earlier
+        # one; an edit already kept is not kept twice.
+        sha, new = _sha256(dst), True
+        for number in itertools.count(1):
+            infix = "" if number == 1 else f".{number}"
+            kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
+            if not kept.exists():
+                files.copy_file(dst, kept)
+                break
+            if kept.is_file() and _sha256(kept) == sha:
+                new = False
+                break
         action = f"--force: your edited copy {'kept' if new else 'is already kept'} as {kept}"
     elif not dst.exists():
         action = "it had been deleted"
@@ -225,20 +236,6 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
     _save_manifest(root, manifest)
     files.copy_file(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
-
-
-def _keep_edited_copy(dst: Path, backup: Path) -> tuple[Path, bool]:
-    """Copies the user's edited ``dst`` to ``<backup>.modified``, or ``<backup>.<n>.modified``
-    beside an earlier one; returns it and whether it is new (an edit kept is not kept twice)."""
-    sha = _sha256(dst)
-    for number in itertools.count(1):
-        infix = "" if number == 1 else f".{number}"
-        kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
-        if not kept.exists():
-            files.copy_file(dst, kept)
-            return kept, True
-        if kept.is_file() and _sha256(kept) == sha:
-            return kept, False
 
 
 def _undo_record(root: Path, rel: str, before: dict) -> None:
