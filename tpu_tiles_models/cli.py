@@ -148,12 +148,7 @@ def _add_models_flag(p: argparse.ArgumentParser, what: str) -> None:
 
 
 class _Parser(argparse.ArgumentParser):
-    """Errors in one line, `<prog>: error: <message>`, and exit status 2; the subcommands'
-    parsers are kept in `commands`, so that an error can name the subcommand."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.commands: dict[str, argparse.ArgumentParser] = {}
+    """Errors in one line, `<prog>: error: <message>`, and exit status 2."""
 
     def error(self, message: str):
         text = " ".join(message.split())
@@ -192,8 +187,7 @@ def build_parser() -> _Parser:
 
     def command(name: str, fn: Callable, help: str, **kw) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter, **kw)
-        p.set_defaults(fn=fn)
-        parser.commands[name] = p
+        p.set_defaults(fn=fn, parser=p)  # an error in `main` names the subcommand
         return p
 
     p = command(
@@ -313,22 +307,12 @@ def build_parser() -> _Parser:
     return parser
 
 
-def _one_line_warnings(command: str) -> Callable:
-    """`warnings.showwarning` printing `tpu-tiles <cmd>: warning: <message>` alone."""
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        text = " ".join(str(message).split())
-        print(f"tpu-tiles {command}: warning: {text}", file=file or sys.stderr)
-
-    return show
-
-
 def main(argv: list[str] | None = None) -> int:
     closed = _standard_streams()  # before anything prints, argparse's --help included
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in _ABSL_COMMANDS:  # the subcommand's, which has the flags
-        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     # Run as a program (argv None), a stop signal after the work still gets its one line.
     then = _stopped_when_done(args.command) if argv is None else None
@@ -345,13 +329,18 @@ def main(argv: list[str] | None = None) -> int:
 def _run(args: argparse.Namespace, stdout: _Output, then: Callable | None) -> int:
     """Runs the command; its exit status."""
     command = args.command
+
+    def warn(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())  # one line, without the source line
+        print(f"tpu-tiles {command}: warning: {text}", file=file or sys.stderr)
+
     try:
         with contextlib.ExitStack() as stack:  # (no parenthesized `with`: Python 3.9)
             stack.enter_context(interrupts.deferred(then=then))
             stack.enter_context(warnings.catch_warnings())
             stack.enter_context(contextlib.redirect_stdout(stdout))
             stack.enter_context(contextlib.redirect_stderr(_Output(sys.stderr)))
-            warnings.showwarning = _one_line_warnings(command)
+            warnings.showwarning = warn
             if command not in _NO_TENSORFLOW:
                 tf_start.load_tensorflow()
             args.fn(args)
@@ -379,16 +368,11 @@ def _run(args: argparse.Namespace, stdout: _Output, then: Callable | None) -> in
     return stdout.status(command)
 
 
-# How long a command whose work is done waits for threads that are not daemons to end.
-_THREADS_GRACE_S = 1.0
-
-
 def _end_lingering_threads(command: str, status: int) -> None:
     """Exits with `status` at once, after the exit handlers, when threads that are not daemons
-    outlive the work by `_THREADS_GRACE_S`, naming them in a warning: the package starts none
-    (its own are daemons or joined), so they are user code's (a models.py's), and the
-    interpreter would wait for them forever."""
-    deadline = time.monotonic() + _THREADS_GRACE_S
+    outlive the work by a second, naming them: the package starts none, so they are user
+    code's (a models.py's), and the interpreter would wait for them forever."""
+    deadline = time.monotonic() + 1.0
     left = []
     for thread in threading.enumerate():
         if thread is threading.main_thread() or thread.daemon:
@@ -419,8 +403,7 @@ def _how() -> str:
 
 
 def _stopped_when_done(command: str) -> Callable[[int, object], None]:
-    """The stop signals' handler once `main`'s work is done (the interpreter is exiting): one
-    line, and the shell's status for the signal."""
+    """The stop signals' handler once `main`'s work is done: one line, the signal's status."""
 
     def stop(signum: int, frame: object) -> None:
         interrupts.note(signum)
@@ -459,10 +442,9 @@ def _standard_streams() -> list[int]:
 
 
 class _Output:
-    """`sys.stdout` or `sys.stderr` for one command: a failed write (`| head`, a full disk, a
-    closed stream) is noted once and the rest of the output dropped, so the command runs on
-    and writes every file; a character the terminal's encoding lacks is written escaped
-    (`\\xe9`). Only standard output's failure changes the exit status (`status`)."""
+    """`sys.stdout` or `sys.stderr` for one command: after a failed write (`| head`, a full
+    disk, a closed stream) the rest of the output is dropped, so the command runs on and writes
+    every file; a character the terminal's encoding lacks is written escaped (`\\xe9`)."""
 
     def __init__(self, stream, *, closed: bool = False) -> None:
         self._stream = stream

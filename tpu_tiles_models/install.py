@@ -18,7 +18,6 @@ import json
 import os
 from importlib import util
 from pathlib import Path
-from typing import Union
 
 import tpu_tiles_models
 from tpu_tiles_models import files, formats, locks
@@ -35,15 +34,13 @@ MANIFEST = "manifest.json"
 CHECKOUT_MARKERS = ("tiles_train.py", "tpu_graphs/baselines/tiles")
 MODIFIED_SUFFIX = ".modified"  # the user's edit that --force replaced, kept beside the backup
 
-PathLike = Union[str, "os.PathLike[str]"]
-
 
 class InstallError(UserError, RuntimeError):
     """Installing or uninstalling cannot proceed; the message is one line with the fix."""
 
 
 def default_source_dir() -> Path:
-    """The folder that holds our models.py and scripts (checkout root, or the wheel's copy)."""
+    """The folder of our models.py and scripts (the checkout's root, or the wheel's copy)."""
     from tpu_tiles_models import registry
 
     return registry.dropin_file("models.py").parent
@@ -61,7 +58,7 @@ _MANIFEST_ENTRY = {"installed_sha256": (str,), "had_original": (bool,), "link": 
 
 
 def _load_manifest(root: Path) -> dict:
-    """``{relpath: _MANIFEST_ENTRY}``; empty if there is none."""
+    """``{relpath: _MANIFEST_ENTRY}``, empty if there is none."""
     path = _manifest_path(root)
     if not path.exists():
         return {}
@@ -82,8 +79,7 @@ def _save_manifest(root: Path, installed: dict) -> None:
     if not installed:
         path.unlink(missing_ok=True)
         return
-    manifest = {"version": 1, "files": installed}
-    text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
+    text = json.dumps({"version": 1, "files": installed}, indent=2, sort_keys=True) + "\n"
     with files.atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
@@ -119,11 +115,10 @@ def _user_modified(root: Path, manifest: dict) -> list[str]:
 
 
 def install(
-    root: PathLike, *, force: bool = False, source_dir: PathLike | None = None
+    root: str | os.PathLike[str], *, force: bool = False, source_dir: Path | None = None
 ) -> list[str]:
-    """Copies our drop-in files (from ``source_dir``, by default this repository's root) into
-    the tpu_graphs checkout ``root``; returns a line per action. ``force`` replaces files the
-    user edited since our last install, keeping their copy (`_keep_edited_copy`)."""
+    """Copies our drop-in files (from ``source_dir``, default `default_source_dir`) into the
+    checkout ``root``; returns a line per action. ``force`` replaces the user's edits, kept."""
     root = Path(files.canonical(root, what="ROOT"))
     missing = [m for m in CHECKOUT_MARKERS if not (root / m).exists()]
     if missing:
@@ -219,7 +214,18 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
     elif _is_original(root, rel, entry):  # a stopped install's record: finish it
         action = "original link recorded" if "link" in entry else f"original saved to {backup}"
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
-        kept, new = _keep_edited_copy(dst, backup)
+        # The user's edit kept as <backup>.modified, or <backup>.<n>.modified beside an earlier
+        # one; an edit already kept is not kept twice.
+        sha, new = _sha256(dst), True
+        for number in itertools.count(1):
+            infix = "" if number == 1 else f".{number}"
+            kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
+            if not kept.exists():
+                files.copy_file(dst, kept)
+                break
+            if kept.is_file() and _sha256(kept) == sha:
+                new = False
+                break
         action = f"--force: your edited copy {'kept' if new else 'is already kept'} as {kept}"
     elif not dst.exists():
         action = "it had been deleted"
@@ -230,20 +236,6 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
     _save_manifest(root, manifest)
     files.copy_file(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
-
-
-def _keep_edited_copy(dst: Path, backup: Path) -> tuple[Path, bool]:
-    """Copies the user's edited ``dst`` to ``<backup>.modified``, or ``<backup>.<n>.modified``
-    beside an earlier one; returns it and whether it is new (an edit kept is not kept twice)."""
-    sha = _sha256(dst)
-    for number in itertools.count(1):
-        infix = "" if number == 1 else f".{number}"
-        kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
-        if not kept.exists():
-            files.copy_file(dst, kept)
-            return kept, True
-        if kept.is_file() and _sha256(kept) == sha:
-            return kept, False
 
 
 def _undo_record(root: Path, rel: str, before: dict) -> None:
@@ -257,7 +249,7 @@ def _undo_record(root: Path, rel: str, before: dict) -> None:
             _prune_backup_dir(root / BACKUP_DIR)
 
 
-def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
+def uninstall(root: str | os.PathLike[str], *, force: bool = False) -> list[str]:
     """Restores the files ``install`` replaced and removes the ones it created; refuses
     (unless ``force``) to discard edits made since. Returns one line per action."""
     root = Path(files.canonical(root, what="ROOT"))
@@ -278,7 +270,13 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
         for rel in sorted(manifest):
             dst, backup = root / rel, root / BACKUP_DIR / rel
             if "link" in manifest[rel]:
-                _put_link(manifest[rel]["link"], dst)
+                tmp = files.hidden_path(dst)  # the link made beside it, renamed over it
+                os.symlink(manifest[rel]["link"], tmp)
+                try:
+                    os.replace(tmp, dst)
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
                 lines.append(f"restored the original link {dst} -> {manifest[rel]['link']}")
             elif manifest[rel]["had_original"]:
                 if not backup.is_file():
@@ -296,17 +294,6 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
             _save_manifest(root, manifest)
         lines.extend(_prune_backup_dir(root / BACKUP_DIR))
         return lines
-
-
-def _put_link(target: str, dst: Path) -> None:
-    """Makes `dst` a symbolic link to `target` in one step (made beside it, renamed over it)."""
-    tmp = files.hidden_path(dst)
-    os.symlink(target, tmp)
-    try:
-        os.replace(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _prune_backup_dir(backup_dir: Path) -> list[str]:

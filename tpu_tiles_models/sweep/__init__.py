@@ -1,10 +1,6 @@
-"""`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable.
-
-`run` expands the grid (`grid`), skips the points whose whole run is there, trains the others
-through `Create | Reshuffle | Map(train_element)` on any Beam runner (docs/sweeps.md), each
-`train.train` in a fresh child process of its worker (`--isolation process`): a crash or an
-out-of-memory kill is the point's failure, not the worker's. Then it writes the leaderboard
-(`leaderboard`). Ctrl-C writes `sweep/STOP`: no point starts, running ones stop at a safe point.
+"""`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable
+(docs/sweeps.md): `Create | Reshuffle | Map(train_element)`, each point in a fresh child
+process of its worker, so that a crash or an out-of-memory kill is the point's failure only.
 Its bookkeeping in `--out_dir`: sweep/plan.json (the points), sweep/points/<key>.json (each
 outcome), sweep/logs/<key>.log (each output), ensemble_top<k>/sweep_ensemble.json.
 """
@@ -304,9 +300,10 @@ def _run(args: SweepArgs) -> SweepSummary:
     if todo:
         check_runner(args.runner)
     plan = dict(grid=args.grid, random=args.random, random_seed=args.random_seed)
-    plan.update(base=base.to_argv(), points=[])
-    for p in points:
-        plan["points"].append(dict(key=p.key, hash=p.hash, values=p.values, flags=p.args.to_argv()))
+    plan.update(base=base.to_argv())
+    plan["points"] = [
+        dict(key=p.key, hash=p.hash, values=p.values, flags=p.args.to_argv()) for p in points
+    ]
     _write_json(files.join(sweep_dir, "plan.json"), plan)
     error = _train_points(todo, sweep_dir, args, len(points)) if todo else ""
     records = [_read_json(_record_path(sweep_dir, p.key)) for p in points]
@@ -358,8 +355,8 @@ def _report(summary: SweepSummary, pipeline_error: str) -> None:
 
 
 def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[str, Any]:
-    """The ensemble of the `k` best ok points in `<out_dir>/ensemble_top<k>`, or the one-line
-    reason it could not be built. The same members as last time reuse the one there."""
+    """The ensemble of the `k` best ok points in `<out_dir>/ensemble_top<k>` (the one there
+    if its members are the same), or the one-line reason it could not be built."""
     best = [r for r in rows if r.ok][:k]
     target = files.join(out_dir, f"ensemble_top{k}")
     info: dict[str, Any] = dict(k=k, dir=target, members=[r.point.key for r in best], error="")
@@ -408,8 +405,7 @@ _POINT_FIELDS: formats.Fields = dict(
 
 
 def _read_json(path: str) -> dict | None:
-    """The record's JSON; None if it does not exist or is not whole (ShapeError if it is
-    JSON of another shape)."""
+    """The record's JSON; None if it does not exist or is not whole."""
     try:
         value = json.loads(files.read_bytes(path))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
@@ -445,9 +441,7 @@ def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total:
                 train = beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
                 _ = spread | "Train" >> train
 
-    def on_ctrl_c(previous) -> None:
-        """The first Ctrl-C: no new point starts (`STOP`); running points stop at a safe
-        point (the Ctrl-C reaches their child processes, or here the previous handler)."""
+    def on_ctrl_c(previous) -> None:  # running points get it too (children, or `previous`)
         files.write_bytes(stop, b"")
         what = "Ctrl-C" if not interrupts.noted() else interrupts.name()
         print(f"sweep: {what}: no new point starts; running points stop at a safe point")
@@ -474,7 +468,7 @@ def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total:
 
 
 def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading.Event) -> None:
-    """A line per finished point (from its outcome record) until `done`, and once after."""
+    """A line per finished point (from its outcome record) until `done`."""
     points, seen, failed = {p.key: p for p in todo}, set(), 0
     interval = 15.0 if files.is_remote(sweep_dir) else 2.0
     finished = False
@@ -498,8 +492,7 @@ def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading
 
 def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
     """The pipeline's step, on a worker: trains one point (JSON `{"key", "args"}`) unless it
-    is complete meanwhile, and records its outcome in `sweep/points/<key>.json` (unless
-    interrupted). What an earlier attempt left of the point is removed first."""
+    is complete meanwhile, and records its outcome (unless interrupted)."""
     point = json.loads(element)
     args, key = TrainArgs.from_dict(point["args"]), point["key"]
     record = dict(key=key, hash=args.hash(), host=socket.gethostname(), pid=os.getpid())
@@ -536,8 +529,7 @@ def _train_here(args: TrainArgs) -> dict:
 
 def _train_in_child(args: TrainArgs, log_path: str) -> dict:
     """Trains in a fresh Python process whose output goes to `log_path`. It shares this
-    process group, so a terminal's Ctrl-C reaches it (the worker ignores it: see
-    `pipelines.run_shielded`): it stops at a safe point, cleans up and exits 130."""
+    process group, so a terminal's Ctrl-C reaches it (the worker ignores it)."""
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_point_") as tmp:
         spec, outcome_path = Path(tmp, "args.json"), Path(tmp, "outcome.json")
         spec.write_text(json.dumps(args.to_dict()))
@@ -572,11 +564,16 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
 
 
 def child_main(spec: str, outcome_path: str) -> int:
-    """A point's child process (`CHILD`): trains the `TrainArgs` in the JSON file `spec`,
-    writes the outcome JSON to `outcome_path`."""
+    """A point's child process (`CHILD`)."""
     args = TrainArgs.from_dict(json.loads(Path(spec).read_text()))
     with interrupts.deferred():  # SIGINT arrives ignored (see run_shielded): handle it here
-        _stop_with_parent()
+        # A Ctrl-C to this child when its worker dies (a SIGTERM to the whole process group
+        # kills the workers; their children must not train on unwatched). Linux only.
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            if ctypes.CDLL(None).prctl(1, int(signal.SIGINT)) == 0 and os.getppid() == 1:
+                interrupts.note(signal.SIGINT)  # 1: PR_SET_PDEATHSIG; the worker died before it
         outcome = _train_here(args)
     if outcome["status"] == "interrupted":
         print(f"{interrupts.name()}: removed what this point had started", file=sys.stderr)
@@ -585,17 +582,3 @@ def child_main(spec: str, outcome_path: str) -> int:
         print(outcome["traceback"], file=sys.stderr)
     Path(outcome_path).write_text(json.dumps(outcome))
     return 0 if outcome["status"] == "ok" else 1
-
-
-def _stop_with_parent() -> None:
-    """A Ctrl-C to this child when its worker dies (a SIGTERM to the whole process group
-    kills the workers; their children must not train on unwatched). Linux only (`prctl`)."""
-    try:
-        import ctypes
-
-        if ctypes.CDLL(None).prctl(1, int(signal.SIGINT)) != 0:  # 1: PR_SET_PDEATHSIG
-            return
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the worker died before prctl
-        interrupts.note(signal.SIGINT)

@@ -1,19 +1,16 @@
 """The grid syntax: `--grid` (inline text or a YAML/JSON file) into axes, and axes into points.
 
-Inline, a grid is space-separated axes `name=v1,v2,...`, where `name` is a training flag (ours
-or upstream's name) or `kwargs.<key>`, one key inside `--model_kwargs_json`:
+Inline: space-separated axes `name=v1,v2,...`; `name` is a training flag (ours or upstream's
+name) or `kwargs.<key>`, one key of `--model_kwargs_json`:
 
     model=ResidualSAGE,EarlyJoinSAGE lr=1e-3,2e-3 seed=0,1,2 kwargs.hidden_dim=32,64
 
-Values split at commas outside quotes and brackets, so JSON needs no quoting; a value with a
-comma or a space is quoted ('...'). A numeric axis may instead be a range that `--random N`
-samples: `uniform(a,b)`, `loguniform(a,b)`, `int(a,b)`, `logint(a,b)` (bounds inclusive). A
-file holds one mapping `{axis: value | [values] | "range"}` or a list of them (a union).
-
-A grid's points are the product of its axes (first axis slowest), or with `--random N`, N
-draws per grid seeded by `--random_seed` (floats to 4 significant digits), each crossed with
-the `seed` list. A point is the base `TrainArgs` with its values on top and a results CSV
-named by its `key` (`point_key`); equal points are one. No TensorFlow here.
+Values split at commas outside quotes and brackets (JSON needs no quoting; quote '...' a value
+with a comma or a space). A numeric axis may be a range for `--random N`: `uniform(a,b)`,
+`loguniform(a,b)`, `int(a,b)`, `logint(a,b)`, bounds inclusive. A file holds one mapping
+`{axis: value | [values] | "range"}` or a list of them (a union). Points: the product of the
+axes (first axis slowest), or N draws per grid (floats to 4 significant digits) each crossed
+with the `seed` list; equal points are one. No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -112,7 +109,7 @@ def parse_grid(text: str) -> list[Grid]:
         name, _, rest = token.partition("=")
         if not rest:
             raise FlagError(f"--grid: {token!r} is not name=values; {EXAMPLE}")
-        axes.append(_inline_axis(_axis_name(name, "--grid"), rest))
+        axes.append(_axis(_axis_name(name, "--grid"), rest, "--grid", inline=True))
     return [_checked(axes, "--grid")]
 
 
@@ -144,35 +141,31 @@ def _load_file(path: str) -> list[Grid]:
     if not mappings or not all(isinstance(m, dict) and m for m in mappings):
         raise FlagError(f"{where}: expected a mapping of flag: [values] (or a list of mappings)")
     return [
-        _checked([_file_axis(_axis_name(str(k), where), v, where) for k, v in m.items()], where)
+        _checked([_axis(_axis_name(str(k), where), v, where) for k, v in m.items()], where)
         for m in mappings
     ]
 
 
-def _file_axis(name: str, value: Any, where: str) -> Axis:
+def _axis(name: str, value: Any, where: str, *, inline: bool = False) -> Axis:
+    """An axis from a file's value (a scalar, a list or a range) or inline text."""
     ranged = _range_axis(name, value, where) if isinstance(value, str) else None
     if ranged:
         return ranged
+    if inline:
+        pieces = [p.strip() for p in _split(value, ",", where, keep_empty=True)]
+        if not all(pieces):
+            raise FlagError(f"{where}: {name}={value}: an empty value; remove the extra comma")
+        value = [_unquote(name, p) for p in pieces]
     values = value if isinstance(value, list) else [value]
     if not values:
         raise FlagError(f"{where}: {name} has no values")
     return Axis(name, tuple(_typed(name, v) for v in values))
 
 
-def _inline_axis(name: str, rest: str) -> Axis:
-    ranged = _range_axis(name, rest, "--grid")
-    if ranged:
-        return ranged
-    pieces = _split(rest, ",", "--grid", keep_empty=True)
-    if not all(p.strip() for p in pieces):
-        raise FlagError(f"--grid: {name}={rest}: an empty value; remove the extra comma")
-    return Axis(name, tuple(_typed(name, _unquote(name, p.strip())) for p in pieces))
-
-
 def _range_axis(name: str, text: str, where: str) -> Axis | None:
     """`text` as a range of numeric flag `name`, such as `loguniform(1e-4,1e-2)`; None if it
-    is no range. One that starts like a range but is not one is refused as such."""
-    if not _numeric(name):
+    does not start like one."""
+    if not (name.startswith(KWARGS) or FLAG_TYPES[name] in (int, float)):
         return None
     kinds = "|".join(RANGE_KINDS)
     m = re.fullmatch(rf"\s*({kinds})\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*", text)
@@ -259,10 +252,6 @@ def _split(text: str, seps: str, where: str, *, keep_empty: bool = False) -> lis
         raise FlagError(f"{where}: unbalanced quotes or brackets in {text!r}")
     pieces.append("".join(current))
     return pieces if keep_empty else [p for p in pieces if p.strip()]
-
-
-def _numeric(name: str) -> bool:
-    return name.startswith(KWARGS) or FLAG_TYPES[name] in (int, float)
 
 
 def _unquote(name: str, piece: str) -> str:
@@ -367,8 +356,8 @@ def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
 
 
 def point_key(args: TrainArgs) -> str:
-    """16 hex digits naming a point: md5 of every option that shapes the model (an option in
-    `ADDED_FLAGS` only when it is not at its "as before" value). Frozen: the resume needs it."""
+    """16 hex digits naming a point: md5 of every option that shapes the model (one of
+    `ADDED_FLAGS` only off its "as before" value). Frozen: the resume needs it."""
     kept = {
         k: v
         for k, v in args.to_dict().items()

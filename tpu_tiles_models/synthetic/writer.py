@@ -43,9 +43,9 @@ _CHUNK = 16
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 Item = tuple[str, int, str, tuple[float, ...]]  # (split, index, tile id, kind weights)
-T = TypeVar("T")
 # In the staging folder: written on Ctrl-C; Beam workers then skip their remaining kernels.
 _STOP = ".stop"
+T = TypeVar("T")
 
 
 class DataSetExistsError(UserError, FileExistsError):
@@ -73,11 +73,9 @@ BENCHMARK_GROUPS: dict[str, tuple[list[str], tuple[float, float, float, float]]]
 
 
 # (programs, odds of a kernel) per split and group, as in the real collection: train kernels
-# come from 61 programs of very uneven size (1 to 266 kernels), valid kernels from 7 programs
-# not in train (4 convnets and 3 BERTs, 72% of the kernels from the convnets); the test split's
-# (anonymised) kernels from programs of their own, mixed like valid. Both are fixed, not drawn
-# (drawn, they made a split's mix, and so its configs-per-kernel histogram, swing from seed to
-# seed: convnet kernels hold far more configs); a kernel picks a program of its group by weight.
+# come from 61 programs of very uneven size, valid from 7 not in train, test from its own,
+# mixed like valid. Fixed, not drawn: convnet kernels hold far more configs, so a drawn mix
+# would swing a split's configs-per-kernel histogram from seed to seed.
 PROGRAMS = {
     "train": {"convnet": (37, 0.6), "transformer": (18, 0.3), "recsys": (6, 0.1)},
     "valid": {"convnet": (4, 0.72), "transformer": (3, 0.28)},
@@ -87,8 +85,7 @@ PROGRAM_SIGMA = 1.1  # lognormal spread of program sizes
 
 
 def _programs(seed: int) -> dict[str, dict[str, list[tuple[str, float]]]]:
-    """Disjoint `(name, weight)` programs per split and group; a kernel picks a program of its
-    group with odds proportional to the weight."""
+    """Disjoint `(name, weight)` programs per split and group (a kernel's odds: the weight)."""
     rng = np.random.default_rng([seed, 7919])
     names: set[str] = set()
     out: dict[str, dict[str, list[tuple[str, float]]]] = {}
@@ -131,8 +128,7 @@ def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Writes an npz atomically (see `files.atomic_path`), byte for byte the same for the same
-    arrays: `np.savez`'s layout (uncompressed `<key>.npy` members) with a fixed timestamp."""
+    """`np.savez`'s layout with a fixed timestamp, written atomically."""
     with files.atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as z:
         for key, value in arrays.items():
             member = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
@@ -141,9 +137,7 @@ def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
 
 
 def read_test_ids(path: str | Path) -> list[str]:
-    """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order; a
-    one-line `FlagError` for a file that cannot be read, holds none or an id that cannot name
-    a file."""
+    """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order."""
     try:
         text = files.read_bytes(path).decode("utf-8")  # a named pipe: refused, not waited on
         rows = list(csv.reader(io.StringIO(text, newline="")))
@@ -178,9 +172,8 @@ def read_test_ids(path: str | Path) -> list[str]:
 
 
 def _not_a_name(tile_id: str) -> str:
-    """Why `tile_id` cannot be a file name in the test folder ('' if it can): each becomes
-    `test/<tile_id>.npz`, so a separator or `..` would write outside OUT, and a leading dot a
-    hidden file that no reader sees."""
+    """Why `tile_id` cannot name `test/<tile_id>.npz` ('' if it can): a separator or `..`
+    would write outside OUT, a leading dot a hidden file that no reader sees."""
     if not tile_id:
         return "is empty after the prefix"
     if "/" in tile_id or "\\" in tile_id or os.path.isabs(tile_id):
@@ -197,46 +190,13 @@ def existing_npz(out: Path) -> list[Path]:
     return [p for split in SPLITS for p in sorted((out / split).glob("*.npz"))]
 
 
-def _install(staging: Path, out: Path, old: list[Path]) -> None:
-    """Replaces the `old` npz files by the complete new set in `staging` (renames only)."""
-    for path in old:
-        path.unlink(missing_ok=True)
-    for split in SPLITS:
-        src, dst = staging / split, out / split
-        if dst.is_dir() and not any(dst.iterdir()):
-            dst.rmdir()
-        if not dst.exists():
-            os.replace(src, dst)
-            continue
-        for path in src.iterdir():  # a split folder that holds other files of the user's
-            os.replace(path, dst / path.name)
-        src.rmdir()
-
-
 def usable_valid_kernels(out: str | Path) -> int:
-    """Validation kernels of a tree with at least `UPSTREAM_CONFIGS` configs (those upstream's
-    trainer keeps for its validation batches)."""
+    """Validation kernels with at least `UPSTREAM_CONFIGS` configs (those upstream keeps)."""
     count = 0
     for path in sorted(Path(out, "valid").glob("*.npz")):
         with np.load(path) as d:
             count += len(d["config_runtime"]) >= UPSTREAM_CONFIGS
     return count
-
-
-def _warn_if_valid_unusable(usable: int, valid: int, max_configs: int | None) -> None:
-    """Warns when upstream's trainer would get no validation batch from this tree."""
-    if usable >= UPSTREAM_BATCH:
-        return
-    fix = f"--valid {max(2 * UPSTREAM_BATCH, 2 * valid)} or more"
-    if max_configs is not None and max_configs < UPSTREAM_CONFIGS:
-        fix = f"--max_configs {UPSTREAM_CONFIGS} or more"
-    warnings.warn(
-        f"only {usable} of {valid} validation kernels have >= {UPSTREAM_CONFIGS} configs; "
-        f"upstream's tiles_train.py (--configs {UPSTREAM_CONFIGS} --batch {UPSTREAM_BATCH}) "
-        f"needs {UPSTREAM_BATCH} or stops with KeyError: 'val_loss' (use {fix})",
-        ValidationSplitWarning,
-        stacklevel=3,
-    )
 
 
 def generate(
@@ -256,18 +216,12 @@ def generate(
 ) -> dict[str, Any]:
     """Writes a data set `out_dir/{train,valid,test}/<tile_id>.npz`; test runtimes are zeros.
 
-    The kernels are written into a hidden folder inside `out_dir` and renamed into place when
-    all are done, so an error or Ctrl-C leaves `out_dir` as it was; the hidden folder of a
-    killed run (`kill -9`) is removed by the next run into `out_dir`. Kernel `i` of a split is
-    made from its own generator seeded with `(seed, split, i)`, so the files are the same
-    whatever `num_workers` is: 1 makes every kernel in this process, more runs an Apache Beam
-    pipeline with that many worker processes, None takes the cores from
-    `PARALLEL_MIN_KERNELS` kernels on. `max_configs` None is `autotuner.MAX_CONFIGS`;
-    `test_ids_from` (a sample_submission.csv) sets the test split's ids and count. Warns
-    (`ValidationSplitWarning`) when fewer than `UPSTREAM_BATCH` validation kernels have
-    `UPSTREAM_CONFIGS` configs. Returns the counts and settings `tpu-tiles synth` prints.
-    Raises a `UserError` for values that make no data set, a data set already in `out_dir`
-    without `overwrite` (`DataSetExistsError`), or another process writing it.
+    The kernels go to a hidden folder in `out_dir`, renamed into place when all are done, so an
+    error or Ctrl-C leaves `out_dir` as it was. Kernel `i` of a split has its own generator
+    seeded with `(seed, split, i)`: the files do not depend on `num_workers` (1: this process;
+    more: a Beam pipeline; None: `default_workers`). `max_configs` None is
+    `autotuner.MAX_CONFIGS`; `test_ids_from` (a sample_submission.csv) sets the test split's
+    ids. Returns the counts and settings `tpu-tiles synth` prints.
     """
     maker = get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
@@ -310,10 +264,31 @@ def generate(
         staging.mkdir()
         try:
             job = _Job(str(staging), seed, maker, max_configs, min_configs)
-            total_configs = _write_kernels(
-                job, _split_plan(counts, seed, test_ids), progress, workers
-            )
-            _install(staging, out, old)
+            plan = _split_plan(counts, seed, test_ids)
+            for split in SPLITS:
+                (staging / split).mkdir()
+            interrupts.check()  # a Ctrl-C while the plan was made
+            with _progress_bar(staging, len(plan), progress):
+                if workers > 1:
+                    total_configs = _write_in_beam(job, plan, workers)
+                else:
+                    total_configs = 0
+                    for item in plan:
+                        total_configs += job.write(item)
+                        interrupts.check()  # the command line's Ctrl-C: stop between kernels
+            interrupts.check()
+            for path in old:  # replaced by the complete new set, by renames only
+                path.unlink(missing_ok=True)
+            for split in SPLITS:
+                src, dst = staging / split, out / split
+                if dst.is_dir() and not any(dst.iterdir()):
+                    dst.rmdir()
+                if not dst.exists():
+                    os.replace(src, dst)
+                    continue
+                for path in src.iterdir():  # a split folder that holds other files of the user's
+                    os.replace(path, dst / path.name)
+                src.rmdir()
         except BaseException as err:
             shutil.rmtree(staging, ignore_errors=True)
             files.remove_made_dirs(made, out)
@@ -325,8 +300,19 @@ def generate(
                 ) from None
             raise
         staging.rmdir()
-        usable = usable_valid_kernels(out)
-        _warn_if_valid_unusable(usable, counts["valid"], max_configs)
+        usable, valid = usable_valid_kernels(out), counts["valid"]
+        if usable < UPSTREAM_BATCH:  # upstream's trainer would get no validation batch
+            fix = f"--valid {max(2 * UPSTREAM_BATCH, 2 * valid)} or more"
+            if max_configs is not None and max_configs < UPSTREAM_CONFIGS:
+                fix = f"--max_configs {UPSTREAM_CONFIGS} or more"
+            warnings.warn(
+                f"only {usable} of {valid} validation kernels have >= {UPSTREAM_CONFIGS} "
+                f"configs; upstream's tiles_train.py (--configs {UPSTREAM_CONFIGS} --batch "
+                f"{UPSTREAM_BATCH}) needs {UPSTREAM_BATCH} or stops with KeyError: 'val_loss' "
+                f"(use {fix})",
+                ValidationSplitWarning,
+                stacklevel=2,
+            )
         return {
             **counts,
             "kernels": sum(counts.values()),
@@ -376,27 +362,10 @@ class _Job:
         return len(arrays["config_feat"])
 
 
-def _write_kernels(job: _Job, plan: list[Item], progress: bool, workers: int) -> int:
-    """Writes every kernel of the plan under `job.root`; returns the number of configs."""
-    for split in SPLITS:
-        Path(job.root, split).mkdir()
-    interrupts.check()  # a Ctrl-C while the plan was made
-    with _progress_bar(Path(job.root), len(plan), progress):
-        if workers > 1:
-            total = _write_in_beam(job, plan, workers)
-        else:
-            total = 0
-            for item in plan:
-                total += job.write(item)
-                interrupts.check()  # the command line's Ctrl-C: stop between kernels
-    interrupts.check()
-    return total
-
-
 @contextlib.contextmanager
 def _progress_bar(root: Path, total: int, show: bool) -> Iterator[None]:
-    """A progress bar of the kernels written under `root`, which a thread counts (Beam's
-    workers write them in other processes)."""
+    """A progress bar of the kernels written under `root`, counted by a thread (Beam's workers
+    write them in other processes)."""
     if not show:
         yield
         return
@@ -429,9 +398,8 @@ def _write_chunk(chunk: str, job: _Job) -> int:
 
 
 def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
-    """`Create(chunks) | Reshuffle | Map(_write_chunk)` on the multi-processing DirectRunner
-    with `workers` processes; returns the configs written. The Reshuffle spreads the chunks
-    over the workers instead of fusing them onto one."""
+    """`Create(chunks) | Reshuffle | Map(_write_chunk)` on the multi-processing DirectRunner;
+    returns the configs written. The Reshuffle spreads the chunks over the workers."""
     with pipelines.quiet_beam():
         import apache_beam as beam
         from apache_beam.metrics.metric import MetricsFilter
@@ -460,10 +428,9 @@ def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
 
 
 def _shielded(run: Callable[[], T], stop: Path) -> T:
-    """Runs `run` (the Beam pipeline) so that Ctrl-C stops it cleanly (see
-    `pipelines.run_shielded`): the first Ctrl-C writes `stop`, the workers skip their
-    remaining kernels, and KeyboardInterrupt is raised here once the pipeline is done, so the
-    caller removes a folder no one writes into."""
+    """Runs `run` (the Beam pipeline) under `pipelines.run_shielded`: the first Ctrl-C writes
+    `stop`, the workers skip their remaining kernels, and KeyboardInterrupt comes once the
+    pipeline is done, so the caller removes a folder no one writes into."""
     interrupts.check()  # a Ctrl-C the command line noted before the shield went up
     value, pressed = pipelines.run_shielded(run, lambda previous: stop.touch())
     if pressed:
