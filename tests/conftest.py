@@ -238,6 +238,23 @@ def file_mode(path: Path) -> int:
     return stat.S_IMODE(path.stat().st_mode)
 
 
+# models.py of `upstream_checkout`: what install must back up and restore byte for byte.
+UPSTREAM_MODELS = b"# upstream models.py\nclass EarlyJoinSAGE: ...\n"
+
+
+@pytest.fixture
+def upstream_checkout(tmp_path) -> Path:
+    """A fake upstream tpu_graphs checkout: tiles_train.py and the tiles package with its
+    models.py (`UPSTREAM_MODELS`) and data.py."""
+    root = tmp_path / "tpu_graphs_checkout"
+    tiles = root / "tpu_graphs" / "baselines" / "tiles"
+    tiles.mkdir(parents=True)
+    (root / "tiles_train.py").write_text("# upstream trainer\n")
+    (tiles / "models.py").write_bytes(UPSTREAM_MODELS)
+    (tiles / "data.py").write_text("# upstream data\n")
+    return root
+
+
 @pytest.fixture(scope="session")
 def sample_submission() -> Path:
     """The competition's real sample_submission.csv (never committed to this repo)."""

@@ -9,17 +9,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import bundle, cli, export, registry, run_file
+from tpu_tiles_models import bundle, cli, registry, run_file
 
 
 @pytest.fixture(scope="module")
-def trained(residual_run) -> export.TrainResult:
-    return residual_run
-
-
-@pytest.fixture(scope="module")
-def good(trained, tmp_path_factory) -> Path:
-    return bundle.make_bundle(trained.model_dir, tmp_path_factory.mktemp("b") / "bundle")
+def good(residual_run, tmp_path_factory) -> Path:
+    return bundle.make_bundle(residual_run.model_dir, tmp_path_factory.mktemp("b") / "bundle")
 
 
 def _variant(good: Path, dest: Path, edit) -> Path:
@@ -44,13 +39,13 @@ def _statuses(report: bundle.CheckReport) -> dict[str, str]:
     return {r.name: r.status for r in report.rows}
 
 
-def test_bundle_holds_exactly_the_hand_in(trained, good):
-    h = trained.model_dir.name[len("model_") :]
+def test_bundle_holds_exactly_the_hand_in(residual_run, good):
+    h = residual_run.model_dir.name[len("model_") :]
     assert sorted(p.name for p in good.iterdir()) == sorted(
         ["models.py", f"model_{h}", f"run_{h}.jsonz"]
     )
     assert (good / "models.py").read_bytes() == registry.dropin_file("models.py").read_bytes()
-    assert (good / f"run_{h}.jsonz").read_bytes() == trained.run_file.read_bytes()
+    assert (good / f"run_{h}.jsonz").read_bytes() == residual_run.run_file.read_bytes()
     assert (good / f"model_{h}" / "saved_model.pb").is_file()
 
 
@@ -136,28 +131,28 @@ def test_check_reports_missing_and_foreign_files(good, synth_root, tmp_path):
     assert "it belongs to another model directory" in report.rows[-1].detail
 
 
-def test_make_bundle_refuses_missing_or_foreign_run_file(trained, tmp_path):
-    lonely = tmp_path / "lonely" / trained.model_dir.name
-    shutil.copytree(trained.model_dir, lonely)
+def test_make_bundle_refuses_missing_or_foreign_run_file(residual_run, tmp_path):
+    lonely = tmp_path / "lonely" / residual_run.model_dir.name
+    shutil.copytree(residual_run.model_dir, lonely)
     with pytest.raises(run_file.ExportError, match="needs its run file beside it"):
         bundle.make_bundle(lonely, tmp_path / "out")
     other = tmp_path / "other" / "model_0123"
-    shutil.copytree(trained.model_dir, other)
-    shutil.copy(trained.run_file, other.with_name("run_0123.jsonz"))
+    shutil.copytree(residual_run.model_dir, other)
+    shutil.copy(residual_run.run_file, other.with_name("run_0123.jsonz"))
     with pytest.raises(run_file.ExportError, match="belongs to another model directory"):
         bundle.make_bundle(other, tmp_path / "out")
     assert not (tmp_path / "out").exists()
 
 
-def test_make_bundle_refuses_a_folder_with_another_model(trained, tmp_path):
+def test_make_bundle_refuses_a_folder_with_another_model(residual_run, tmp_path):
     out = tmp_path / "out"
     (out / "model_ffff").mkdir(parents=True)
     with pytest.raises(bundle.BundleError, match="already holds model_ffff"):
-        bundle.make_bundle(trained.model_dir, out)
+        bundle.make_bundle(residual_run.model_dir, out)
     with pytest.raises(bundle.BundleError, match="must be a new folder"):
-        bundle.make_bundle(trained.model_dir, trained.model_dir.parent)
+        bundle.make_bundle(residual_run.model_dir, residual_run.model_dir.parent)
     with pytest.raises(bundle.BundleError, match="no such models.py"):
-        bundle.make_bundle(trained.model_dir, tmp_path / "x", models_path=tmp_path / "nope.py")
+        bundle.make_bundle(residual_run.model_dir, tmp_path / "x", models_path=tmp_path / "nope.py")
 
 
 def _stamps(folder: Path) -> dict[str, tuple[int, int, bytes]]:
@@ -169,7 +164,7 @@ def _stamps(folder: Path) -> dict[str, tuple[int, int, bytes]]:
     }
 
 
-def test_bundle_never_writes_over_a_file_it_did_not_make(trained, good, tmp_path, capsys):
+def test_bundle_never_writes_over_a_file_it_did_not_make(residual_run, good, tmp_path, capsys):
     """Issue 48, defect 2: `mkdir h; echo '# mine' > h/models.py; bundle --out h` is refused
     in one line naming the file and the fix, and h keeps the user's file; so is an earlier
     bundle whose model was changed since; a rerun into a finished bundle writes nothing."""
@@ -178,15 +173,15 @@ def test_bundle_never_writes_over_a_file_it_did_not_make(trained, good, tmp_path
     (h / "models.py").write_text("# mine\n")
     changed = tmp_path / "changed"
     shutil.copytree(good, changed)
-    model = changed / trained.model_dir.name
+    model = changed / residual_run.model_dir.name
     with open(model / "saved_model.pb", "ab") as f:
         f.write(b"\0")
     for out, clash, source in (
         (h, h / "models.py", registry.dropin_file("models.py")),
-        (changed, model, trained.model_dir),
+        (changed, model, residual_run.model_dir),
     ):
         before = _stamps(out)
-        assert cli.main(["bundle", "--dir", str(trained.model_dir), "--out", str(out)]) == 2
+        assert cli.main(["bundle", "--dir", str(residual_run.model_dir), "--out", str(out)]) == 2
         assert capsys.readouterr().err == (
             f"tpu-tiles bundle: error: --out {clash} is already there and is not a copy of "
             f"{source}; bundle never writes over a file it did not make: move it away, or pass "
@@ -196,7 +191,7 @@ def test_bundle_never_writes_over_a_file_it_did_not_make(trained, good, tmp_path
     again = tmp_path / "again"
     shutil.copytree(good, again)
     before = _stamps(again)
-    assert cli.main(["bundle", "--dir", str(trained.model_dir), "--out", str(again)]) == 0
+    assert cli.main(["bundle", "--dir", str(residual_run.model_dir), "--out", str(again)]) == 0
     assert _stamps(again) == before
 
 

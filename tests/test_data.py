@@ -49,7 +49,7 @@ def write_npz(path: Path, arrays: dict) -> Path:
 
 
 @pytest.fixture()
-def small_root(tmp_path: Path) -> Path:
+def random_root(tmp_path: Path) -> Path:
     """train: 4 kernels (one with 3 configs), valid: 2, test: 2 with zero runtimes."""
     rng = np.random.default_rng(1)
     root = tmp_path / "tiles"
@@ -77,18 +77,18 @@ def scale_like_upstream(x: np.ndarray, train: np.ndarray) -> np.ndarray:
 # ---------------------------------------------------------------------------------------------
 
 
-def test_round_trip_preserves_every_value(small_root: Path):
-    ds = data.load_dataset(small_root, progress=False)
+def test_round_trip_preserves_every_value(random_root: Path):
+    ds = data.load_dataset(random_root, progress=False)
     train, stats = ds.train, ds.stats
     raw = {
         kernel_files.tile_id_of(f): dict(np.load(f))
-        for f in sorted((small_root / "train").glob("*.npz"))
+        for f in sorted((random_root / "train").glob("*.npz"))
     }
     assert sorted(train.tile_ids) == sorted(raw)
     assert stats.node_width == data.NODE_FEAT_DIM - 1  # column 3 is constant
     assert stats.config_width == data.CONFIG_FEAT_DIM - 1
     assert stats.num_ops == 1 + max(
-        int(np.load(f)["node_opcode"].max()) for f in small_root.glob("*/*.npz")
+        int(np.load(f)["node_opcode"].max()) for f in random_root.glob("*/*.npz")
     )
 
     for i, tile_id in enumerate(train.tile_ids):
@@ -114,8 +114,8 @@ def test_round_trip_preserves_every_value(small_root: Path):
         assert graph.node_sets["g"]["tile_id"].numpy().tolist() == [tile_id.encode()]
 
 
-def test_schema_matches_upstream_contract(small_root: Path):
-    ds = data.load_dataset(small_root, progress=False)
+def test_schema_matches_upstream_contract(random_root: Path):
+    ds = data.load_dataset(random_root, progress=False)
     graph = next(iter(data.graph_dataset(ds.valid, ds.stats)))
     spec = graph.spec
     assert set(spec.node_sets_spec) == {"op", "config", "g"}
@@ -198,67 +198,69 @@ def _broken(kind: str, rng: np.random.Generator) -> dict:
         ("float opcodes", "node_opcode has dtype float32, expected integer"),
     ],
 )
-def test_bad_file_names_file_and_problem(small_root: Path, kind: str, words: str):
-    bad = write_npz(small_root / "train" / "zz_bad.npz", _broken(kind, np.random.default_rng(2)))
+def test_bad_file_names_file_and_problem(random_root: Path, kind: str, words: str):
+    bad = write_npz(random_root / "train" / "zz_bad.npz", _broken(kind, np.random.default_rng(2)))
     with pytest.raises(data.DataError) as err:
-        data.load_split(small_root, "train", skip_hint="train with --skip_bad", progress=False)
+        data.load_split(random_root, "train", skip_hint="train with --skip_bad", progress=False)
     message = str(err.value)
     assert "\n" not in message
     assert str(bad) in message and words in message
     assert message.endswith("re-download the file or delete it (or train with --skip_bad)")
 
 
-def test_bad_test_file_offers_no_skipping(small_root: Path):
+def test_bad_test_file_offers_no_skipping(random_root: Path):
     """Every test kernel needs a prediction row, so --skip_bad is not offered there."""
-    write_npz(small_root / "test" / "zz.npz", _broken("missing key", np.random.default_rng(2)))
+    write_npz(random_root / "test" / "zz.npz", _broken("missing key", np.random.default_rng(2)))
     with pytest.raises(data.DataError) as err:
-        data.load_split(small_root, "test", progress=False)
+        data.load_split(random_root, "test", progress=False)
     assert "skip_bad" not in str(err.value) and "zz.npz" in str(err.value)
 
 
-def test_single_config_train_kernel_is_left_out_with_a_warning(small_root: Path):
+def test_single_config_train_kernel_is_left_out_with_a_warning(random_root: Path):
     write_npz(
-        small_root / "train" / "one_cfg.npz", kernel_arrays(np.random.default_rng(3), configs=1)
+        random_root / "train" / "one_cfg.npz", kernel_arrays(np.random.default_rng(3), configs=1)
     )
     write_npz(
-        small_root / "valid" / "one_cfg.npz", kernel_arrays(np.random.default_rng(4), configs=1)
+        random_root / "valid" / "one_cfg.npz", kernel_arrays(np.random.default_rng(4), configs=1)
     )
     with pytest.warns(
         UserWarning, match=r"train: left out 1 kernel\(s\) with a single config \(one_cfg\)"
     ):
-        ds = data.load_dataset(small_root, progress=False)
+        ds = data.load_dataset(random_root, progress=False)
     assert "one_cfg" not in ds.train.tile_ids and len(ds.train) == 4
     assert (
         "one_cfg" in ds.valid.tile_ids
     )  # valid and test keep theirs: they are ranked, not trained
 
 
-def test_corrupt_zip_and_missing_split_dir(small_root: Path):
-    bad = small_root / "valid" / "truncated.npz"
-    good = next((small_root / "valid").glob("val0*.npz")).read_bytes()
+def test_corrupt_zip_and_missing_split_dir(random_root: Path):
+    bad = random_root / "valid" / "truncated.npz"
+    good = next((random_root / "valid").glob("val0*.npz")).read_bytes()
     bad.write_bytes(good[: len(good) // 2])
     with pytest.raises(data.DataError, match="truncated.npz: not a readable npz file"):
-        data.load_split(small_root, "valid", progress=False)
+        data.load_split(random_root, "valid", progress=False)
 
     bad.unlink()
-    shutil.rmtree(small_root / "test")
+    shutil.rmtree(random_root / "test")
     with pytest.raises(data.DataError, match=r"test: split directory not found"):
-        data.load_dataset(small_root, progress=False, skip_bad=True)
-    (small_root / "test").mkdir()
+        data.load_dataset(random_root, progress=False, skip_bad=True)
+    (random_root / "test").mkdir()
     with pytest.raises(kernel_files.DataError, match=r"test: no \*\.npz files"):
-        kernel_files.split_files(small_root, "test")
+        kernel_files.split_files(random_root, "test")
 
 
-def test_skip_bad_warns_with_count_and_names(small_root: Path):
-    write_npz(small_root / "train" / "zz_bad1.npz", _broken("missing key", np.random.default_rng()))
-    (small_root / "train" / "zz_bad2.npz").write_bytes(b"not a zip")
+def test_skip_bad_warns_with_count_and_names(random_root: Path):
+    write_npz(
+        random_root / "train" / "zz_bad1.npz", _broken("missing key", np.random.default_rng())
+    )
+    (random_root / "train" / "zz_bad2.npz").write_bytes(b"not a zip")
     with pytest.warns(UserWarning, match=r"skipped 2 bad file\(s\) in train: .*zz_bad"):
-        split = data.load_split(small_root, "train", skip_bad=True, progress=False)
+        split = data.load_split(random_root, "train", skip_bad=True, progress=False)
     assert len(split) == 4 and not any("zz_bad" in t for t in split.tile_ids)
 
 
-def test_test_split_zero_runtimes_give_finite_zeros(small_root: Path):
-    ds = data.load_dataset(small_root, progress=False)
+def test_test_split_zero_runtimes_give_finite_zeros(random_root: Path):
+    ds = data.load_dataset(random_root, progress=False)
     for graph in data.graph_dataset(ds.test, ds.stats):
         config = graph.node_sets["config"]
         for name in ("runtimes", "normalizers"):
@@ -271,9 +273,9 @@ def test_test_split_zero_runtimes_give_finite_zeros(small_root: Path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_cache_reused_and_invalidated_on_change(small_root: Path, tmp_path: Path, monkeypatch):
+def test_cache_reused_and_invalidated_on_change(random_root: Path, tmp_path: Path, monkeypatch):
     cache = tmp_path / "cache"
-    first = data.load_split(small_root, "train", cache_dir=cache, progress=False)
+    first = data.load_split(random_root, "train", cache_dir=cache, progress=False)
     assert len(list(cache.glob("*.cache"))) == 1 and not list(cache.glob(".tmp-*"))
 
     # Unchanged files: served from the cache without reading any npz.
@@ -282,7 +284,7 @@ def test_cache_reused_and_invalidated_on_change(small_root: Path, tmp_path: Path
 
     with monkeypatch.context() as m:
         m.setattr(kernel_files, "read_members", no_reads)
-        again = data.load_split(small_root, "train", cache_dir=cache, progress=False)
+        again = data.load_split(random_root, "train", cache_dir=cache, progress=False)
     np.testing.assert_array_equal(again.config_feat, first.config_feat)
     assert again.files == first.files
 
@@ -294,12 +296,12 @@ def test_cache_reused_and_invalidated_on_change(small_root: Path, tmp_path: Path
     write_npz(path, arrays)
     st = os.stat(path)
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))  # coarse-clock filesystems
-    fresh = data.load_split(small_root, "train", cache_dir=cache, progress=False)
+    fresh = data.load_split(random_root, "train", cache_dir=cache, progress=False)
     c0, c1 = fresh.config_offsets[i], fresh.config_offsets[i + 1]
     np.testing.assert_array_equal(fresh.config_feat[c0:c1], arrays["config_feat"])
 
     # Options are part of the key too.
-    filtered = data.load_split(small_root, "train", cache_dir=cache, min_configs=5, progress=False)
+    filtered = data.load_split(random_root, "train", cache_dir=cache, min_configs=5, progress=False)
     assert len(filtered) == 3
 
 
@@ -334,12 +336,12 @@ def test_cache_format_round_trip_and_damage(tmp_path: Path, monkeypatch):
             cache.read(f)
 
 
-def test_damaged_cache_is_rebuilt(small_root: Path, tmp_path: Path):
+def test_damaged_cache_is_rebuilt(random_root: Path, tmp_path: Path):
     cache_dir = tmp_path / "cache"
-    first = data.load_split(small_root, "valid", cache_dir=cache_dir, progress=False)
+    first = data.load_split(random_root, "valid", cache_dir=cache_dir, progress=False)
     (path,) = cache_dir.glob("*.cache")
     path.write_bytes(path.read_bytes()[:-200])
-    again = data.load_split(small_root, "valid", cache_dir=cache_dir, progress=False)
+    again = data.load_split(random_root, "valid", cache_dir=cache_dir, progress=False)
     np.testing.assert_array_equal(again.config_feat, first.config_feat)
     with open(path, "rb") as f:  # rewritten whole
         assert data.cache.read(f)[1]["files"] == first.files
@@ -398,11 +400,11 @@ def test_stats_load_errors_name_the_file(tmp_path: Path):
         data.load_dataset(tmp_path, splits=("test",))
 
 
-def test_unknown_opcodes_map_to_zero_with_warning(small_root: Path):
-    ds = data.load_dataset(small_root, progress=False)
+def test_unknown_opcodes_map_to_zero_with_warning(random_root: Path):
+    ds = data.load_dataset(random_root, progress=False)
     stats = data.FeatureStats.from_json({**ds.stats.to_json(), "num_ops": 10})
     with pytest.warns(UserWarning, match="opcodes >= num_ops=10"):
-        data.load_dataset(small_root, splits=("valid",), stats=stats, progress=False)
+        data.load_dataset(random_root, splits=("valid",), stats=stats, progress=False)
     graph = data.kernel_graph(ds.valid, 0, stats)
     raw = ds.valid.node_opcode[: ds.valid.node_offsets[1]]
     np.testing.assert_array_equal(graph.node_sets["op"]["op"].numpy(), np.where(raw < 10, raw, 0))
@@ -413,8 +415,8 @@ def test_unknown_opcodes_map_to_zero_with_warning(small_root: Path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_sampling_gives_distinct_configs_matching_their_runtimes(small_root: Path):
-    ds = data.load_dataset(small_root, progress=False)
+def test_sampling_gives_distinct_configs_matching_their_runtimes(random_root: Path):
+    ds = data.load_dataset(random_root, progress=False)
     train, stats = ds.train, ds.stats
     scaled = stats.config(train.config_feat)
     ratios = train.config_runtime / train.config_runtime_normalizers
@@ -438,8 +440,8 @@ def test_sampling_gives_distinct_configs_matching_their_runtimes(small_root: Pat
     assert sorted(train.tile_ids[i] for i in seen) == ["bench0_abc0", "bench1_abc1", "bench3_abc3"]
 
 
-def test_epochs_resample_reproducibly(small_root: Path):
-    ds = data.load_dataset(small_root, progress=False)
+def test_epochs_resample_reproducibly(random_root: Path):
+    ds = data.load_dataset(random_root, progress=False)
 
     def passes(seed):
         gds = data.graph_dataset(ds.train, ds.stats, num_configs=2, shuffle=True, seed=seed)
@@ -524,15 +526,15 @@ def test_default_first_draws_config_0_first_then_distinct_others(synth_root: Pat
     assert data._pick_configs(10, 11, 6, rng, default_first=True).tolist() == [10]
 
 
-def test_no_warnings_on_clean_load(small_root: Path):
+def test_no_warnings_on_clean_load(random_root: Path):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        data.load_dataset(small_root, progress=False)
+        data.load_dataset(random_root, progress=False)
 
 
-def test_merged_batches_equal_upstream_batch_and_merge(small_root: Path):
+def test_merged_batches_equal_upstream_batch_and_merge(random_root: Path):
     """Our numpy-merged batches equal `.batch(B).map(merge_batch_to_components)`."""
-    ds = data.load_dataset(small_root, progress=False)
+    ds = data.load_dataset(random_root, progress=False)
     ours = data.graph_dataset(ds.train, ds.stats, batch_size=4)
     theirs = (
         data.graph_dataset(ds.train, ds.stats)
@@ -555,8 +557,8 @@ def test_merged_batches_equal_upstream_batch_and_merge(small_root: Path):
         )
 
 
-def test_spread_configs_are_a_fixed_even_subset(small_root: Path):
-    ds = data.load_dataset(small_root, progress=False)
+def test_spread_configs_are_a_fixed_even_subset(random_root: Path):
+    ds = data.load_dataset(random_root, progress=False)
     rows = data._pick_configs(10, 110, -1, None, spread=5)
     assert rows.tolist() == [10, 35, 60, 84, 109]  # first and last, evenly spaced
     assert data._pick_configs(10, 13, -1, None, spread=5).tolist() == [10, 11, 12]

@@ -32,14 +32,14 @@ def eval_root(synth_root, tmp_path_factory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def trained(residual_run, mlp_run) -> list[export.TrainResult]:
-    """Two tiny trained models (shared with other test files)."""
+def two_runs(residual_run, mlp_run) -> list[export.TrainResult]:
+    """The two shared tiny runs, in the order `evaluate --dirs` gets them."""
     return [residual_run, mlp_run]
 
 
 @pytest.fixture(scope="module")
-def result(trained, eval_root) -> dict:
-    dirs = ",".join(str(r.model_dir) for r in trained)
+def result(two_runs, eval_root) -> dict:
+    dirs = ",".join(str(r.model_dir) for r in two_runs)
     return evaluate.evaluate_dirs(dirs, eval_root, progress=False)
 
 
@@ -51,9 +51,9 @@ def _direct_scores(r: export.TrainResult, root: Path) -> list[scoring.Scored]:
     return scoring.score_split(r.model, ds.valid, stats, progress=False)
 
 
-def test_overall_and_benchmarks_match_direct_recomputation(trained, eval_root, result):
+def test_overall_and_benchmarks_match_direct_recomputation(two_runs, eval_root, result):
     assert [m["model"] for m in result["models"]] == list(MODELS)
-    for r, m in zip(trained, result["models"]):
+    for r, m in zip(two_runs, result["models"]):
         scored = _direct_scores(r, eval_root)
         want = metrics.top_k_errors((s.runtimes, s.scores) for s in scored)
         overall = m["rows"][evaluate.OVERALL]
@@ -100,10 +100,10 @@ def test_table_json_and_png(result, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.png", "sub"]  # no temp left
 
 
-def test_refit_statistics_when_the_run_file_has_none(trained, eval_root, result, tmp_path):
+def test_refit_statistics_when_the_run_file_has_none(two_runs, eval_root, result, tmp_path):
     """A run file from upstream's trainer has no stored stats: they are refitted from train.
     (The MLP: its reload and scoring trace in a third of ResidualSAGE's time.)"""
-    r = trained[1]
+    r = two_runs[1]
     run = json.loads(gzip.decompress(r.run_file.read_bytes()))
     del run[run_file.EXTRAS_KEY]
     model_dir = tmp_path / f"model_{run_file.run_info_hash(run)}"  # upstream's name: its args alone
@@ -130,16 +130,16 @@ def test_expand_dirs(tmp_path):
         evaluate.expand_dirs(" , ")
 
 
-def test_missing_run_file_names_the_fix(trained, eval_root, tmp_path):
-    lonely = tmp_path / trained[0].model_dir.name
-    shutil.copytree(trained[0].model_dir, lonely)
+def test_missing_run_file_names_the_fix(two_runs, eval_root, tmp_path):
+    lonely = tmp_path / two_runs[0].model_dir.name
+    shutil.copytree(two_runs[0].model_dir, lonely)
     with pytest.raises(run_file.ExportError, match="needs its run file beside it"):
         evaluate.evaluate_dirs([lonely], eval_root, progress=False)
 
 
-def test_baselines_and_config_0_kept(trained, eval_root, result):
+def test_baselines_and_config_0_kept(two_runs, eval_root, result):
     """The random and default-first baselines, and each model with config 0 in its top 5."""
-    scored = _direct_scores(trained[0], eval_root)
+    scored = _direct_scores(two_runs[0], eval_root)
     runtimes = [s.runtimes for s in scored]
     for baseline in metrics.BASELINES:
         want = metrics.baseline_top_k_errors(runtimes, baseline)
@@ -149,7 +149,7 @@ def test_baselines_and_config_0_kept(trained, eval_root, result):
         assert row["score"] == pytest.approx(1 - want[5], abs=1e-9)
     default_top1 = np.mean([r[0] / r.min() - 1 for r in runtimes])  # config 0 is the top 1
     assert result["baselines"]["default"][evaluate.OVERALL]["top1"] == pytest.approx(default_top1)
-    for r, m in zip(trained, result["models"]):
+    for r, m in zip(two_runs, result["models"]):
         scored = _direct_scores(r, eval_root)
         kept = metrics.top_k_errors((s.runtimes, metrics.keep_default(s.scores)) for s in scored)
         row, plain = m["kept_rows"][evaluate.OVERALL], m["rows"][evaluate.OVERALL]
@@ -173,7 +173,7 @@ def test_baselines_and_config_0_kept(trained, eval_root, result):
         assert f"{row['top5']:.4f}" in line
 
 
-def test_top1_over_the_default_rows(trained, eval_root, result, tmp_path):
+def test_top1_over_the_default_rows(two_runs, eval_root, result, tmp_path):
     """Every row's top-1 error over the `default` row's of the same kernels, in the JSON and
     in the table of every ranking; the demo's table shows the same figure."""
     default = result["baselines"]["default"]

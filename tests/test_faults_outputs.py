@@ -161,32 +161,23 @@ def test_only_what_a_run_file_names_is_kept_from_other_writers(mlp_run):
 # -- install --force keeps every edited copy ---------------------------------------------------
 
 
-@pytest.fixture
-def checkout(tmp_path) -> Path:
-    root = tmp_path / "tpu_graphs"
-    (root / "tpu_graphs" / "baselines" / "tiles").mkdir(parents=True)
-    (root / "tiles_train.py").write_text("# upstream trainer\n")
-    (root / install.DROPIN["models.py"]).write_text("# upstream models.py\n")
-    return root
-
-
-def test_install_force_twice_keeps_both_edited_copies(checkout, capsys):
-    models = checkout / install.DROPIN["models.py"]
-    kept = checkout / install.BACKUP_DIR / (install.DROPIN["models.py"] + ".modified")
+def test_install_force_twice_keeps_both_edited_copies(upstream_checkout, capsys):
+    models = upstream_checkout / install.DROPIN["models.py"]
+    kept = upstream_checkout / install.BACKUP_DIR / (install.DROPIN["models.py"] + ".modified")
     second = kept.with_name("models.py.2.modified")
-    assert cli.main(["install", str(checkout)]) == 0
+    assert cli.main(["install", str(upstream_checkout)]) == 0
     for edit in ("# edit one\n", "# edit two\n", "# edit two\n"):
         models.write_text(edit)
-        assert cli.main(["install", str(checkout), "--force"]) == 0
+        assert cli.main(["install", str(upstream_checkout), "--force"]) == 0
     out = capsys.readouterr().out
     assert f"your edited copy kept as {kept})" in out
     assert f"your edited copy kept as {second})" in out
     assert f"your edited copy is already kept as {second})" in out
     assert kept.read_text() == "# edit one\n" and second.read_text() == "# edit two\n"
     models.write_text("# edit three\n")
-    assert cli.main(["install", str(checkout), "--uninstall"]) == 2  # an edit: refused
+    assert cli.main(["install", str(upstream_checkout), "--uninstall"]) == 2  # an edit: refused
     capsys.readouterr()
-    assert cli.main(["install", str(checkout), "--uninstall", "--force"]) == 0
+    assert cli.main(["install", str(upstream_checkout), "--uninstall", "--force"]) == 0
     out = capsys.readouterr().out
     assert f"kept your earlier edited copy {kept}" in out
     assert f"kept your earlier edited copy {second}" in out

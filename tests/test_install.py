@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import file_mode
+from conftest import UPSTREAM_MODELS, file_mode
 
 from tpu_tiles_models import cli, locks
 from tpu_tiles_models import install as inst
@@ -18,24 +18,11 @@ from tpu_tiles_models.install import InstallError
 
 # What install adds where upstream's trainer cannot run (the modern stack), else "".
 NOTE = inst.trainer_note()
-UPSTREAM_MODELS = b"# upstream models.py\nclass EarlyJoinSAGE: ...\n"
 
 
 def _tree(root: Path) -> dict[str, bytes]:
     """Every file under ``root`` (relative posix path -> bytes)."""
     return {p.relative_to(root).as_posix(): p.read_bytes() for p in root.rglob("*") if p.is_file()}
-
-
-@pytest.fixture
-def checkout(tmp_path) -> Path:
-    """A fake upstream checkout: tiles_train.py and the tiles package with its models.py."""
-    root = tmp_path / "tpu_graphs_checkout"
-    tiles = root / "tpu_graphs" / "baselines" / "tiles"
-    tiles.mkdir(parents=True)
-    (root / "tiles_train.py").write_text("# upstream trainer\n")
-    (tiles / "models.py").write_bytes(UPSTREAM_MODELS)
-    (tiles / "data.py").write_text("# upstream data\n")
-    return root
 
 
 @pytest.fixture
@@ -48,13 +35,13 @@ def source(tmp_path) -> Path:
     return src
 
 
-def test_round_trip_restores_originals(checkout, source):
-    before = _tree(checkout)
-    lines = inst.install(checkout, source_dir=source)
+def test_round_trip_restores_originals(upstream_checkout, source):
+    before = _tree(upstream_checkout)
+    lines = inst.install(upstream_checkout, source_dir=source)
 
     for name, rel in inst.DROPIN.items():
-        assert (checkout / rel).read_bytes() == (source / name).read_bytes()
-    backup = checkout / inst.BACKUP_DIR
+        assert (upstream_checkout / rel).read_bytes() == (source / name).read_bytes()
+    backup = upstream_checkout / inst.BACKUP_DIR
     assert (backup / "tpu_graphs/baselines/tiles/models.py").read_bytes() == UPSTREAM_MODELS
     files = json.loads((backup / inst.MANIFEST).read_text())["files"]
     assert set(files) == set(inst.DROPIN.values())
@@ -64,89 +51,92 @@ def test_round_trip_restores_originals(checkout, source):
     assert any("create_kaggle_csv.py" in line and "new file" in line for line in lines)
     assert any("sample_submission.csv is missing" in line for line in lines)
 
-    undo = inst.uninstall(checkout)
-    assert _tree(checkout) == before
+    undo = inst.uninstall(upstream_checkout)
+    assert _tree(upstream_checkout) == before
     assert not backup.exists()
     assert any(line.startswith("restored the original") for line in undo)
     assert sum("did not exist before install" in line for line in undo) == 2
 
 
-def test_second_install_is_a_no_op(checkout, source):
-    inst.install(checkout, source_dir=source)
-    (checkout / "sample_submission.csv").write_text("ID,TopConfigs\n")
-    installed = _tree(checkout)
-    lines = inst.install(checkout, source_dir=source)
+def test_second_install_is_a_no_op(upstream_checkout, source):
+    inst.install(upstream_checkout, source_dir=source)
+    (upstream_checkout / "sample_submission.csv").write_text("ID,TopConfigs\n")
+    installed = _tree(upstream_checkout)
+    lines = inst.install(upstream_checkout, source_dir=source)
     assert lines[0].startswith("already installed")
     assert lines[1:] == ([inst.trainer_note()] if inst.trainer_note() else [])
-    assert _tree(checkout) == installed
+    assert _tree(upstream_checkout) == installed
 
 
-def test_update_keeps_the_first_original(checkout, source):
-    inst.install(checkout, source_dir=source)
+def test_update_keeps_the_first_original(upstream_checkout, source):
+    inst.install(upstream_checkout, source_dir=source)
     (source / "models.py").write_text("# our models.py, version 2\n")
-    lines = inst.install(checkout, source_dir=source)
+    lines = inst.install(upstream_checkout, source_dir=source)
     assert lines[0].endswith("(updated our earlier copy)")
-    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    models = upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
     assert models.read_text() == "# our models.py, version 2\n"
-    inst.uninstall(checkout)
+    inst.uninstall(upstream_checkout)
     assert models.read_bytes() == UPSTREAM_MODELS
 
 
-def test_refuses_user_modified_file_unless_forced(checkout, source):
-    inst.install(checkout, source_dir=source)
-    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+def test_refuses_user_modified_file_unless_forced(upstream_checkout, source):
+    inst.install(upstream_checkout, source_dir=source)
+    models = upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
     models.write_text("# my edits\n")
     (source / "models.py").write_text("# our models.py, version 2\n")
 
     with pytest.raises(InstallError) as err:
-        inst.install(checkout, source_dir=source)
+        inst.install(upstream_checkout, source_dir=source)
     message = str(err.value)
     assert str(models) in message and "--force" in message and "\n" not in message
     assert models.read_text() == "# my edits\n"
 
-    lines = inst.install(checkout, force=True, source_dir=source)
+    lines = inst.install(upstream_checkout, force=True, source_dir=source)
     assert models.read_text() == "# our models.py, version 2\n"
-    kept = checkout / inst.BACKUP_DIR / "tpu_graphs/baselines/tiles/models.py.modified"
+    kept = upstream_checkout / inst.BACKUP_DIR / "tpu_graphs/baselines/tiles/models.py.modified"
     assert kept.read_text() == "# my edits\n"
     assert any(str(kept) in line for line in lines)
 
-    undo = inst.uninstall(checkout)
+    undo = inst.uninstall(upstream_checkout)
     assert models.read_bytes() == UPSTREAM_MODELS
     assert kept.read_text() == "# my edits\n"  # Uninstall never deletes the user's work.
     assert undo[-1] == f"kept your earlier edited copy {kept}"
 
 
-def test_uninstall_refuses_user_modified_file_unless_forced(checkout, source):
-    inst.install(checkout, source_dir=source)
-    script = checkout / "create_kaggle_csv.py"
+def test_uninstall_refuses_user_modified_file_unless_forced(upstream_checkout, source):
+    inst.install(upstream_checkout, source_dir=source)
+    script = upstream_checkout / "create_kaggle_csv.py"
     script.write_text("# my edits\n")
     with pytest.raises(InstallError, match="refusing to uninstall: .*create_kaggle_csv.py"):
-        inst.uninstall(checkout)
+        inst.uninstall(upstream_checkout)
     assert script.read_text() == "# my edits\n"
-    inst.uninstall(checkout, force=True)
+    inst.uninstall(upstream_checkout, force=True)
     assert not script.exists()
-    assert (checkout / "tpu_graphs/baselines/tiles/models.py").read_bytes() == UPSTREAM_MODELS
+    assert (
+        upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
+    ).read_bytes() == UPSTREAM_MODELS
 
 
-def test_deleted_file_is_reinstalled(checkout, source):
-    inst.install(checkout, source_dir=source)
-    (checkout / "tiles_gen_predictions_csv.py").unlink()
-    lines = [line for line in inst.install(checkout, source_dir=source) if line != NOTE]
+def test_deleted_file_is_reinstalled(upstream_checkout, source):
+    inst.install(upstream_checkout, source_dir=source)
+    (upstream_checkout / "tiles_gen_predictions_csv.py").unlink()
+    lines = [line for line in inst.install(upstream_checkout, source_dir=source) if line != NOTE]
+    root = upstream_checkout
     assert lines == [
-        f"installed tiles_gen_predictions_csv.py -> {checkout / 'tiles_gen_predictions_csv.py'}"
+        f"installed tiles_gen_predictions_csv.py -> {root / 'tiles_gen_predictions_csv.py'}"
         " (it had been deleted)",
-        f"note: {checkout / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
+        f"note: {root / 'sample_submission.csv'} is missing; create_kaggle_csv.py needs it "
         "(download it from the Kaggle competition 'predict-ai-model-runtime' data page)",
     ]
 
 
 def test_upstream_trainer_note_where_tensorflow_ranking_cannot_import(
-    checkout, source, monkeypatch
+    upstream_checkout, source, monkeypatch
 ):
     """Where upstream's trainer cannot run, install says so in one line and names ours."""
     monkeypatch.setattr(inst.util, "find_spec", lambda name: None)
     note = inst.trainer_note()
-    assert note in inst.install(checkout, source_dir=source)
+    assert note in inst.install(upstream_checkout, source_dir=source)
     assert "tiles_train.py needs tensorflow-ranking" in note and "\n" not in note
     assert "tpu-tiles train --model=ResidualSAGE" in note
 
@@ -165,16 +155,16 @@ def test_not_a_checkout(tmp_path, source):
         inst.install(tmp_path / "nowhere", source_dir=source)
 
 
-def test_missing_source_files(checkout, source):
+def test_missing_source_files(upstream_checkout, source):
     (source / "models.py").unlink()
     with pytest.raises(InstallError, match=rf"source files missing from {source}: models.py"):
-        inst.install(checkout, source_dir=source)
-    assert not (checkout / inst.BACKUP_DIR).exists()
+        inst.install(upstream_checkout, source_dir=source)
+    assert not (upstream_checkout / inst.BACKUP_DIR).exists()
 
 
-def test_uninstall_without_install(checkout):
+def test_uninstall_without_install(upstream_checkout):
     with pytest.raises(InstallError, match="nothing to uninstall"):
-        inst.uninstall(checkout)
+        inst.uninstall(upstream_checkout)
 
 
 def test_default_source_dir_is_the_repo_root():
@@ -186,40 +176,40 @@ def test_install_error_is_a_user_error():
 
 
 @pytest.mark.parametrize("mask, plain, executable", [(0o022, 0o644, 0o755), (0o002, 0o664, 0o775)])
-def test_copies_get_modes_as_cp_would(checkout, source, umask, mask, plain, executable):
+def test_copies_get_modes_as_cp_would(upstream_checkout, source, umask, mask, plain, executable):
     """New files: the source's bits less the umask; replaced files keep their own mode."""
     umask(mask)
     (source / "create_kaggle_csv.py").chmod(0o666)
     (source / "tiles_gen_predictions_csv.py").chmod(0o777)
-    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    models = upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
     models.chmod(0o640)
-    inst.install(checkout, source_dir=source)
-    backup = checkout / inst.BACKUP_DIR
-    assert file_mode(checkout / "create_kaggle_csv.py") == plain
-    assert file_mode(checkout / "tiles_gen_predictions_csv.py") == executable
+    inst.install(upstream_checkout, source_dir=source)
+    backup = upstream_checkout / inst.BACKUP_DIR
+    assert file_mode(upstream_checkout / "create_kaggle_csv.py") == plain
+    assert file_mode(upstream_checkout / "tiles_gen_predictions_csv.py") == executable
     assert file_mode(backup / inst.MANIFEST) == plain
     assert file_mode(backup / "tpu_graphs/baselines/tiles/models.py") == 0o640 & ~mask
     assert file_mode(models) == 0o640  # Replaced in place: upstream's mode is kept.
-    inst.uninstall(checkout)
+    inst.uninstall(upstream_checkout)
     assert models.read_bytes() == UPSTREAM_MODELS and file_mode(models) == 0o640
 
 
-def test_folder_in_the_way_is_one_line(checkout, source):
-    folder = checkout / "create_kaggle_csv.py"
+def test_folder_in_the_way_is_one_line(upstream_checkout, source):
+    folder = upstream_checkout / "create_kaggle_csv.py"
     folder.mkdir()
-    before = _tree(checkout)
+    before = _tree(upstream_checkout)
     with pytest.raises(InstallError) as err:
-        inst.install(checkout, source_dir=source)
+        inst.install(upstream_checkout, source_dir=source)
     assert str(err.value) == (
         f"{folder}: a folder where tpu-tiles puts a file; move it elsewhere and rerun"
     )
-    assert _tree(checkout) == before and not (checkout / inst.BACKUP_DIR).exists()
+    assert _tree(upstream_checkout) == before and not (upstream_checkout / inst.BACKUP_DIR).exists()
     folder.rmdir()
-    inst.install(checkout, source_dir=source)
-    (checkout / "create_kaggle_csv.py").unlink()
+    inst.install(upstream_checkout, source_dir=source)
+    (upstream_checkout / "create_kaggle_csv.py").unlink()
     folder.mkdir()
     with pytest.raises(InstallError, match="a folder where tpu-tiles puts a file"):
-        inst.uninstall(checkout)
+        inst.uninstall(upstream_checkout)
 
 
 def _failing_copy(monkeypatch, target: Path, error: BaseException) -> None:
@@ -234,44 +224,44 @@ def _failing_copy(monkeypatch, target: Path, error: BaseException) -> None:
     monkeypatch.setattr(inst.files, "copy_file", copy_file)
 
 
-def test_a_failed_install_leaves_no_record(checkout, source, monkeypatch):
+def test_a_failed_install_leaves_no_record(upstream_checkout, source, monkeypatch):
     """The next install and --uninstall do not take upstream's own file for an edit."""
-    before = _tree(checkout)
-    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    before = _tree(upstream_checkout)
+    models = upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
     full = inst.files.WriteError(f"cannot write {models} (No space left on device); free some")
     _failing_copy(monkeypatch, models, full)
     with pytest.raises(inst.files.WriteError):
-        inst.install(checkout, source_dir=source)
-    assert _tree(checkout) == before  # no record, no backup: as if never run
+        inst.install(upstream_checkout, source_dir=source)
+    assert _tree(upstream_checkout) == before  # no record, no backup: as if never run
     with pytest.raises(InstallError, match="nothing to uninstall"):
-        inst.uninstall(checkout)
+        inst.uninstall(upstream_checkout)
     monkeypatch.undo()
-    lines = inst.install(checkout, source_dir=source)  # no --force needed
+    lines = inst.install(upstream_checkout, source_dir=source)  # no --force needed
     assert any("models.py" in line and "original saved to" in line for line in lines)
-    inst.uninstall(checkout)
-    assert _tree(checkout) == before
+    inst.uninstall(upstream_checkout)
+    assert _tree(upstream_checkout) == before
 
 
 def test_an_install_killed_after_its_record_is_finished_not_called_an_edit(
-    checkout, source, monkeypatch
+    upstream_checkout, source, monkeypatch
 ):
     """A kill between the record and the copy leaves upstream's file in place: the next
     install finishes without --force, and never calls it "your edited copy"."""
-    before = _tree(checkout)
-    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    before = _tree(upstream_checkout)
+    models = upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
     _failing_copy(monkeypatch, models, KeyboardInterrupt())
     monkeypatch.setattr(inst, "_undo_record", lambda *args: None)  # killed: no undo
     with pytest.raises(KeyboardInterrupt):
-        inst.install(checkout, source_dir=source)
-    assert (checkout / inst.BACKUP_DIR / inst.MANIFEST).exists()
+        inst.install(upstream_checkout, source_dir=source)
+    assert (upstream_checkout / inst.BACKUP_DIR / inst.MANIFEST).exists()
     monkeypatch.undo()
     for force in (False, True):
-        lines = inst.install(checkout, force=force, source_dir=source)
+        lines = inst.install(upstream_checkout, force=force, source_dir=source)
         assert not any("edited" in line for line in lines)
         assert models.read_bytes() == (source / "models.py").read_bytes()
         models.write_bytes(UPSTREAM_MODELS)  # as the killed install left it, again
-    inst.uninstall(checkout)
-    assert _tree(checkout) == before
+    inst.uninstall(upstream_checkout)
+    assert _tree(upstream_checkout) == before
 
 
 # A manifest of valid JSON and another shape -> what the one line says of it.
@@ -293,23 +283,23 @@ MANIFESTS = {
 
 @pytest.mark.parametrize("uninstall", [False, True])
 @pytest.mark.parametrize("case", sorted(MANIFESTS))
-def test_a_manifest_of_another_shape_is_one_line(case, uninstall, checkout, capsys):
+def test_a_manifest_of_another_shape_is_one_line(case, uninstall, upstream_checkout, capsys):
     """Before: an AttributeError, TypeError or KeyError traceback; now nothing is changed."""
     from tpu_tiles_models import cli
 
-    assert cli.main(["install", str(checkout)]) == 0
-    manifest = checkout / inst.BACKUP_DIR / inst.MANIFEST
+    assert cli.main(["install", str(upstream_checkout)]) == 0
+    manifest = upstream_checkout / inst.BACKUP_DIR / inst.MANIFEST
     change, problem = MANIFESTS[case]
     manifest.write_text(json.dumps(change(json.loads(manifest.read_text()))))
-    before = _tree(checkout)
+    before = _tree(upstream_checkout)
     capsys.readouterr()
-    code = cli.main(["install", str(checkout), *(["--uninstall"] if uninstall else [])])
+    code = cli.main(["install", str(upstream_checkout), *(["--uninstall"] if uninstall else [])])
     err = capsys.readouterr().err.strip()
     assert code == 2 and err == (
         f"tpu-tiles install: error: {manifest}: {problem}; restore the files by hand from "
         f"{manifest.parent}"
     )
-    assert _tree(checkout) == before
+    assert _tree(upstream_checkout) == before
 
 
 # -- issue 48: one install at a time; links stay links --------------------------------------
@@ -322,60 +312,61 @@ def _links(root: Path) -> dict[str, str]:
     }
 
 
-def test_a_second_install_at_once_is_refused_in_one_line(checkout, tmp_path, capsys):
+def test_a_second_install_at_once_is_refused_in_one_line(upstream_checkout, tmp_path, capsys):
     """Defect 1: install and --uninstall hold the checkout's output lock, however ROOT is
     spelled (here through a link); the second is refused in one line, changing nothing."""
     link = tmp_path / "link"
-    link.symlink_to(checkout)
-    before = _tree(checkout)
-    with locks.claim(checkout, flag="ROOT", command="install"):
-        for argv in (["install", str(link)], ["install", f"{checkout}/", "--uninstall"]):
+    link.symlink_to(upstream_checkout)
+    before = _tree(upstream_checkout)
+    with locks.claim(upstream_checkout, flag="ROOT", command="install"):
+        for argv in (["install", str(link)], ["install", f"{upstream_checkout}/", "--uninstall"]):
             assert cli.main(argv) == 2
             assert capsys.readouterr().err == (
-                f"tpu-tiles install: error: ROOT {checkout} is being written by tpu-tiles "
+                f"tpu-tiles install: error: ROOT {upstream_checkout} is being written by tpu-tiles "
                 f"install (pid {os.getpid()}); wait for it to end, or pass another ROOT\n"
             )
-    assert _tree(checkout) == before and sorted(os.listdir(tmp_path)) == ["link", checkout.name]
+    assert _tree(upstream_checkout) == before
+    assert sorted(os.listdir(tmp_path)) == ["link", upstream_checkout.name]
 
 
-def test_two_installs_at_once_keep_upstreams_original(checkout):
+def test_two_installs_at_once_keep_upstreams_original(upstream_checkout):
     """Defect 1 as reported: `install up & install up; wait`. Whichever order they run in,
     the backup is upstream's file (never our copy) and --uninstall brings it back."""
-    models = checkout / "tpu_graphs/baselines/tiles/models.py"
-    argv = [sys.executable, "-m", "tpu_tiles_models.cli", "install", str(checkout)]
+    models = upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
+    argv = [sys.executable, "-m", "tpu_tiles_models.cli", "install", str(upstream_checkout)]
     env = dict(os.environ, PYTHONPATH=str(Path(inst.__file__).parents[1]))
     for _ in range(2):
         runs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
                 for _ in range(2)]  # fmt: skip
         codes = sorted(p.wait() for p in runs)
         assert codes in ([0, 0], [0, 2]), [p.stderr.read() for p in runs]
-        backup = checkout / inst.BACKUP_DIR / "tpu_graphs/baselines/tiles/models.py"
+        backup = upstream_checkout / inst.BACKUP_DIR / "tpu_graphs/baselines/tiles/models.py"
         assert backup.read_bytes() == UPSTREAM_MODELS
-        assert cli.main(["install", str(checkout), "--uninstall"]) == 0
+        assert cli.main(["install", str(upstream_checkout), "--uninstall"]) == 0
         assert models.read_bytes() == UPSTREAM_MODELS
-        assert not (checkout / inst.BACKUP_DIR).exists()
+        assert not (upstream_checkout / inst.BACKUP_DIR).exists()
 
 
-def test_an_upstream_link_comes_back_as_that_link(checkout, tmp_path, capsys):
+def test_an_upstream_link_comes_back_as_that_link(upstream_checkout, tmp_path, capsys):
     """Defect 20: an upstream file that is a symbolic link (relative, to a file outside the
     checkout) is recorded as its link, replaced by our file without writing through it, and
     --uninstall puts the same link back; a dangling link too (it used to be taken for no
     file at all, and removed)."""
     shared = tmp_path / "shared.py"
     shared.write_bytes(UPSTREAM_MODELS)
-    models = checkout / "tpu_graphs/baselines/tiles/models.py"
+    models = upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
     models.unlink()
     models.symlink_to(os.path.relpath(shared, models.parent))
-    (checkout / "create_kaggle_csv.py").symlink_to("nowhere.py")
-    links, before = _links(checkout), _tree(checkout)
-    assert cli.main(["install", str(checkout)]) == 0
+    (upstream_checkout / "create_kaggle_csv.py").symlink_to("nowhere.py")
+    links, before = _links(upstream_checkout), _tree(upstream_checkout)
+    assert cli.main(["install", str(upstream_checkout)]) == 0
     out = capsys.readouterr().out
-    manifest = f"{checkout / inst.BACKUP_DIR / inst.MANIFEST}"
+    manifest = f"{upstream_checkout / inst.BACKUP_DIR / inst.MANIFEST}"
     assert f"(original link to {links[inst.DROPIN['models.py']]} recorded in {manifest})" in out
     assert "(original link to nowhere.py recorded in" in out
-    assert _links(checkout) == {} and shared.read_bytes() == UPSTREAM_MODELS
+    assert _links(upstream_checkout) == {} and shared.read_bytes() == UPSTREAM_MODELS
     assert models.read_bytes() == (inst.default_source_dir() / "models.py").read_bytes()
-    assert cli.main(["install", str(checkout), "--uninstall"]) == 0
+    assert cli.main(["install", str(upstream_checkout), "--uninstall"]) == 0
     assert "restored the original link" in capsys.readouterr().out
-    assert _links(checkout) == links and _tree(checkout) == before
-    assert not (checkout / inst.BACKUP_DIR).exists()
+    assert _links(upstream_checkout) == links and _tree(upstream_checkout) == before
+    assert not (upstream_checkout / inst.BACKUP_DIR).exists()

@@ -487,7 +487,7 @@ def _one_error_line(capsys) -> str:
 
 
 @pytest.fixture
-def small_root(tmp_path, small_sample, monkeypatch) -> Path:
+def submission_dir(tmp_path, small_sample, monkeypatch) -> Path:
     """The current directory: the small sample and predictions_model_output.csv for it."""
     _write_csv(tmp_path / "predictions_model_output.csv", [f"{k},{v}" for k, v in GOOD.items()])
     monkeypatch.chdir(tmp_path)
@@ -501,14 +501,14 @@ def test_script_flags_are_the_ones_messages_name(capsys):
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_script_out_folder_fails_without_a_stray_file(small_root, monkeypatch, capsys, mode):
-    (small_root / "subs").mkdir()
-    before = sorted(os.listdir(small_root))
+def test_script_out_folder_fails_without_a_stray_file(submission_dir, monkeypatch, capsys, mode):
+    (submission_dir / "subs").mkdir()
+    before = sorted(os.listdir(submission_dir))
     assert _script_main(monkeypatch, mode, "--out", "subs") == 2
     assert _one_error_line(capsys) == (
         "--out subs is a folder; pass a file path, e.g. --out subs/predictions_kaggle.csv"
     )
-    assert sorted(os.listdir(small_root)) == before and os.listdir("subs") == []
+    assert sorted(os.listdir(submission_dir)) == before and os.listdir("subs") == []
 
 
 @pytest.mark.parametrize(
@@ -520,20 +520,20 @@ def test_script_out_folder_fails_without_a_stray_file(small_root, monkeypatch, c
          "cannot write --out preds/k.csv (a folder on its path is a file); pass another --out"),
     ],
 )  # fmt: skip
-def test_script_out_under_a_file_is_one_line(small_root, monkeypatch, capsys, mode, message):
-    (small_root / "preds").write_text("keep")
-    before = sorted(os.listdir(small_root))
+def test_script_out_under_a_file_is_one_line(submission_dir, monkeypatch, capsys, mode, message):
+    (submission_dir / "preds").write_text("keep")
+    before = sorted(os.listdir(submission_dir))
     assert _script_main(monkeypatch, mode, "--out", "preds/k.csv") == 2
     assert _one_error_line(capsys) == message
-    assert sorted(os.listdir(small_root)) == before
+    assert sorted(os.listdir(submission_dir)) == before
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_script_failed_or_interrupted_write_leaves_the_old_out(
-    small_root, monkeypatch, capsys, mode
+    submission_dir, monkeypatch, capsys, mode
 ):
-    (small_root / "predictions_kaggle.csv").write_text("old")
-    before = sorted(os.listdir(small_root))
+    (submission_dir / "predictions_kaggle.csv").write_text("old")
+    before = sorted(os.listdir(submission_dir))
 
     def fail(*_):
         raise OSError(errno.ENOSPC, "No space left on device")
@@ -552,18 +552,18 @@ def test_script_failed_or_interrupted_write_leaves_the_old_out(
     assert capsys.readouterr().err == (
         "create_kaggle_csv.py: interrupted; predictions_kaggle.csv left as it was\n"
     )
-    assert sorted(os.listdir(small_root)) == before
-    assert (small_root / "predictions_kaggle.csv").read_text() == "old"
+    assert sorted(os.listdir(submission_dir)) == before
+    assert (submission_dir / "predictions_kaggle.csv").read_text() == "old"
 
 
 @pytest.mark.parametrize("mode", MODES)
-def test_script_refuses_out_equal_to_an_input(small_root, monkeypatch, capsys, mode):
+def test_script_refuses_out_equal_to_an_input(submission_dir, monkeypatch, capsys, mode):
     sample, preds = (
-        small_root / "sample_submission.csv",
-        small_root / "predictions_model_output.csv",
+        submission_dir / "sample_submission.csv",
+        submission_dir / "predictions_model_output.csv",
     )
-    (small_root / "sub").mkdir()
-    cases = _same_file_cases(small_root, sample, preds)
+    (submission_dir / "sub").mkdir()
+    cases = _same_file_cases(submission_dir, sample, preds)
     cases = [(f, out, p.name) for f, out, p in cases]  # The script passes the flags' text.
     before = {p: p.read_bytes() for p in (sample, preds)}
     for flag, out, named in cases:
@@ -578,11 +578,11 @@ def test_script_refuses_out_equal_to_an_input(small_root, monkeypatch, capsys, m
 @pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("mask, expected", [(0o022, 0o644), (0o002, 0o664)])
 def test_script_output_mode_follows_the_umask(
-    small_root, monkeypatch, capsys, umask, mode, mask, expected
+    submission_dir, monkeypatch, capsys, umask, mode, mask, expected
 ):
     umask(mask)
     assert _script_main(monkeypatch, mode) == 0, capsys.readouterr().err
-    assert file_mode(small_root / "predictions_kaggle.csv") == expected
+    assert file_mode(submission_dir / "predictions_kaggle.csv") == expected
 
 
 @pytest.mark.parametrize("row", ["0;1;2;3", "0;0;0;0;0"])

@@ -1,6 +1,6 @@
 """The contract of models.py with upstream: build, train, save, reload by the course procedure.
 
-Trained models are made once per module (`trained`) and shared by the life-cycle and ensemble
+Fitted models are made once per module (`fitted`) and shared by the life-cycle and ensemble
 tests; widths are tiny because the contract does not depend on them.
 """
 
@@ -462,8 +462,8 @@ def _fit_like_upstream(name: str, fit_data: dict, epochs: int):
 
 
 @pytest.fixture(scope="module")
-def trained(fit_data):
-    """`trained(name)` -> (model, history): each class fitted once for the whole module."""
+def fitted(fit_data):
+    """`fitted(name)` -> (model, history): each class fitted once for the whole module."""
     cache = {}
 
     def get(name):
@@ -486,9 +486,9 @@ _WITH_ENSEMBLE_TESTS = pytest.mark.xdist_group("models_ensemble")
         for n in [*CLASSES, DEFAULT_AWARE]
     ],
 )
-def test_upstream_life_cycle(name, trained, kernels, tmp_path):
+def test_upstream_life_cycle(name, fitted, kernels, tmp_path):
     """Construct, compile, fit, save, load_model, rebuild, forward, copy: identical scores."""
-    model, history = trained(name)
+    model, history = fitted(name)
     assert history["loss"][-1] < history["loss"][0]
     # Learning is judged on the validation batches, scored by the epoch's final weights: the
     # train metric is a running mean over six batches of four kernels while the weights move
@@ -528,8 +528,8 @@ def _ensemble_of(name, copies, combine, kernels, weights_from):
 
 @_WITH_ENSEMBLE_TESTS
 @pytest.mark.parametrize("combine", models.COMBINE_METHODS)
-def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, trained, kernels):
-    model, _ = trained("MLP")
+def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, fitted, kernels):
+    model, _ = fitted("MLP")
     one = _ensemble_of("MLP", 1, combine, kernels, model)
     two = _ensemble_of("MLP", 2, combine, kernels, model)
     for graph in kernels:
@@ -540,8 +540,8 @@ def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, trained,
 
 
 @_WITH_ENSEMBLE_TESTS
-def test_ensemble_averages_normalised_member_scores(trained, kernels, batch):
-    ensemble, _ = trained("Ensemble")
+def test_ensemble_averages_normalised_member_scores(fitted, kernels, batch):
+    ensemble, _ = fitted("Ensemble")
     members = ensemble.members
     assert [m.__class__.__name__ for m in members] == ["MLP", "LateJoinSAGE"]
     # The members' variables in member order, then its own two: its ranking rule's.

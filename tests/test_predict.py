@@ -34,16 +34,6 @@ script = _load_script()
 
 
 @pytest.fixture(scope="module")
-def data_root(short_test_root) -> Path:
-    return short_test_root
-
-
-@pytest.fixture(scope="module")
-def trained(mlp_run) -> export.TrainResult:
-    return mlp_run
-
-
-@pytest.fixture(scope="module")
 def without_margin(short_test_root, tmp_path_factory) -> export.TrainResult:
     """A tiny MLP without config 0's margin, whose ranking leaves config 0 out of some top 5s
     (a tiny model's fitted margin puts config 0 first nearly everywhere)."""
@@ -84,75 +74,84 @@ def _expected_top5(run_info: dict, counts: dict[str, int]) -> dict[str, list[int
     return expected
 
 
-def test_csv_matches_trainer_test_predictions(trained, data_root, tmp_path, capsys, monkeypatch):
+def test_csv_matches_trainer_test_predictions(
+    mlp_run, short_test_root, tmp_path, capsys, monkeypatch
+):
     monkeypatch.chdir(tmp_path)  # not an upstream root: the package's models.py
     out = tmp_path / "preds.csv"
-    code, stdout, stderr = _predict(trained.model_dir, data_root, out, capsys)
+    code, stdout, stderr = _predict(mlp_run.model_dir, short_test_root, out, capsys)
     assert (code, stderr) == (0, "")
     assert f"wrote {out} (6 kernels" in stdout and "tpu_tiles_models' models.py" in stdout
 
     text = out.read_text()
     lines = text.split("\n")
     assert lines[0] == "ID,TopConfigs" and not text.endswith("\n")
-    counts = _config_counts(data_root)
+    counts = _config_counts(short_test_root)
     assert [line.split(",")[0] for line in lines[1:]] == [kaggle.TILE_PREFIX + t for t in counts]
     predictions = kaggle.read_predictions_csv(out)
     kaggle.validate_predictions(predictions, predictions, source=str(out))
-    assert predictions == _expected_top5(_run_info(trained), counts)
+    assert predictions == _expected_top5(_run_info(mlp_run), counts)
     # The short kernels list their real configs first, then distinct indices past the end.
     short = {n: predictions[kaggle.TILE_PREFIX + t] for t, n in counts.items() if n < 5}
     assert short[1] == [0, 1, 2, 3, 4]
     assert sorted(short[3][:3]) == [0, 1, 2] and short[3][3:] == [3, 4]
 
 
-def test_top_k_flag(trained, data_root, tmp_path, capsys):
+def test_top_k_flag(mlp_run, short_test_root, tmp_path, capsys):
     out = tmp_path / "top2.csv"
     code = script.main(
-        ["--dir", str(trained.model_dir), f"--data_root={data_root}", "--cache_dir="]
+        ["--dir", str(mlp_run.model_dir), f"--data_root={short_test_root}", "--cache_dir="]
         + ["--out", str(out), "--top_k", "2", "--no_progress"]
     )
     capsys.readouterr()
     assert code == 0
-    run_info = _run_info(trained)
-    counts = _config_counts(data_root)
+    run_info = _run_info(mlp_run)
+    counts = _config_counts(short_test_root)
     got = kaggle.read_predictions_csv(out)
     for tile_id, ranks in run_info["test_predictions"].items():
         n = counts[tile_id]
         assert got[kaggle.TILE_PREFIX + tile_id] == kaggle.pad_top_k(ranks[: min(n, 2)], n, 2)
 
 
-def test_keep_default_follows_the_model_unless_told(without_margin, data_root, tmp_path, capsys):
+def test_keep_default_follows_the_model_unless_told(
+    without_margin, short_test_root, tmp_path, capsys
+):
     """`auto` follows the model's own rule (its gate, which training set from the run's
     validation choice; the run file's record does not override it), as the course script
     ranks; `yes` and `no` override it."""
-    trained = without_margin
-    chosen = _run_info(trained)[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]["chosen"]
-    edited = _run_info(trained)  # a run file that says the opposite
+    chosen = _run_info(without_margin)[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]["chosen"]
+    edited = _run_info(without_margin)  # a run file that says the opposite
     edited[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]["chosen"] = not chosen
     out_dir = tmp_path / "edited"
-    shutil.copytree(trained.model_dir, out_dir / trained.model_dir.name)
+    shutil.copytree(without_margin.model_dir, out_dir / without_margin.model_dir.name)
     run_file.write_run(out_dir, edited)
 
     def predict(model_dir: Path, mode: str | None) -> dict[str, list[int]]:
         out = tmp_path / f"{model_dir.parent.name}_{mode}.csv"
         flag = [f"--keep_default={mode}"] if mode else []
-        argv = ["predict", "--dir", str(model_dir), "--data_root", str(data_root)]
+        argv = ["predict", "--dir", str(model_dir), "--data_root", str(short_test_root)]
         assert cli.main([*argv, "--out", str(out), "--no_progress", *flag]) == 0
         capsys.readouterr()
         return kaggle.read_predictions_csv(out)
 
-    plain = predict(trained.model_dir, "no")
+    plain = predict(without_margin.model_dir, "no")
     kept = {k: v if 0 in v else [*v[:4], 0] for k, v in plain.items()}
     assert any(0 not in v for v in plain.values()), "no kernel where keeping config 0 matters"
-    assert predict(trained.model_dir, "yes") == kept
-    assert predict(trained.model_dir, None) == (kept if chosen else plain)
-    assert predict(out_dir / trained.model_dir.name, None) == (kept if chosen else plain)
+    assert predict(without_margin.model_dir, "yes") == kept
+    assert predict(without_margin.model_dir, None) == (kept if chosen else plain)
+    assert predict(out_dir / without_margin.model_dir.name, None) == (kept if chosen else plain)
     out = tmp_path / "script_yes.csv"  # the prediction script takes the same flag
-    argv = ["--dir", str(trained.model_dir), "--data_root", str(data_root), "--cache_dir="]
+    argv = [
+        "--dir",
+        str(without_margin.model_dir),
+        "--data_root",
+        str(short_test_root),
+        "--cache_dir=",
+    ]
     assert script.main([*argv, "--out", str(out), "--keep_default=yes", "--no_progress"]) == 0
     capsys.readouterr()
     assert kaggle.read_predictions_csv(out) == kept
-    code = cli.main(["predict", "--dir", str(trained.model_dir), "--keep_default=maybe"])
+    code = cli.main(["predict", "--dir", str(without_margin.model_dir), "--keep_default=maybe"])
     assert code == 2 and "--keep_default must be one of auto, yes, no" in capsys.readouterr().err
 
 
@@ -175,34 +174,36 @@ def _one_line_error(capsys_result: tuple[int, str, str]) -> str:
     return stderr
 
 
-def test_missing_run_file(trained, data_root, tmp_path, capsys):
-    model_dir = tmp_path / trained.model_dir.name
-    shutil.copytree(trained.model_dir, model_dir)
-    err = _one_line_error(_predict(model_dir, data_root, tmp_path / "p.csv", capsys))
-    assert f"{tmp_path / trained.run_file.name} not found" in err
+def test_missing_run_file(mlp_run, short_test_root, tmp_path, capsys):
+    model_dir = tmp_path / mlp_run.model_dir.name
+    shutil.copytree(mlp_run.model_dir, model_dir)
+    err = _one_line_error(_predict(model_dir, short_test_root, tmp_path / "p.csv", capsys))
+    assert f"{tmp_path / mlp_run.run_file.name} not found" in err
     assert "needs its run file beside it" in err
     assert not (tmp_path / "p.csv").exists()
 
 
-def test_missing_model_dir(data_root, tmp_path, capsys):
-    err = _one_line_error(_predict(tmp_path / "model_abc", data_root, tmp_path / "p.csv", capsys))
+def test_missing_model_dir(short_test_root, tmp_path, capsys):
+    err = _one_line_error(
+        _predict(tmp_path / "model_abc", short_test_root, tmp_path / "p.csv", capsys)
+    )
     assert "no such model directory" in err
 
 
-def test_model_class_not_in_models_py(trained, data_root, tmp_path, capsys):
-    model_dir = _copy_model(trained, tmp_path / "out", model="NoSuchModel")
-    err = _one_line_error(_predict(model_dir, data_root, tmp_path / "p.csv", capsys))
+def test_model_class_not_in_models_py(mlp_run, short_test_root, tmp_path, capsys):
+    model_dir = _copy_model(mlp_run, tmp_path / "out", model="NoSuchModel")
+    err = _one_line_error(_predict(model_dir, short_test_root, tmp_path / "p.csv", capsys))
     assert "unknown model 'NoSuchModel'" in err and "known: " in err and "MLP" in err
 
 
-@pytest.mark.parametrize("which", ["trained", "residual_run"])
-def test_weights_from_the_checkpoint_are_the_course_copys(which, request, data_root):
+@pytest.mark.parametrize("which", ["mlp_run", "residual_run"])
+def test_weights_from_the_checkpoint_are_the_course_copys(which, request, short_test_root):
     """`TrainedRun.build` reads the saved variables from the checkpoint (no SavedModel load):
     the very values of the course's in-order copy from `tf.keras.models.load_model`."""
     from tpu_tiles_models import runs
 
     run = runs.TrainedRun.open(request.getfixturevalue(which).model_dir)
-    model, dataset = run.load(data_root, progress=False)
+    model, dataset = run.load(short_test_root, progress=False)
     assert "saved_model" not in vars(run)  # the SavedModel was not loaded
     course = run.build(dataset.test, dataset.stats)
     runs.copy_variables(course, run.saved_model, origin="test")
@@ -211,16 +212,16 @@ def test_weights_from_the_checkpoint_are_the_course_copys(which, request, data_r
         np.testing.assert_array_equal(ours.numpy(), theirs.numpy())
 
 
-def test_variable_shape_mismatch(trained, data_root, tmp_path, capsys):
+def test_variable_shape_mismatch(mlp_run, short_test_root, tmp_path, capsys):
     kwargs = json.dumps({"hidden_dim": 16, "mlp_layers": 1})
-    model_dir = _copy_model(trained, tmp_path / "out", model_kwargs_json=kwargs)
-    err = _one_line_error(_predict(model_dir, data_root, tmp_path / "p.csv", capsys))
+    model_dir = _copy_model(mlp_run, tmp_path / "out", model_kwargs_json=kwargs)
+    err = _one_line_error(_predict(model_dir, short_test_root, tmp_path / "p.csv", capsys))
     assert "has shape" in err and "saved but" in err and "rebuilt" in err
 
 
-def test_bad_top_k(trained, data_root, capsys):
+def test_bad_top_k(mlp_run, short_test_root, capsys):
     with pytest.raises(SystemExit) as info:
-        script.main(["--dir", str(trained.model_dir), "--top_k", "0"])
+        script.main(["--dir", str(mlp_run.model_dir), "--top_k", "0"])
     assert info.value.code == 2
     assert "--top_k must be at least 1" in capsys.readouterr().err
 
@@ -407,17 +408,17 @@ def _forged_copy(result: export.TrainResult, out_dir: Path, args_kwargs: dict, r
     ],
 )
 def test_a_run_file_whose_sizes_are_not_its_models_fails_before_building(
-    command, args_kwargs, recorded, trained, data_root, tmp_path, capsys
+    command, args_kwargs, recorded, mlp_run, short_test_root, tmp_path, capsys
 ):
     """A run file whose keywords say 10^7 wide beside a model saved 8 wide: before, `predict`
     allocated for 45 s and then ran out of memory; now every command that rebuilds a run
     refuses it as the first variable is declared."""
-    model_dir, forged = _forged_copy(trained, tmp_path / "out", args_kwargs, recorded)
+    model_dir, forged = _forged_copy(mlp_run, tmp_path / "out", args_kwargs, recorded)
     argv = {
         "predict": ["predict", "--dir", str(model_dir), "--out", str(tmp_path / "p.csv")],
         "evaluate": ["evaluate", "--dirs", str(model_dir)],
     }[command]
-    code = cli.main([*argv, "--data_root", str(data_root), "--cache_dir=", "--no_progress"])
+    code = cli.main([*argv, "--data_root", str(short_test_root), "--cache_dir=", "--no_progress"])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     assert re.fullmatch(

@@ -19,34 +19,31 @@ from tpu_tiles_models import cli, data, export, run_file, scoring, train, train_
 FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0", "--no_progress"]
 
 
-@pytest.fixture(scope="module")
-def run(residual_run) -> export.TrainResult:
-    return residual_run
-
-
 def _run_info(result) -> dict:
     return json.loads(gzip.decompress(result.run_file.read_bytes()))
 
 
-def test_artifacts_have_upstream_names_and_hash(run):
-    info = _run_info(run)
+def test_artifacts_have_upstream_names_and_hash(residual_run):
+    info = _run_info(residual_run)
     args = info["args"]
     assert list(args) == list(train_args.UPSTREAM_FIELDS)  # exactly upstream's TrainArgs fields
     # Upstream's md5 of those fields, with the options of ours that are not at their defaults
     # (here only --data_root) as one more key (test_train_args: upstream's alone otherwise).
     identity = info["tpu_tiles"]["identity"]
-    assert identity == {"data_root": run.args.data_root}
+    assert identity == {"data_root": residual_run.args.data_root}
     hashed = dict(args, tpu_tiles=identity)
     expected = hashlib.md5(json.dumps(hashed, sort_keys=True).encode()).hexdigest()
-    assert run.model_dir.name == f"model_{expected}"
-    assert run.run_file.name == f"run_{expected}.jsonz"
-    assert (run.model_dir / "saved_model.pb").is_file()
-    assert (run.model_dir.parent / f"train_curve_{expected}.png").read_bytes()[:4] == b"\x89PNG"
-    assert not [p for p in run.model_dir.parent.iterdir() if p.name.startswith(".")]
+    assert residual_run.model_dir.name == f"model_{expected}"
+    assert residual_run.run_file.name == f"run_{expected}.jsonz"
+    assert (residual_run.model_dir / "saved_model.pb").is_file()
+    assert (residual_run.model_dir.parent / f"train_curve_{expected}.png").read_bytes()[
+        :4
+    ] == b"\x89PNG"
+    assert not [p for p in residual_run.model_dir.parent.iterdir() if p.name.startswith(".")]
 
 
-def test_run_file_has_upstream_keys_and_our_extras(run):
-    info = _run_info(run)
+def test_run_file_has_upstream_keys_and_our_extras(residual_run):
+    info = _run_info(residual_run)
     assert set(info["train_curve"]) == {"epoch", "train_loss", "train_opa", "val_loss", "val_opa"}
     assert info["train_curve"]["epoch"] == [0, 1]
     assert set(info["final_error"]["val"]) == {"1", "5", "10"}
@@ -133,15 +130,17 @@ def test_select_by_top50_keeps_the_epoch_with_the_smoothest_top(synth_root, tmp_
     assert {int(k): v for k, v in own.items()} == pytest.approx(scoring.errors(scored), abs=1e-9)
 
 
-def test_validation_chooses_whether_to_keep_config_0(run, synth_root):
+def test_validation_chooses_whether_to_keep_config_0(residual_run, synth_root):
     """The validation errors every way, the rule's choices (config 0's margin, then keeping
     it in the top 5 on the ranking with the margin), and a test ranking that follows them."""
-    info = _run_info(run)
+    info = _run_info(residual_run)
     record = info["tpu_tiles"][run_file.KEEP_DEFAULT_KEY]
-    assert run.model.default_margin == pytest.approx(record["margin"])
+    assert residual_run.model.default_margin == pytest.approx(record["margin"])
     stats = data.FeatureStats.from_json(info["tpu_tiles"]["feature_stats"])
     valid = data.load_dataset(synth_root, splits=("valid",), stats=stats, progress=False).valid
-    scored = scoring.score_split(run.model, valid, stats, progress=False)  # with the margin
+    scored = scoring.score_split(
+        residual_run.model, valid, stats, progress=False
+    )  # with the margin
     own, kept = scoring.errors(scored), scoring.errors(scored, keep_default=True)
     # The run file's figure is that of the ranking `forward` hands in: the margin, then
     # config 0 kept where chosen.
@@ -158,10 +157,10 @@ def test_validation_chooses_whether_to_keep_config_0(run, synth_root):
         assert all(0 in top[:5] for top in info["test_predictions"].values())
 
 
-def test_results_csv_matches_test_predictions(run):
-    info = _run_info(run)
-    lines = run.results_csv.read_text().split("\n")
-    assert lines[0] == "ID,TopConfigs" and not run.results_csv.read_text().endswith("\n")
+def test_results_csv_matches_test_predictions(residual_run):
+    info = _run_info(residual_run)
+    lines = residual_run.results_csv.read_text().split("\n")
+    assert lines[0] == "ID,TopConfigs" and not residual_run.results_csv.read_text().endswith("\n")
     rows = dict(line.split(",") for line in lines[1:])
     assert rows == {
         f"tile:xla:{k}": ";".join(map(str, v)) for k, v in info["test_predictions"].items()
@@ -184,17 +183,19 @@ def test_a_rerun_is_refused_and_replaces_its_run_only_with_overwrite(mlp_seeds):
     assert not [p for p in first.model_dir.parent.iterdir() if p.name.startswith(".")]
 
 
-def test_interrupted_save_leaves_nothing(run, tmp_path, monkeypatch):
+def test_interrupted_save_leaves_nothing(residual_run, tmp_path, monkeypatch):
     def interrupted(self, path, *a, **k):
         Path(path).mkdir()
         (Path(path) / "partial").write_text("x")
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(type(run.model), "save", interrupted)
-    args = run.args.replace(out_dir=str(tmp_path), results_csv=str(tmp_path / "r.csv"))
+    monkeypatch.setattr(type(residual_run.model), "save", interrupted)
+    args = residual_run.args.replace(out_dir=str(tmp_path), results_csv=str(tmp_path / "r.csv"))
     with pytest.raises(KeyboardInterrupt):
         with export.writing_into(args) as artifacts:
-            export.save_model(run.model, artifacts.stage(run_file.model_dir_path(tmp_path, "h")))
+            export.save_model(
+                residual_run.model, artifacts.stage(run_file.model_dir_path(tmp_path, "h"))
+            )
     assert list(tmp_path.iterdir()) == []
 
 
