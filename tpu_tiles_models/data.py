@@ -41,7 +41,7 @@ import tensorflow as tf
 import tensorflow_gnn as tfgnn
 import tqdm
 
-from tpu_tiles_models import cache, files, interrupts, kernel_files
+from tpu_tiles_models import cache, files, interrupts, kernel_files, safe
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, REQUIRED_KEYS, SPLITS
 from tpu_tiles_models.kernel_files import DataError, runtime_ratios, split_files, tile_id_of
 
@@ -136,12 +136,12 @@ def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -
 
 
 def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
-    """Writes the split atomically (see `files.atomic_path`) in the `cache` format. The cache
+    """Writes the split atomically (see `safe.atomic_path`) in the `cache` format. The cache
     only saves time: when its disk is full or cannot be written, a one-line warning says so
     and loading goes on."""
     arrays = {f: getattr(split, f) for f in _ARRAY_FIELDS}
     try:
-        with files.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
+        with safe.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
             cache.write(out, arrays, {"files": split.files, "skipped": skipped})
     except files.WriteError as err:
         warnings.warn(f"{err}; loaded without caching", stacklevel=3)
@@ -391,8 +391,8 @@ class FeatureStats:
         return stats
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes JSON atomically (see `files.atomic_path`)."""
-        with files.atomic_path(path) as tmp:
+        """Writes JSON atomically (see `safe.atomic_path`)."""
+        with safe.atomic_path(path) as tmp:
             tmp.write_text(json.dumps(self.to_json(), allow_nan=False), encoding="utf-8")
 
     @classmethod

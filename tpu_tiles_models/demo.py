@@ -95,12 +95,12 @@ def _evaluation_rows(result: dict) -> list[dict]:
 
 
 def _write_evaluation_csv(rows: list[dict], path: Path) -> None:
-    from tpu_tiles_models import files
+    from tpu_tiles_models import safe
 
     lines = [",".join(EVALUATION_COLUMNS)]
     for row in rows:
         lines.append(",".join([row["model"], *(f"{row[c]:.4f}" for c in EVALUATION_COLUMNS[1:])]))
-    with files.atomic_path(path) as tmp:
+    with safe.atomic_path(path) as tmp:
         tmp.write_text("\n".join(lines) + "\n")
 
 
@@ -164,7 +164,7 @@ def run(a: DemoArgs) -> None:
     ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
     import tensorflow as tf
 
-    from tpu_tiles_models import evaluate, files, kaggle, predict, run_file, synthetic, train
+    from tpu_tiles_models import evaluate, files, kaggle, predict, run_file, safe, synthetic, train
 
     out = Path(files.canonical(a.out, what="--out"))
     train_args = _train_args(a, out)
@@ -175,12 +175,12 @@ def run(a: DemoArgs) -> None:
     have_data = (data_root / "train").is_dir()
     kernels = a.train + _valid_kernels(a.train) + TEST_KERNELS
     need = _BYTES_BESIDE_DATA + (0 if have_data else kernels * _BYTES_PER_KERNEL)
-    files.check_folder(out, flag="--out", need_bytes=need)
     written = [EVALUATION_CSV, EVALUATION_PNG, PREDICTIONS_CSV, KAGGLE_CSV]
     written += [] if a.sample else [SAMPLE_CSV]
-    files.prepare_outputs(
-        [files.Output(out / name, "--out") for name in written],
-        [files.Input(a.sample, "--sample file")] if a.sample else [],
+    safe.claim(
+        [safe.Output(out, "--out", folder=True, adds_to=True, need_bytes=need)]
+        + [safe.Output(out / name, "--out") for name in written],
+        [safe.Input(a.sample, "--sample file")] if a.sample else [],
     )
     before = _entries(out)
     made = files.make_dirs(out, flag="--out")

@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import files, formats, metrics, registry, run_file, scoring
+from tpu_tiles_models import files, formats, metrics, registry, run_file, safe, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
 from tpu_tiles_models.runs import TrainedRun
@@ -130,7 +130,7 @@ def evaluate_dirs(
     cache_dir: str | None = None,
     models_path: str | Path | None = None,
     progress: bool = True,
-    outputs: Sequence[files.Output] = (),
+    outputs: Sequence[safe.Output] = (),
 ) -> dict[str, Any]:
     """Evaluates every model of `dirs` on the valid split of `data_root`.
 
@@ -147,10 +147,10 @@ def evaluate_dirs(
     """
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))
-    inputs = files.split_inputs(root) + registry.models_inputs(models_path)
+    inputs = safe.split_inputs(root) + registry.models_inputs(models_path)
     for model_dir in model_dirs:
         inputs += run_file.run_inputs(model_dir, "--dirs")
-    files.prepare_outputs(outputs, inputs)
+    safe.claim(outputs, inputs)
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     models, baselines = [], None
     for i, model_dir in enumerate(
@@ -299,10 +299,10 @@ def write_outputs(
     png_path: str | os.PathLike | None = None,
 ) -> list[Path]:
     """Writes `result` as indented JSON and as a chart (`draw`), those given, together: both
-    or, on a failure or a stop signal, neither (`files.atomic_paths`). Returns their paths."""
+    or, on a failure or a stop signal, neither (`safe.atomic_paths`). Returns their paths."""
     given = [(p, flag) for p, flag in ((json_path, "--json"), (png_path, "--png")) if p]
     paths = [Path(os.path.expanduser(os.fspath(p))) for p, _ in given]
-    with files.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
+    with safe.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
         for (_, flag), tmp in zip(given, tmps):
             if flag == "--json":
                 tmp.write_text(json.dumps(result, indent=2, allow_nan=False), encoding="utf-8")
@@ -318,7 +318,7 @@ def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
 
 def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
     """PNG bar chart: overall score and top-1/5/10 error of every ranking (`rankings`), saved
-    as it is drawn, so `path` is a temp name (`files.atomic_path`; `plot` does both)."""
+    as it is drawn, so `path` is a temp name (`safe.atomic_path`; `plot` does both)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI

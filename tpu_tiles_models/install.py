@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Union
 
 import tpu_tiles_models
-from tpu_tiles_models import files, formats, locks
+from tpu_tiles_models import files, formats, locks, safe
 from tpu_tiles_models.errors import UserError
 
 # Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
@@ -102,7 +102,7 @@ def _save_manifest(root: Path, installed: dict) -> None:
         return
     manifest = {"version": 1, "files": installed}
     text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    with files.atomic_path(path) as tmp:
+    with safe.atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
@@ -168,8 +168,8 @@ def install(
     sources = _sources(source_dir)
     with locks.claim(root, flag="ROOT", command="install"):
         _refuse_folders(root, list(sources))
-        for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
-            files.check_output_path(root / rel)
+        rels = [*sources, f"{BACKUP_DIR}/{MANIFEST}"]
+        safe.claim([safe.Output(root / rel, "") for rel in rels])  # before changing anything
         manifest = _load_manifest(root)
         edited = [
             rel
@@ -242,7 +242,7 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
             entry["link"] = os.readlink(dst)
             action = f"original link to {entry['link']} recorded in {_manifest_path(root)}"
         elif entry["had_original"]:
-            files.copy_file(dst, backup)
+            safe.copy_file(dst, backup)
             action = f"original saved to {backup}"
         else:
             action = "new file"
@@ -259,7 +259,7 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
     entry["installed_sha256"] = new_sha
     # Record before copying: a crash in between then reads as "edited", never loses data.
     _save_manifest(root, manifest)
-    files.copy_file(src, dst)
+    safe.copy_file(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
 
 
@@ -272,7 +272,7 @@ def _keep_edited_copy(dst: Path, backup: Path) -> tuple[Path, bool]:
         infix = "" if number == 1 else f".{number}"
         kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
         if not kept.exists():
-            files.copy_file(dst, kept)
+            safe.copy_file(dst, kept)
             return kept, True
         if kept.is_file() and _sha256(kept) == sha:
             return kept, False
@@ -322,7 +322,7 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
                         f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
                         f"{rel}) and delete {_manifest_path(root)}"
                     )
-                files.copy_file(backup, dst)
+                safe.copy_file(backup, dst)
                 backup.unlink()
                 lines.append(f"restored the original {dst}")
             else:
@@ -337,7 +337,7 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
 def _put_link(target: str, dst: Path) -> None:
     """Makes `dst` a symbolic link to `target` in one step: made under a hidden name beside
     it, then renamed over what is there."""
-    tmp = files.hidden_path(dst)
+    tmp = safe.hidden_path(dst)
     os.symlink(target, tmp)
     try:
         os.replace(tmp, dst)

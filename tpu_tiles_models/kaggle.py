@@ -24,7 +24,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence, Union
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, safe
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import TILE_PREFIX
 
@@ -90,11 +90,11 @@ def format_predictions_csv(rows: Iterable[tuple[str, Sequence[int]]]) -> str:
 
 
 def _write_atomic(path: PathLike, text: str, flag: str) -> None:
-    """Writes ``text`` to ``path`` through :func:`files.atomic_path` (``flag`` chose it).
+    """Writes ``text`` to ``path`` through :func:`safe.atomic_path` (``flag`` chose it).
 
     A reader never sees a half-written CSV, and an interrupted run leaves the old file.
     """
-    with files.atomic_path(path, flag=flag) as tmp:
+    with safe.atomic_path(path, flag=flag) as tmp:
         # newline="" so that '\n' is written as-is on every platform (byte-exact output).
         with open(tmp, "w", encoding="utf-8", newline="") as out:
             out.write(text)
@@ -309,8 +309,8 @@ def _kaggle_text(rows: Iterable[tuple[str, str]]) -> str:
 
 
 def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
-    """Refuses an ``--out`` that is a folder or one of ``inputs`` (``files.prepare_outputs``),
-    or on a disk without room for it (``files.check_output_path``).
+    """Refuses an ``--out`` that is a folder, one of ``inputs`` or on a disk without room for
+    it (``safe.claim``).
 
     Args:
       out_path: the submission to write.
@@ -319,11 +319,10 @@ def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
     if Path(out_path).is_dir():
         example = Path(out_path) / "predictions_kaggle.csv"
         raise KaggleError(f"--out {out_path} is a folder; pass a file path, e.g. --out {example}")
-    files.prepare_outputs(
-        [files.Output(out_path, "--out", example="predictions_kaggle.csv")],
-        [files.Input(path, f"{flag} file") for flag, path in inputs.items()],
+    safe.claim(
+        [safe.Output(out_path, "--out", example="predictions_kaggle.csv")],
+        [safe.Input(path, f"{flag} file") for flag, path in inputs.items()],
     )
-    files.check_output_path(out_path, flag="--out")  # its disk's free space, before reading
 
 
 def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: PathLike) -> dict:

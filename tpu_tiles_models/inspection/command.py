@@ -7,7 +7,7 @@ import contextlib
 import os
 import sys
 
-from tpu_tiles_models import defaults, files, locks
+from tpu_tiles_models import defaults, files, locks, safe
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.inspection.render import draw, format_table
 from tpu_tiles_models.inspection.report import (
@@ -39,18 +39,17 @@ def check_outputs(
 
     Raises:
       FlagError: an output is named `*.npz`, or exists and `overwrite` is False.
-      files.OutputError: two flags name the same file, or an output is or holds one of the
-        root's split folders or lies in one (`files.prepare_outputs`, as every command).
+      safe.OutputError: two flags name the same file, or an output is or holds one of the
+        root's split folders or lies in one (`safe.claim`, as every command).
       files.WriteError: it is a folder, or below a file.
     """
     given = {flag: files.expand(p) for flag, p in outputs.items() if p}
     for flag, path in given.items():
         if path.endswith(".npz"):
             raise FlagError(f"{flag} {path}: an .npz name is a kernel's; name the report otherwise")
-    writes = [files.Output(path, flag) for flag, path in given.items()]
-    files.prepare_outputs(writes, files.split_inputs(root, flag="ROOT"))
+    writes = [safe.Output(path, flag) for flag, path in given.items()]
+    safe.claim(writes, safe.split_inputs(root, flag="ROOT"))
     for flag, path in given.items():
-        files.check_output_path(path, flag=flag)
         if files.exists(path) and not overwrite:
             raise FlagError(
                 f"{flag} {path} already exists; pass --overwrite to replace it, or another {flag}"
@@ -118,7 +117,7 @@ def run(args: argparse.Namespace) -> None:
             tail_sigmas=args.tail_sigmas,
             progress=not args.no_progress,
         )
-        with files.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
+        with safe.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
             for (flag, _), tmp in zip(given.items(), tmps):
                 if flag == "--json":
                     tmp.write_text(json_text(result), encoding="utf-8")

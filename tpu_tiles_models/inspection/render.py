@@ -8,7 +8,7 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, safe
 from tpu_tiles_models.inspection.report import FEW_CONFIGS, InspectError
 from tpu_tiles_models.inspection.stats import share
 
@@ -219,7 +219,7 @@ def _bin_label(b: dict[str, Any], scale: int) -> str:
 def plot(result: dict[str, Any], path: str | os.PathLike) -> str:
     """PNG of the report's histograms (`draw`) written to `path` atomically; returns the path."""
     path = files.expand(path)
-    with files.atomic_path(path, flag="--png") as tmp:
+    with safe.atomic_path(path, flag="--png") as tmp:
         draw(result, tmp)
     return path
 
@@ -227,7 +227,7 @@ def plot(result: dict[str, Any], path: str | os.PathLike) -> str:
 def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
     """PNG of the report's histograms, splits side by side: configs, nodes and edges per kernel
     (share of kernels), runtime / normaliser over all configs and worst / best per kernel;
-    saved as it is drawn, so `path` is a temp name (`files.atomic_path`; `plot` does both)."""
+    saved as it is drawn, so `path` is a temp name (`safe.atomic_path`; `plot` does both)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI

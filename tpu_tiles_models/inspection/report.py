@@ -15,7 +15,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import defaults, files, interrupts
+from tpu_tiles_models import defaults, files, interrupts, safe
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, SPLITS
 from tpu_tiles_models.inspection.stats import (
@@ -355,7 +355,7 @@ def _overlap(splits: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> str:
     """Writes `result` as indented JSON (`json_text`), atomically; returns the path."""
     path = files.expand(path)
-    with files.atomic_path(path, flag="--json") as tmp:
+    with safe.atomic_path(path, flag="--json") as tmp:
         tmp.write_text(json_text(result), encoding="utf-8")
     return path
 
