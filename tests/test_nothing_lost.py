@@ -180,7 +180,7 @@ def test_a_rerun_killed_in_its_commit_is_finished_by_the_next_run(
     out, h = finished.model_dir.parent, finished.args.hash()
     old_ranking = _run_info(finished.run_file)["test_predictions"]
     pid = dead_pid()
-    monkeypatch.setattr(files, "new_tag", lambda: f"{safe._HOST}-{pid}-0badc0de")  # its files
+    monkeypatch.setattr(safe, "new_tag", lambda: f"{safe._HOST}-{pid}-0badc0de")  # its files
 
     class Killed(BaseException):
         pass

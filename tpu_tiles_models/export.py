@@ -363,8 +363,8 @@ def finish(
         _plot_curve(curve, extras, artifacts.stage(paths.curve))
     interrupts.check()
     run_file = artifacts.commit(run_info)
-    model_dir = artifacts.final(paths.model_dir)
-    results_csv = artifacts.final(results_csv) if results_csv else None
+    model_dir = _final(paths.model_dir)
+    results_csv = _final(results_csv) if results_csv else None
     print(
         f"wrote {model_dir}\nwrote {run_file}" + (f"\nwrote {results_csv}" if results_csv else "")
     )
