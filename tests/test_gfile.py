@@ -141,11 +141,15 @@ def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
     out = f"{RAM}/failed"
     args = remote_run.args.replace(out_dir=out, results_csv=f"{out}/results.csv")
 
-    def boom(*_):
-        assert _tree(out)  # the model dir and the CSV are there by now
-        raise RuntimeError("disk full")
+    put = files.put_file
 
-    monkeypatch.setattr(run_file, "run_bytes", boom)
+    def boom(src, url, **kwargs):
+        if files.basename(url).startswith("run_"):
+            assert _tree(out)  # the model dir and the CSV are there by now
+            raise RuntimeError("disk full")
+        put(src, url, **kwargs)
+
+    monkeypatch.setattr(files, "put_file", boom)
     empty = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     with pytest.raises(RuntimeError, match="disk full"):
         with export.writing_into(args) as artifacts:

@@ -3,12 +3,11 @@
 We write what upstream's `tiles_train.py` writes (in `run_file`'s format) from what training
 computed (`finish`), our extras under one extra key, `tpu_tiles`. The run file marks a run done.
 
-Nothing finished is lost (`writing_into`, `finish`): the run's outputs are claimed before any
-work and its artifacts written through a `safe.Stage`; one killed outright (`kill -9`) while
-putting them in place is finished by the next run into the folder (`recover`). A finished run
-of the same options (same `h`) or an existing `--results_csv` is replaced only with
-`--overwrite`. Reading runs is `run_file`'s and `runs`'. Importing this module loads no
-TensorFlow (the sweep's driver and Beam workers use it).
+Nothing finished is lost: a run's outputs are claimed before any work (`writing_into`), its
+artifacts staged and put in place together (`safe.Stage`), a run killed while putting them in
+place finished by the next (`recover`), and a finished run of the same options (same `h`) or an
+existing `--results_csv` replaced only with `--overwrite`. Reading runs is `run_file`'s and
+`runs`'. Importing this module loads no TensorFlow (the sweep's driver and Beam workers do).
 """
 
 from __future__ import annotations
@@ -57,13 +56,10 @@ class RunExistsError(ExportError, FileExistsError):
 
 
 def remove_unfinished(args: TrainArgs) -> None:
-    """Removes an incomplete run of `args` (see `completed_run`): its run file first (so that
-    it no longer looks complete), then its model dir, curve, results CSV and TensorBoard
-    folder. For the sweep, whose points are named by their options: a point that is not
-    complete (after `recover`) is trained again from nothing."""
-    paths = RunPaths.of(args)
-    leftovers = [paths.run_file, paths.model_dir, paths.curve, paths.results_csv]
-    for path in [*leftovers, paths.tensorboard]:
+    """Removes an incomplete run of `args` (`completed_run`), its run file first (so that it no
+    longer looks complete): the sweep trains such a point again from nothing."""
+    p = RunPaths.of(args)
+    for path in (p.run_file, p.model_dir, p.curve, p.results_csv, p.tensorboard):
         if path is not None:
             files.remove(path)
 
@@ -105,7 +101,7 @@ def space_needed(model: tf.keras.Model) -> int:
 def check_space(artifacts: Artifacts, model: tf.keras.Model) -> None:
     """Fails, before any training, if the run's out_dir has too little space for its model."""
     need = space_needed(model)
-    safe.claim([safe.Output(artifacts.out_dir, "--out_dir", folder=True, need_bytes=need)])
+    safe.claim([safe.Output(artifacts.places.out_dir, "--out_dir", folder=True, need_bytes=need)])
 
 
 # -- writing a run ---------------------------------------------------------------------------
@@ -134,11 +130,6 @@ class Artifacts:
     staged: safe.Stage = field(default_factory=safe.Stage)
     # Folders written in place while the run goes (TensorBoard's): what was in them before.
     logs: dict[str, set[str] | None] = field(default_factory=dict)
-
-    @property
-    def out_dir(self) -> str:
-        """The run's `--out_dir` (`~` expanded; a URL when remote)."""
-        return self.places.out_dir
 
     def stage(self, place: str) -> Path:
         """The local path to write the artifact whose place is `place` (local or remote)."""
@@ -191,13 +182,10 @@ def _entries(folder: str) -> list[str]:
 
 
 def recover(out_dir: str | os.PathLike) -> None:
-    """Finishes or removes what killed runs left in `out_dir` (their processes are gone).
-
-    A run killed while putting its artifacts in place has left its staged run file, written
-    only once every artifact was: its artifacts are put in place (it had finished; an
-    earlier run of the same options there is replaced, as it would have been). Every other
-    hidden file a killed process left there is removed.
-    """
+    """Finishes or removes what killed runs left in `out_dir`. One killed while putting its
+    artifacts in place left its staged run file, written once every artifact was: they are put
+    in place (an earlier run of the same options replaced, as it would have been). Every other
+    hidden file a killed process left there goes."""
     out = files.expand(out_dir)
     for left in safe.leftovers(out):
         h = formats.run_file_hash(left.name)
@@ -251,7 +239,9 @@ def outputs(args: TrainArgs, paths: RunPaths | None = None) -> list[safe.Output]
     ]
     if args.test_mode == "predictions":
         places.append(safe.Output(paths.results_csv, "--results_csv", need_bytes=0, run=paths.hash))
-    if paths.tensorboard:
+    if paths.tensorboard:  # the run's own folder under --tensorboard
+        board = files.expand(args.tensorboard)
+        places.append(safe.Output(board, "--tensorboard", folder=True, adds_to=True))
         places.append(safe.Output(paths.tensorboard, "--tensorboard", folder=True))
     if args.cache_dir:
         cache = files.expand(args.cache_dir)  # one that cannot be written: a warning (README)
@@ -319,19 +309,9 @@ def finish(
     extras: dict[str, Any],
     artifacts: Artifacts,
 ) -> TrainResult:
-    """Writes upstream's artifacts (model dir first, run file last) from what the run computed;
-    scores nothing itself.
-
-    Args:
-      args: resolved options (they name and hash the artifacts, at `artifacts.places`).
-      model: the model to save, with its final weights.
-      stats: the feature statistics it was trained with (stored in the run file).
-      final: its final validation errors, kept-default choice and test ranking or errors
-        (`scoring.final_scores`).
-      curve: upstream's `train_curve` (empty lists for an untrained model: no PNG then).
-      extras: ours, stored under the run file's `tpu_tiles` key.
-      artifacts: from `writing_into(args)`.
-    """
+    """Writes upstream's artifacts from what the run computed (`final`: its scores, from
+    `scoring.final_scores`; `curve`: empty lists for an untrained model, then no PNG; `extras`:
+    ours, under the run file's `tpu_tiles` key), the run file last; scores nothing itself."""
     paths, val = artifacts.places, final.val
     val_errors = val.errors
     run_info: dict[str, Any] = dict(

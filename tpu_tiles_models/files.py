@@ -50,11 +50,11 @@ def cannot_write(place: str, err: OSError, *, flag: str | None = None) -> WriteE
     """'cannot write --out x.csv (No space left on device); free some space or pass another
     --out': the reason, and the fix for that reason."""
     return WriteError(
-        f"cannot write {place} ({err.strerror or type(err).__name__}); {fix(err, flag)}"
+        f"cannot write {place} ({err.strerror or type(err).__name__}); {_fix(err, flag)}"
     )
 
 
-def fix(err: OSError, flag: str | None) -> str:
+def _fix(err: OSError, flag: str | None) -> str:
     """What the user does about a failed write: it depends on why it failed."""
     if err.errno in _FULL_ERRNOS:
         return room_fix(flag, err)
@@ -118,27 +118,17 @@ def make_dirs(
     path = Path(path)
     where = where or named(path, flag)
     base = nearest_folder(path, where, flag)
-    missing = []
-    for folder in (path, *path.parents):
-        if folder == base:
-            break
-        missing.append(folder)
-    made = None
-    for folder in reversed(missing):
-        try:
-            folder.mkdir()
-        except FileExistsError:
-            if not folder.is_dir():
-                raise WriteError(
-                    f"{where}: {folder} is a file, not a folder; pass {another(flag)}"
-                ) from None
-            continue
-        except OSError as err:
-            remove_made_dirs(made, folder.parent)
-            raise WriteError(
-                f"cannot create the folder {folder} for {where} ({err.strerror}); {fix(err, flag)}"
-            ) from err
-        made = made or folder
+    made = next((f for f in (path, *path.parents) if f.parent == base and f != base), None)
+    try:
+        os.makedirs(path, exist_ok=True)
+    except OSError as err:
+        remove_made_dirs(made, path)
+        if isinstance(err, (FileExistsError, NotADirectoryError)):  # a file made meanwhile
+            raise WriteError(f"{where}: a file is in the way; pass {another(flag)}") from None
+        raise WriteError(
+            f"cannot create the folder {err.filename} for {where} ({err.strerror}); "
+            f"{_fix(err, flag)}"
+        ) from err
     return made
 
 

@@ -1,15 +1,12 @@
 """Outputs written safely: claimed before any work, written under hidden names, put in place.
 
-A command names what it writes (`Output`) and what it reads (`Input`) and calls `claim` before
-any work: every output's place is tried (a file or folder in the way, names too long for the
-file system, a folder that cannot be written, too little free space), then checked against
-the inputs, the other outputs and finished training runs; what killed processes left there
-is removed. Then each output is written under a hidden name beside its place (`Stage`; one
-file: `atomic_path`) and all are renamed into place at the end, the last one last (a run
-file, which marks the others whole); on a failure or a stop signal what was written goes, and
-the folders made for it. A hidden name carries its owner, `.<name>.<host>-<pid>-<random>.tmp`,
-so that what a killed process left is told apart from what a running one is writing.
-The promises this keeps: docs/reliability.md.
+A command names what it writes (`Output`) and reads (`Input`) and calls `claim` before any
+work. Each output is then written under a hidden name beside its place (`Stage`; one file:
+`atomic_path`), and all are renamed into place at the end, the last one last (a run file,
+which marks the others whole); a failure or a stop signal removes what was written and the
+folders made for it. A hidden name carries its owner, `.<name>.<host>-<pid>-<random>.tmp`, so
+that what a killed process left is told apart from what a running one writes. The promises
+this keeps: docs/reliability.md.
 """
 
 from __future__ import annotations
@@ -31,8 +28,7 @@ from tpu_tiles_models import files, formats, interrupts
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.files import WriteError
 
-# Free space a file output needs at least: our CSVs, reports and charts take a few KB to a
-# few hundred KB.
+# Free space a file output needs at least: our CSVs, reports and charts take up to a few 100 KB.
 MIN_FREE_BYTES = 1_000_000
 # This machine in a hidden file's owner tag: a process id means something only here.
 _HOST = hashlib.md5(socket.gethostname().encode()).hexdigest()[:6]
@@ -60,12 +56,13 @@ def place_of(path: Path) -> Path:
 
 
 class Leftover(NamedTuple):
-    """A hidden file whose owner process is gone."""
+    """A hidden file whose owner process is gone, the name it was written for, its tag and
+    its kind ("tmp" or "old")."""
 
     path: Path
-    name: str  # the name it was written for
+    name: str
     tag: str
-    kind: str  # "tmp" or "old"
+    kind: str
 
 
 def leftovers(folder: str | os.PathLike, names: Iterable[str] | None = None) -> list[Leftover]:
@@ -73,26 +70,17 @@ def leftovers(folder: str | os.PathLike, names: Iterable[str] | None = None) -> 
     gone, in name order. One of another machine (a shared folder) cannot be asked: it stays."""
     if files.is_remote(folder) or not os.path.isdir(folder):
         return []
-    wanted = None if names is None else set(names)
     found = []
     for entry in sorted(os.scandir(folder), key=lambda e: e.name):
         m = _HIDDEN.match(entry.name)
-        if m and (wanted is None or m["name"] in wanted) and m["host"] == _HOST:
-            if _gone(int(m["pid"])):
+        if m and (names is None or m["name"] in names) and m["host"] == _HOST:
+            try:
+                os.kill(int(m["pid"]), 0)
+            except ProcessLookupError:
                 found.append(Leftover(Path(entry.path), m["name"], m["tag"], m["kind"]))
+            except OSError:  # PermissionError: another user's process, running
+                pass
     return found
-
-
-def _gone(pid: int) -> bool:
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # PermissionError: another user's process, running
-        return False
-    return False
 
 
 def remove_leftovers(folder: str | os.PathLike, names: Iterable[str] | None = None) -> list[Path]:
@@ -122,15 +110,12 @@ class Output:
     path: str | os.PathLike
     flag: str
     example: str = ""  # another value to suggest, e.g. "predictions_kaggle.csv"
-    folder: bool = False  # a folder it fills (else a file, or a folder renamed into place)
+    folder: bool = False  # a folder it fills or puts in place (else a file)
     need_bytes: int | None = None  # free space it needs; default MIN_FREE_BYTES for a file
-    # A training run's own artifact: whether an old one may be replaced is `export`'s call.
-    artifact: bool = False
+    artifact: bool = False  # a run's own: whether an old one is replaced is `export`'s call
     adds_to: bool = False  # a folder it only adds its own files to: an input in it is safe
     best_effort: bool = False  # a cache: one that cannot be written is its writer's warning
-    # The hash of the training run writing it: that run's own curve and results CSV are its
-    # to replace on a rerun (`export`), another run's never.
-    run: str = ""
+    run: str = ""  # the hash of the run writing it: its own curve and CSV are its to replace
 
 
 class OutputError(FlagError):
@@ -149,18 +134,36 @@ def split_inputs(
 
 
 def claim(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
-    """What every command calls before any work. In this order, the first fault a one-line
-    UserError naming the output's flag and the fix: each output's place (a folder where a
-    file goes or the reverse, a file among its parents, a name too long, a folder that a probe
-    file cannot be written to, less free space than it needs; not for a `best_effort` one);
-    then an output that is an input, lies in an input folder or holds an input, two outputs at
-    one path, and an output over a finished run's run file, into its model directory, over
-    its training curve or the results CSV its run file names (OutputError). Then removes what
-    killed processes left beside each output (and in a folder output)."""
+    """What every command calls before any work; the first fault is one line naming the flag
+    and the fix. In this order: each output's place (a folder where a file goes or the
+    reverse, a file among its parents, a name too long, a folder a probe file cannot be
+    written to, too little free space; WriteError); then an output that is an input, lies in
+    an input folder or holds one, two outputs at one path, and one over a finished run's run
+    file, model directory, training curve or the results CSV its run file names (OutputError).
+    Then removes what killed processes left beside each output (and in a folder output)."""
     probed: set[Path] = set()
     for out in outputs:
-        if not out.best_effort:
-            _try_place(out, probed)
+        path, flag = files.expand(out.path), out.flag
+        where = files.named(path, flag)
+        base = None if out.best_effort else _target(path, where, flag, folder=out.folder)
+        if base is not None and base not in probed:  # permission bits do not tell: try it
+            probe = hidden_path(base / "tpu-tiles-probe")  # if killed here: removable
+            try:
+                os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+                os.unlink(probe)
+            except OSError as err:
+                raise files.cannot_write(where, err, flag=flag) from err
+            probed.add(base)
+        need = (
+            out.need_bytes if out.need_bytes is not None else (0 if out.folder else MIN_FREE_BYTES)
+        )
+        free = shutil.disk_usage(base).free if base is not None else need
+        if free < need:
+            raise WriteError(
+                f"cannot write {where}: about {files.format_size(need)} needed, "
+                f"{files.format_size(free)} free on its disk; free some space or pass "
+                f"{files.another(flag)}"
+            )
     _check_clashes(outputs, inputs)
     for out in outputs:
         place = files.expand(out.path)
@@ -170,44 +173,21 @@ def claim(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
                 remove_leftovers(place)
 
 
-def _try_place(out: Output, probed: set[Path]) -> None:
-    path, flag = files.expand(out.path), out.flag
-    where = files.named(path, flag)
-    if files.is_remote(path):
-        if not out.folder and files.isdir(path):
-            raise WriteError(f"{where} is a folder; pass the path of a file to write")
-        return
-    path = Path(path)
-    base = files.nearest_folder(path if out.folder else path.parent, where, flag, target=out.folder)
-    _check_names(path, base, where, flag, temp=not out.folder)
-    if not out.folder and path.is_dir():
+def _target(path: str | os.PathLike, where: str, flag: str | None, *, folder: bool) -> Path | None:
+    """A folder where a file goes or the reverse, a file among its parents, or a name too long
+    for its file system (a file's with the extra characters of its hidden name): a WriteError.
+    Returns a local `path`'s nearest existing folder."""
+    if not folder and files.isdir(path):
         raise WriteError(f"{where} is a folder; pass the path of a file to write")
-    if base not in probed:
-        probe = hidden_path(base / "tpu-tiles-probe")  # if killed here: a leftover, removable
-        try:
-            os.close(os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
-            os.unlink(probe)
-        except OSError as err:  # permission bits do not tell: root, a read-only mount
-            raise files.cannot_write(where, err, flag=flag) from err
-        probed.add(base)
-    need = out.need_bytes if out.need_bytes is not None else (0 if out.folder else MIN_FREE_BYTES)
-    free = shutil.disk_usage(base).free
-    if free < need:
-        raise WriteError(
-            f"cannot write {where}: about {files.format_size(need)} needed, "
-            f"{files.format_size(free)} free on its disk; free some space or pass "
-            f"{files.another(flag)}"
-        )
-
-
-def _check_names(path: Path, base: Path, where: str, flag: str | None, *, temp: bool) -> None:
-    """Every name in `path` fits the file system of `base`; a file's with the extra
-    characters of the hidden name it is written under first."""
+    if files.is_remote(path):
+        return None
+    path = Path(path)
+    base = files.nearest_folder(path if folder else path.parent, where, flag, target=folder)
     try:
         limit = os.pathconf(base, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # not every system says
         limit = 255
-    extra = len(hidden_path(path).name) - len(path.name) if temp else 0
+    extra = 0 if folder else len(hidden_path(path).name) - len(path.name)
     for i, name in enumerate(path.parts):
         size = len(os.fsencode(name))
         allowed = limit - (extra if i == len(path.parts) - 1 else 0)
@@ -217,6 +197,7 @@ def _check_names(path: Path, base: Path, where: str, flag: str | None, *, temp: 
                 f"cannot write {where}: the name {short!r} is {size} bytes long, more than the "
                 f"{allowed} its file system allows; pass {files.another(flag)} with shorter names"
             )
+    return base
 
 
 def _check_clashes(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
@@ -252,9 +233,7 @@ def _check_clashes(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
 
 
 def _inside(path: str, folder: str) -> bool:
-    if files.is_remote(path) != files.is_remote(folder):
-        return False
-    if files.is_remote(path):
+    if files.is_remote(path) or files.is_remote(folder):
         return path.startswith(folder + "/")
     return path != folder and os.path.commonpath([path, folder]) == folder
 
@@ -285,15 +264,11 @@ def _run_part(path: str, own: str = "") -> str | None:
     if not os.path.isfile(path):  # a file not there yet replaces nothing
         return None
     for run_file in sorted(Path(folder).glob(formats.RUN_FILE_GLOB)):
-        if run_file.name == formats.run_file_name(own):
-            continue
+        csv = ""
         with contextlib.suppress(OSError):  # unreadable: it names nothing we can tell
-            csv = formats.named_results_csv(run_file.read_bytes())
-            if (
-                csv
-                and not files.is_remote(csv)
-                and (os.path.basename(csv) == name or files.canonical(csv) == path)
-            ):
+            csv = formats.named_results_csv(run_file.read_bytes()) or ""
+        if run_file.name != formats.run_file_name(own) and csv and not files.is_remote(csv):
+            if os.path.basename(csv) == name or files.canonical(csv) == path:
                 return f"the results CSV that {run_file.name} names, part"
     return None
 
@@ -302,19 +277,18 @@ def _run_part(path: str, own: str = "") -> str | None:
 
 
 class Stage:
-    """Outputs written under hidden names beside their places (one tag for all), put in place
-    together by `commit`, removed by `discard`. A remote place (`gs://`) is written in a
-    local folder and copied at the end."""
+    """Outputs written under hidden names beside their places (one tag for all; a remote one
+    in a local folder), put in place together by `commit`, removed by `discard`."""
 
     def __init__(self) -> None:
         self.tag = new_tag()
-        self.moves: list[tuple[Path, Path | str, str | None]] = []  # (written, place, flag)
+        self.moves: list[tuple[Path, Path | str]] = []  # (where written, its place)
         self.made: list[tuple[Path, Path]] = []  # (topmost folder made, the folder made)
         self._local: Path | None = None
 
-    def make_dirs(self, folder: str | os.PathLike, *, flag: str | None = None) -> None:
+    def make_dirs(self, folder: str | os.PathLike, *, flag: str | None, where: str = "") -> None:
         """`files.make_dirs`; `discard` removes what it made, if still empty."""
-        made = files.make_dirs(folder, flag=flag, where=files.named(place_of(Path(folder)), flag))
+        made = files.make_dirs(folder, flag=flag, where=where or None)
         if made:
             self.made.append((made, Path(folder)))
 
@@ -325,59 +299,38 @@ class Stage:
         (`mode & ~umask`); without, the writer makes it (a SavedModel's folder, say)."""
         remote = files.is_remote(place)
         where = files.named(place if remote else place_of(Path(place)), flag)
-        if mode is not None and files.isdir(place):
-            raise WriteError(f"{where} is a folder; pass the path of a file to write")
+        _target(place, where, flag, folder=mode is None)
         if remote:
             self._local = self._local or Path(tempfile.mkdtemp(prefix="tpu_tiles_"))
             tmp = self._local / str(len(self.moves)) / files.basename(place)
             tmp.parent.mkdir()
         else:
-            place = Path(place)
-            base = files.nearest_folder(place.parent, where, flag)
-            _check_names(place, base, where, flag, temp=True)
-            self.make_dirs(place.parent, flag=flag)
+            self.make_dirs(Path(place).parent, flag=flag, where=where)
             tmp = hidden_path(place, tag=self.tag)
         if mode is not None:
             try:  # the kernel applies the umask (and a default ACL) to `mode`
                 os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
             except OSError as err:
                 raise files.cannot_write(where, err, flag=flag) from err
-        self.moves.append((tmp, place, flag))
+        self.moves.append((tmp, place))
         return tmp
 
     def commit(self) -> None:
-        """Puts every output in place in the order staged, the last one last. A stop signal
-        that came while they were written stops here, with nothing in place. Locally these
-        are renames that no signal interrupts (`put_in_place`); a remote last place is removed
-        first, so that it never marks a mix of old and new outputs (a bucket has no rename)."""
+        """Puts every output in place (`put_in_place`), in the order staged; a stop signal that
+        came while they were written stops here, with nothing in place. A remote last place is
+        removed first: a bucket has no rename, and an old run file must not mark new artifacts
+        while they are copied."""
         interrupts.check()
-        local = [(tmp, Path(p)) for tmp, p, _ in self.moves if not files.is_remote(p)]
-        remote = [m for m in self.moves if files.is_remote(m[1])]
-        last = remote.pop() if remote and remote[-1] == self.moves[-1] else None
-        copied: list[str] = []
-        try:
-            if last:
-                files.remove(last[1])
-            for tmp, place, flag in remote:
-                copied.append(place)
-                _copy_out(tmp, place, flag)
-                interrupts.check()
-            if local:
-                with interrupts.critical():
-                    put_in_place(local)
-            if last:
-                copied.append(last[1])
-                _copy_out(*last)
-        except BaseException:
-            for place in copied:
-                files.remove(place)
-            raise
+        if self.moves and files.is_remote(self.moves[-1][1]):
+            files.remove(self.moves[-1][1])
+        with interrupts.critical():
+            put_in_place(self.moves)
         self.moves, self.made = [], []
         self.discard()
 
     def discard(self) -> None:
         """Removes what was written (nothing once committed) and the folders made for it."""
-        for tmp, _, _ in self.moves:
+        for tmp, _ in self.moves:
             files.remove(tmp)
         for made, folder in reversed(self.made):
             files.remove_made_dirs(made, folder)
@@ -386,38 +339,41 @@ class Stage:
         self.moves, self.made, self._local = [], [], None
 
 
-def _copy_out(tmp: Path, url: str, flag: str | None) -> None:
-    if tmp.is_dir():
-        files.remove(url)
-        files.copy_tree(tmp, url, flag=flag)
-    else:
-        files.put_file(tmp, url, flag=flag)
-
-
-def put_in_place(moves: Sequence[tuple[Path, Path]]) -> None:
-    """Renames each written path onto its place, the last with `os.replace` (a reader never
-    finds it missing), the others after moving what is there aside (`.<name>.<tag>.old`,
-    removed at the end: a folder cannot be renamed over). If a rename fails, those done are
-    undone. A written path that is gone was put in place already (a killed commit's rest)."""
-    done: list[tuple[Path, Path, Path | None]] = []
+def put_in_place(moves: Sequence[tuple[Path, Path | str]]) -> None:
+    """Puts each written path in place, in order. A local one is renamed, the last with
+    `os.replace` (a reader never finds it missing), the others after moving what is there aside
+    (`.<name>.<tag>.old`, removed at the end: a folder cannot be renamed over); a remote one is
+    copied. If one fails, those done are undone (a remote one removed). A written path that is
+    gone was put in place already (the rest of a killed commit)."""
+    done: list[tuple[Path, Path | str, Path | None]] = []
     try:
         for i, (tmp, place) in enumerate(moves):
             if not os.path.lexists(tmp):
                 continue
+            done.append((tmp, place, None))
+            if files.is_remote(place):
+                if tmp.is_dir():
+                    files.remove(place)
+                    files.copy_tree(tmp, place)
+                else:
+                    files.put_file(tmp, place)
+                continue
+            place = Path(place)
             if place.is_file() and tmp.is_file():  # as `open(place, "w")`: its own mode
                 os.chmod(tmp, stat.S_IMODE(place.stat().st_mode))
             if i == len(moves) - 1:
                 os.replace(tmp, place)
                 break
-            old = hidden_path(place, "old") if os.path.lexists(place) else None
-            if old:
-                os.rename(place, old)
-            done.append((tmp, place, old))
+            if os.path.lexists(place):
+                done[-1] = (tmp, place, hidden_path(place, "old"))
+                os.rename(place, done[-1][2])
             os.rename(tmp, place)
     except BaseException:
         for tmp, place, old in reversed(done):
             with contextlib.suppress(OSError):  # as much as can be undone
-                if not os.path.lexists(tmp) and os.path.lexists(place):
+                if files.is_remote(place):
+                    files.remove(place)
+                elif not os.path.lexists(tmp) and os.path.lexists(place):
                     os.rename(place, tmp)
                 if old is not None:
                     os.rename(old, place)
@@ -431,10 +387,9 @@ def put_in_place(moves: Sequence[tuple[Path, Path]]) -> None:
 def atomic_paths(
     targets: Sequence[tuple[str | os.PathLike, str | None]], *, mode: int = 0o666
 ) -> Iterator[list[Path]]:
-    """Yields an empty hidden file beside each `(path, flag)` (`Stage.path`); puts them all
-    in place when the block succeeds (an existing file keeps its permissions), none if it
-    fails or a stop signal came meanwhile. A write that fails is a WriteError naming the
-    path and its flag, never the hidden name; other errors of the block pass through."""
+    """Yields an empty hidden file beside each `(path, flag)`; puts them all in place when the
+    block succeeds, none if it fails or a stop signal came meanwhile. A write that fails is a
+    WriteError naming the path and its flag, never the hidden name."""
     stage = Stage()
     try:
         tmps = [stage.path(path, flag=flag, mode=mode) for path, flag in targets]
@@ -444,7 +399,7 @@ def atomic_paths(
         if isinstance(err, UserError):
             raise
         names = {os.fspath(n) for n in (err.filename, err.filename2) if n is not None}
-        hit = [i for i, (tmp, _, _) in enumerate(stage.moves) if os.fspath(tmp) in names]
+        hit = [i for i, (tmp, _) in enumerate(stage.moves) if os.fspath(tmp) in names]
         if not hit and err.errno not in files.STORAGE_ERRNOS:
             raise
         path, flag = targets[hit[0] if hit else 0]
@@ -459,8 +414,7 @@ def atomic_path(
     path: str | os.PathLike, *, flag: str | None = None, mode: int = 0o666
 ) -> Iterator[Path]:
     """`atomic_paths` for one file. Its hidden name ends in `.tmp`, so globs such as `*.npz`
-    never pick it up; writers that choose a format by extension need it explicitly. `mode`:
-    a new file's permission bits before the umask (a copied executable stays executable)."""
+    never pick it up: writers that choose a format by extension need it explicitly."""
     with atomic_paths([(path, flag)], mode=mode) as (tmp,):
         yield tmp
 
