@@ -121,9 +121,8 @@ class TrainResult:
 
 @dataclass
 class Artifacts:
-    """What a run writes, staged (`safe.Stage`): every artifact under a hidden name beside its
-    place, all put in place by `commit` once the run has finished, the run file last; removed
-    if the run does not get there."""
+    """What a run writes (`safe.Stage`): its artifacts put in place by `commit` once the run has
+    finished, the run file last; removed if the run does not get there."""
 
     args: TrainArgs
     places: RunPaths  # where its artifacts go, worked out once
@@ -144,9 +143,8 @@ class Artifacts:
         return folder
 
     def commit(self, run_info: Mapping) -> Path | str:
-        """Writes the run file and puts every staged artifact in place, the run file last
-        (`safe.Stage.commit`); returns the run file's path. A run of the same options that
-        finished meanwhile is a RunExistsError (without --overwrite)."""
+        """Writes the run file and puts every artifact in place, the run file last; returns its
+        path. A run of the same options finished meanwhile: RunExistsError (no --overwrite)."""
         run_place = self.places.run_file
         if run_info_hash(run_info) != self.places.hash:  # the content must name this run
             raise ValueError(f"run file content of another run than {run_place}")
@@ -215,9 +213,8 @@ def _refuse_to_replace(args: TrainArgs, paths: RunPaths) -> None:
     if files.exists(paths.run_file):
         raise RunExistsError(
             f"--out_dir {paths.out_dir} already holds {files.basename(paths.run_file)}, a run "
-            "with these same "
-            "options; pass --run_id=<tag> to train another beside it, or --overwrite to "
-            "replace it once this run has finished"
+            "with these same options; pass --run_id=<tag> to train another beside it, or "
+            "--overwrite to replace it once this run has finished"
         )
     csv = paths.results_csv
     if args.test_mode == "predictions" and files.exists(csv):

@@ -93,7 +93,7 @@ def format_size(n: float) -> str:
 # -- local folders ----------------------------------------------------------------------------
 
 
-def nearest_folder(path: Path, named: str, flag: str | None, *, target: bool = False) -> Path:
+def nearest_folder(path: Path, where: str, flag: str | None, *, target: bool = False) -> Path:
     """`path` or its nearest existing parent; a file there is a WriteError (`target`: `path`
     is the folder the user named, not the parent of a file)."""
     for folder in (path, *path.parents):
@@ -104,8 +104,8 @@ def nearest_folder(path: Path, named: str, flag: str | None, *, target: bool = F
         if stat.S_ISDIR(mode):
             return folder
         if target and folder == path:
-            raise WriteError(f"{named} is a file; pass a folder")
-        raise WriteError(f"{named}: {folder} is a file, not a folder; pass {another(flag)}")
+            raise WriteError(f"{where} is a file; pass a folder")
+        raise WriteError(f"{where}: {folder} is a file, not a folder; pass {another(flag)}")
     return Path.cwd()
 
 
@@ -123,8 +123,6 @@ def make_dirs(
         os.makedirs(path, exist_ok=True)
     except OSError as err:
         remove_made_dirs(made, path)
-        if isinstance(err, (FileExistsError, NotADirectoryError)):  # a file made meanwhile
-            raise WriteError(f"{where}: a file is in the way; pass {another(flag)}") from None
         raise WriteError(
             f"cannot create the folder {err.filename} for {where} ({err.strerror}); "
             f"{_fix(err, flag)}"

@@ -154,9 +154,7 @@ def claim(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
             except OSError as err:
                 raise files.cannot_write(where, err, flag=flag) from err
             probed.add(base)
-        need = (
-            out.need_bytes if out.need_bytes is not None else (0 if out.folder else MIN_FREE_BYTES)
-        )
+        need = MIN_FREE_BYTES if out.need_bytes is None and not out.folder else out.need_bytes or 0
         free = shutil.disk_usage(base).free if base is not None else need
         if free < need:
             raise WriteError(
@@ -173,16 +171,18 @@ def claim(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
                 remove_leftovers(place)
 
 
-def _target(path: str | os.PathLike, where: str, flag: str | None, *, folder: bool) -> Path | None:
-    """A folder where a file goes or the reverse, a file among its parents, or a name too long
-    for its file system (a file's with the extra characters of its hidden name): a WriteError.
-    Returns a local `path`'s nearest existing folder."""
-    if not folder and files.isdir(path):
+def _target(
+    path: str | os.PathLike, where: str, flag: str | None, *, folder: bool | None
+) -> Path | None:
+    """A folder where a file goes or the reverse (`folder` None: either), a file among its
+    parents, or a name too long for its file system (with the extra characters of a hidden name,
+    unless a folder filled in place): a WriteError. Returns a local `path`'s nearest folder."""
+    if folder is False and files.isdir(path):
         raise WriteError(f"{where} is a folder; pass the path of a file to write")
     if files.is_remote(path):
         return None
     path = Path(path)
-    base = files.nearest_folder(path if folder else path.parent, where, flag, target=folder)
+    base = files.nearest_folder(path if folder else path.parent, where, flag, target=bool(folder))
     try:
         limit = os.pathconf(base, "PC_NAME_MAX")
     except (OSError, ValueError, AttributeError):  # not every system says
@@ -299,7 +299,7 @@ class Stage:
         (`mode & ~umask`); without, the writer makes it (a SavedModel's folder, say)."""
         remote = files.is_remote(place)
         where = files.named(place if remote else place_of(Path(place)), flag)
-        _target(place, where, flag, folder=mode is None)
+        _target(place, where, flag, folder=None if mode is None else False)
         if remote:
             self._local = self._local or Path(tempfile.mkdtemp(prefix="tpu_tiles_"))
             tmp = self._local / str(len(self.moves)) / files.basename(place)
