@@ -242,7 +242,9 @@ def outputs(args: TrainArgs, paths: RunPaths | None = None) -> list[safe.Output]
         places.append(safe.Output(paths.tensorboard, "--tensorboard", folder=True))
     if args.cache_dir:
         cache = files.expand(args.cache_dir)  # one that cannot be written: a warning (README)
-        places.append(safe.Output(cache, "--cache_dir", adds_to=True, best_effort=True))
+        places.append(
+            safe.Output(cache, "--cache_dir", folder=True, adds_to=True, best_effort=True)
+        )
     return places
 
 

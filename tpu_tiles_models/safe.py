@@ -240,11 +240,9 @@ def _inside(path: str, folder: str) -> bool:
 
 def _same(a: str, b: str) -> bool:
     """Whether canonical paths `a` and `b` are one file: one path, or hard links."""
-    if a == b:
-        return True
     try:
-        return not (files.is_remote(a) or files.is_remote(b)) and os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet)
+        return a == b or os.path.samefile(a, b)
+    except OSError:  # one of them does not exist (yet), or is remote
         return False
 
 

@@ -298,11 +298,11 @@ def _run(args: SweepArgs) -> SweepSummary:
     base, out_dir, sweep_dir = args.base, args.out_dir, files.join(args.out_dir, "sweep")
     grids = parse_grid(args.grid)
     points = expand(grids, base, random_points=args.random, random_seed=args.random_seed)
-    writes = [
+    writes = [w for p in points for w in export.outputs(p.args)]  # --out_dir itself first
+    writes += [
         safe.Output(files.join(out_dir, f"sweep.{e}"), "--out_dir") for e in leaderboard.FILES
     ]
-    writes.append(safe.Output(sweep_dir, "--out_dir", adds_to=True))
-    writes += [w for p in points for w in export.outputs(p.args)]
+    writes.append(safe.Output(sweep_dir, "--out_dir", folder=True, adds_to=True))
     reads = safe.split_inputs(base.data_root) + registry.models_inputs(base.models)
     safe.claim(writes, reads)  # before any work
     todo = [p for p in points if run_file.completed_run(out_dir, p.hash) is None]
