@@ -151,6 +151,8 @@ class Artifacts:
         # Staged last, written whole: a run killed after this is finished by `recover`.
         safe.write_bytes(self.stage(run_place), run_file.run_bytes(run_info))
         _refuse_to_replace(self.args, self.places)
+        if files.is_remote(run_place):  # a bucket has no rename: no old run file marks the new
+            files.remove(run_place)  # artifacts while they are copied
         self.staged.commit()
         for folder, before in self.logs.items():  # the replaced run's events
             for name in before or ():

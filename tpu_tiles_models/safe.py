@@ -315,12 +315,8 @@ class Stage:
 
     def commit(self) -> None:
         """Puts every output in place (`put_in_place`), in the order staged; a stop signal that
-        came while they were written stops here, with nothing in place. A remote last place is
-        removed first: a bucket has no rename, and an old run file must not mark new artifacts
-        while they are copied."""
+        came while they were written stops here, with nothing in place."""
         interrupts.check()
-        if self.moves and files.is_remote(self.moves[-1][1]):
-            files.remove(self.moves[-1][1])
         with interrupts.critical():
             put_in_place(self.moves)
         self.moves, self.made = [], []
@@ -348,13 +344,14 @@ def put_in_place(moves: Sequence[tuple[Path, Path | str]]) -> None:
         for i, (tmp, place) in enumerate(moves):
             if not os.path.lexists(tmp):
                 continue
-            done.append((tmp, place, None))
             if files.is_remote(place):
                 if tmp.is_dir():
                     files.remove(place)
+                    done.append((tmp, place, None))  # a half copy goes too
                     files.copy_tree(tmp, place)
                 else:
-                    files.put_file(tmp, place)
+                    files.put_file(tmp, place)  # whole, or the old file as it was
+                    done.append((tmp, place, None))
                 continue
             place = Path(place)
             if place.is_file() and tmp.is_file():  # as `open(place, "w")`: its own mode
@@ -362,9 +359,10 @@ def put_in_place(moves: Sequence[tuple[Path, Path | str]]) -> None:
             if i == len(moves) - 1:
                 os.replace(tmp, place)
                 break
-            if os.path.lexists(place):
-                done[-1] = (tmp, place, hidden_path(place, "old"))
-                os.rename(place, done[-1][2])
+            old = hidden_path(place, "old") if os.path.lexists(place) else None
+            if old:
+                os.rename(place, old)
+            done.append((tmp, place, old))
             os.rename(tmp, place)
     except BaseException:
         for tmp, place, old in reversed(done):
