@@ -135,12 +135,13 @@ def split_inputs(
 
 def claim(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
     """What every command calls before any work; the first fault is one line naming the flag
-    and the fix. In this order: each output's place (a folder where a file goes or the
-    reverse, a file among its parents, a name too long, a folder a probe file cannot be
-    written to, too little free space; WriteError); then an output that is an input, lies in
-    an input folder or holds one, two outputs at one path, and one over a finished run's run
-    file, model directory, training curve or the results CSV its run file names (OutputError).
+    and the fix. In this order: an output that is an input, lies in an input folder or holds
+    one, two outputs at one path, and one over a finished run's run file, model directory,
+    training curve or the results CSV its run file names (OutputError); then each output's
+    place (a folder where a file goes or the reverse, a file among its parents, a name too
+    long, a folder a probe file cannot be written to, too little free space; WriteError).
     Then removes what killed processes left beside each output (and in a folder output)."""
+    _check_clashes(outputs, inputs)
     probed: set[Path] = set()
     for out in outputs:
         path, flag = files.expand(out.path), out.flag
@@ -162,7 +163,6 @@ def claim(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
                 f"{files.format_size(free)} free on its disk; free some space or pass "
                 f"{files.another(flag)}"
             )
-    _check_clashes(outputs, inputs)
     for out in outputs:
         place = files.expand(out.path)
         if not files.is_remote(place) and not out.best_effort:
@@ -253,8 +253,8 @@ def _run_part(path: str, own: str = "") -> str | None:
     name, folder = os.path.basename(path), os.path.dirname(path)
     if formats.run_file_hash(name) is not None and os.path.isfile(path):
         return "a run file"
-    for parent in Path(path).parents:
-        if (parent / formats.SAVED_MODEL_FILE).is_file():
+    for parent in Path(path).parents:  # (os.path.isfile: a name too long is no model dir)
+        if os.path.isfile(parent / formats.SAVED_MODEL_FILE):
             return f"inside the model directory {parent}"
     h = formats.curve_hash(name)
     if h not in (None, own) and os.path.isfile(os.path.join(folder, formats.run_file_name(h))):
