@@ -221,27 +221,19 @@ def basename(path: str | os.PathLike) -> str:
 
 def with_name(path: str | os.PathLike, name: str) -> Path | str:
     """`path` with its last name replaced: a `Path`, or a string for a URL."""
-    if not is_remote(path):
-        return Path(path).with_name(name)
-    return join(_parent(os.fspath(path)), name)
+    return join(_parent(os.fspath(path)), name) if is_remote(path) else Path(path).with_name(name)
 
 
 def exists(path: str | os.PathLike) -> bool:
-    if is_remote(path):
-        return _gfile().exists(os.fspath(path))
-    return os.path.exists(path)
+    return _gfile().exists(os.fspath(path)) if is_remote(path) else os.path.exists(path)
 
 
 def isdir(path: str | os.PathLike) -> bool:
-    if is_remote(path):
-        return _gfile().isdir(os.fspath(path))
-    return os.path.isdir(path)
+    return _gfile().isdir(os.fspath(path)) if is_remote(path) else os.path.isdir(path)
 
 
 def isfile(path: str | os.PathLike) -> bool:
-    if is_remote(path):
-        return exists(path) and not isdir(path)
-    return os.path.isfile(path)
+    return (exists(path) and not isdir(path)) if is_remote(path) else os.path.isfile(path)
 
 
 def glob(pattern: str) -> list[str]:
