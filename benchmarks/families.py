@@ -59,7 +59,7 @@ from suite import (
     run_sweep,
 )
 
-from tpu_tiles_models import data, files, inspection, metrics, run_file, synthetic
+from tpu_tiles_models import data, inspection, metrics, run_file, safe, synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "families.json"
@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> None:
     if fixture:
         doc["real_fixture"] = fixture_rankers(fixture)
     doc["targets"] = target_rows(results)
-    with files.atomic_path(out) as tmp:
+    with safe.atomic_path(out) as tmp:
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(doc))
     print(out.with_suffix(".md").read_text())

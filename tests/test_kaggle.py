@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import file_mode
 
-from tpu_tiles_models import files, kaggle
+from tpu_tiles_models import files, kaggle, safe
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kaggle import KaggleError
 
@@ -341,7 +341,7 @@ def test_out_equal_to_an_input_is_refused_and_the_input_kept(small_sample, tmp_p
     monkeypatch.chdir(tmp_path)
     before = {p: p.read_bytes() for p in (small_sample, preds)}
     for flag, out, named in _same_file_cases(tmp_path, small_sample, preds):
-        with pytest.raises(files.OutputError) as err:  # the check every command shares
+        with pytest.raises(safe.OutputError) as err:  # the check every command shares
             kaggle.merge_kaggle(small_sample, preds, out)
         assert str(err.value) == (
             f"--out {out} is the {flag} file {named}; writing it would destroy that input, "

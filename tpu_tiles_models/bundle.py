@@ -19,7 +19,17 @@ from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import files, formats, interrupts, locks, registry, run_file, runs, scoring
+from tpu_tiles_models import (
+    files,
+    formats,
+    interrupts,
+    locks,
+    registry,
+    run_file,
+    runs,
+    safe,
+    scoring,
+)
 from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.runs import TrainedRun
 
@@ -48,7 +58,7 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
 
 def _copy_tree(src: Path, dst: Path) -> None:
     """Copies folder `src` to a hidden name beside `dst`, then renames it into place."""
-    tmp = files.hidden_path(dst)
+    tmp = safe.hidden_path(dst)
     try:
         files.copy_tree(src, tmp, flag="--out")
         tmp.rename(dst)
@@ -109,14 +119,14 @@ def make_bundle(
             )
         size = sum(p.stat().st_size for p in model_dir.rglob("*") if p.is_file())
         size += source.stat().st_size + run_path.stat().st_size
-        files.check_folder(out, flag="--out", need_bytes=size)
-        files.prepare_outputs(
+        safe.claim(
             [
-                files.Output(out / MODELS_FILE, "--out"),
-                files.Output(out / model_dir.name, "--out", artifact=True),
-                files.Output(out / run_path.name, "--out", artifact=True),
+                safe.Output(out, "--out", folder=True, adds_to=True, need_bytes=size),
+                safe.Output(out / MODELS_FILE, "--out"),
+                safe.Output(out / model_dir.name, "--out", folder=True, artifact=True),
+                safe.Output(out / run_path.name, "--out", artifact=True),
             ],
-            [*run_file.run_inputs(model_dir), files.Input(source, "--models file")],
+            [*run_file.run_inputs(model_dir), safe.Input(source, "--models file")],
         )
         # The run file last: a run file never points at a model that is not there.
         copies = [(source, out / MODELS_FILE), (model_dir, out / model_dir.name)]
@@ -136,7 +146,7 @@ def make_bundle(
                 if src.is_dir():
                     _copy_tree(src, dst)
                 else:
-                    files.copy_file(src, dst, flag="--out")
+                    safe.copy_file(src, dst, flag="--out")
         except BaseException:  # a stop signal or a failed copy: what this call added goes
             for _, path in new:
                 files.remove(path)

@@ -75,19 +75,16 @@ def _install(a: argparse.Namespace) -> None:
 
 
 def _evaluate(a: argparse.Namespace) -> None:
-    from tpu_tiles_models import evaluate, files
+    from tpu_tiles_models import evaluate, safe
 
     writes = [(a.json, "--json"), (a.png, "--png")]
-    for path, flag in writes:
-        if path:  # a folder, a read-only disk: before minutes of evaluating
-            files.check_output_path(files.expand(path), flag=flag)
     result = evaluate.evaluate_dirs(
         a.dirs,
         a.data_root,
         cache_dir=a.cache_dir or None,
         models_path=a.models,
         progress=not a.no_progress,
-        outputs=[files.Output(path, flag) for path, flag in writes if path],
+        outputs=[safe.Output(path, flag) for path, flag in writes if path],
     )
     written = evaluate.write_outputs(result, json_path=a.json, png_path=a.png)
     print(evaluate.format_table(result))  # after the files: `| head` loses none of them

@@ -30,7 +30,7 @@ import tensorflow as tf
 import tensorflow_gnn as tfgnn
 import tqdm
 
-from tpu_tiles_models import cache, files, interrupts, kernel_files
+from tpu_tiles_models import cache, files, interrupts, kernel_files, safe
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, REQUIRED_KEYS, SPLITS
 from tpu_tiles_models.kernel_files import DataError, runtime_ratios, split_files, tile_id_of
 
@@ -191,7 +191,7 @@ def load_split(
         )
     if cache_path is not None:
         try:  # the cache only saves time: a disk that is full or read-only gets a warning
-            with files.atomic_path(cache_path, flag="--cache_dir") as tmp, open(tmp, "wb") as f:
+            with safe.atomic_path(cache_path, flag="--cache_dir") as tmp, open(tmp, "wb") as f:
                 arrays = {name: getattr(out, name) for name in _ARRAY_FIELDS}
                 cache.write(f, arrays, {"files": out.files, "skipped": skipped})
         except files.WriteError as err:
@@ -305,7 +305,7 @@ class FeatureStats:
         return stats
 
     def save(self, path: str | os.PathLike) -> None:
-        with files.atomic_path(path) as tmp:
+        with safe.atomic_path(path) as tmp:
             tmp.write_text(json.dumps(self.to_json(), allow_nan=False), encoding="utf-8")
 
     @classmethod

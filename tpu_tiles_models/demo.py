@@ -141,7 +141,7 @@ def run(a: DemoArgs) -> None:
     ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
     import tensorflow as tf
 
-    from tpu_tiles_models import evaluate, files, kaggle, predict, run_file, synthetic, train
+    from tpu_tiles_models import evaluate, files, kaggle, predict, run_file, safe, synthetic, train
 
     out = Path(files.canonical(a.out, what="--out"))
     train_args = _train_args(a, out)
@@ -153,12 +153,12 @@ def run(a: DemoArgs) -> None:
     valid = max(a.train // 5, 20)  # upstream's flags need 10 with >= 10 configs
     new_kernels = 0 if have_data else a.train + valid + TEST_KERNELS
     need = _BYTES_BESIDE_DATA + new_kernels * _BYTES_PER_KERNEL
-    files.check_folder(out, flag="--out", need_bytes=need)
     written = [EVALUATION_CSV, EVALUATION_PNG, PREDICTIONS_CSV, KAGGLE_CSV]
     written += [] if a.sample else [SAMPLE_CSV]
-    files.prepare_outputs(
-        [files.Output(out / name, "--out") for name in written],
-        [files.Input(a.sample, "--sample file")] if a.sample else [],
+    safe.claim(
+        [safe.Output(out, "--out", folder=True, adds_to=True, need_bytes=need)]
+        + [safe.Output(out / name, "--out") for name in written],
+        [safe.Input(a.sample, "--sample file")] if a.sample else [],
     )
     before = _entries(out)
     made = files.make_dirs(out, flag="--out")
@@ -191,7 +191,7 @@ def run(a: DemoArgs) -> None:
         chart = evaluate.plot(result, out / EVALUATION_PNG)
         rows = _evaluation_rows(result)
         table = [[r["model"], *(f"{r[c]:.4f}" for c in EVALUATION_COLUMNS[1:])] for r in rows]
-        with files.atomic_path(out / EVALUATION_CSV) as tmp:
+        with safe.atomic_path(out / EVALUATION_CSV) as tmp:
             tmp.write_text("\n".join(",".join(r) for r in [EVALUATION_COLUMNS, *table]) + "\n")
 
         print(f"\n== predicting the test split with the exported {RECOMMENDED_MODEL}")

@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, registry, run_file, scoring, train
+from tpu_tiles_models import data, export, registry, run_file, safe, scoring, train
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
@@ -138,11 +138,9 @@ def build_ensemble(
         )
         .resolved()
     )
-    inputs = files.split_inputs(data_root, ("valid", "test"))
+    inputs = safe.split_inputs(data_root, ("valid", "test"))
     for run in runs:
         inputs += run_file.run_inputs(run.model_dir, "--dirs")
-    files.check_folder(files.expand(args.out_dir), flag="--out_dir")
-    files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
     with export.writing_into(args, inputs) as artifacts:
         ds = _same_data(runs, os.fspath(data_root), cache_dir)
         model = _assemble(runs, args, ds)

@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import files, formats, metrics, registry, run_file, scoring
+from tpu_tiles_models import files, formats, metrics, registry, run_file, safe, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
 from tpu_tiles_models.runs import TrainedRun
@@ -116,7 +116,7 @@ def evaluate_dirs(
     cache_dir: str | None = None,
     models_path: str | Path | None = None,
     progress: bool = True,
-    outputs: Sequence[files.Output] = (),
+    outputs: Sequence[safe.Output] = (),
 ) -> dict[str, Any]:
     """Evaluates every model of `dirs` on the valid split of `data_root`, after checking
     `outputs` (`--json`, `--png`) against every model dir, run file and the data.
@@ -130,10 +130,10 @@ def evaluate_dirs(
     """
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))
-    inputs = files.split_inputs(root) + registry.models_inputs(models_path)
+    inputs = safe.split_inputs(root) + registry.models_inputs(models_path)
     for model_dir in model_dirs:
         inputs += run_file.run_inputs(model_dir, "--dirs")
-    files.prepare_outputs(outputs, inputs)
+    safe.claim(outputs, inputs)
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     models, baselines = [], None
     for i, model_dir in enumerate(
@@ -257,10 +257,10 @@ def write_outputs(
     png_path: str | os.PathLike | None = None,
 ) -> list[Path]:
     """Writes `result` as indented JSON and as a chart (`draw`), those given, together: both
-    or, on a failure or a stop signal, neither (`files.atomic_paths`). Returns their paths."""
+    or, on a failure or a stop signal, neither (`safe.atomic_paths`). Returns their paths."""
     given = [(p, flag) for p, flag in ((json_path, "--json"), (png_path, "--png")) if p]
     paths = [Path(os.path.expanduser(os.fspath(p))) for p, _ in given]
-    with files.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
+    with safe.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
         for (_, flag), tmp in zip(given, tmps):
             if flag == "--json":
                 tmp.write_text(json.dumps(result, indent=2, allow_nan=False), encoding="utf-8")

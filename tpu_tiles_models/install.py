@@ -20,7 +20,7 @@ from importlib import util
 from pathlib import Path
 
 import tpu_tiles_models
-from tpu_tiles_models import files, formats, locks
+from tpu_tiles_models import files, formats, locks, safe
 from tpu_tiles_models.errors import UserError
 
 # Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
@@ -80,7 +80,7 @@ def _save_manifest(root: Path, installed: dict) -> None:
         path.unlink(missing_ok=True)
         return
     text = json.dumps({"version": 1, "files": installed}, indent=2, sort_keys=True) + "\n"
-    with files.atomic_path(path) as tmp:
+    with safe.atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
@@ -136,8 +136,8 @@ def install(
         )
     with locks.claim(root, flag="ROOT", command="install"):
         _refuse_folders(root, list(sources))
-        for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
-            files.check_output_path(root / rel)
+        rels = [*sources, f"{BACKUP_DIR}/{MANIFEST}"]
+        safe.claim([safe.Output(root / rel, "") for rel in rels])  # before changing anything
         manifest = _load_manifest(root)
         edited = [
             rel
@@ -207,7 +207,7 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
             entry["link"] = os.readlink(dst)
             action = f"original link to {entry['link']} recorded in {_manifest_path(root)}"
         elif entry["had_original"]:
-            files.copy_file(dst, backup)
+            safe.copy_file(dst, backup)
             action = f"original saved to {backup}"
         else:
             action = "new file"
@@ -221,7 +221,7 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
             infix = "" if number == 1 else f".{number}"
             kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
             if not kept.exists():
-                files.copy_file(dst, kept)
+                safe.copy_file(dst, kept)
                 break
             if kept.is_file() and _sha256(kept) == sha:
                 new = False
@@ -234,7 +234,7 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
     entry["installed_sha256"] = new_sha
     # Record before copying: a crash in between then reads as "edited", never loses data.
     _save_manifest(root, manifest)
-    files.copy_file(src, dst)
+    safe.copy_file(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
 
 
@@ -270,7 +270,7 @@ def uninstall(root: str | os.PathLike[str], *, force: bool = False) -> list[str]
         for rel in sorted(manifest):
             dst, backup = root / rel, root / BACKUP_DIR / rel
             if "link" in manifest[rel]:
-                tmp = files.hidden_path(dst)  # the link made beside it, renamed over it
+                tmp = safe.hidden_path(dst)  # the link made beside it, renamed over it
                 os.symlink(manifest[rel]["link"], tmp)
                 try:
                     os.replace(tmp, dst)
@@ -284,7 +284,7 @@ def uninstall(root: str | os.PathLike[str], *, force: bool = False) -> list[str]
                         f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
                         f"{rel}) and delete {_manifest_path(root)}"
                     )
-                files.copy_file(backup, dst)
+                safe.copy_file(backup, dst)
                 backup.unlink()
                 lines.append(f"restored the original {dst}")
             else:

@@ -20,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Iterable, Mapping, Sequence, Union
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, safe
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import TILE_PREFIX
 
@@ -78,7 +78,7 @@ def format_predictions_csv(rows: Iterable[tuple[str, Sequence[int]]]) -> str:
 
 
 def _write_atomic(path: PathLike, text: str, flag: str) -> None:
-    with files.atomic_path(path, flag=flag) as tmp:
+    with safe.atomic_path(path, flag=flag) as tmp:
         # newline="" so that '\n' is written as-is on every platform (byte-exact output).
         with open(tmp, "w", encoding="utf-8", newline="") as out:
             out.write(text)
@@ -224,11 +224,10 @@ def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
     if Path(out_path).is_dir():
         example = Path(out_path) / "predictions_kaggle.csv"
         raise KaggleError(f"--out {out_path} is a folder; pass a file path, e.g. --out {example}")
-    files.prepare_outputs(
-        [files.Output(out_path, "--out", example="predictions_kaggle.csv")],
-        [files.Input(path, f"{flag} file") for flag, path in inputs.items()],
+    safe.claim(
+        [safe.Output(out_path, "--out", example="predictions_kaggle.csv")],
+        [safe.Input(path, f"{flag} file") for flag, path in inputs.items()],
     )
-    files.check_output_path(out_path, flag="--out")  # its disk's free space, before reading
 
 
 def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: PathLike) -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpu_tiles_models import files, kaggle, registry, run_file, scoring
+from tpu_tiles_models import kaggle, registry, run_file, safe, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -39,12 +39,9 @@ def predict_to_csv(
         raise FlagError(
             f"--keep_default must be one of {', '.join(KEEP_DEFAULT_MODES)}, got {keep_default!r}"
         )
-    files.check_output_path(out, flag="--out")  # before minutes of scoring
     run = TrainedRun.open(model_dir, models_path=models_path)
-    inputs = run_file.run_inputs(run.model_dir) + files.split_inputs(data_root)
-    files.prepare_outputs(
-        [files.Output(out, "--out")], inputs + registry.models_inputs(models_path)
-    )
+    inputs = run_file.run_inputs(run.model_dir) + safe.split_inputs(data_root)
+    safe.claim([safe.Output(out, "--out")], inputs + registry.models_inputs(models_path))
     model, dataset = run.load(data_root, cache_dir=cache_dir, progress=progress)
     keep = run.keeps_default_in(model) if keep_default == "auto" else keep_default == "yes"
     scored = scoring.score_split(

@@ -14,7 +14,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, Callable, Iterator, Mapping
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, safe
 from tpu_tiles_models.errors import FlagError, UserError, one_line
 
 PACKAGE_DIR = Path(__file__).resolve().parent
@@ -47,15 +47,15 @@ def dropin_file(name: str) -> Path:
     raise UserError(f"{name} not found beside {PACKAGE_DIR}; reinstall tpu-tiles-models")
 
 
-def models_inputs(path: str | os.PathLike | None) -> list[files.Input]:
+def models_inputs(path: str | os.PathLike | None) -> list[safe.Input]:
     """A `--models` file (or an upstream root's models.py) as an input, for
-    `files.prepare_outputs`; none for ours."""
+    `safe.claim`; none for ours."""
     if not path or files.is_remote(path):
         return []
     file = Path(files.expand(path))
     if file.is_dir():
         file = file / UPSTREAM_MODELS
-    return [files.Input(file, "--models file")] if file.is_file() else []
+    return [safe.Input(file, "--models file")] if file.is_file() else []
 
 
 # The name of a models.py module loaded by path starts with this (see `fault_site`).

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from tpu_tiles_models import files, formats
+from tpu_tiles_models import files, formats, safe
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import NUMBER, is_json, json_kind, json_wrong
 from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs, args_hash
@@ -207,7 +207,7 @@ def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
     """Writes `run_<h>.jsonz` (gzip JSON) atomically, `h` from its content (`run_info_hash`);
     returns its path (a string if remote)."""
     path = run_file_path(out_dir, run_info_hash(run_info))
-    files.write_bytes(path, run_bytes(run_info))
+    safe.write_bytes(path, run_bytes(run_info))
     return path if files.is_remote(path) else Path(path)
 
 
@@ -288,9 +288,9 @@ def whole_run(model_dir: str | os.PathLike) -> dict | None:
     return info
 
 
-def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[files.Input]:
-    """A trained run's model dir and run file, as inputs for `files.prepare_outputs`."""
+def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[safe.Input]:
+    """A trained run's model dir and run file, as inputs for `safe.claim`."""
     return [
-        files.Input(model_dir, f"model directory of {flag}", folder=True),
-        files.Input(run_file_for(model_dir), f"run file of {flag}"),
+        safe.Input(model_dir, f"model directory of {flag}", folder=True),
+        safe.Input(run_file_for(model_dir), f"run file of {flag}"),
     ]

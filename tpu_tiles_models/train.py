@@ -26,6 +26,7 @@ from tpu_tiles_models import (
     ranking,
     registry,
     run_file,
+    safe,
     scoring,
 )
 from tpu_tiles_models.errors import FlagError, UserError
@@ -242,16 +243,10 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
 
 
 def _check_before_data(args: TrainArgs, module: ModuleType, paths: run_file.RunPaths) -> None:
-    """Fails on a bad model name or loss, or an output that cannot be written, before any data
-    is read."""
+    """Fails on a bad model name, kwargs, size or loss, before any data is read (outputs are
+    claimed next, by `export.writing_into`)."""
     registry.model_class(args.model, module)
     parse_losses(args.losses)
-    files.check_folder(paths.out_dir, flag="--out_dir")
-    if args.test_mode == "predictions":
-        # need_bytes=0: the run's space, CSV included, is checked once its model is built.
-        files.check_output_path(paths.results_csv, flag="--results_csv", need_bytes=0)
-    if args.tensorboard:
-        files.check_folder(files.expand(args.tensorboard), flag="--tensorboard")
 
 
 def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
@@ -301,7 +296,7 @@ def train(args: TrainArgs) -> export.TrainResult:
     _check_model_size(args, module)
     if not _is_chief(strategy):
         return _train_as_worker(args, strategy, module)
-    inputs = files.split_inputs(args.data_root) + registry.models_inputs(args.models)
+    inputs = safe.split_inputs(args.data_root) + registry.models_inputs(args.models)
     with export.writing_into(args, inputs, paths) as artifacts:
         return _train(args, strategy, artifacts, module)
 

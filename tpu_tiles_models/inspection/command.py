@@ -8,7 +8,7 @@ import json
 import os
 import sys
 
-from tpu_tiles_models import defaults, files, locks
+from tpu_tiles_models import defaults, files, locks, safe
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.inspection.render import draw, format_table
 from tpu_tiles_models.inspection.report import DEFAULT_ROOT, TAIL_SIGMAS, inspect_root
@@ -32,10 +32,9 @@ def check_outputs(
     for flag, path in given.items():
         if path.endswith(".npz"):
             raise FlagError(f"{flag} {path}: an .npz name is a kernel's; name the report otherwise")
-    writes = [files.Output(path, flag) for flag, path in given.items()]
-    files.prepare_outputs(writes, files.split_inputs(root, flag="ROOT"))
+    writes = [safe.Output(path, flag) for flag, path in given.items()]
+    safe.claim(writes, safe.split_inputs(root, flag="ROOT"))
     for flag, path in given.items():
-        files.check_output_path(path, flag=flag)
         if files.exists(path) and not overwrite:
             raise FlagError(
                 f"{flag} {path} already exists; pass --overwrite to replace it, or another {flag}"
@@ -97,7 +96,7 @@ def run(args: argparse.Namespace) -> None:
         check_outputs(args.root, outputs, overwrite=args.overwrite)
         options = dict(skip_bad=args.skip_bad, tail_sigmas=args.tail_sigmas)
         result = inspect_root(args.root, splits=splits, progress=not args.no_progress, **options)
-        with files.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
+        with safe.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
             for (flag, _), tmp in zip(given.items(), tmps):
                 if flag == "--json":
                     text = json.dumps(result, indent=1, allow_nan=False) + "\n"

@@ -183,7 +183,7 @@ def _bin_label(b: dict[str, Any], scale: int) -> str:
 def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
     """PNG of the report's histograms, splits side by side: configs, nodes and edges per kernel
     (share of kernels), runtime / normaliser over all configs and worst / best per kernel;
-    saved as it is drawn, so `path` is a temporary name (`files.atomic_paths`)."""
+    saved as it is drawn, so `path` is a temporary name (`safe.atomic_paths`)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI

@@ -32,6 +32,7 @@ from tpu_tiles_models import (
     pipelines,
     registry,
     run_file,
+    safe,
 )
 from tpu_tiles_models.errors import FlagError, UserError, one_line
 from tpu_tiles_models.sweep import leaderboard
@@ -277,15 +278,14 @@ def run(args: SweepArgs) -> SweepSummary:
 def _run(args: SweepArgs) -> SweepSummary:
     base, out_dir, sweep_dir = args.base, args.out_dir, files.join(args.out_dir, "sweep")
     grids = parse_grid(args.grid)
-    files.check_folder(out_dir, flag="--out_dir")
     points = expand(grids, base, random_points=args.random, random_seed=args.random_seed)
-    writes = [
-        files.Output(files.join(out_dir, f"sweep.{e}"), "--out_dir") for e in leaderboard.FILES
+    writes = [w for p in points for w in export.outputs(p.args)]  # --out_dir itself first
+    writes += [
+        safe.Output(files.join(out_dir, f"sweep.{e}"), "--out_dir") for e in leaderboard.FILES
     ]
-    writes.append(files.Output(sweep_dir, "--out_dir", adds_to=True))
-    writes += [w for p in points for w in export.outputs(p.args)]
-    reads = files.split_inputs(base.data_root) + registry.models_inputs(base.models)
-    files.prepare_outputs(writes, reads)  # before any work
+    writes.append(safe.Output(sweep_dir, "--out_dir", folder=True, adds_to=True))
+    reads = safe.split_inputs(base.data_root) + registry.models_inputs(base.models)
+    safe.claim(writes, reads)  # before any work
     todo = [p for p in points if run_file.completed_run(out_dir, p.hash) is None]
     todo_keys = {p.key for p in todo}
     print(
@@ -417,7 +417,7 @@ def _read_json(path: str) -> dict | None:
 
 def _write_json(path: str, value: Any) -> None:
     text = json.dumps(value, indent=1, allow_nan=False)
-    files.write_bytes(path, text.encode(), flag="--out_dir")
+    safe.write_bytes(path, text.encode(), flag="--out_dir")
 
 
 def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total: int) -> str:
@@ -442,7 +442,7 @@ def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total:
                 _ = spread | "Train" >> train
 
     def on_ctrl_c(previous) -> None:  # running points get it too (children, or `previous`)
-        files.write_bytes(stop, b"")
+        safe.write_bytes(stop, b"")
         what = "Ctrl-C" if not interrupts.noted() else interrupts.name()
         print(f"sweep: {what}: no new point starts; running points stop at a safe point")
         signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
@@ -550,7 +550,7 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
                 except KeyboardInterrupt:  # the child got it too and is cleaning up
                     STOPPED.set()
         if remote:
-            files.write_bytes(log_path, local_log.read_bytes())
+            safe.write_bytes(log_path, local_log.read_bytes())
         outcome = _read_json(str(outcome_path))
     if code in INTERRUPTED_STATUSES:
         return dict(status="interrupted", error="interrupted")

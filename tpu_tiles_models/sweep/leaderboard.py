@@ -17,7 +17,7 @@ import shlex
 import statistics
 from typing import Any, Sequence
 
-from tpu_tiles_models import files, formats, run_file
+from tpu_tiles_models import files, formats, run_file, safe
 from tpu_tiles_models.sweep.grid import SEED_AXIS, Point, show
 
 FILES = ("csv", "md", "png")  # sweep.<ext> in --out_dir
@@ -92,7 +92,7 @@ def write(
     paths = {ext: files.join(out_dir, f"sweep.{ext}") for ext in FILES}
     texts = (_csv(rows, axes).encode(), _markdown(rows, axes, out_dir, ensemble).encode())
     for ext, data in zip(FILES, (*texts, _png(rows, axes))):
-        files.write_bytes(paths[ext], data, flag="--out_dir")
+        safe.write_bytes(paths[ext], data, flag="--out_dir")
     _hparams(files.expand(tensorboard), rows, axes)
     return dict(paths, tensorboard=files.expand(tensorboard))
 

@@ -20,7 +20,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from tpu_tiles_models import files, interrupts, locks, pipelines
+from tpu_tiles_models import files, interrupts, locks, pipelines, safe
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.formats import SPLITS, TILE_PREFIX
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, Family, get_family
@@ -129,7 +129,7 @@ def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
     """`np.savez`'s layout with a fixed timestamp, written atomically."""
-    with files.atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as z:
+    with safe.atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as z:
         for key, value in arrays.items():
             member = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
             with z.open(member, "w", force_zip64=True) as f:
@@ -255,12 +255,12 @@ def generate(
                 f"{out} already holds a data set ({len(old)} npz files in {{train,valid,test}}/); "
                 "pass --overwrite to replace it, or choose another folder"
             )
-        files.check_folder(out, flag="OUT")  # read-only, names too long: before any kernel
-        inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
-        files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
+        inputs = [safe.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
+        outs = [safe.Output(out, "OUT", folder=True, adds_to=True)]
+        outs += [safe.Output(out / split, "OUT", folder=True) for split in SPLITS]
+        safe.claim(outs, inputs)  # before any kernel; removes killed runs' staging folders
         made = files.make_dirs(out, flag="OUT")
-        files.remove_leftovers(out)  # staging folders of killed runs
-        staging = files.hidden_path(out / "synth")
+        staging = safe.hidden_path(out / "synth")
         staging.mkdir()
         try:
             job = _Job(str(staging), seed, maker, max_configs, min_configs)
