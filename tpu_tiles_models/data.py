@@ -1,8 +1,7 @@
 """TpuGraphs tile:xla data: npz files -> validated arrays (`Split`, cached) -> GraphTensors.
 
-A split is read in parallel into concatenated arrays with per-kernel offsets; GraphTensors are
-built from numpy slices, normalised as they are taken, in upstream's schema
-(`tpu_graphs/baselines/tiles/data.py`), so one model runs under both pipelines:
+GraphTensors are built from numpy slices of a split's concatenated arrays, normalised as they
+are taken, in upstream's schema, so one model runs under both pipelines:
 
 - node set `op`: `op` [n] int32 opcode, `feats` [n, stats.node_width] float32;
 - node set `config`: `feats` [c, stats.config_width] float32, `runtimes` [c] float32
@@ -10,8 +9,8 @@ built from numpy slices, normalised as they are taken, in upstream's schema
 - node set `g`: one node, `tile_id` [1] string;
 - edge sets `feed` (op -> op, edge_index[:, 0] -> edge_index[:, 1]), `g_op`, `g_config`.
 
-Preprocessing (`FeatureStats`, saved with every model) is upstream's, bit for bit: drop the
-columns constant on train, scale the rest by `(x - min) / (max - min)` in float32.
+Preprocessing (`FeatureStats`, saved with every model) is upstream's, bit for bit: columns
+constant on train dropped, the rest scaled by `(x - min) / (max - min)` in float32.
 """
 
 from __future__ import annotations

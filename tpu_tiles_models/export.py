@@ -3,11 +3,9 @@
 We write what upstream's `tiles_train.py` writes (in `run_file`'s format) from what training
 computed (`finish`), our extras under one extra key, `tpu_tiles`. The run file marks a run done.
 
-Nothing finished is lost: a run's outputs are claimed before any work (`writing_into`), its
-artifacts staged and put in place together (`safe.Stage`), a run killed while putting them in
-place finished by the next (`recover`), and a finished run of the same options (same `h`) or an
-existing `--results_csv` replaced only with `--overwrite`. Reading runs is `run_file`'s and
-`runs`'. Importing this module loads no TensorFlow (the sweep's driver and Beam workers do).
+Outputs are claimed before any work (`writing_into`), staged and put in place together
+(`safe.Stage`; a commit a kill cut short is finished by the next run, `recover`); a finished
+run of the same options is replaced only with `--overwrite`. Loads no TensorFlow on import.
 """
 
 from __future__ import annotations

@@ -11,15 +11,9 @@ and `test/`, each `<tile_id>.npz` one kernel, with the arrays of `REQUIRED_KEYS`
 - `config_runtime` [c] and `config_runtime_normalizers` [c] integer: each config's runtime
   in ns and the default config's; all zero on the test split. The target is their ratio.
 
-Kaggle names a kernel `tile:xla:<tile_id>` (`TILE_PREFIX`).
-
-**A training run** writes into its `--out_dir` a Keras SavedModel `model_<h>/`, a run file
-`run_<h>.jsonz` (its bytes are `run_file`'s) and `results_<ms>.csv`; ours adds
-`train_curve_<h>.png` and a TensorBoard folder `run_<h>/`. This module names them.
-
-**Our JSON files** (run files, the sweep's records, `install`'s manifest) are read through one
-check of their shape (`checked`): valid JSON of the wrong shape, or a NaN where a number goes,
-is one line naming the file and the fix. Standard library only: every module can import it.
+Kaggle names a kernel `tile:xla:<tile_id>` (`TILE_PREFIX`). A training run's artifacts
+(`model_<h>/`, `run_<h>.jsonz`, `results_<ms>.csv`, ours `train_curve_<h>.png`) are named here;
+our JSON files are read through one shape check (`checked`). Standard library only.
 """
 
 from __future__ import annotations

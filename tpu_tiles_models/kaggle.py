@@ -7,9 +7,7 @@ it; and the Kaggle submission (``predictions_kaggle.csv``): the competition's
 ``sample_submission.csv`` in its order, its ``tile:xla:*`` rows replaced by ours, its
 ``layout:*`` rows byte-identical, ending with a newline as pandas' ``to_csv`` writes it.
 
-No TensorFlow here (a test checks it): ``tpu-tiles kaggle`` and ``create_kaggle_csv.py``
-start in well under a second. Errors name the flags both share: ``--inputcsv``, ``--sample``,
-``--out``.
+No TensorFlow here (a test checks it), so ``tpu-tiles kaggle`` starts in well under a second.
 """
 
 from __future__ import annotations

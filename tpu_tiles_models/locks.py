@@ -1,13 +1,9 @@
 """One writer at a time: an exclusive lock on an output a command fills (`claim`).
 
-Two commands writing one place at once (two `synth`s into one folder, two sweeps on one
-`--out_dir`) would both "succeed" and leave a mix: each claims its output before checking it,
-until it has finished writing; the second fails at once, naming the first.
-
-The lock is an `flock` on a hidden `.<name>.lock` beside the output (or `.tpu-tiles.lock`
-inside a folder output whose own folder cannot be written, such as a mount point). The kernel
-releases an flock however its process ends, so a killed holder never blocks the next command.
-Standard library only (`fcntl`; on Windows outputs are not locked).
+Two commands writing one place at once would both "succeed" and leave a mix, so each takes
+an `flock` on a hidden `.<name>.lock` beside its output (or `.tpu-tiles.lock` inside a folder
+whose parent cannot be written) until it has finished; the second fails at once, naming the
+first. The kernel releases an flock however its process ends. `fcntl` only (not on Windows).
 """
 
 from __future__ import annotations

@@ -1,12 +1,10 @@
-"""The run-file format: a run's artifacts' paths, `run_<h>.jsonz`'s bytes, keys and hash, and
-reading and checking it.
+"""The run-file format: a run's artifacts' paths, `run_<h>.jsonz`'s bytes, keys, hash, reading.
 
 A run file is gzip JSON named by `h`, the md5 of upstream's 15 argument fields and our
 non-default options (`train_args.args_hash`). It holds `args`, `train_curve`, `final_error`
 and, ranking the test split, `test_predictions`; ours adds the rest under `EXTRAS_KEY`.
-`read_run`, every reader's way in, checks that shape (`run_info_problem`) before any value is
-used. Writing a run is `export`'s, opening one `runs.TrainedRun`'s. Paths may be remote
-(`gs://...`, see `files`). Imports no TensorFlow (the sweep uses it).
+`read_run`, every reader's way in, checks that shape (`run_info_problem`) first. Paths may
+be remote (`gs://...`). Imports no TensorFlow (the sweep uses it).
 """
 
 from __future__ import annotations

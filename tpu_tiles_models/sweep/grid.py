@@ -1,16 +1,5 @@
-"""The grid syntax: `--grid` (inline text or a YAML/JSON file) into axes, and axes into points.
-
-Inline: space-separated axes `name=v1,v2,...`; `name` is a training flag (ours or upstream's
-name) or `kwargs.<key>`, one key of `--model_kwargs_json`:
-
-    model=ResidualSAGE,EarlyJoinSAGE lr=1e-3,2e-3 seed=0,1,2 kwargs.hidden_dim=32,64
-
-Values split at commas outside quotes and brackets (JSON needs no quoting; quote '...' a value
-with a comma or a space). A numeric axis may be a range for `--random N`: `uniform(a,b)`,
-`loguniform(a,b)`, `int(a,b)`, `logint(a,b)`, bounds inclusive. A file holds one mapping
-`{axis: value | [values] | "range"}` or a list of them (a union). Points: the product of the
-axes (first axis slowest), or N draws per grid (floats to 4 significant digits) each crossed
-with the `seed` list; equal points are one. No TensorFlow here.
+"""The grid syntax: `--grid` (inline text or a YAML/JSON file) into axes, and axes into points,
+as docs/sweeps.md ("The grid") describes. No TensorFlow here.
 """
 
 from __future__ import annotations

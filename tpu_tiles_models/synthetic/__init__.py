@@ -1,13 +1,7 @@
 """Synthetic TpuGraphs `tile:xla` data: trees in the real collection's npz format
 (`{train,valid,test}/<tile_id>.npz`, see `tpu_tiles_models.formats`) made from a seed, whose
-runtimes come from a cost model that reads only the features (docs/synthetic.md).
-
-Modules: `features` (the npz feature layout), `graph` (building a kernel node by node),
-`geometry` (reading a kernel back from its features), `tiling` (option grids and per-config
-tile quantities), `autotuner` (a kernel's log from its search space, for every family),
-`kernels` and `analytic` (the HLO fusions and the pipeline of a family timed by an analytic
-cost model), `roofline` (the package's family), `families` (families by name), `writer`
-(programs, ids, splits, npz files) and `command` (the `tpu-tiles synth` flags).
+runtimes come from a cost model that reads only the features (docs/synthetic.md; its
+modules: docs/layout.md).
 """
 
 from __future__ import annotations
