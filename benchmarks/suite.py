@@ -66,14 +66,15 @@ from tpu_tiles_models.runs import TrainedRun
 RESULTS = Path(__file__).resolve().parent / "results"
 # Recipes: named sets of training flags on top of upstream's defaults. "upstream" is the
 # baseline every other recipe must beat on every family. The recipes whose options left the
-# package (`fastfirst`, `toplist`, `logmse`, and the head draws `head`, `headtop`, `headbest`,
-# `head1pc`) are gone; their results stay in benchmarks/results/ (docs/choosing.md), and
-# `--no_train` still tabulates their finished runs by name.
+# package (`fastfirst`, `toplist`, `logmse`, `lambda`, and the head draws `head`, `headtop`,
+# `headbest`, `head1pc`) are gone; their results stay in benchmarks/results/
+# (docs/choosing.md), and `--no_train` still tabulates their finished runs by name.
 RECIPES: dict[str, dict[str, object]] = {
     "upstream": {},
-    # LambdaLoss with NDCG weights on speedup gains: each mis-ordered pair weighted by what
-    # swapping it would gain at the top of the list.
-    "lambda": {"losses": "LambdaNDCG:1,MSE:0.02"},
+    # Softmax cross-entropy against a target tempered by each config's slowdown over the
+    # fastest (issue 46's gap-weighted loss): alone, and beside upstream's ListMLE.
+    "softmax": {"losses": "SlowdownSoftmax:1,MSE:0.02"},
+    "mle_softmax": {"losses": "ListMLELoss:1,SlowdownSoftmax:1,MSE:0.02"},
     # 40 configs per kernel in a step, not 10: each step orders more of a kernel's configs
     # against each other, the fast ones among them, at about the cost of more configs.
     "configs40": {"configs": 40},

@@ -17,14 +17,15 @@ def test_parse_losses_names_the_bad_item():
         losses.parse_losses("MSE:x")
 
 
-def test_a_removed_loss_is_refused_in_one_line_naming_its_results():
+@pytest.mark.parametrize("name,results", [("LogMSE", "logmse"), ("LambdaNDCG", "pilot")])
+def test_a_removed_loss_is_refused_in_one_line_naming_its_results(name, results):
     with pytest.raises(FlagError) as info:
-        losses.parse_losses("ListMLELoss:1,LogMSE:0.1")
+        losses.parse_losses(f"ListMLELoss:1,{name}:0.1")
     assert str(info.value) == (
-        "--losses: LogMSE was removed (the benchmark suite rejected it: "
-        "benchmarks/results/suite_logmse.md); leave it out"
+        f"--losses: {name} was removed (the benchmark suite rejected it: "
+        f"benchmarks/results/suite_{results}.md); leave it out"
     )
-    assert "LogMSE" not in losses.LOSSES
+    assert name not in losses.LOSSES
     # A run file that records it still reads: only training resolves the names.
     assert TrainArgs(losses="ListMLELoss:1,LogMSE:0.1").losses == "ListMLELoss:1,LogMSE:0.1"
 
@@ -52,7 +53,7 @@ def test_every_loss_prefers_the_right_order_and_ignores_padding(name):
     padded = tf.constant([[1.0, 2.0, 4.0, 8.0, -1.0]])
     values = {float(loss(padded, tf.concat([good, [[p]]], axis=1))) for p in (-5.0, 0.0, 7.0)}
     assert max(values) - min(values) < 1e-6
-    if name not in ("PairwiseHingeLoss", "LambdaNDCG"):  # these average over every position
+    if name != "PairwiseHingeLoss":  # it averages over every position
         assert values.pop() == pytest.approx(float(loss(runtimes, good)), rel=1e-5, abs=1e-6)
 
 
@@ -62,6 +63,24 @@ def test_standardised_hinge_by_hand():
     assert float(loss(tf.constant([[1.0, 3.0]]), tf.constant([[0.0, 0.5]]))) == pytest.approx(1.5)
     assert float(loss(tf.constant([[1.0, 3.0]]), tf.constant([[0.0, 2.5]]))) == 0.0
     assert float(loss(tf.constant([[2.0, 2.0]]), tf.constant([[1.0, 0.0]]))) == 0.0  # a tie
+
+
+def test_slowdown_softmax_by_hand():
+    # Runtimes (2, 3, pad, 2.2), fastest 2, temperature 0.1: t = 0.2. Target logits
+    # -(r - 2) / 0.2 = (0, -5, -1); scores (1, 1.5, 9, 1.4) give logits (-5, -7.5, -7).
+    loss = losses.SlowdownSoftmax()
+    runtimes, scores = tf.constant([[2.0, 3.0, -1.0, 2.2]]), tf.constant([[1.0, 1.5, 9.0, 1.4]])
+    target = np.exp([0.0, -5.0, -1.0]) / np.exp([0.0, -5.0, -1.0]).sum()
+    logits = np.array([-5.0, -7.5, -7.0])
+    log_p = logits - np.log(np.exp(logits).sum())
+    got = losses.per_list(loss, runtimes, scores).numpy()
+    np.testing.assert_allclose(got, [-(target * log_p).sum()], rtol=1e-5)  # 0.11316...
+    # Scores = runtimes + a constant is its minimum (p = q): the gradient vanishes there.
+    at_minimum = tf.Variable([[5.0, 6.0, 0.0, 5.2]])
+    with tf.GradientTape() as tape:
+        value = loss.call(runtimes, at_minimum)
+    np.testing.assert_allclose(tape.gradient(value, at_minimum).numpy(), 0.0, atol=1e-5)
+    np.testing.assert_allclose(value.numpy(), [[-(target * np.log(target)).sum()]], rtol=1e-5)
 
 
 def test_speedup_relevance_by_hand():

@@ -102,38 +102,6 @@ def test_approx_ndcg_by_hand():
     _close(_value_and_gradient(loss, [[2.0]], [[1.0]])[0], [[-1.0]])
 
 
-def test_lambda_ndcg_by_hand():
-    # Labels (1, 0), scores (0, ln 3): item 1 ranks first, item 0 second (distance 1).
-    # Weight = |gain 1 - gain 0| / ideal DCG * |1/log2(2) - 1/log2(3)| * list size 2
-    #        = 1 * (1 - 0.63093) * 2 = 0.73814; pair loss ln(1 + e^(ln 3 - 0)) = ln 4.
-    loss = ranking.PairwiseLogistic(ndcg_weights=True)
-    w = (1.0 - 1.0 / math.log2(3.0)) * 2
-    value, grad = _value_and_gradient(loss, [[1.0, 0.0]], [[0.0, LN3]])
-    _close(value, [[w * math.log(4.0), 0.0]])  # (1.02328, 0)
-    # d ln(1 + e^(s1 - s0)) / d s0 = -sigmoid(ln 3) = -3/4; the weight carries no gradient.
-    _close(grad, [[-0.75 * w, 0.75 * w]])
-    # Without weights it is RankNet's pairwise logistic loss.
-    plain, _ = _value_and_gradient(ranking.PairwiseLogistic(), [[1.0, 0.0]], [[0.0, LN3]])
-    _close(plain, [[math.log(4.0), 0.0]])
-
-
-def test_lambda_ndcg_weights_three_items():
-    # Labels (2, 0, 1), scores (0, 2, 1): ranks (3, 1, 2). Gains (3, 0, 1); ideal DCG
-    # 3/log2(2) + 1/log2(3) = 3.63093. delta(d) = |1/log2(1+d) - 1/log2(2+d)|:
-    # delta(1) = 0.36907, delta(2) = 0.13093. Times list size 3:
-    # w01 = 3/3.63093 * delta(2) * 3, w02 = 2/3.63093 * delta(1) * 3,
-    # w21 = 1/3.63093 * delta(1) * 3 (symmetric; 0 on the diagonal).
-    ideal = 3.0 + 1.0 / math.log2(3.0)
-    delta1, delta2 = 1.0 - 1.0 / math.log2(3.0), 1.0 / math.log2(3.0) - 0.5
-    labels = tf.constant([[2.0, 0.0, 1.0]])
-    got = ranking.ndcg_lambda_weights(labels, tf.constant([[0.0, 2.0, 1.0]]), labels >= 0)
-    want = np.zeros((1, 3, 3))
-    want[0, 0, 1] = want[0, 1, 0] = 3 / ideal * delta2 * 3
-    want[0, 0, 2] = want[0, 2, 0] = 2 / ideal * delta1 * 3
-    want[0, 2, 1] = want[0, 1, 2] = 1 / ideal * delta1 * 3
-    _close(got.numpy(), want)
-
-
 def test_ordered_pair_accuracy_by_hand():
     opa = ranking.OrderedPairAccuracy()
     assert opa.name == "opa_metric"
@@ -157,8 +125,6 @@ def test_losses_table_uses_these_classes():
     assert isinstance(losses.LOSSES["ListMLELoss"](), ranking.ListMLE)
     assert isinstance(losses.LOSSES["PairwiseHingeLoss"](), ranking.PairwiseHinge)
     assert losses.LOSSES["ListMLELoss"]().temperature == 10
-    config = ranking.PairwiseLogistic(ndcg_weights=True).get_config()
-    assert ranking.PairwiseLogistic.from_config(config).ndcg_weights
 
 
 # ---- Against TF-Ranking 0.5.5, where it imports (not on TensorFlow >= 2.16). ----
@@ -194,7 +160,6 @@ def _theirs(tfr, name: str):
         "ListMLE": lambda: k.ListMLELoss(temperature=10),
         "PairwiseHinge": lambda: k.PairwiseHingeLoss(temperature=10),
         "ApproxNDCG": lambda: k.ApproxNDCGLoss(temperature=0.1),
-        "LambdaNDCG": lambda: k.PairwiseLogisticLoss(lambda_weight=k.NDCGLambdaWeight()),
     }[name]()
 
 
@@ -202,7 +167,6 @@ OURS = {
     "ListMLE": lambda: ranking.ListMLE(temperature=10),
     "PairwiseHinge": lambda: ranking.PairwiseHinge(temperature=10),
     "ApproxNDCG": lambda: ranking.ApproxNDCG(temperature=0.1),
-    "LambdaNDCG": lambda: ranking.PairwiseLogistic(ndcg_weights=True),
 }
 
 
@@ -231,7 +195,7 @@ def test_equals_tf_ranking_without_label_ties(tfr, name):
         _assert_same(OURS[name](), _theirs(tfr, name), y, s)
 
 
-@pytest.mark.parametrize("name", ["PairwiseHinge", "ApproxNDCG", "LambdaNDCG"])
+@pytest.mark.parametrize("name", ["PairwiseHinge", "ApproxNDCG"])
 def test_equals_tf_ranking_with_label_ties(tfr, name):
     # Tied labels make no pair and share a gain: these losses do not depend on their order.
     for y, s in _lists(ties=True).values():

@@ -121,76 +121,18 @@ class ListMLE(_RankingLoss):
         return {**super().get_config(), "shuffle_ties": self.shuffle_ties}
 
 
-class _PairwiseLoss(_RankingLoss):
-    """A loss `l(s_i - s_j)` over every pair of real items with label_i > label_j: `call`
-    returns `sum_j w_ij * l(s_i - s_j)` per item, `w_ij` 1 or `_pair_weights` (no gradient)."""
-
-    def _pair_loss(self, differences: tf.Tensor) -> tf.Tensor:
-        raise NotImplementedError
-
-    def _pair_weights(self, labels: tf.Tensor, scores: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-        """Weights of the pairs, broadcastable to `[batch, list_size, list_size]`: 1 here."""
-        del scores, valid
-        return tf.ones([], labels.dtype)
+@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
+class PairwiseHinge(_RankingLoss):
+    """Pairwise hinge (RankSVM; Joachims, KDD 2002): each pair of real items with label_i >
+    label_j costs `max(0, 1 - (s_i - s_j))`, `s` = scores / temperature; `call` returns each
+    item's sum over its pairs."""
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         labels, scores = self._inputs(y_true, y_pred)
-        valid = _valid(labels)
-        ordered = tf.cast(_ordered(labels, valid), scores.dtype)
-        weights = ordered * self._pair_weights(labels, scores, valid)
-        losses = self._pair_loss(scores[:, :, None] - scores[:, None, :])
-        return tf.reduce_sum(tf.stop_gradient(weights) * losses, axis=-1)
-
-
-@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class PairwiseHinge(_PairwiseLoss):
-    """Pairwise hinge (RankSVM; Joachims, KDD 2002): each ordered pair costs
-    `max(0, 1 - (s_i - s_j))`, `s` = scores / temperature."""
-
-    def _pair_loss(self, differences: tf.Tensor) -> tf.Tensor:
-        return tf.nn.relu(1.0 - differences)
-
-
-def ndcg_lambda_weights(labels: tf.Tensor, scores: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-    """LambdaLoss's NDCG weights (Wang et al., CIKM 2018, NDCG-Loss2), `[batch, list_size,
-    list_size]`: `w_ij = |G_i - G_j| / maxDCG * |1/log2(1 + d) - 1/log2(2 + d)| * list_size`,
-    gains `G = 2^label - 1`, d = |r_i - r_j| for ranks r of the scores (ties random; padding
-    last, where TF-Ranking's lowest score less 1e-6 can tie in float32); 0 with padding.
-    """
-    labels = tf.where(valid, labels, tf.zeros_like(labels))
-    gains = _ndcg_gains(labels)
-    gains *= _inverse_ideal_dcg(gains)
-    order = _descending_order(scores, valid, shuffle_ties=True)
-    ranks = tf.cast(tf.argsort(order, stable=True) + 1, labels.dtype)  # 1-based
-    distance = tf.abs(ranks[:, :, None] - ranks[:, None, :])
-    # A pair's own distance is 0 (the diagonal); its discount difference is left out there.
-    apart = distance > 0
-    safe = tf.where(apart, distance, tf.ones_like(distance))
-    discount = tf.where(apart, tf.abs(_discount(safe) - _discount(safe + 1.0)), 0.0)
-    both_real = tf.cast(_both(valid), labels.dtype)
-    size = tf.cast(tf.shape(labels)[1], labels.dtype)
-    return tf.abs(gains[:, :, None] - gains[:, None, :]) * both_real * discount * size
-
-
-@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class PairwiseLogistic(_PairwiseLoss):
-    """Pairwise logistic loss (RankNet, ICML 2005), `log(1 + exp(-(s_i - s_j)))` per ordered
-    pair; with `ndcg_weights`, weighted by `ndcg_lambda_weights` (LambdaLoss)."""
-
-    def __init__(self, temperature: float = 1.0, *, ndcg_weights: bool = False, **kwargs):
-        super().__init__(temperature, **kwargs)
-        self.ndcg_weights = ndcg_weights
-
-    def _pair_loss(self, differences: tf.Tensor) -> tf.Tensor:
-        return tf.math.softplus(-differences)
-
-    def _pair_weights(self, labels: tf.Tensor, scores: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-        if self.ndcg_weights:
-            return ndcg_lambda_weights(labels, scores, valid)
-        return super()._pair_weights(labels, scores, valid)
-
-    def get_config(self) -> dict:
-        return {**super().get_config(), "ndcg_weights": self.ndcg_weights}
+        ordered = tf.cast(_ordered(labels, _valid(labels)), scores.dtype)
+        return tf.reduce_sum(
+            ordered * tf.nn.relu(1.0 - (scores[:, :, None] - scores[:, None, :])), -1
+        )
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
