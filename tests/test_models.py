@@ -474,18 +474,14 @@ def fitted(fit_data):
     return get
 
 
-# MLP and the Ensemble are also fitted for the ensemble tests below: one worker fits them once.
-_WITH_ENSEMBLE_TESTS = pytest.mark.xdist_group("models_ensemble")
+# The tests of fitted models are one work unit of their own (tests/conftest.py): one worker fits
+# each class once, while the other runs the rest of this file.
+_FITTED = pytest.mark.xdist_group("models_fitted")
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=_WITH_ENSEMBLE_TESTS) if n in ("MLP", "Ensemble") else n
-        for n in [*CLASSES, DEFAULT_AWARE]
-    ],
-)
+@_FITTED
+@pytest.mark.parametrize("name", [*CLASSES, DEFAULT_AWARE])
 def test_upstream_life_cycle(name, fitted, kernels, tmp_path):
     """Construct, compile, fit, save, load_model, rebuild, forward, copy: identical scores."""
     model, history = fitted(name)
@@ -526,7 +522,7 @@ def _ensemble_of(name, copies, combine, kernels, weights_from):
     return ensemble
 
 
-@_WITH_ENSEMBLE_TESTS
+@_FITTED
 @pytest.mark.parametrize("combine", models.COMBINE_METHODS)
 def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, fitted, kernels):
     model, _ = fitted("MLP")
@@ -539,7 +535,7 @@ def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, fitted, 
         assert_scores_close(two.forward(graph, n), one.forward(graph, n), rel=1e-6)
 
 
-@_WITH_ENSEMBLE_TESTS
+@_FITTED
 def test_ensemble_averages_normalised_member_scores(fitted, kernels, batch):
     ensemble, _ = fitted("Ensemble")
     members = ensemble.members

@@ -38,8 +38,6 @@ TINY = [
 # worker of the default multi-processing DirectRunner, and a child per point.
 FAST = ["--isolation=none", "--num_workers=1", "--direct_running_mode=in_memory"]
 GRID = "lr=1e-3,2e-3 seed=0,1"
-# One worker runs this module: its tests build on one 4-point sweep.
-pytestmark = pytest.mark.xdist_group("sweep")
 
 
 def _sweep(out: Path | str, data: Path, grid: str, *extra: str) -> sweep.SweepSummary:

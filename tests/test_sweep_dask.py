@@ -17,8 +17,6 @@ import pytest
 from conftest import REPO, TINY_MLP
 
 pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
-# One worker runs this module; its cluster and sweeps start processes of their own.
-pytestmark = pytest.mark.xdist_group("dask")
 
 DASK = [sys.executable, "-m", "dask"]
 ENV = dict(
