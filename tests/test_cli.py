@@ -44,7 +44,7 @@ def test_synth_writes_the_splits(tmp_path, capsys):
 def test_demo_writes_every_artifact(tmp_path):
     """`tpu-tiles demo`, small, in its own process as users run it."""
     out = tmp_path / "demo"
-    argv = ["demo", "--out", str(out), "--train", "24", "--epochs", "1", "--no_progress"]
+    argv = ["demo", "--out", str(out), "--train", "10", "--epochs", "1", "--no_progress"]
     proc = subprocess.run(
         [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
         stdin=subprocess.DEVNULL,
