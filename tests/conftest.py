@@ -270,10 +270,11 @@ def sample_submission() -> Path:
 # Training is the slow part, and a worker makes a module fixture again whenever it comes back
 # to that module. So a test file is one work unit (group), every test that uses the shared
 # trained runs is in one more ("trained_runs": trained once), an `xdist_group` mark joins tests
-# of several files; the units that hold a `slow` test are handed out first, so no long one is
-# left for the end.
+# of several files. The longest units are handed out first, so that no long one is left for
+# the end: "trained_runs", then those that hold a `slow` test, then the rest in file order.
 
 SHARED_RUNS = {"residual_run", "mlp_seeds"}
+SHARED_GROUP = "trained_runs"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -284,7 +285,7 @@ def _group(item: pytest.Item) -> str:
     mark = item.get_closest_marker("xdist_group")
     if mark:
         return mark.args[0]
-    return "trained_runs" if SHARED_RUNS & set(item.fixturenames) else item.path.stem
+    return SHARED_GROUP if SHARED_RUNS & set(item.fixturenames) else item.path.stem
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
@@ -297,8 +298,9 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for index, item in enumerate(items):
         first.setdefault(groups[item], index)
         item.add_marker(pytest.mark.xdist_group(groups[item]))
-    # Slow units first; each unit's tests together and in file order (stable sort).
-    items.sort(key=lambda item: (groups[item] not in slow, first[groups[item]]))
+    # Each unit's tests together and in file order (a stable sort).
+    rank = {SHARED_GROUP: 0, **{group: 1 for group in slow - {SHARED_GROUP}}}
+    items.sort(key=lambda item: (rank.get(groups[item], 2), first[groups[item]]))
 
 
 @pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")

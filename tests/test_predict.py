@@ -197,12 +197,17 @@ def test_model_class_not_in_models_py(mlp_run, short_test_root, tmp_path, capsys
 
 
 @pytest.mark.parametrize("which", ["mlp_run", "residual_run"])
-def test_weights_from_the_checkpoint_are_the_course_copys(which, request, short_test_root):
+def test_weights_from_the_checkpoint_are_the_course_copys(
+    which, mlp_run, residual_run, short_test_root
+):
     """`TrainedRun.build` reads the saved variables from the checkpoint (no SavedModel load):
-    the very values of the course's in-order copy from `tf.keras.models.load_model`."""
+    the very values of the course's in-order copy from `tf.keras.models.load_model`. (Both
+    runs are named as arguments: tests/conftest.py then puts it with the others that use
+    them, where they are trained once.)"""
     from tpu_tiles_models import runs
 
-    run = runs.TrainedRun.open(request.getfixturevalue(which).model_dir)
+    result = {"mlp_run": mlp_run, "residual_run": residual_run}[which]
+    run = runs.TrainedRun.open(result.model_dir)
     model, dataset = run.load(short_test_root, progress=False)
     assert "saved_model" not in vars(run)  # the SavedModel was not loaded
     course = run.build(dataset.test, dataset.stats)
