@@ -55,7 +55,7 @@ import numpy as np
 from families import config_design
 from suite import RESULTS, SHUFFLED, family_roots, make_data, mean_std
 
-from tpu_tiles_models import data, files, metrics, synthetic
+from tpu_tiles_models import data, metrics, safe, synthetic
 from tpu_tiles_models.synthetic.features import CFG_INPUT, CFG_KERNEL, CFG_OUTPUT, COL_LAYOUT
 from tpu_tiles_models.synthetic.geometry import (
     dims_of,
@@ -433,8 +433,8 @@ def markdown(rows: list[dict], command: str) -> str:
 
 
 def _write(path: Path, text: str) -> None:
-    """`text` into `path` whole (`files.atomic_path`: beside it, then renamed over it)."""
-    with files.atomic_path(path) as staging:
+    """`text` into `path` whole (`safe.atomic_path`: beside it, then renamed over it)."""
+    with safe.atomic_path(path) as staging:
         staging.write_text(text)
 
 

@@ -44,12 +44,12 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import synth_families  # noqa: F401  (registers alt, fusion, inference; beside this script)
 
 # benchmarks/suite.py, beside this script: the budget, the data sets and the sweep's runs are
 # the suite's, so the two scripts given the same --work share them (neither trains twice).
+# Importing it registers the benchmark families (alt, fusion, inference).
 from suite import (
-    BUDGET,
+    BUDGETS,
     add_budget_flags,
     budget_text,
     finished_runs,
@@ -59,7 +59,7 @@ from suite import (
     run_sweep,
 )
 
-from tpu_tiles_models import data, files, inspection, metrics, synthetic
+from tpu_tiles_models import data, inspection, metrics, run_file, safe, synthetic
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "families.json"
@@ -195,7 +195,7 @@ def rankers(root: Path, ridge: np.ndarray) -> dict[str, dict[str, float]]:
     ratios = kernel_ratios(valid)
     scores = [config_design(cfg) @ ridge for cfg in kernel_configs(valid)]
     return {
-        "random": _errors(metrics.random_top_k_errors(ratios, draws=DRAWS)),
+        "random": _errors(metrics.baseline_top_k_errors(ratios, draws=DRAWS)),
         "default": default_errors(ratios),
         "config-only ridge": _errors(metrics.top_k_errors(zip(ratios, scores))),
     }
@@ -229,7 +229,7 @@ def fixture_rankers(kernels: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, A
         "kernels": len(kernels),
         "scored": len(scored),
         "configs": [len(r) for r in ratios],
-        "random": _errors(metrics.random_top_k_errors(ratios, draws=DRAWS)),
+        "random": _errors(metrics.baseline_top_k_errors(ratios, draws=DRAWS)),
         "default": default_errors(ratios),
         "ridge, other fixture kernels": _errors(metrics.top_k_errors(loo)),
     }
@@ -261,7 +261,7 @@ def model_rows(
     for family, run in finished_runs(work, roots):
         if run.train_args.model not in wanted or run.train_args.model_kwargs_json != "{}":
             continue  # another script's model or variant (the suite's), sharing the folder
-        errors = run.val_errors
+        errors = (run.extras.get(run_file.KEEP_DEFAULT_KEY) or {}).get("val") or run.val_errors
         seconds = sum(run.extras.get("epoch_seconds", []))
         runs.setdefault((family, run.train_args.model), []).append(
             {"top1": errors["1"], "top5": errors["5"], "seconds": seconds}
@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None) -> None:
         **{k: getattr(a, k) for k in ("train", "valid", "test", "data_seed", "seeds", "epochs")},
         "early_stop": a.early_stop,
         "budget": budget_text(a),
-        "suite_budget": all(getattr(a, k) == v for k, v in BUDGET.items()),
+        "suite_budget": any(all(getattr(a, k) == b[k] for k in b) for b in BUDGETS.values()),
         "models": a.models,
         "full": a.full,
     }
@@ -605,7 +605,7 @@ def main(argv: list[str] | None = None) -> None:
     if fixture:
         doc["real_fixture"] = fixture_rankers(fixture)
     doc["targets"] = target_rows(results)
-    with files.atomic_path(out) as tmp:
+    with safe.atomic_path(out) as tmp:
         tmp.write_text(json.dumps(doc, indent=1) + "\n")
     out.with_suffix(".md").write_text(markdown(doc))
     print(out.with_suffix(".md").read_text())

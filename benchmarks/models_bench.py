@@ -139,7 +139,8 @@ def main() -> None:
             print("ROW " + json.dumps(row), flush=True)
         return
     if not Path(a.data, "train").is_dir():
-        import synth_families  # noqa: F401  (the benchmark families; beside this script)
+        sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))  # synth_families alone
+        import synth_families  # noqa: F401  (the benchmark families)
 
         from tpu_tiles_models import synthetic
 

@@ -31,9 +31,9 @@ from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
-import synth_families  # noqa: F401  (registers alt, fusion, inference; beside this script)
 
 # benchmarks/suite.py, beside this script: its data sets, runs and labels are the ones measured.
+# Importing it registers the benchmark families (alt, fusion, inference).
 from suite import (
     BUDGET,
     RESULTS,

@@ -18,12 +18,16 @@ default-aware model must not lose to the same model without it on those.
     python benchmarks/suite.py --work /tmp/suite --train 60 --valid 20 --epochs 1   # a smoke run
     python benchmarks/suite.py --work /tmp/suite --shuffled \
         --models ResidualSAGE,ResidualSAGE:first
+    python benchmarks/suite.py --work /tmp/suite --shuffled --budget small   # suite_small.*
 
 The budget (`BUDGET`, shared with `benchmarks/families.py`, which reuses this script's data sets
 and runs when given the same `--work`): 1,000 train / 200 valid kernels per family with the
 families' own config counts (no cap), upstream's flags but 40 epochs (upstream's early stop of 20
 kept): 4,000 steps of 10 kernels, against about 57,000 for upstream's 100 epochs on the real
-5,709 train kernels; scaled so that one run takes minutes on 2 CPU cores.
+5,709 train kernels; scaled so that one run takes minutes on 2 CPU cores. `--budget small`
+(`BUDGETS`) is issue 46's small data, where seed variance shows: 400 train / 100 valid kernels,
+at most 400 configs each, 30 epochs, the rest as `BUDGET`; its results files are
+`suite_small.*` unless `--name` is given.
 
 Writes `benchmarks/results/suite.csv` (one row per run), `suite.md` (mean +- std over seeds per
 family, model and recipe, with the selection rule's verdict) and `suite.png` (`--name` names
@@ -48,7 +52,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
-import synth_families  # noqa: F401  (registers alt, fusion, inference; beside this script)
+
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))  # synth_families alone
+import synth_families  # noqa: F401  (registers alt, fusion, inference)
 
 from tpu_tiles_models import data, metrics, registry, run_file, synthetic
 from tpu_tiles_models.evaluate import (
@@ -60,14 +66,11 @@ from tpu_tiles_models.runs import TrainedRun
 RESULTS = Path(__file__).resolve().parent / "results"
 # Recipes: named sets of training flags on top of upstream's defaults. "upstream" is the
 # baseline every other recipe must beat on every family. The recipes whose options left the
-# package (`fastfirst`, `toplist`, and the head draws `head`, `headtop`, `headbest`,
+# package (`fastfirst`, `toplist`, `logmse`, and the head draws `head`, `headtop`, `headbest`,
 # `head1pc`) are gone; their results stay in benchmarks/results/ (docs/choosing.md), and
 # `--no_train` still tabulates their finished runs by name.
 RECIPES: dict[str, dict[str, object]] = {
     "upstream": {},
-    # Targets relative to the default: upstream's MSE on runtime / normaliser swapped for an
-    # MSE on its log, so a score difference reads as a log speed-up over config 0.
-    "logmse": {"losses": "ListMLELoss:1,LogMSE:0.1"},
     # LambdaLoss with NDCG weights on speedup gains: each mis-ordered pair weighted by what
     # swapping it would gain at the top of the list.
     "lambda": {"losses": "LambdaNDCG:1,MSE:0.02"},
@@ -121,6 +124,12 @@ COLUMNS = (
 RANDOM_DRAWS = 20
 # The suite's budget (see the module docstring); benchmarks/families.py uses the same.
 BUDGET = dict(train=1000, valid=200, test=20, data_seed=0, max_configs=0, epochs=40, early_stop=20)
+# `--budget`'s presets: the full budget (the default), and the small data of issue 46, where
+# seed variance shows (its results files are named apart: `suite_<budget>.*`).
+BUDGETS = {
+    "full": BUDGET,
+    "small": dict(BUDGET, train=400, valid=100, max_configs=400, epochs=30),
+}
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -148,9 +157,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--out", default=str(RESULTS), help="where the results files go")
     p.add_argument(
-        "--name", default="suite", help="the results files' name: <name>.csv, .md and .png"
+        "--name",
+        help="the results files' name: <name>.csv, .md and .png (default suite, or "
+        "suite_<budget> for a --budget other than full)",
     )
+    p.add_argument(
+        "--budget",
+        choices=BUDGETS,
+        default="full",
+        help="the budget flags' defaults (each flag given still wins): full "
+        + ", ".join(f"{k}={v}" for k, v in BUDGET.items())
+        + "; small "
+        + ", ".join(f"{k}={v}" for k, v in BUDGETS["small"].items() if BUDGET[k] != v),
+    )
+    budget = p.parse_known_args(argv)[0].budget
+    p.set_defaults(name=results_name(budget), **BUDGETS[budget])
     return p.parse_args(argv)
+
+
+def results_name(budget: str) -> str:
+    """The results files' name for a `--budget` when `--name` is not given."""
+    return "suite" if budget == "full" else f"suite_{budget}"
 
 
 def add_budget_flags(p: argparse.ArgumentParser) -> None:
@@ -194,13 +221,16 @@ def budget_text(a: argparse.Namespace) -> str:
 
 def family_roots(a: argparse.Namespace, work: Path) -> dict[str, Path]:
     """Where `make_data` puts each family's data set under `work` (`{family: data root}`),
-    with `--shuffled` (where `a` has it) the shuffled copies too; nothing is made."""
+    with `--shuffled` (where `a` has it) the shuffled copies too; nothing is made. A root's
+    name holds every budget figure its data depend on, a shuffled copy's its family root's:
+    two budgets under one `--work` never share (and reuse) one another's data."""
     roots = {}
     for family in a.families.split(","):
         name = f"{family}_{a.train}_{a.valid}_{a.test}_{a.data_seed}"
-        roots[family] = work / "data" / (name + (f"_cap{a.max_configs}" if a.max_configs else ""))
+        name += f"_cap{a.max_configs}" if a.max_configs else ""
+        roots[family] = work / "data" / name
         if getattr(a, "shuffled", False):
-            roots[family + SHUFFLED] = work / "data" / (family + SHUFFLED)
+            roots[family + SHUFFLED] = work / "data" / (name + SHUFFLED)
     return roots
 
 
@@ -352,7 +382,9 @@ def collect(
     rows = []
     for family, run in finished_runs(work, roots, budget):
         args = run.train_args
-        errors, extras = run.val_errors, run.extras
+        extras = run.extras
+        # The model's own ranking: its record's (the run file's `final_error` is its rule's).
+        errors = (extras.get(run_file.KEEP_DEFAULT_KEY) or {}).get("val") or run.val_errors
         best = extras.get("best_epoch", -1)
         curve = run.info["train_curve"]
         row = dict(
@@ -688,9 +720,10 @@ def markdown(cells: list[dict], a: argparse.Namespace) -> str:
         f"{a.valid} --test {a.test} --data_seed {a.data_seed} --max_configs {a.max_configs} "
         f"--epochs {a.epochs} --early_stop {a.early_stop} --score_candidates "
         f"{a.score_candidates} --candidate {a.candidate}"
+        + (f" --budget {a.budget}" if a.budget != "full" else "")
         + (" --shuffled" if a.shuffled else "")
         + (" --no_train" if a.no_train else "")
-        + (f" --name {a.name}" if a.name != "suite" else "")
+        + (f" --name {a.name}" if a.name != results_name(a.budget) else "")
     )
     lines = [
         f"`{cmd}`",

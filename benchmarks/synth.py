@@ -8,8 +8,10 @@ well as the package's `roofline`; the same flags and files.
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-import synth_families  # noqa: F401  (registers the families; this folder is on sys.path)
+sys.path.insert(0, str(Path(__file__).resolve().parent / "lib"))  # synth_families alone
+import synth_families  # noqa: F401  (registers the families)
 
 from tpu_tiles_models import cli
 

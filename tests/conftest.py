@@ -49,9 +49,9 @@ def load_benchmark(name: str) -> ModuleType:
 
 
 def benchmark_families() -> ModuleType:
-    """benchmarks/synth_families, imported by its name as the benchmark scripts import it
+    """benchmarks/lib/synth_families, imported by its name as the benchmark scripts import it
     (once: importing it registers `alt`, `fusion` and `inference` with the generator)."""
-    folder = str(REPO / "benchmarks")
+    folder = str(REPO / "benchmarks" / "lib")
     sys.path.insert(0, folder)
     try:
         return importlib.import_module("synth_families")

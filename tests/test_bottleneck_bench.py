@@ -173,7 +173,7 @@ def test_tabulating_needs_the_results_file(bottleneck, tmp_path, capsys):
         ([], "--work is required to score (the data sets are made and kept there)"),
         (
             ["--work", "w", "--families", "alt,nope"],
-            "--families: no family nope; use some of roofline,alt,fusion,inference",
+            "--families: no family nope; use some of roofline,alt,fusion,inference,archetype",
         ),
         (
             ["--work", "w", "--seeds", "0,x"],

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tpu_tiles_models import cli, files, formats, install, locks
+from tpu_tiles_models import cli, formats, install, locks, safe
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = ["--train", "2", "--valid", "1", "--max_configs", "6", "--no_progress"]
@@ -146,16 +146,16 @@ def test_only_what_a_run_file_names_is_kept_from_other_writers(mlp_run):
     other = folder / "results_notes.csv"
     other.write_text("mine\n")
     try:
-        files.prepare_outputs(
-            [files.Output(other, "--out"), files.Output(folder / "train_curve_x.png", "--png")]
+        safe.claim(
+            [safe.Output(other, "--out"), safe.Output(folder / "train_curve_x.png", "--png")]
         )
     finally:
         other.unlink()
     own = [mlp_run.results_csv, folder / formats.curve_name(h)]
-    files.prepare_outputs([files.Output(path, "--out_dir", run=h) for path in own])
+    safe.claim([safe.Output(path, "--out_dir", run=h) for path in own])
     for path in own:
-        with pytest.raises(files.OutputError):
-            files.prepare_outputs([files.Output(path, "--out_dir", run="another")])
+        with pytest.raises(safe.OutputError):
+            safe.claim([safe.Output(path, "--out_dir", run="another")])
 
 
 # -- install --force keeps every edited copy ---------------------------------------------------
@@ -418,10 +418,9 @@ def test_a_full_disk_is_found_before_the_work(mlp_run, synth_root, tmp_path, mon
     def no_work(*args, **kwargs):
         raise AssertionError("the work started")
 
-    from tpu_tiles_models import evaluate, inspection, runs
+    from tpu_tiles_models import inspection, runs
 
-    monkeypatch.setattr(runs.TrainedRun, "open", no_work)
-    monkeypatch.setattr(evaluate, "evaluate_dirs", no_work)
+    monkeypatch.setattr(runs.TrainedRun, "load", no_work)
     monkeypatch.setattr(inspection.command, "inspect_root", no_work)
     out = tmp_path / "sub" / "out"
     data = [f"--data_root={synth_root}", "--no_progress"]

@@ -1,4 +1,4 @@
-"""files.atomic_path: all or nothing, the umask's permissions, one-line errors naming the flag."""
+"""safe.atomic_path: all or nothing, the umask's permissions, one-line errors naming the flag."""
 
 from __future__ import annotations
 
@@ -10,18 +10,18 @@ from pathlib import Path
 import pytest
 from conftest import as_dead, dead_pid, file_mode
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, safe
 from tpu_tiles_models.errors import UserError
 
 
 def _write(path: Path, text: str, **kwargs) -> None:
-    with files.atomic_path(path, **kwargs) as tmp:
+    with safe.atomic_path(path, **kwargs) as tmp:
         tmp.write_text(text, encoding="utf-8")
 
 
 def test_writes_through_a_hidden_temp_beside_the_target(tmp_path):
     target = tmp_path / "new" / "sub" / "a.json"
-    with files.atomic_path(target) as tmp:
+    with safe.atomic_path(target) as tmp:
         assert tmp.parent == target.parent and tmp.name.startswith(".a.json.")
         assert tmp.suffix == ".tmp" and tmp.read_bytes() == b""
         assert not target.exists()
@@ -35,7 +35,7 @@ def test_failed_block_keeps_old_content_and_leaves_no_temp(tmp_path, error):
     target = tmp_path / "a.txt"
     target.write_text("old")
     with pytest.raises(type(error)):
-        with files.atomic_path(target) as tmp:
+        with safe.atomic_path(target) as tmp:
             tmp.write_text("half")
             raise error
     assert target.read_text() == "old"
@@ -106,7 +106,7 @@ def test_unwritable_folder_names_the_flag(tmp_path, monkeypatch):
 def test_write_failure_never_shows_the_temp_name(tmp_path):
     target = tmp_path / "big.npz"
     with pytest.raises(files.WriteError) as err:
-        with files.atomic_path(target, flag="--out") as tmp:
+        with safe.atomic_path(target, flag="--out") as tmp:
             raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
     assert str(err.value) == (
         f"cannot write --out {target} (No space left on device); "
@@ -117,49 +117,48 @@ def test_write_failure_never_shows_the_temp_name(tmp_path):
 
 def test_other_os_errors_from_the_block_pass_through(tmp_path):
     with pytest.raises(FileNotFoundError) as err:
-        with files.atomic_path(tmp_path / "a.txt"):
+        with safe.atomic_path(tmp_path / "a.txt"):
             open(tmp_path / "missing-input.txt")
     assert not isinstance(err.value, UserError)
     assert os.listdir(tmp_path) == []
 
 
-def test_check_output_path_creates_nothing(tmp_path):
-    target = tmp_path / "new" / "deeper" / "p.csv"
-    assert files.check_output_path(target, flag="--out") == target
+def test_a_claim_creates_nothing(tmp_path):
+    safe.claim([safe.Output(tmp_path / "new" / "deeper" / "p.csv", "--out")])
     assert os.listdir(tmp_path) == []
     (tmp_path / "file").write_text("x")
     with pytest.raises(files.WriteError) as err:
-        files.check_output_path(tmp_path / "file" / "p.csv")
+        safe.claim([safe.Output(tmp_path / "file" / "p.csv", "")])
     assert str(err.value) == (
         f"{tmp_path / 'file' / 'p.csv'}: {tmp_path / 'file'} is a file, not a folder; "
         "pass another path"
     )
     with pytest.raises(files.WriteError, match=r"^\S+ is a folder; pass the path of a file"):
-        files.check_output_path(tmp_path)
+        safe.claim([safe.Output(tmp_path, "")])
 
 
 # -- hidden temporaries and what killed processes left ----------------------------------------
 
 
 def test_hidden_files_name_their_owner_and_only_dead_owners_are_leftovers(tmp_path):
-    mine = files.hidden_path(tmp_path / "model_x")
+    mine = safe.hidden_path(tmp_path / "model_x")
     assert mine.parent == tmp_path and mine.name.startswith(".model_x.") and mine.suffix == ".tmp"
     mine.mkdir()
-    left_dir = files.hidden_path(tmp_path / "model_x")
+    left_dir = safe.hidden_path(tmp_path / "model_x")
     left_dir.mkdir()
     left_dir = as_dead(left_dir)
-    left_old = files.hidden_path(tmp_path / "r.csv", "old")
+    left_old = safe.hidden_path(tmp_path / "r.csv", "old")
     left_old.write_text("x")
     left_old = as_dead(left_old)
     other_host = tmp_path / f".r.csv.ffffff-{dead_pid()}-0123abcd.tmp"  # another machine's
     other_host.write_text("x")
     (tmp_path / ".hidden.tmp").write_text("a user's own hidden file")
-    found = files.leftovers(tmp_path)
+    found = safe.leftovers(tmp_path)
     assert [(f.path, f.name, f.kind) for f in found] == sorted(
         [(left_dir, "model_x", "tmp"), (left_old, "r.csv", "old")]
     )
-    assert files.leftovers(tmp_path, ["r.csv"]) == [found[1]]
-    assert files.remove_leftovers(tmp_path) == [f.path for f in found]
+    assert safe.leftovers(tmp_path, ["r.csv"]) == [found[1]]
+    assert safe.remove_leftovers(tmp_path) == [f.path for f in found]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
         [mine.name, other_host.name, ".hidden.tmp"]
     )
@@ -167,18 +166,18 @@ def test_hidden_files_name_their_owner_and_only_dead_owners_are_leftovers(tmp_pa
 
 def test_a_killed_writes_leftover_goes_with_the_next_write_of_that_output(tmp_path):
     out = tmp_path / "p.csv"
-    with files.atomic_path(out) as tmp:
+    with safe.atomic_path(out) as tmp:
         tmp.write_text("half")
         left = as_dead(tmp)  # `kill -9` here: the temp stays, with the dead process's id
         tmp.write_text("")  # (atomic_path needs its own temp back to finish this write)
     assert left.exists()
-    files.prepare_outputs([files.Output(out, "--out")])
+    safe.claim([safe.Output(out, "--out")])
     assert sorted(os.listdir(tmp_path)) == ["p.csv"]
 
 
 def test_a_staged_name_in_an_error_is_the_place_it_is_for(tmp_path):
     (tmp_path / "f").write_text("x")
-    staged = files.hidden_path(tmp_path / "f" / "r.csv")
+    staged = safe.hidden_path(tmp_path / "f" / "r.csv")
     with pytest.raises(files.WriteError) as err:
         _write(staged, "x", flag="--results_csv")
     assert str(err.value).startswith(f"--results_csv {tmp_path / 'f' / 'r.csv'}: ")
@@ -188,8 +187,8 @@ def test_a_staged_name_in_an_error_is_the_place_it_is_for(tmp_path):
 
 
 def _clash(outputs, inputs=()) -> str:
-    with pytest.raises(files.OutputError) as err:
-        files.prepare_outputs(outputs, inputs)
+    with pytest.raises(safe.OutputError) as err:
+        safe.claim(outputs, inputs)
     assert isinstance(err.value, UserError) and "\n" not in str(err.value)
     return str(err.value)
 
@@ -203,8 +202,8 @@ def test_an_output_never_overwrites_an_input(tmp_path):
     sample.write_text("s")
     (tmp_path / "link.csv").symlink_to(sample)
     os.link(sample, tmp_path / "hard.csv")
-    inputs = [*files.split_inputs(data), files.Input(sample, "--sample file")]
-    out = files.Output
+    inputs = [*safe.split_inputs(data), safe.Input(sample, "--sample file")]
+    out = safe.Output
     assert _clash([out(npz, "--out")], inputs) == (
         f"--out {npz} is in the --data_root's test split {data / 'test'}; writing there would "
         "change what this command reads, so pass another --out"
@@ -215,11 +214,11 @@ def test_an_output_never_overwrites_an_input(tmp_path):
             f"--out {tmp_path / same} is the --sample file {sample}; writing it would destroy "
             "that input, so pass another --out (e.g. x.csv)"
         )
-    assert "holds the --data_root's train split" in _clash([out(data, "OUT")], inputs)
-    files.prepare_outputs([out(data, "--cache_dir", adds_to=True)], inputs)  # adds files only
+    assert "holds the --data_root's train split" in _clash([out(data, "OUT", folder=True)], inputs)
+    safe.claim([out(data, "--cache_dir", folder=True, adds_to=True)], inputs)  # adds files only
     two = [out(tmp_path / "a.json", "--json"), out(tmp_path / "a.json", "--png")]
     assert "--png" in _clash(two) and "is also --json" in _clash(two)
-    files.prepare_outputs([out(tmp_path / "new" / "p.csv", "--out")], inputs)
+    safe.claim([out(tmp_path / "new" / "p.csv", "--out")], inputs)
     assert npz.read_bytes() == b"npz" and sample.read_text() == "s"
     assert not (tmp_path / "new").exists()
 
@@ -230,7 +229,7 @@ def test_an_output_never_overwrites_a_finished_run(tmp_path):
     (model / "saved_model.pb").write_bytes(b"pb")
     run_file = tmp_path / "run_abc.jsonz"
     run_file.write_bytes(b"gz")
-    out = files.Output
+    out = safe.Output
     assert _clash([out(run_file, "--out")]) == (
         f"--out {run_file} is a run file of a finished training run; writing it would break "
         "that run, so pass another --out"
@@ -238,7 +237,7 @@ def test_an_output_never_overwrites_a_finished_run(tmp_path):
     assert f"is inside the model directory {model}" in _clash(
         [out(model / "variables" / "p.csv", "--json")]
     )
-    files.prepare_outputs([out(run_file, "--out_dir", artifact=True)])  # the run's own: export
+    safe.claim([out(run_file, "--out_dir", artifact=True)])  # the run's own: export
 
 
 # -- checked up front: read-only disks, names too long, free space, folders made -----------
@@ -254,10 +253,10 @@ def test_read_only_disk_is_named_not_told_to_free_space(tmp_path, read_only):
         _write(tmp_path / "p.csv", "x", flag="--out")
     assert str(err.value) == expected
     with pytest.raises(files.WriteError) as err:  # the same, before any work
-        files.check_output_path(tmp_path / "p.csv", flag="--out")
+        safe.claim([safe.Output(tmp_path / "p.csv", "--out")])
     assert str(err.value) == expected
     with pytest.raises(files.WriteError) as err:  # a folder still to be made there
-        files.check_folder(tmp_path / "new" / "run", flag="--out_dir")
+        safe.claim([safe.Output(tmp_path / "new" / "run", "--out_dir", folder=True)])
     assert str(err.value) == (
         f"cannot write --out_dir {tmp_path / 'new' / 'run'} (Read-only file system); "
         "pass another --out_dir on a disk you can write"
@@ -265,30 +264,31 @@ def test_read_only_disk_is_named_not_told_to_free_space(tmp_path, read_only):
     assert os.listdir(tmp_path) == []
 
 
-def test_check_folder_needs_the_space(tmp_path, monkeypatch):
+def test_a_claim_needs_the_space(tmp_path, monkeypatch):
     usage = shutil.disk_usage(tmp_path)
     monkeypatch.setattr(shutil, "disk_usage", lambda _: usage._replace(free=1500))
+    out = tmp_path / "out"
     with pytest.raises(files.WriteError) as err:
-        files.check_folder(tmp_path / "out", flag="--out_dir", need_bytes=2_500_000)
+        safe.claim([safe.Output(out, "--out_dir", folder=True, need_bytes=2_500_000)])
     assert str(err.value) == (
         f"cannot write --out_dir {tmp_path / 'out'}: about 2.5 MB needed, 1.5 KB free on its "
         "disk; free some space or pass another --out_dir"
     )
-    files.check_folder(tmp_path / "out", flag="--out_dir", need_bytes=1500)
+    safe.claim([safe.Output(out, "--out_dir", folder=True, need_bytes=1500)])
     assert os.listdir(tmp_path) == []
 
 
 def test_a_name_too_long_for_the_file_system(tmp_path):
     folder = tmp_path / ("a" * 300) / "run"
     with pytest.raises(files.WriteError) as err:
-        files.check_folder(folder, flag="--out_dir")
+        safe.claim([safe.Output(folder, "--out_dir", folder=True)])
     assert str(err.value) == (
         f"cannot write --out_dir {folder}: the name 'aaaaaaaaaaaaaaaaaaaa...' is 300 bytes "
         "long, more than the 255 its file system allows; pass another --out_dir with shorter "
         "names"
     )
     # A file is written under a longer temp name first (`hidden_path`): 250 bytes do not fit.
-    extra = len(files.hidden_path(tmp_path / "x").name) - 1
+    extra = len(safe.hidden_path(tmp_path / "x").name) - 1
     name = "b" * 246 + ".csv"
     with pytest.raises(files.WriteError, match=rf"is 250 bytes long, more than the {255 - extra} "):
         _write(tmp_path / name, "x", flag="--out")
@@ -300,7 +300,7 @@ def test_a_failed_write_removes_the_folders_it_made(tmp_path):
     (tmp_path / "old").mkdir()
     for target in (tmp_path / "new" / "deeper" / "x.csv", tmp_path / "old" / "more" / "x.csv"):
         with pytest.raises(RuntimeError):
-            with files.atomic_path(target):
+            with safe.atomic_path(target):
                 raise RuntimeError("the writer failed")
     assert os.listdir(tmp_path) == ["old"] and os.listdir(tmp_path / "old") == []
 

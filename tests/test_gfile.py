@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import TINY_MLP, tiny_args
 
-from tpu_tiles_models import data, export, files, run_file, runs, scoring, sweep, train
+from tpu_tiles_models import data, export, files, run_file, runs, safe, scoring, sweep, train
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.sweep.grid import make_point
@@ -51,7 +51,7 @@ def remote_run(ram_root) -> export.TrainResult:
 
 
 def test_remote_files_round_trip_and_fail_in_one_line(tmp_path):
-    files.write_bytes(f"{RAM}/f/a.bin", b"abc")
+    safe.write_bytes(f"{RAM}/f/a.bin", b"abc")
     assert files.read_bytes(f"{RAM}/f/a.bin") == b"abc"
     assert files.size_and_mtime(f"{RAM}/f/a.bin")[0] == 3
     assert files.glob(f"{RAM}/f/*.bin") == [f"{RAM}/f/a.bin"]
@@ -64,9 +64,9 @@ def test_remote_files_round_trip_and_fail_in_one_line(tmp_path):
     assert not files.exists(f"{RAM}/f/a.bin") and not files.exists(f"{RAM}/f/tree/sub/x")
     with pytest.raises(FileNotFoundError, match="ram://test_gfile/f/a.bin"):
         files.read_bytes(f"{RAM}/f/a.bin")
-    files.write_bytes(f"{RAM}/g/a.bin", b"")
+    safe.write_bytes(f"{RAM}/g/a.bin", b"")
     with pytest.raises(files.WriteError, match=r"^--out ram://test_gfile/g is a folder"):
-        files.check_output_path(f"{RAM}/g", flag="--out")
+        safe.claim([safe.Output(f"{RAM}/g", "--out")])
     with pytest.raises(FlagError, match=r"^--models gs://b/models.py: must be a local path"):
         files.require_local("gs://b/models.py", flag="--models")
 
@@ -140,11 +140,15 @@ def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
     out = f"{RAM}/failed"
     args = remote_run.args.replace(out_dir=out, results_csv=f"{out}/results.csv")
 
-    def boom(*_):
-        assert _tree(out)  # the model dir and the CSV are there by now
-        raise RuntimeError("disk full")
+    put = files.put_file
 
-    monkeypatch.setattr(run_file, "run_bytes", boom)
+    def boom(src, url, **kwargs):
+        if files.basename(url).startswith("run_"):
+            assert _tree(out)  # the model dir and the CSV are there by now
+            raise RuntimeError("disk full")
+        put(src, url, **kwargs)
+
+    monkeypatch.setattr(files, "put_file", boom)
     empty = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     with pytest.raises(RuntimeError, match="disk full"):
         with export.writing_into(args) as artifacts:

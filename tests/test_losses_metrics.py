@@ -5,6 +5,8 @@ import pytest
 import tensorflow as tf
 
 from tpu_tiles_models import losses, metrics
+from tpu_tiles_models.errors import FlagError
+from tpu_tiles_models.train_args import TrainArgs
 
 
 def test_parse_losses_names_the_bad_item():
@@ -13,6 +15,18 @@ def test_parse_losses_names_the_bad_item():
         losses.parse_losses("Nope:1")
     with pytest.raises(ValueError, match="weight of 'MSE' must be a number"):
         losses.parse_losses("MSE:x")
+
+
+def test_a_removed_loss_is_refused_in_one_line_naming_its_results():
+    with pytest.raises(FlagError) as info:
+        losses.parse_losses("ListMLELoss:1,LogMSE:0.1")
+    assert str(info.value) == (
+        "--losses: LogMSE was removed (the benchmark suite rejected it: "
+        "benchmarks/results/suite_logmse.md); leave it out"
+    )
+    assert "LogMSE" not in losses.LOSSES
+    # A run file that records it still reads: only training resolves the names.
+    assert TrainArgs(losses="ListMLELoss:1,LogMSE:0.1").losses == "ListMLELoss:1,LogMSE:0.1"
 
 
 def test_combined_loss_is_the_normalised_weighted_sum():
@@ -85,8 +99,8 @@ def test_ordered_pair_accuracy_by_hand():
 def test_random_floor_and_pair_accuracy():
     runtimes = [np.array([1.0, 2.0, 4.0]), np.array([3.0, 1.0, 2.0, 8.0])]
     # With every config inside the top 5, no ranking can miss the best one.
-    assert metrics.random_top_k_errors(runtimes, draws=3)[5] == 0.0
-    top1 = metrics.random_top_k_errors(runtimes, draws=200)[1]
+    assert metrics.baseline_top_k_errors(runtimes, "random", draws=3)[5] == 0.0
+    top1 = metrics.baseline_top_k_errors(runtimes, "random", draws=200)[1]
     assert top1 == pytest.approx(((0 + 1 + 3) / 3 + (2 + 0 + 1 + 7) / 4) / 2, rel=0.1)
     perfect = [(r, r) for r in runtimes]
     reversed_ = [(r, -r) for r in runtimes]
@@ -141,9 +155,8 @@ def test_default_baseline_ranks_config_0_first_then_at_random():
     assert errors[1] == pytest.approx((1.0 + 0.0) / 2)  # config 0 is always the top 1
     # Top 2 of the first kernel: config 0 and one of the 3 others (1 of which is the best).
     assert errors[2] == pytest.approx((2 / 3 * 1.0 + 0.0) / 2, rel=0.1)
-    assert metrics.baseline_top_k_errors(runtimes, draws=5) == metrics.random_top_k_errors(
-        runtimes, draws=5
-    )
+    random = metrics.baseline_top_k_errors(runtimes, "random", draws=5)
+    assert metrics.baseline_top_k_errors(runtimes, draws=5) == random
     with pytest.raises(ValueError, match="baseline='best'"):
         metrics.baseline_scores(3, "best", np.random.default_rng(0))
 

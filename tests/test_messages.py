@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 from conftest import file_mode, tiny_cli
 
-from tpu_tiles_models import bundle, cli, data, evaluate, export, registry
+from tpu_tiles_models import bundle, cli, data, export, registry, runs
 
 ROFS = "(Read-only file system)"
 
@@ -260,8 +260,8 @@ def test_check_names_the_damaged_variables_not_an_io_device(
 
 
 def test_evaluate_json_folder_is_refused_before_evaluating(tmp_path, monkeypatch, capsys):
-    monkeypatch.setattr(evaluate, "evaluate_dirs", lambda *a, **k: pytest.fail("evaluated"))
-    err = _one_line(["evaluate", "--dirs", "x", "--json", str(tmp_path)], capsys)
+    monkeypatch.setattr(runs.TrainedRun, "open", lambda *a, **k: pytest.fail("evaluated"))
+    err = _one_line(["evaluate", "--dirs", "model_x", "--json", str(tmp_path)], capsys)
     assert err == (
         f"tpu-tiles evaluate: error: --json {tmp_path} is a folder; pass the path of a file to "
         "write"
@@ -328,7 +328,7 @@ def test_bundle_copies_with_the_permissions_the_umask_gives(mlp_run, tmp_path, u
 
 
 def test_every_commands_outputs_are_tried_before_any_work(tmp_path, read_only, capsys):
-    """`files.prepare_outputs`, which every command calls first, tries each output's folder:
+    """`safe.claim`, which every command calls first, tries each output's folder:
     `kaggle` reads nothing before it says its --out cannot be written."""
     ro = tmp_path / "ro"
     ro.mkdir()

@@ -27,6 +27,7 @@ from tpu_tiles_models import (
     kaggle,
     registry,
     run_file,
+    safe,
     scoring,
     synthetic,
 )
@@ -179,7 +180,7 @@ def test_a_rerun_killed_in_its_commit_is_finished_by_the_next_run(
     out, h = finished.model_dir.parent, finished.args.hash()
     old_ranking = _run_info(finished.run_file)["test_predictions"]
     pid = dead_pid()
-    monkeypatch.setattr(files, "new_tag", lambda: f"{files._HOST}-{pid}-0badc0de")  # its files
+    monkeypatch.setattr(safe, "new_tag", lambda: f"{safe._HOST}-{pid}-0badc0de")  # its files
 
     class Killed(BaseException):
         pass
@@ -209,13 +210,13 @@ def test_a_killed_runs_half_save_is_removed_and_a_running_ones_kept(finished, tm
     goes with the next run into the folder; a running process's hidden files stay."""
     out = finished.model_dir.parent
     before = _snapshot(out)
-    half = files.hidden_path(out / "model_x")
+    half = safe.hidden_path(out / "model_x")
     (half / "variables").mkdir(parents=True)
     half = as_dead(half)
-    csv = files.hidden_path(out / "res.csv")
+    csv = safe.hidden_path(out / "res.csv")
     csv.write_text("ID,TopConfigs\n")
     csv = as_dead(csv)
-    running = files.hidden_path(out / "model_y")  # ours: this process is running
+    running = safe.hidden_path(out / "model_y")  # ours: this process is running
     running.mkdir()
     export.recover(out)
     assert _hidden(out) == [running.name] and not half.exists() and not csv.exists()
@@ -306,7 +307,7 @@ def test_synth_stops_on_sigterm_and_the_next_run_cleans_a_killed_ones_folder(tmp
     argv = ["synth", str(out), "--train", "3", "--valid", "1", "--test", "1", "--no_progress"]
     assert cli.main([*argv, "--max_configs", "8"]) == 0
     before = _snapshot(out)
-    killed = files.hidden_path(out / "synth")
+    killed = safe.hidden_path(out / "synth")
     (killed / "train").mkdir(parents=True)
     killed = as_dead(killed)
     real = synthetic.writer._write_npz
@@ -351,14 +352,14 @@ def test_a_stopped_or_failed_bundle_takes_back_what_it_added(mlp_run, tmp_path, 
         monkeypatch.setattr(bundle, "_copy_tree", copy_then_sigterm)
         status = 143
     else:
-        real_copy = files.copy_file
+        real_copy = safe.copy_file
 
         def run_file_disk_full(src, dst, **kwargs):
             if Path(dst).name.startswith("run_"):
                 raise files.WriteError(f"{dst}: no space left on device")
             real_copy(src, dst, **kwargs)
 
-        monkeypatch.setattr(files, "copy_file", run_file_disk_full)
+        monkeypatch.setattr(safe, "copy_file", run_file_disk_full)
         status = 2
     assert cli.main(["bundle", "--dir", str(mlp_run.model_dir), "--out", str(out)]) == status
     assert not out.exists()  # the folder it made went too

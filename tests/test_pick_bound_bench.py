@@ -99,7 +99,7 @@ def test_the_roots_are_the_suites(pick_bound, tmp_path):
     roots = pick_bound.family_roots(a, tmp_path)
     assert roots == {
         "alt": tmp_path / "data" / "alt_10_5_2_0",
-        "alt-shuffled": tmp_path / "data" / "alt-shuffled",
+        "alt-shuffled": tmp_path / "data" / "alt_10_5_2_0-shuffled",
         "fusion": tmp_path / "data" / "fusion_10_5_2_0",
-        "fusion-shuffled": tmp_path / "data" / "fusion-shuffled",
+        "fusion-shuffled": tmp_path / "data" / "fusion_10_5_2_0-shuffled",
     }

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 
+import numpy as np
 import pytest
 from conftest import load_benchmark
 
@@ -107,3 +108,51 @@ def test_only_the_models_recipes_and_seeds_asked_for_are_tabulated(suite):
     ]
     kept = suite.asked_for(rows, "R,E", "upstream", "0,1,2")
     assert [r["model"] for r in kept] == ["R", "R+rule", "E+default"]
+
+
+def test_the_small_budget_presets_the_budget_flags_and_names_its_results(suite):
+    full = suite.parse_args(["--work", "w"])
+    assert {k: getattr(full, k) for k in suite.BUDGET} == suite.BUDGET
+    assert (full.budget, full.name) == ("full", "suite")
+    small = suite.parse_args(["--work", "w", "--budget", "small"])
+    assert {k: getattr(small, k) for k in suite.BUDGET} == dict(
+        train=400, valid=100, test=20, data_seed=0, max_configs=400, epochs=30, early_stop=20
+    )
+    assert small.name == "suite_small"
+    # A flag given still wins over the preset, and so does --name.
+    mine = suite.parse_args(["--work", "w", "--budget", "small", "--epochs", "5", "--name", "x"])
+    assert (mine.epochs, mine.train, mine.name) == (5, 400, "x")
+
+
+def test_each_budget_gets_its_own_shuffled_copy(suite, tmp_path):
+    """Two budgets under one --work: each shuffled copy is made from its own budget's data
+    (it was `<family>-shuffled` for every budget, made once and reused by the other)."""
+
+    def budget(train: int, max_configs: int) -> argparse.Namespace:
+        return argparse.Namespace(
+            families="roofline",
+            train=train,
+            valid=2,
+            test=1,
+            data_seed=0,
+            max_configs=max_configs,
+            shuffled=True,
+        )
+
+    small, large = budget(3, 12), budget(4, 0)
+    roots = {}
+    for a in (small, large):
+        with pytest.warns(suite.synthetic.ValidationSplitWarning):
+            roots[a.train] = suite.make_data(a, tmp_path)
+    for r in roots.values():
+        own, shuffled = r["roofline"], r["roofline-shuffled"]
+        names = sorted(p.relative_to(own) for p in own.rglob("*.npz"))
+        assert names == sorted(p.relative_to(shuffled) for p in shuffled.rglob("*.npz"))
+        for name in names:
+            with np.load(own / name) as a, np.load(shuffled / name) as b:
+                assert sorted(a["config_runtime"]) == sorted(b["config_runtime"])
+    assert len(list(roots[3]["roofline-shuffled"].glob("train/*.npz"))) == 3
+    assert len(list(roots[4]["roofline-shuffled"].glob("train/*.npz"))) == 4
+    # Named from the same parts as the family's own root.
+    assert roots[3]["roofline-shuffled"] == tmp_path / "data" / "roofline_3_2_1_0_cap12-shuffled"
+    assert roots[4]["roofline-shuffled"] == tmp_path / "data" / "roofline_4_2_1_0-shuffled"

@@ -1,22 +1,28 @@
-"""benchmarks/synth_families: the suite's generator families beside the package's `roofline`
-(`alt`, `fusion`, `inference`), registered with the generator: each one's output frozen, the
-checks every family passes (tests/test_synthetic.py's), and what sets each one apart."""
+"""benchmarks/lib/synth_families: the suite's generator families beside the package's `roofline`
+(`alt`, `fusion`, `inference`, `archetype`), registered with the generator: each one's output
+frozen, the checks every family passes (tests/test_synthetic.py's), and what sets each one
+apart."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 import test_synthetic as package
-from conftest import benchmark_families
+from conftest import REPO, benchmark_families
 from test_synthetic import _kernels, _tree_digest
 
 from tpu_tiles_models import synthetic
+from tpu_tiles_models.synthetic import features
 
 FAMILIES = benchmark_families()
 NAMES = [f.name for f in FAMILIES.FAMILIES]
+# The families whose config 0 is the compiler's default (`archetype`'s is an ordinary tile).
+DEFAULT_FIRST = [name for name in NAMES if name != "archetype"]
 pytestmark = pytest.mark.filterwarnings("ignore::tpu_tiles_models.synthetic.ValidationSplitWarning")
 # As `test_synthetic.FROZEN_DIGESTS` (alt re-frozen with roofline when their runtimes got the
 # real spread; inference frozen when it was added), and unchanged by their move out of the
@@ -25,13 +31,38 @@ FROZEN_DIGESTS = {
     "alt": "7a349896b0dc20a6d2effb952d3d5ea3205ddc6c67a77b8ba32a6794a09ce811",
     "fusion": "a05423fe2418babd187e1f57c7d50bf6f20df785a927dc9f4f58781ae9907707",
     "inference": "168d67b2f48cbe62f7478fd88a7aecb48dc57cc059e7a04443eaef97808ef886",
+    "archetype": "66da069dcf0bd6e0c51cb45611ada78579ae424b9556e65e1d8dca84e7eccc20",
 }
 
 
 def test_the_families_are_registered_in_the_suites_order() -> None:
-    assert NAMES == ["alt", "fusion", "inference"] == sorted(FROZEN_DIGESTS)
-    assert list(synthetic.FAMILIES)[:4] == ["roofline", *NAMES]
+    assert NAMES == ["alt", "fusion", "inference", "archetype"] == list(FROZEN_DIGESTS)
+    assert list(synthetic.FAMILIES)[:5] == ["roofline", *NAMES]
     assert all(synthetic.get_family(f.name) is f for f in FAMILIES.FAMILIES)
+
+
+def test_a_child_process_finds_the_families_and_no_benchmark_script(tmp_path: Path) -> None:
+    """Importing the families sets PYTHONPATH for the processes a benchmark starts (Beam's
+    workers unpickle the families' functions by module name) to their folder alone: a child
+    started as the suite starts its sweep (this Python, this environment) imports them, and
+    no benchmark script's name shadows a module of that name there (benchmarks/bottleneck.py
+    once hid pandas' `bottleneck` and broke TensorFlow's import in a training child)."""
+    scripts = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py"))
+    assert {"suite", "families", "synth", "config_bottleneck"} <= set(scripts)
+    child = (
+        "import importlib.util, sys\n"
+        "import synth_families\n"
+        "print(sorted(synth_families.__path__))\n"
+        "print([m for m in sys.argv[1:] if importlib.util.find_spec(m) is not None])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", child, *scripts], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.splitlines() == [
+        repr([str(REPO / "benchmarks" / "lib" / "synth_families")]),
+        "[]",
+    ]
 
 
 @pytest.mark.parametrize("family", NAMES)
@@ -59,7 +90,7 @@ def ranked_roots(tmp_path_factory) -> dict[str, Path]:
     }
 
 
-@pytest.mark.parametrize("family", NAMES)
+@pytest.mark.parametrize("family", DEFAULT_FIRST)
 def test_config_zero_is_the_default(ranked_roots: dict[str, Path], family: str) -> None:
     package.check_config_zero_is_the_default(ranked_roots[family])
 
@@ -96,7 +127,7 @@ def test_every_family_is_deterministic_per_seed(
 
 
 def test_families_differ_on_the_same_seed(tiny_roots: dict[str, Path]) -> None:
-    assert len({_tree_digest(root) for root in tiny_roots.values()}) == len(tiny_roots) == 4
+    assert len({_tree_digest(root) for root in tiny_roots.values()}) == len(tiny_roots) == 5
 
 
 def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
@@ -189,6 +220,77 @@ def test_inference_draws_its_own_mix(ranked_roots: dict[str, Path]) -> None:
     (ours, our_bf16), (theirs, their_bf16) = mix("inference"), mix("roofline")
     assert ours["conv"] < 0.8 * theirs["conv"] and ours["dot"] > 1.3 * theirs["dot"]
     assert our_bf16 >= 0.5 > 0.35 >= their_bf16
+
+
+@pytest.fixture(scope="module")
+def archetype_kernels(tmp_path_factory) -> list[dict[str, np.ndarray]]:
+    """An uncapped archetype set, for its config counts and config 0."""
+    root = tmp_path_factory.mktemp("archetype")
+    synthetic.generate(root, train=60, valid=0, test=0, seed=0, family="archetype", progress=False)
+    return [d for _, d in _kernels(root, "train")]
+
+
+def test_archetype_logs_12_to_400_configs(
+    archetype_kernels: list[dict[str, np.ndarray]], tmp_path: Path
+) -> None:
+    counts = np.array([len(d["config_feat"]) for d in archetype_kernels])
+    assert counts.min() >= 12 and counts.max() <= 400
+    assert counts.min() < 20 and counts.max() > 250 and 40 <= np.median(counts) <= 120
+    kwargs = dict(train=20, valid=0, test=0, seed=0, max_configs=30, progress=False)
+    synthetic.generate(tmp_path, family="archetype", **kwargs)
+    capped = [len(d["config_feat"]) for _, d in _kernels(tmp_path, "train")]
+    assert max(capped) == 30 and min(capped) >= 12
+
+
+def test_archetype_config_zero_is_an_ordinary_tile(
+    archetype_kernels: list[dict[str, np.ndarray]],
+) -> None:
+    # Config 0 is drawn like every other tile: as often fast as slow, rarely the fastest,
+    # and not the compiler's default that every normaliser re-measures.
+    faster, fastest, normaliser = [], [], []
+    for d in archetype_kernels:
+        rt, norm = d["config_runtime"].astype(np.float64), d["config_runtime_normalizers"]
+        faster.append(np.mean(rt < rt[0]))
+        fastest.append(rt[0] <= rt.min())
+        normaliser.append(abs(rt[0] / norm[0] - 1) < 0.05)
+    assert 0.35 <= np.mean(faster) <= 0.65
+    assert np.mean(fastest) <= 0.1 and np.mean(normaliser) <= 0.2
+
+
+def _archetype_matmul(lhs_pad: tuple[int, int]):
+    """`_matmul`'s bf16 [8192, 1024] x [1024, 1024] as an `archetype` kernel whose lhs is
+    padded to `lhs_pad` ((8, 128) row-major, (128, 8) with its rows minor), and every config
+    of its grid: (archetype, `[c, 24]` config features)."""
+    arch = FAMILIES.archetype
+    geom, cfg = _matmul(2.0, n=1024, k=1024)
+    lhs = arch.Operand(np.array([8192, 1024]), np.array(lhs_pad), 2.0, np.array([-1, -1]))
+    rhs = arch.Operand(np.array([1024, 1024]), np.array([8, 128]), 2.0, np.array([-1, -1]))
+    return arch.Archetype(geom, (lhs, rhs), ()), cfg
+
+
+def test_archetype_pads_operands_to_8_by_128() -> None:
+    row_major, cfg = _archetype_matmul((8, 128))
+    rows_minor, _ = _archetype_matmul((128, 8))
+    plain, padded = (FAMILIES.archetype.cost(a, cfg)[0] for a in (row_major, rows_minor))
+    rows = cfg[:, features.CFG_OUTPUT] * 8  # lhs rows per tile
+    # With its rows minor the lhs moves 128 rows per tile whatever the tile holds: the same
+    # cost for tiles of 128 rows or more, more for shorter ones (8 rows: 16 times the bytes).
+    np.testing.assert_array_equal(padded[rows % 128 == 0], plain[rows % 128 == 0])
+    short = rows == 8
+    assert np.all(padded >= plain) and np.all(padded[short] > plain[short])
+    assert np.median(padded[short] / plain[short]) > 1.1
+
+
+def test_archetype_spills_past_the_scratchpad(monkeypatch) -> None:
+    arch, cfg = _archetype_matmul((8, 128))
+    archetype = FAMILIES.archetype
+    runtime, ws = archetype.cost(arch, cfg)
+    spills = ws > archetype.VMEM
+    assert 10 <= spills.sum() < len(cfg) - 10
+    monkeypatch.setattr(archetype, "VMEM", 1e12)  # a scratchpad nothing overflows
+    roomy = archetype.cost(arch, cfg)[0]
+    np.testing.assert_array_equal(roomy[~spills], runtime[~spills])
+    assert np.all(roomy[spills] < runtime[spills] / 1.2)  # no overlap, and the excess moved
 
 
 @pytest.fixture(scope="module")

@@ -226,7 +226,7 @@ def test_test_ids_from_sample_submission(tmp_path: Path, sample_submission: Path
         for line in lines
         if line.startswith(b"tile:xla:")
     ]
-    assert synthetic.read_test_ids(sample_submission) == want and len(want) == 844
+    assert synthetic.writer.read_test_ids(sample_submission) == want and len(want) == 844
     first = [line for line in lines if line.startswith(b"tile:xla:")][:20]
     rest = [line for line in lines[1:] if not line.startswith(b"tile:xla:")]
     assert rest and all(line.startswith(b"layout:") for line in rest)

@@ -1,14 +1,10 @@
 """tpu-tiles-models: learned cost models for TpuGraphs tile:xla kernels.
 
-Importing the package does not import TensorFlow (the CSV tools need none of it). It checks,
-from the installed metadata, that the TensorFlow present is one TF-GNN 1.0 can use, and makes
-`tf.keras` mean Keras 2 on every supported stack: TF 2.13-2.15 have it built in; TF 2.16-2.21
-ship Keras 3, and there Keras 2 comes from `tf-keras` once `TF_USE_LEGACY_KERAS=1` is set
-before TensorFlow is imported (TF-GNN's own guide, `docs/guide/keras_version.md`).
-
-A TensorFlow it cannot use (another version, no `tf-keras`, `TF_USE_LEGACY_KERAS=0`) fails
-the first import of TensorFlow in the process, in one line (`TensorFlowUnusable`), not the
-package's: the commands and modules that need no TensorFlow (`kaggle`, `synth`) still work.
+Importing the package imports no TensorFlow. From the installed metadata it checks that the
+TensorFlow present is one TF-GNN 1.0 can use, and makes `tf.keras` mean Keras 2 (TF 2.16 and
+later: `tf-keras` with `TF_USE_LEGACY_KERAS=1`, as TF-GNN's guide says). An unusable one fails
+the first import of TensorFlow in one line (`TensorFlowUnusable`), not the package's: the
+modules that need no TensorFlow (`kaggle`, `synth`) still work.
 """
 
 from __future__ import annotations
@@ -27,29 +23,10 @@ SUPPORTED_TF = ((2, 13), (2, 21))
 LEGACY_KERAS_VARIABLE = "TF_USE_LEGACY_KERAS"
 
 
-def _installed(names: tuple[str, ...]) -> str | None:
-    """The version of the first installed distribution of `names`, or None."""
-    for name in names:
-        try:
-            return metadata.version(name)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
 def major_minor(version: str) -> tuple[int, int]:
     """`"2.21.0"` -> `(2, 21)`."""
     major, minor = version.split(".")[:2]
     return int(major), int("".join(c for c in minor if c.isdigit()) or 0)
-
-
-def keras_3_fix() -> str:
-    """The one-line fix for a process whose tf.keras would be Keras 3."""
-    return (
-        f"install tf-keras matching TensorFlow (pip install 'tf-keras~=X.Y.0' for TF X.Y) and "
-        f"set {LEGACY_KERAS_VARIABLE}=1 before TensorFlow is first imported (in a notebook: "
-        f"restart it and run `import os; os.environ['{LEGACY_KERAS_VARIABLE}'] = '1'` first)"
-    )
 
 
 class TensorFlowUnusable(UserError, ImportError):
@@ -58,8 +35,8 @@ class TensorFlowUnusable(UserError, ImportError):
 
 
 def _keras_2_problem(tf_version: str) -> str | None:
-    """Routes tf.keras to `tf_keras` where Keras 3 would be the default; what stops that, or
-    None."""
+    """Routes tf.keras to `tf_keras` where Keras 3 would be the default; None, or what stops
+    that."""
     if major_minor(tf_version) < (2, 16):
         return None  # Keras 2 is built in
     legacy = os.environ.get(LEGACY_KERAS_VARIABLE) in ("1", "true", "True")
@@ -68,7 +45,10 @@ def _keras_2_problem(tf_version: str) -> str | None:
             return None
         return (
             f"TensorFlow {tf_version} was imported with Keras 3 before tpu_tiles_models, "
-            f"which needs Keras 2: {keras_3_fix()}"
+            "which needs Keras 2: install tf-keras matching TensorFlow (pip install "
+            f"'tf-keras~=X.Y.0' for TF X.Y) and set {LEGACY_KERAS_VARIABLE}=1 before TensorFlow "
+            "is first imported (in a notebook: restart it and run `import os; "
+            f"os.environ['{LEGACY_KERAS_VARIABLE}'] = '1'` first)"
         )
     if util.find_spec("tf_keras") is None:
         major, minor = major_minor(tf_version)
@@ -87,7 +67,12 @@ def _keras_2_problem(tf_version: str) -> str | None:
 
 def tensorflow_version() -> str | None:
     """The installed TensorFlow's version, from its metadata (TensorFlow is not imported)."""
-    return _installed(_TF_DISTRIBUTIONS)
+    for name in _TF_DISTRIBUTIONS:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
 
 
 def tensorflow_problem() -> str | None:

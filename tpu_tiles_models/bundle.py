@@ -19,7 +19,17 @@ from typing import Callable
 
 import numpy as np
 
-from tpu_tiles_models import files, formats, interrupts, locks, registry, run_file, runs, scoring
+from tpu_tiles_models import (
+    files,
+    formats,
+    interrupts,
+    locks,
+    registry,
+    run_file,
+    runs,
+    safe,
+    scoring,
+)
 from tpu_tiles_models.errors import UserError, one_line
 from tpu_tiles_models.runs import TrainedRun
 
@@ -30,11 +40,6 @@ PASS, FAIL, SKIP = "pass", "FAIL", "skip"
 
 class BundleError(UserError, RuntimeError):
     """A bundle that cannot be made or did not pass its check; one line with the reason."""
-
-
-# ---------------------------------------------------------------------------------------------
-# Making a bundle
-# ---------------------------------------------------------------------------------------------
 
 
 def _models_source(models_path: str | os.PathLike | None) -> Path:
@@ -52,9 +57,8 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
-    """Copies a directory under a hidden name beside `dst` (not there), then renames it into
-    place. Its files get the permissions the umask gives (`files.copy_tree`), as `cp -r`."""
-    tmp = files.hidden_path(dst)
+    """Copies folder `src` to a hidden name beside `dst`, then renames it into place."""
+    tmp = safe.hidden_path(dst)
     try:
         files.copy_tree(src, tmp, flag="--out")
         tmp.rename(dst)
@@ -82,12 +86,9 @@ def make_bundle(
 ) -> Path:
     """Copies `models.py`, `model_<h>/` and its `run_<h>.jsonz` into `out_dir`; returns it.
 
-    Refuses (BundleError / run_file.ExportError) a model without its matching run file, one
-    whose run file's feature statistics are not finite, a models.py lacking the run's class,
-    an `out_dir` that already holds another model or that another process is writing
-    (locks.BusyError), and one holding a `models.py` (or model, or run file) that is not a
-    copy of what it would write: bundle never writes over a file it did not make. What is
-    there already as an exact copy is left as it is.
+    Refuses a model without its matching run file or with non-finite feature statistics, a
+    models.py that cannot rebuild it, and an `out_dir` holding another model or anything that
+    is not a copy of what it would write (exact copies there are left as they are).
     """
     out = Path(files.canonical(out_dir, what="--out"))
     source = _models_source(models_path)
@@ -116,15 +117,16 @@ def make_bundle(
                 f"{out} already holds {', '.join(sorted(others))}; a bundle has one model, pick "
                 "an empty --out folder"
             )
-        size = source.stat().st_size + _tree_size(model_dir) + run_path.stat().st_size
-        files.check_folder(out, flag="--out", need_bytes=size)
-        files.prepare_outputs(
+        size = sum(p.stat().st_size for p in model_dir.rglob("*") if p.is_file())
+        size += source.stat().st_size + run_path.stat().st_size
+        safe.claim(
             [
-                files.Output(out / MODELS_FILE, "--out"),
-                files.Output(out / model_dir.name, "--out", artifact=True),
-                files.Output(out / run_path.name, "--out", artifact=True),
+                safe.Output(out, "--out", folder=True, adds_to=True, need_bytes=size),
+                safe.Output(out / MODELS_FILE, "--out"),
+                safe.Output(out / model_dir.name, "--out", folder=True, artifact=True),
+                safe.Output(out / run_path.name, "--out", artifact=True),
             ],
-            [*run_file.run_inputs(model_dir), files.Input(source, "--models file")],
+            [*run_file.run_inputs(model_dir), safe.Input(source, "--models file")],
         )
         # The run file last: a run file never points at a model that is not there.
         copies = [(source, out / MODELS_FILE), (model_dir, out / model_dir.name)]
@@ -144,7 +146,7 @@ def make_bundle(
                 if src.is_dir():
                     _copy_tree(src, dst)
                 else:
-                    files.copy_file(src, dst, flag="--out")
+                    safe.copy_file(src, dst, flag="--out")
         except BaseException:  # a stop signal or a failed copy: what this call added goes
             for _, path in new:
                 files.remove(path)
@@ -154,13 +156,9 @@ def make_bundle(
 
 
 def _require_grader_builds_it(run: TrainedRun, source: Path) -> None:
-    """Fails unless `source`'s class, given the run file's `model_kwargs_json` alone (as a
-    grader's course script builds it), is built with the keywords the run was trained with:
-    a run written before a class default changed names only the keywords it moved.
-
-    Raises:
-      BundleError: naming the keywords that differ, and the fix.
-    """
+    """Fails unless `source`'s class, given the run file's `model_kwargs_json` alone (as the
+    course script builds it), gets the keywords the run was trained with (a class default
+    may have changed since)."""
     name = run.args["model"]
     grader = registry.resolved_kwargs(name, run.stored_kwargs, run.module)
     trained = registry.resolved_kwargs(name, run.model_kwargs, run.module)
@@ -175,14 +173,7 @@ def _require_grader_builds_it(run: TrainedRun, source: Path) -> None:
         )
 
 
-def _tree_size(folder: Path) -> int:
-    """Bytes of the files under `folder`."""
-    return sum(p.stat().st_size for p in folder.rglob("*") if p.is_file())
-
-
-# ---------------------------------------------------------------------------------------------
-# Checking a bundle
-# ---------------------------------------------------------------------------------------------
+# -- checking a bundle ------------------------------------------------------------------------
 
 
 @dataclass
@@ -205,10 +196,8 @@ class CheckReport:
     def passed(self) -> bool:
         return bool(self.rows) and all(r.status != FAIL for r in self.rows)
 
-    def add(self, name: str, status: str, detail: str) -> bool:
-        """Records a check; returns whether later checks can go on."""
+    def add(self, name: str, status: str, detail: str) -> None:
         self.rows.append(CheckRow(name, status, detail))
-        return status != FAIL
 
     def failures(self) -> list[CheckRow]:
         return [r for r in self.rows if r.status == FAIL]
@@ -244,8 +233,6 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
         problems.append(f"no {MODELS_FILE}")
     if len(models) != 1:
         problems.append(f"{len(models)} model_<hash>/ directories (need exactly 1)")
-    elif not (models[0] / formats.SAVED_MODEL_FILE).is_file():
-        problems.append(f"{models[0].name}/ has no {formats.SAVED_MODEL_FILE}")
     elif not (models[0] / "variables" / "variables.index").is_file():
         problems.append(f"{models[0].name}/ has no variables/variables.index (its weights)")
     else:
@@ -263,8 +250,8 @@ def _find_files(bundle: Path, report: CheckReport) -> Path | None:
 
 
 def _links_outside(bundle: Path) -> list[tuple[str, str]]:
-    """(name in `bundle`, where it leads) of each symbolic link in it that leads outside it
-    (`bundle` canonical); a link inside that leads inside is the folder's own."""
+    """(name in `bundle`, where it leads) of each symbolic link in (canonical) `bundle` that
+    leads outside it."""
     found = []
     for top, folders, names in os.walk(bundle):  # links to folders are listed, not entered
         for name in sorted(folders + names):
@@ -287,13 +274,10 @@ def _attempt(report: CheckReport, name: str, fn: Callable, ok: Callable[..., str
 
 
 def kernel_match(stored: list[int], scores: np.ndarray, *, keep_default: bool = False) -> str:
-    """`exact`, `tie` or `differ`: stored top-5 of one kernel against fresh scores.
-
-    Kernels with fewer than 5 configs compare only their real indices (the rest is padding).
-    `tie`: the lists differ but the stored one is equally fastest under the fresh scores,
-    i.e. the order changed among scores equal to float precision. With `keep_default` (the
-    run kept config 0 in its top 5) the ranking is `scoring.upstream_top`'s with it.
-    """
+    """`exact`, `tie` or `differ`: stored top-5 of one kernel against fresh scores (only the
+    real indices of a kernel with fewer configs). `tie`: the stored list is as fast under the
+    fresh scores, reordered among scores equal to float precision. `keep_default`: the run
+    kept config 0 in its top 5 (`scoring.upstream_top`)."""
     k = min(TOP_K, len(scores))
     ours = scoring.upstream_top(scores, TOP_K, keep_default=keep_default)[:k]
     theirs = [int(i) for i in stored[:k]]
@@ -322,14 +306,12 @@ def _compare(
     missing = [s.tile_id for s in scored if s.tile_id not in stored]
     matched = sum(v != "differ" for v in outcome.values())
     ties = sum(v == "tie" for v in outcome.values())
-    detail = f"{matched}/{len(scored)} test kernels" + (
-        f" ({ties} within float ties)" if ties else ""
-    )
+    detail = f"{matched}/{len(scored)} test kernels"
+    detail += f" ({ties} within float ties)" if ties else ""
     differ = [t for t, v in outcome.items() if v == "differ"]
     if differ:
-        detail += f"; top-5 differs on {differ[0]}" + (
-            f" and {len(differ) - 1} more" if len(differ) > 1 else ""
-        )
+        detail += f"; top-5 differs on {differ[0]}"
+        detail += f" and {len(differ) - 1} more" if len(differ) > 1 else ""
     if missing:
         detail += (
             f"; {len(missing)} not in the run file (trained on other test data?), e.g. {missing[0]}"
@@ -344,10 +326,8 @@ def check_bundle(
     cache_dir: str | None = None,
     progress: bool = True,
 ) -> CheckReport:
-    """Verifies a bundle the way a grader would; see the module docstring for the steps.
-
-    Data problems (a wrong `data_root`) raise `kernel_files.DataError`: the check could not run.
-    """
+    """Verifies a bundle the way a grader would (the module docstring's steps); a wrong
+    `data_root` raises `kernel_files.DataError`: the check could not run."""
     bundle = Path(files.canonical(bundle_dir, what="the hand-in folder"))
     root = os.path.expanduser(os.fspath(data_root))
     cache = os.path.expanduser(cache_dir) if cache_dir else None
@@ -365,14 +345,8 @@ def check_bundle(
     )
     if run is None:
         return report
-    args = run.args
-    cls = _attempt(
-        report,
-        "class found",
-        run.model_class,
-        lambda c: f"{args['model']} in {MODELS_FILE}, kwargs {args['model_kwargs_json']}",
-    )
-    if cls is None:
+    found = f"{run.args['model']} in {MODELS_FILE}, kwargs {run.args['model_kwargs_json']}"
+    if _attempt(report, "class found", run.model_class, lambda _: found) is None:
         return report
     saved = _attempt(
         report,
@@ -394,20 +368,13 @@ def check_bundle(
         return report
     stored = run.info.get("test_predictions")
     if not stored:
-        report.add(
-            "predictions match",
-            SKIP,
-            "run file has no test_predictions (trained with --test_mode metrics)",
-        )
+        why = "run file has no test_predictions (trained with --test_mode metrics)"
+        report.add("predictions match", SKIP, why)
         return report
+    who = run.model_dir.name
     try:  # a model that scores NaN would match the file-order top 5 it stored at training
         scored = scoring.score_split(
-            model,
-            dataset.test,
-            dataset.stats,
-            progress=progress,
-            desc="test",
-            who=run.model_dir.name,
+            model, dataset.test, dataset.stats, progress=progress, desc="test", who=who
         )
     except scoring.NonFiniteScores as e:
         report.add("predictions match", FAIL, one_line(e))

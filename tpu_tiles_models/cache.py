@@ -1,16 +1,10 @@
 """The data cache's file format: named numpy arrays, compressed, in one file.
 
-A cache file is a zip archive of stored (not deflated) members: `meta.json`, with each array's
-dtype, shape and frame count beside the caller's own metadata, and each array's rows in
-frames of about `FRAME_BYTES`. A frame is byte-shuffled (the first byte of every item, then
-every second byte, ...: the high bytes of floats and integers repeat, and zstd finds them)
-and zstd-compressed at a fast level. On the fusion `--scale full` train split this is 18 MiB
-for 216 MiB of arrays, smaller than upstream's `np.savez_compressed` (21 MiB), written and read
-in a fraction of a second. Frames are compressed and decompressed in threads (zstd releases
-the GIL), and decompressed straight into the arrays they belong to, so reading needs little
-memory beyond the arrays themselves.
-
-numpy and zstandard only, no TensorFlow. `data` owns what is cached; this module only how.
+A zip archive of stored members: `meta.json` (each array's dtype, shape and frame count, and
+the caller's metadata) and each array's rows in frames of about `FRAME_BYTES`, byte-shuffled
+(the high bytes of numbers repeat, and zstd finds them) and zstd-compressed in threads, read
+straight into their arrays. The fusion `--scale full` train split: 18 MiB for 216 MiB of
+arrays (`np.savez_compressed`: 21 MiB), in a fraction of a second. `data` owns what is cached.
 """
 
 from __future__ import annotations
@@ -33,19 +27,10 @@ class CacheFormatError(ValueError):
     """A cache file is damaged or not in this format (callers rebuild it)."""
 
 
-def _rows_per_frame(array: np.ndarray) -> int:
-    row_bytes = max(array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64)), 1)
-    return max(1, FRAME_BYTES // row_bytes)
-
-
-def _shuffle(rows: np.ndarray) -> bytes:
-    """The bytes of `rows`, item byte 0 of every item first, then byte 1, ..."""
-    items = np.ascontiguousarray(rows).view(np.uint8).reshape(-1, rows.itemsize)
-    return items.T.tobytes()
-
-
 def _compress(rows: np.ndarray) -> bytes:
-    return zstandard.ZstdCompressor(level=LEVEL).compress(_shuffle(rows))
+    """The bytes of `rows`, byte 0 of every item first, then byte 1, ..., compressed."""
+    items = np.ascontiguousarray(rows).view(np.uint8).reshape(-1, rows.itemsize)
+    return zstandard.ZstdCompressor(level=LEVEL).compress(items.T.tobytes())
 
 
 def _decompress_into(frame: bytes, rows: np.ndarray) -> None:
@@ -58,17 +43,14 @@ def _decompress_into(frame: bytes, rows: np.ndarray) -> None:
 
 
 def _frames(array: np.ndarray) -> list[np.ndarray]:
-    step = _rows_per_frame(array)
+    row_bytes = max(array.itemsize * int(np.prod(array.shape[1:], dtype=np.int64)), 1)
+    step = max(1, FRAME_BYTES // row_bytes)
     return [array[start : start + step] for start in range(0, len(array), step)]
 
 
 def write(out: IO[bytes], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -> None:
     """Writes `arrays` (numeric, at least 1-D) and the JSON-able `meta` to the file `out`."""
-    specs = {}
-    for name, array in arrays.items():
-        if array.ndim < 1 or array.dtype.kind not in "biuf":
-            raise ValueError(f"cannot cache {name}: {array.dtype} array of shape {array.shape}")
-        specs[name] = {"dtype": array.dtype.str, "shape": list(array.shape)}
+    specs = {name: {"dtype": a.dtype.str, "shape": list(a.shape)} for name, a in arrays.items()}
     with (
         concurrent.futures.ThreadPoolExecutor() as pool,
         zipfile.ZipFile(out, "w", zipfile.ZIP_STORED) as zf,
@@ -84,11 +66,7 @@ def write(out: IO[bytes], arrays: dict[str, np.ndarray], meta: dict[str, Any]) -
 
 
 def read(source: IO[bytes]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
-    """(arrays, meta) from a file written by `write`.
-
-    Raises:
-      CacheFormatError: the file is damaged, truncated or in another format.
-    """
+    """(arrays, meta) from a file written by `write`; `CacheFormatError` if it is not one."""
     try:
         with (
             zipfile.ZipFile(source) as zf,

@@ -1,13 +1,8 @@
 """`tpu-tiles`: the command line of the package. Each subcommand is a thin front end.
 
-Anything a user can cause ends in one line, `tpu-tiles <cmd>: error: <message>`, and exit
-status 2 (`errors.UserError`); any other exception is our bug and keeps its traceback.
-Ctrl-C, SIGTERM and SIGHUP stop at the next safe point; the run removes what it had
-started and the command exits 130, 143 or 129 (128 + the signal's number, as a shell reports).
-One that comes after the last safe point, the work done, exits the same way with a line
-saying the outputs are complete. Commands write their files before printing, and standard
-output that cannot be written (`| head`, /dev/full) costs no file: a reader that stopped
-reading exits 141 (as SIGPIPE would), any other failure one line and status 2.
+Here the promises of docs/reliability.md's first section are kept: one line and exit status 2
+for a `UserError` (any other exception is our bug and keeps its traceback), 128 + the signal's
+number for a stop signal (`interrupts`), 141 for a closed standard output.
 """
 
 from __future__ import annotations
@@ -16,6 +11,7 @@ import argparse
 import atexit
 import contextlib
 import errno
+import json
 import os
 import signal
 import sys
@@ -32,18 +28,6 @@ from tpu_tiles_models import defaults, interrupts, tf_start  # noqa: E402  (afte
 from tpu_tiles_models.errors import UserError, one_line  # noqa: E402
 
 EXIT_USER_ERROR = 2
-
-
-def _synth(a: argparse.Namespace) -> None:
-    from tpu_tiles_models import synthetic
-
-    synthetic.run(synthetic.SynthArgs.from_namespace(a))
-
-
-def _inspect(a: argparse.Namespace) -> None:
-    from tpu_tiles_models import inspection
-
-    inspection.run(a)
 
 
 def _train(a: argparse.Namespace) -> None:
@@ -86,28 +70,21 @@ def _kaggle(a: argparse.Namespace) -> None:
 def _install(a: argparse.Namespace) -> None:
     from tpu_tiles_models import install
 
-    lines = (
-        install.uninstall(a.root, force=a.force)
-        if a.uninstall
-        else install.install(a.root, force=a.force)
-    )
-    print("\n".join(lines))
+    run = install.uninstall if a.uninstall else install.install
+    print("\n".join(run(a.root, force=a.force)))
 
 
 def _evaluate(a: argparse.Namespace) -> None:
-    from tpu_tiles_models import evaluate, files
+    from tpu_tiles_models import evaluate, safe
 
     writes = [(a.json, "--json"), (a.png, "--png")]
-    for path, flag in writes:
-        if path:  # a folder, a read-only disk: before minutes of evaluating
-            files.check_output_path(files.expand(path), flag=flag)
     result = evaluate.evaluate_dirs(
         a.dirs,
         a.data_root,
         cache_dir=a.cache_dir or None,
         models_path=a.models,
         progress=not a.no_progress,
-        outputs=[files.Output(path, flag) for path, flag in writes if path],
+        outputs=[safe.Output(path, flag) for path, flag in writes if path],
     )
     written = evaluate.write_outputs(result, json_path=a.json, png_path=a.png)
     print(evaluate.format_table(result))  # after the files: `| head` loses none of them
@@ -132,18 +109,6 @@ def _check(a: argparse.Namespace) -> None:
     report.raise_for_failure()
 
 
-def _demo(a: argparse.Namespace) -> None:
-    from tpu_tiles_models import demo
-
-    demo.run(demo.DemoArgs.from_namespace(a))
-
-
-def _sweep(a: argparse.Namespace) -> None:
-    from tpu_tiles_models import sweep
-
-    sweep.run(sweep.SweepArgs.from_namespace(a, a.extra))
-
-
 def _ensemble(a: argparse.Namespace) -> None:
     from tpu_tiles_models import ensemble
 
@@ -164,8 +129,6 @@ def _models(a: argparse.Namespace) -> None:
     from tpu_tiles_models import registry
 
     if a.json:
-        import json
-
         print(json.dumps(registry.describe_json(), indent=1, allow_nan=False))
     else:
         print(registry.describe())
@@ -178,21 +141,11 @@ def _add_data_flags(p: argparse.ArgumentParser) -> None:
 
 
 def _add_models_flag(p: argparse.ArgumentParser, what: str) -> None:
-    p.add_argument(
-        "--models",
-        default=None,
-        help=f"models.py file or upstream checkout {what} (default: ours)",
-    )
+    p.add_argument("--models", help=f"models.py file or upstream checkout {what} (default: ours)")
 
 
 class _Parser(argparse.ArgumentParser):
-    """An `ArgumentParser` whose errors are one line, `<prog>: error: <message>`, and exit
-    status 2, as every other user error; its subcommands' parsers are of this class too and
-    are kept in `commands`, so that an error can name the subcommand."""
-
-    def __init__(self, *args, **kwargs):
-        super().__init__(*args, **kwargs)
-        self.commands: dict[str, argparse.ArgumentParser] = {}
+    """Errors in one line, `<prog>: error: <message>`, and exit status 2."""
 
     def error(self, message: str):
         text = " ".join(message.split())
@@ -231,16 +184,19 @@ def build_parser() -> _Parser:
 
     def command(name: str, fn: Callable, help: str, **kw) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help, description=help, formatter_class=_HelpFormatter, **kw)
-        p.set_defaults(fn=fn)
-        parser.commands[name] = p
+        p.set_defaults(fn=fn, parser=p)  # an error in `main` names the subcommand
         return p
 
-    p = command("synth", _synth, "generate a synthetic TpuGraphs tile:xla data set")
+    p = command(
+        "synth",
+        lambda a: synthetic.run(synthetic.SynthArgs.from_namespace(a)),
+        "generate a synthetic TpuGraphs tile:xla data set",
+    )
     synthetic.add_flags(p)
 
     p = command(
         "inspect",
-        _inspect,
+        inspection.run,
         "a data report of a data root, real or synthetic",
         epilog=inspection.EPILOG,
     )
@@ -288,9 +244,7 @@ def build_parser() -> _Parser:
         ".tpu_tiles_backup/)",
     )
     p.add_argument(
-        "--uninstall",
-        action="store_true",
-        help="restore upstream's files and remove ours",
+        "--uninstall", action="store_true", help="restore upstream's files and remove ours"
     )
 
     p = command("evaluate", _evaluate, "top-k errors per benchmark on the valid split")
@@ -309,7 +263,11 @@ def build_parser() -> _Parser:
     p.add_argument("dir", help="the hand-in folder (tpu-tiles bundle's --out)")
     _add_data_flags(p)
 
-    p = command("sweep", _sweep, "many trainings as one Apache Beam pipeline, resumable")
+    p = command(
+        "sweep",
+        lambda a: sweep.run(sweep.SweepArgs.from_namespace(a, a.extra)),
+        "many trainings as one Apache Beam pipeline, resumable",
+    )
     sweep.add_flags(p)
 
     p = command("ensemble", _ensemble, "one drop-in model from several trained runs")
@@ -329,7 +287,11 @@ def build_parser() -> _Parser:
     )
     _add_data_flags(p)
 
-    p = command("demo", _demo, "the whole journey on synthetic data, in a few minutes")
+    p = command(
+        "demo",
+        lambda a: demo.run(demo.DemoArgs.from_namespace(a)),
+        "the whole journey on synthetic data, in a few minutes",
+    )
     demo.add_flags(p)
 
     p = command("models", _models, "list the model classes and the recommended one")
@@ -342,30 +304,18 @@ def build_parser() -> _Parser:
     return parser
 
 
-def _one_line_warnings(command: str) -> Callable:
-    """`warnings.showwarning` printing `tpu-tiles <cmd>: warning: <message>`, without the
-    Python file, line and source line that the default adds."""
-
-    def show(message, category, filename, lineno, file=None, line=None) -> None:
-        text = " ".join(str(message).split())
-        print(f"tpu-tiles {command}: warning: {text}", file=file or sys.stderr)
-
-    return show
-
-
 def main(argv: list[str] | None = None) -> int:
     closed = _standard_streams()  # before anything prints, argparse's --help included
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in _ABSL_COMMANDS:  # the subcommand's, which has the flags
-        parser.commands[args.command].error(f"unrecognized arguments: {' '.join(extra)}")
+        args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
     # Run as a program (argv None), a stop signal after the work still gets its one line.
     then = _stopped_when_done(args.command) if argv is None else None
     if then:
-        # The last exit handler to run: from there on the interpreter tears itself down and
-        # would put back the default handlers (death without a word): a signal then is
-        # ignored, and the command's own status stands.
+        # The last exit handler to run: after it the interpreter puts back the default
+        # handlers (death without a word), so a signal then is ignored and the status stands.
         atexit.register(_ignore_stop_signals)
     status = _run(args, _Output(sys.stdout, closed=1 in closed), then)
     if argv is None:
@@ -374,15 +324,20 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _run(args: argparse.Namespace, stdout: _Output, then: Callable | None) -> int:
-    """Runs the command; its exit status, each failure a user can fix said in one line."""
+    """Runs the command; its exit status."""
     command = args.command
+
+    def warn(message, category, filename, lineno, file=None, line=None) -> None:
+        text = " ".join(str(message).split())  # one line, without the source line
+        print(f"tpu-tiles {command}: warning: {text}", file=file or sys.stderr)
+
     try:
         with contextlib.ExitStack() as stack:  # (no parenthesized `with`: Python 3.9)
             stack.enter_context(interrupts.deferred(then=then))
             stack.enter_context(warnings.catch_warnings())
             stack.enter_context(contextlib.redirect_stdout(stdout))
             stack.enter_context(contextlib.redirect_stderr(_Output(sys.stderr)))
-            warnings.showwarning = _one_line_warnings(command)
+            warnings.showwarning = warn
             if command not in _NO_TENSORFLOW:
                 tf_start.load_tensorflow()
             args.fn(args)
@@ -410,17 +365,11 @@ def _run(args: argparse.Namespace, stdout: _Output, then: Callable | None) -> in
     return stdout.status(command)
 
 
-# How long a command whose work is done waits for threads that are not daemons to end.
-_THREADS_GRACE_S = 1.0
-
-
 def _end_lingering_threads(command: str, status: int) -> None:
-    """Exits with `status` at once, after the exit handlers, when threads that are not
-    daemons are still running once the work is done: the package starts none that outlive
-    its work (its own are daemons or joined), so they are user code's (a models.py that
-    started one), and the interpreter would wait for them forever. They get
-    `_THREADS_GRACE_S` to end first, and a warning names them."""
-    deadline = time.monotonic() + _THREADS_GRACE_S
+    """Exits with `status` at once, after the exit handlers, when threads that are not daemons
+    outlive the work by a second, naming them: the package starts none, so they are user
+    code's (a models.py's), and the interpreter would wait for them forever."""
+    deadline = time.monotonic() + 1.0
     left = []
     for thread in threading.enumerate():
         if thread is threading.main_thread() or thread.daemon:
@@ -451,8 +400,7 @@ def _how() -> str:
 
 
 def _stopped_when_done(command: str) -> Callable[[int, object], None]:
-    """The stop signals' handler once `main`'s work is done (the interpreter is exiting): one
-    line, and the shell's status for the signal (128 + its number)."""
+    """The stop signals' handler once `main`'s work is done: one line, the signal's status."""
 
     def stop(signum: int, frame: object) -> None:
         interrupts.note(signum)
@@ -470,9 +418,9 @@ def _ignore_stop_signals() -> None:
 
 
 def _standard_streams() -> list[int]:
-    """Points each standard file descriptor (0, 1, 2) that is closed (`>&-`, `2>&-`) at
-    os.devnull and gives Python a stream for it, so that no file the command opens takes its
-    number (where a print or TensorFlow's logging would then write); returns those it did."""
+    """Points each closed standard file descriptor (`>&-`) at os.devnull, with a Python stream,
+    so that no file the command opens takes its number (where a print or TensorFlow's logging
+    would then write); returns those it did."""
     closed = []
     for fd in (0, 1, 2):
         try:
@@ -491,11 +439,9 @@ def _standard_streams() -> list[int]:
 
 
 class _Output:
-    """`sys.stdout` or `sys.stderr` for one command: a failed write (a reader that stopped
-    reading, `| head`; a full disk; /dev/full; a closed stream) is noted once, the rest of
-    the output dropped, and the command runs on to its end, so every file it writes is
-    written; a character the terminal's encoding lacks (PYTHONIOENCODING=ascii) is written
-    escaped (`\\xe9`). Only standard output's failure changes the exit status (`status`)."""
+    """`sys.stdout` or `sys.stderr` for one command: after a failed write (`| head`, a full
+    disk, a closed stream) the rest of the output is dropped, so the command runs on and writes
+    every file; a character the terminal's encoding lacks is written escaped (`\\xe9`)."""
 
     def __init__(self, stream, *, closed: bool = False) -> None:
         self._stream = stream
@@ -535,8 +481,8 @@ class _Output:
             os.close(devnull)
 
     def status(self, command: str) -> int:
-        """The exit status once the command succeeded: 0, or the shell's for SIGPIPE (141)
-        when the reader stopped reading, or 2 with one line for any other failed write."""
+        """The exit status once the command succeeded: 0, 141 for a reader that stopped
+        reading (as SIGPIPE), or 2 with one line for any other failed write."""
         if self.error is None:
             return 0
         if self.error.errno == errno.EPIPE:
@@ -551,10 +497,8 @@ class _Output:
 
 def _say(line: str) -> None:
     """Prints to stderr; after SIGHUP the terminal may be gone, which must not hide the exit."""
-    try:
+    with contextlib.suppress(OSError):
         print(line, file=sys.stderr, flush=True)
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

@@ -1,28 +1,16 @@
-"""TpuGraphs tile:xla data pipeline: npz files -> validated arrays -> `tfgnn.GraphTensor`s.
+"""TpuGraphs tile:xla data: npz files -> validated arrays (`Split`, cached) -> GraphTensors.
 
-One npz file holds one kernel (file stem = tile id); `kernel_files` lists, reads and validates
-them. A split is read once, in parallel, into concatenated arrays plus per-kernel offsets
-(`Split`), cached under `--cache_dir` (in `cache`'s format); per-kernel GraphTensors are then
-built from cheap numpy slices, normalised as they are taken (so only the raw arrays are held).
-
-The GraphTensor schema is exactly upstream's (`tpu_graphs/baselines/tiles/data.py`), so one
-model runs under both pipelines:
+GraphTensors are built from numpy slices of a split's concatenated arrays, normalised as they
+are taken, in upstream's schema, so one model runs under both pipelines:
 
 - node set `op`: `op` [n] int32 opcode, `feats` [n, stats.node_width] float32;
 - node set `config`: `feats` [c, stats.config_width] float32, `runtimes` [c] float32
   (runtime / normalizer), `normalizers` [c] float32;
 - node set `g`: one node, `tile_id` [1] string;
-- edge sets `feed` (op -> op; source = edge_index[:, 0], target = edge_index[:, 1]),
-  `g_op` (g -> every op), `g_config` (g -> every config).
+- edge sets `feed` (op -> op, edge_index[:, 0] -> edge_index[:, 1]), `g_op`, `g_config`.
 
-Dtypes differ slightly from upstream (which passes uint8 opcodes and float64 runtimes and
-normalizers through unchanged); models cast their inputs, so both work.
-
-The preprocessing math is upstream's: node and config features drop the columns that are
-constant on train and min-max scale the rest with train's float32 min and max, computed as
-`(x - min) / (max - min)` in float32 (bit-identical to upstream's TF ops); `num_ops` is 1 + the
-largest opcode over all loaded splits. Unlike upstream, these statistics are a `FeatureStats`
-object saved with every model, so prediction reproduces them without the train split.
+Preprocessing (`FeatureStats`, saved with every model) is upstream's, bit for bit: columns
+constant on train dropped, the rest scaled by `(x - min) / (max - min)` in float32.
 """
 
 from __future__ import annotations
@@ -34,14 +22,14 @@ import itertools
 import json
 import os
 import warnings
-from typing import Any, Callable, Iterator, Sequence
+from typing import Any, Iterator, Sequence
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_gnn as tfgnn
 import tqdm
 
-from tpu_tiles_models import cache, files, interrupts, kernel_files
+from tpu_tiles_models import cache, files, interrupts, kernel_files, safe
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, REQUIRED_KEYS, SPLITS
 from tpu_tiles_models.kernel_files import DataError, runtime_ratios, split_files, tile_id_of
 
@@ -50,18 +38,10 @@ _CACHE_VERSION = 3
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
 
 
-# ---------------------------------------------------------------------------------------------
-# Split: one partition in memory
-# ---------------------------------------------------------------------------------------------
-
-
 @dataclasses.dataclass
 class Split:
-    """One partition, raw (un-normalised) arrays of its K kernels concatenated.
-
-    Kernel i owns rows `node_offsets[i]:node_offsets[i + 1]` of `node_feat` / `node_opcode`,
-    and likewise for edges and configs. `edge_index` holds kernel-local node indices.
-    """
+    """One partition's K kernels, raw arrays concatenated: kernel i owns rows
+    `node_offsets[i]:node_offsets[i + 1]` of `node_feat`, likewise for edges and configs."""
 
     name: str
     tile_ids: list[str]
@@ -80,7 +60,6 @@ class Split:
         return len(self.tile_ids)
 
     def num_configs(self, i: int) -> int:
-        """Number of configs of kernel i."""
         return int(self.config_offsets[i + 1] - self.config_offsets[i])
 
     def config_counts(self) -> np.ndarray:
@@ -89,18 +68,14 @@ class Split:
 
 
 def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -> Split:
-    """Concatenates validated per-kernel arrays into one `Split`."""
-
     def cat(key: str, dtype: Any, width: int | None = None) -> np.ndarray:
         parts = [k[key].reshape(-1, width) if width else k[key] for k in kernels]
         if not parts:
             return np.zeros((0, width) if width else (0,), dtype)
         return np.concatenate(parts).astype(dtype, copy=False)
 
-    def offsets(key: str) -> np.ndarray:
-        sizes = [
-            len(k[key].reshape(-1, 2)) if key == "edge_index" else len(k[key]) for k in kernels
-        ]
+    def offsets(key: str, width: int = 1) -> np.ndarray:
+        sizes = [k[key].size // width for k in kernels]
         return np.concatenate([[0], np.cumsum(sizes, dtype=np.int64)]).astype(np.int64)
 
     return Split(
@@ -114,50 +89,12 @@ def _concat(name: str, files: list[str], kernels: list[dict[str, np.ndarray]]) -
         config_runtime=cat("config_runtime", np.float64),
         config_runtime_normalizers=cat("config_runtime_normalizers", np.float64),
         node_offsets=offsets("node_opcode"),
-        edge_offsets=offsets("edge_index"),
+        edge_offsets=offsets("edge_index", 2),
         config_offsets=offsets("config_runtime"),
     )
 
 
-_ARRAY_FIELDS = REQUIRED_KEYS + (
-    "node_offsets",
-    "edge_offsets",
-    "config_offsets",
-)
-
-
-def _cache_path(cache_dir: str, split: str, paths: list[str], key_extra: dict) -> str:
-    """Cache file name keyed by each file's absolute path (or URL), size and mtime, plus
-    options."""
-    stamp = [[files.canonical(p), *files.size_and_mtime(p)] for p in paths]
-    blob = json.dumps({"v": _CACHE_VERSION, "files": stamp, **key_extra}, sort_keys=True)
-    digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
-    return files.join(cache_dir, f"tiles-{split}-{digest}.cache")
-
-
-def _save_cache(path: str, split: Split, skipped: list[str]) -> None:
-    """Writes the split atomically (see `files.atomic_path`) in the `cache` format. The cache
-    only saves time: when its disk is full or cannot be written, a one-line warning says so
-    and loading goes on."""
-    arrays = {f: getattr(split, f) for f in _ARRAY_FIELDS}
-    try:
-        with files.atomic_path(path, flag="--cache_dir") as tmp, open(tmp, "wb") as out:
-            cache.write(out, arrays, {"files": split.files, "skipped": skipped})
-    except files.WriteError as err:
-        warnings.warn(f"{err}; loaded without caching", stacklevel=3)
-
-
-def _load_cache(path: str, name: str) -> tuple[Split, list[str]] | None:
-    """The cached split and its skipped-file messages, or None if unreadable."""
-    try:
-        with files.open_read(path) as f:
-            arrays, meta = cache.read(f)
-        paths = [str(p) for p in meta["files"]]
-        skipped = [str(s) for s in meta["skipped"]]
-        split = Split(name=name, tile_ids=[tile_id_of(p) for p in paths], files=paths, **arrays)
-    except (OSError, cache.CacheFormatError, KeyError, TypeError):
-        return None  # a damaged cache is rebuilt, never trusted
-    return split, skipped
+_ARRAY_FIELDS = REQUIRED_KEYS + ("node_offsets", "edge_offsets", "config_offsets")
 
 
 def _warn_skipped(split: str, skipped: list[str]) -> None:
@@ -165,17 +102,6 @@ def _warn_skipped(split: str, skipped: list[str]) -> None:
         shown = " | ".join(skipped[:_SHOWN_NAMES])
         more = f" (and {len(skipped) - _SHOWN_NAMES} more)" if len(skipped) > _SHOWN_NAMES else ""
         warnings.warn(f"skipped {len(skipped)} bad file(s) in {split}: {shown}{more}", stacklevel=3)
-
-
-def _warn_single_config(split: str, paths: list[str]) -> None:
-    if split == "train" and paths:
-        shown = ", ".join(tile_id_of(p) for p in paths[:_SHOWN_NAMES])
-        more = f" and {len(paths) - _SHOWN_NAMES} more" if len(paths) > _SHOWN_NAMES else ""
-        warnings.warn(
-            f"train: left out {len(paths)} kernel(s) with a single config ({shown}{more}); "
-            "a ranking needs two",
-            stacklevel=3,
-        )
 
 
 def load_split(
@@ -187,33 +113,38 @@ def load_split(
     toy_data: bool = False,
     skip_bad: bool = False,
     skip_hint: str = "",
-    workers: int | None = None,
     progress: bool = True,
 ) -> Split:
-    """Reads and validates `root/split/*.npz` into one `Split`.
-
-    Kernels with fewer than `min_configs` configs are left out (like upstream). Bad files raise
-    `DataError`, or with `skip_bad` are left out with a warning giving their count and first
-    names. `skip_hint` is how the calling command could leave them out (`train with
-    --skip_bad`), added to the message of a bad train or valid file; '' for a command that
-    cannot, so that no message offers a flag the command rejects. With `cache_dir`, the result
-    is cached under a key made of every file's path, size and mtime and the options, so changed
-    files are re-read and unchanged ones are not. `root` and `cache_dir` may be remote
-    (`gs://...`).
+    """Reads and validates `root/split/*.npz` (local or `gs://`) into one `Split`, without
+    kernels of fewer than `min_configs` configs and, with `skip_bad`, bad files (a warning).
+    `skip_hint`: how the calling command could leave a bad file out ('' if it cannot).
     """
     paths = split_files(root, split, toy_data=toy_data)
-    cache = None
+    cache_path = None
     if cache_dir is not None:
-        extra = {"min_configs": min_configs, "toy": toy_data, "skip_bad": skip_bad}
-        cache = _cache_path(files.expand(cache_dir), split, paths, extra)
-        hit = _load_cache(cache, split) if files.exists(cache) else None
-        if hit is not None:
-            _warn_skipped(split, hit[1])
-            return hit[0]
+        # Keyed by each file's absolute path (or URL), size and mtime, and the options.
+        stamp = [[files.canonical(p), *files.size_and_mtime(p)] for p in paths]
+        key = dict(
+            v=_CACHE_VERSION, files=stamp, min_configs=min_configs, toy=toy_data, skip_bad=skip_bad
+        )
+        blob = json.dumps(key, sort_keys=True)
+        digest = hashlib.sha256(blob.encode()).hexdigest()[:20]
+        cache_path = files.join(files.expand(cache_dir), f"tiles-{split}-{digest}.cache")
+        if files.exists(cache_path):
+            try:  # a damaged cache is rebuilt, never trusted
+                with files.open_read(cache_path) as f:
+                    arrays, meta = cache.read(f)
+                names, skipped = [str(p) for p in meta["files"]], [str(s) for s in meta["skipped"]]
+                hit = Split(split, [tile_id_of(p) for p in names], names, **arrays)
+            except (OSError, cache.CacheFormatError, KeyError, TypeError):
+                pass
+            else:
+                _warn_skipped(split, skipped)
+                return hit
 
     results: list[dict[str, np.ndarray] | None] = [None] * len(paths)
     errors: dict[int, str] = {}
-    with concurrent.futures.ThreadPoolExecutor(max_workers=workers) as pool:
+    with concurrent.futures.ThreadPoolExecutor() as pool:
         futures = {pool.submit(kernel_files.read_members, p): i for i, p in enumerate(paths)}
         done = concurrent.futures.as_completed(futures)
         if progress:
@@ -249,15 +180,22 @@ def load_split(
         )
     out = _concat(split, [paths[i] for i in kept], [results[i] for i in kept])
     _warn_skipped(split, skipped)
-    _warn_single_config(split, [paths[i] for i in loaded if len(results[i]["config_runtime"]) < 2])
-    if cache is not None:
-        _save_cache(cache, out, skipped)
+    single = [tile_id_of(paths[i]) for i in loaded if len(results[i]["config_runtime"]) < 2]
+    if split == "train" and single:
+        more = f" and {len(single) - _SHOWN_NAMES} more" if len(single) > _SHOWN_NAMES else ""
+        warnings.warn(
+            f"train: left out {len(single)} kernel(s) with a single config "
+            f"({', '.join(single[:_SHOWN_NAMES])}{more}); a ranking needs two",
+            stacklevel=2,
+        )
+    if cache_path is not None:
+        try:  # the cache only saves time: a disk that is full or read-only gets a warning
+            with safe.atomic_path(cache_path, flag="--cache_dir") as tmp, open(tmp, "wb") as f:
+                arrays = {name: getattr(out, name) for name in _ARRAY_FIELDS}
+                cache.write(f, arrays, {"files": out.files, "skipped": skipped})
+        except files.WriteError as err:
+            warnings.warn(f"{err}; loaded without caching", stacklevel=2)
     return out
-
-
-# ---------------------------------------------------------------------------------------------
-# Feature statistics
-# ---------------------------------------------------------------------------------------------
 
 
 def _scale(x: np.ndarray, keep: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
@@ -268,11 +206,8 @@ def _scale(x: np.ndarray, keep: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> n
 
 @dataclasses.dataclass
 class FeatureStats:
-    """Fitted preprocessing: kept columns, their train min/max, `num_ops`, and provenance.
-
-    JSON-serialisable and saved with every exported model, so prediction reproduces the
-    training-time features exactly without the train split.
-    """
+    """Fitted preprocessing: kept columns, their train min/max, `num_ops`, and provenance;
+    saved with every exported model."""
 
     node_keep: np.ndarray  # [140] bool: column not constant on train
     node_min: np.ndarray  # [node_width] float32
@@ -295,16 +230,10 @@ class FeatureStats:
             keep = lo != hi
             return keep, lo[keep].astype(np.float32), hi[keep].astype(np.float32)
 
-        node_keep, node_min, node_max = columns(train.node_feat)
-        config_keep, config_min, config_max = columns(train.config_feat)
         max_op = max(int(s.node_opcode.max()) for s in (train, *others) if len(s.node_opcode))
         return cls(
-            node_keep=node_keep,
-            node_min=node_min,
-            node_max=node_max,
-            config_keep=config_keep,
-            config_min=config_min,
-            config_max=config_max,
+            *columns(train.node_feat),
+            *columns(train.config_feat),
             num_ops=max_op + 1,
             train_files=[os.path.basename(f) for f in train.files],
             source=source,
@@ -327,11 +256,8 @@ class FeatureStats:
         return _scale(x, self.config_keep, self.config_min, self.config_max)
 
     def ops(self, opcodes: np.ndarray) -> np.ndarray:
-        """[n] opcodes as int32, those >= num_ops mapped to 0 (the 'unknown' opcode).
-
-        Only matters for statistics fitted on a subset (toy data) applied to the full set;
-        an out-of-range id would otherwise index past the model's embedding table.
-        """
+        """[n] opcodes as int32, those >= num_ops (statistics fitted on toy data) mapped to 0,
+        the 'unknown' opcode, not past the model's embedding table."""
         ops = np.asarray(opcodes, dtype=np.int32)
         return np.where(ops < self.num_ops, ops, 0).astype(np.int32)
 
@@ -340,36 +266,23 @@ class FeatureStats:
         a, b = self.to_json(), other.to_json()
         return all(a[k] == b[k] for k in a if k not in ("train_files", "source"))
 
-    def fingerprint(self) -> str:
-        """Hex digest of the JSON form: equal statistics, equal fingerprint."""
-        return hashlib.sha256(json.dumps(self.to_json(), sort_keys=True).encode()).hexdigest()
-
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON dict; float32 values survive the round trip exactly."""
+        fields = {k: v.tolist() if isinstance(v, np.ndarray) else v for k, v in vars(self).items()}
         return {
             "format": "tpu_tiles_models.FeatureStats/1",
-            "node_keep": [bool(v) for v in self.node_keep],
-            "node_min": [float(v) for v in self.node_min],
-            "node_max": [float(v) for v in self.node_max],
-            "config_keep": [bool(v) for v in self.config_keep],
-            "config_min": [float(v) for v in self.config_min],
-            "config_max": [float(v) for v in self.config_max],
+            **fields,
             "num_ops": int(self.num_ops),
             "train_files": list(self.train_files),
-            "source": self.source,
         }
 
     @classmethod
     def from_json(cls, d: dict[str, Any]) -> FeatureStats:
         """Inverse of `to_json`; inconsistent input raises `DataError`."""
+        arrays = [f.name for f in dataclasses.fields(cls) if f.type == "np.ndarray"]
         try:
             stats = cls(
-                node_keep=np.array(d["node_keep"], dtype=bool),
-                node_min=np.array(d["node_min"], dtype=np.float32),
-                node_max=np.array(d["node_max"], dtype=np.float32),
-                config_keep=np.array(d["config_keep"], dtype=bool),
-                config_min=np.array(d["config_min"], dtype=np.float32),
-                config_max=np.array(d["config_max"], dtype=np.float32),
+                **{k: np.array(d[k], bool if k.endswith("_keep") else np.float32) for k in arrays},
                 num_ops=int(d["num_ops"]),
                 train_files=[str(f) for f in d.get("train_files", [])],
                 source=str(d.get("source", "")),
@@ -391,8 +304,7 @@ class FeatureStats:
         return stats
 
     def save(self, path: str | os.PathLike) -> None:
-        """Writes JSON atomically (see `files.atomic_path`)."""
-        with files.atomic_path(path) as tmp:
+        with safe.atomic_path(path) as tmp:
             tmp.write_text(json.dumps(self.to_json(), allow_nan=False), encoding="utf-8")
 
     @classmethod
@@ -405,11 +317,6 @@ class FeatureStats:
             raise DataError(
                 f"{path}: cannot read feature statistics ({err}); re-export the model"
             ) from None
-
-
-# ---------------------------------------------------------------------------------------------
-# Whole data set
-# ---------------------------------------------------------------------------------------------
 
 
 @dataclasses.dataclass
@@ -438,15 +345,9 @@ def load_dataset(
     skip_hint: str = "",
     progress: bool = True,
 ) -> Dataset:
-    """Loads `splits` of `root`; fits `FeatureStats` on train unless `stats` is given.
-    `skip_bad` and `skip_hint`: as `load_split`'s.
-
-    `min_train_configs` filters train only. Upstream also drops valid/test kernels with fewer
-    than 2 configs; we keep them so every test kernel gets a prediction (real data has none).
-    """
-    unknown = [s for s in splits if s not in SPLITS]
-    if unknown:
-        raise DataError(f"unknown split(s) {unknown}; use some of {', '.join(SPLITS)}")
+    """Loads `splits` of `root` (options as `load_split`'s); fits `FeatureStats` on train
+    unless `stats` is given. `min_train_configs` filters train only: unlike upstream, every
+    valid and test kernel is kept, so each gets a prediction."""
     if stats is None and "train" not in splits:
         raise DataError("no feature statistics: load the train split or pass the model's stats")
     loaded: dict[str, Split | None] = {name: None for name in SPLITS}
@@ -462,31 +363,19 @@ def load_dataset(
             progress=progress,
         )
     if stats is None:
-        train = loaded["train"]
         others = [s for n, s in loaded.items() if n != "train" and s is not None]
-        where = files.canonical(root)
-        stats = FeatureStats.fit(train, others, source=f"{where} toy_data={toy_data}")
+        source = f"{files.canonical(root)} toy_data={toy_data}"
+        stats = FeatureStats.fit(loaded["train"], others, source=source)
     else:
         for split in loaded.values():
-            _warn_unknown_ops(split, stats)
+            unknown = int((split.node_opcode >= stats.num_ops).sum()) if split else 0
+            if unknown:
+                warnings.warn(
+                    f"{split.name}: {unknown} node(s) have opcodes >= num_ops={stats.num_ops} of "
+                    "the model's statistics; they are fed as opcode 0 (unknown)",
+                    stacklevel=2,
+                )
     return Dataset(stats=stats, **loaded)
-
-
-def _warn_unknown_ops(split: Split | None, stats: FeatureStats) -> None:
-    if split is None or not len(split.node_opcode):
-        return
-    unknown = int((split.node_opcode >= stats.num_ops).sum())
-    if unknown:
-        warnings.warn(
-            f"{split.name}: {unknown} node(s) have opcodes >= num_ops={stats.num_ops} of the "
-            "model's statistics; they are fed as opcode 0 (unknown)",
-            stacklevel=3,
-        )
-
-
-# ---------------------------------------------------------------------------------------------
-# GraphTensors
-# ---------------------------------------------------------------------------------------------
 
 
 def _pick_configs(
@@ -498,19 +387,10 @@ def _pick_configs(
     fill: bool = False,
     default_first: bool = False,
 ) -> np.ndarray:
-    """Row indices of one kernel's configs: all in file order (-1), else `num_configs` drawn
-    uniformly without replacement (all of them, shuffled, when the kernel has fewer).
-
-    `spread` (with -1): at most that many, evenly spaced in file order from the first, the
-    same every time (a fixed subset; no draw). `fill`: a kernel with fewer than `num_configs`
-    configs gets all of them, shuffled, then repeats drawn from them up to `num_configs` (see
-    `_FILLER`).
-
-    `default_first`: config 0 (the compiler's default) at position 0 of every draw, the rest
-    drawn from the other configs. Only for models that read position 0 as the default
-    (`default_first` of models.py): for the others, which score a config the same wherever it
-    stands, it would only change how often config 0 is drawn, so they keep upstream's draw
-    and their runs stay as they were.
+    """Row indices of one kernel's configs: all in file order (-1; at most `spread`, evenly
+    spaced), else `num_configs` drawn without replacement (all, shuffled, if fewer; with
+    `fill`, then repeats of them). `default_first`: config 0 at position 0 (only for models
+    that read position 0 as the default; the others keep upstream's draw).
     """
     if num_configs < 0:
         if spread is not None and c1 - c0 > spread:
@@ -535,25 +415,19 @@ def _components(
     split: Split,
     stats: FeatureStats,
     kernels: Sequence[int],
-    num_configs: int,
-    rng: np.random.Generator,
+    rng: np.random.Generator | None = None,
+    *,
+    num_configs: int = -1,
     spread: int | None = None,
     pad: bool = False,
     fill: bool = False,
     default_first: bool = False,
     rows: Sequence[np.ndarray] | None = None,
 ) -> dict[str, Any]:
-    """Numpy pieces of `kernels` merged as components of one graph (B = len(kernels)).
-
-    Node, edge and config rows are concatenated; edge indices are shifted to index the
-    merged `op` node set, as `GraphTensor.merge_batch_to_components` would do. Features are
-    normalised here, on the rows taken (elementwise, so bit for bit what normalising the
-    whole split would give): no normalised copy of a split is ever held. With `pad`, every
-    kernel's configs are padded to the most any of them has by repeating its first one. With
-    `fill`, the repeats that fill up a short kernel (see `_pick_configs`) carry the runtime
-    `_FILLER`. `rows`: one array per kernel, the split's config indices to take in place of
-    the draw.
-    """
+    """Numpy pieces of `kernels` merged as `GraphTensor.merge_batch_to_components` would,
+    normalised on the rows taken (no normalised copy of a split is held). `pad`: each kernel's
+    configs padded to the most any has by repeating its first. `fill`: `_pick_configs`' repeats
+    labelled `_FILLER`. `rows`: per kernel, the split's config indices to take, not a draw."""
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     if rows is None:
         rows = [
@@ -607,48 +481,33 @@ def _signature(stats: FeatureStats, batch: int | None) -> dict[str, tf.TensorSpe
 
 
 def _to_graph(pieces: dict[str, tf.Tensor]) -> tfgnn.GraphTensor:
-    """Merged components -> a scalar GraphTensor with upstream's schema (B components)."""
-    edges = pieces["edges"]
-    num_components = tf.shape(pieces["tile_id"], out_type=tf.int32)[0]
+    """Merged components -> a scalar GraphTensor with upstream's schema."""
+    p = pieces
+    num_components = tf.shape(p["tile_id"], out_type=tf.int32)[0]
+
+    def edges(sizes: tf.Tensor, source: tuple, target: tuple) -> tfgnn.EdgeSet:
+        adjacency = tfgnn.Adjacency.from_indices(source=source, target=target)
+        return tfgnn.EdgeSet.from_fields(sizes=sizes, adjacency=adjacency)
 
     def star(sizes: tf.Tensor, target: str) -> tfgnn.EdgeSet:
         # Component j's g node (index j) points at every node of that component.
-        return tfgnn.EdgeSet.from_fields(
-            sizes=sizes,
-            adjacency=tfgnn.Adjacency.from_indices(
-                source=("g", tf.repeat(tf.range(num_components), sizes)),
-                target=(target, tf.range(tf.reduce_sum(sizes), dtype=tf.int32)),
-            ),
-        )
+        g = tf.repeat(tf.range(num_components), sizes)
+        return edges(sizes, ("g", g), (target, tf.range(tf.reduce_sum(sizes), dtype=tf.int32)))
 
+    def nodes(sizes: tf.Tensor, **features: tf.Tensor) -> tfgnn.NodeSet:
+        return tfgnn.NodeSet.from_fields(sizes=sizes, features=features)
+
+    config = dict(feats=p["config_feats"], runtimes=p["runtimes"], normalizers=p["normalizers"])
     return tfgnn.GraphTensor.from_pieces(
         node_sets={
-            "op": tfgnn.NodeSet.from_fields(
-                sizes=pieces["node_sizes"],
-                features={"op": pieces["op"], "feats": pieces["node_feats"]},
-            ),
-            "config": tfgnn.NodeSet.from_fields(
-                sizes=pieces["config_sizes"],
-                features={
-                    "feats": pieces["config_feats"],
-                    "runtimes": pieces["runtimes"],
-                    "normalizers": pieces["normalizers"],
-                },
-            ),
-            "g": tfgnn.NodeSet.from_fields(
-                sizes=tf.ones_like(pieces["node_sizes"]),
-                features={"tile_id": pieces["tile_id"]},
-            ),
+            "op": nodes(p["node_sizes"], op=p["op"], feats=p["node_feats"]),
+            "config": nodes(p["config_sizes"], **config),
+            "g": nodes(tf.ones_like(p["node_sizes"]), tile_id=p["tile_id"]),
         },
         edge_sets={
-            "feed": tfgnn.EdgeSet.from_fields(
-                sizes=pieces["edge_sizes"],
-                adjacency=tfgnn.Adjacency.from_indices(
-                    source=("op", edges[:, 0]), target=("op", edges[:, 1])
-                ),
-            ),
-            "g_op": star(pieces["node_sizes"], "op"),
-            "g_config": star(pieces["config_sizes"], "config"),
+            "feed": edges(p["edge_sizes"], ("op", p["edges"][:, 0]), ("op", p["edges"][:, 1])),
+            "g_op": star(p["node_sizes"], "op"),
+            "g_config": star(p["config_sizes"], "config"),
         },
     )
 
@@ -661,64 +520,17 @@ def kernel_graph(
     num_configs: int = -1,
     rng: np.random.Generator | None = None,
 ) -> tfgnn.GraphTensor:
-    """Kernel i of `split` as a one-component GraphTensor, built eagerly.
-
-    Eager GraphTensor construction costs tens of ms in TF-GNN; iterate `graph_dataset` inside
-    a tf.function (as Keras does) for bulk work. See `graph_dataset` for `num_configs`.
-    """
-    if not 0 <= i < len(split):
-        raise IndexError(f"kernel {i} out of range for {split.name} ({len(split)} kernels)")
+    """Kernel i of `split` as a one-component GraphTensor, built eagerly (tens of ms: use
+    `graph_dataset` for bulk work, whose `num_configs` this takes)."""
     rng = rng if rng is not None else np.random.default_rng()
-    pieces = _components(split, stats, [i], num_configs, rng)
+    pieces = _components(split, stats, [i], rng, num_configs=num_configs)
     spec = _signature(stats, 1)
     return _to_graph({k: tf.convert_to_tensor(v, spec[k].dtype) for k, v in pieces.items()})
 
 
-def _batches_dataset(
-    split: Split,
-    stats: FeatureStats,
-    *,
-    batch_size: int,
-    num_configs: int,
-    min_configs: int,
-    shuffle: bool,
-    seed: int,
-    shard: tuple[int, int] = (0, 1),
-    kernels: Sequence[int] | None = None,
-    spread: int | None = None,
-    fill: bool = False,
-    default_first: bool = False,
-) -> tf.data.Dataset:
-    """GraphTensors of `batch_size` merged kernels (last partial batch dropped if > 1).
-
-    Batches are assembled in numpy, one generator call each: cheaper than tf.data batching
-    plus `merge_batch_to_components`, with the same result. `shard=(i, n)` keeps every n-th
-    usable kernel from the i-th on (one worker's share in multi-worker training). `kernels`,
-    if given, are the kernel indices to use instead of all with `min_configs` configs. `fill`
-    and `default_first`: see `_components` and `_pick_configs`.
-    """
-    usable = np.flatnonzero(split.config_counts() >= min_configs)
-    index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
-    passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
-
-    def generate() -> Iterator[dict[str, Any]]:
-        rng = np.random.default_rng([seed, next(passes)])
-        order = rng.permutation(index) if shuffle else index
-        for start in range(0, len(order) - batch_size + 1, batch_size):
-            chosen = order[start : start + batch_size]
-            yield _components(
-                split,
-                stats,
-                chosen,
-                num_configs,
-                rng,
-                spread,
-                fill=fill,
-                default_first=default_first,
-            )
-
-    signature = _signature(stats, batch_size)
-    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
+def _graphs(generate, stats: FeatureStats, batch: int | None) -> tf.data.Dataset:
+    """`generate`'s `_components` as GraphTensors."""
+    ds = tf.data.Dataset.from_generator(generate, output_signature=_signature(stats, batch))
     return ds.map(_to_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
 
@@ -733,59 +545,36 @@ def graph_dataset(
     kernels: Sequence[int] | None = None,
     spread: int | None = None,
     cache: bool = False,
+    batch_size: int = 1,
+    shard: tuple[int, int] = (0, 1),
+    fill: bool = False,
+    default_first: bool = False,
 ) -> tf.data.Dataset:
-    """One GraphTensor per kernel of `split` (upstream schema), normalised with `stats`.
+    """GraphTensors of `batch_size` kernels of `split` with `min_configs` configs or more (or
+    of `kernels`, in order) merged in numpy (cheaper than tf.data; a partial batch dropped),
+    configs as `_pick_configs` takes them (pass p draws with seed `[seed, p]`). `shard=(i, n)`:
+    every n-th kernel from the i-th on. `cache`: later passes replay the first one's graphs."""
+    usable = np.flatnonzero(split.config_counts() >= min_configs)
+    index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
+    passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
+    pick = dict(num_configs=num_configs, spread=spread, fill=fill, default_first=default_first)
 
-    `num_configs` = -1 keeps every config in file order (inference); k >= 0 samples k distinct
-    configs uniformly per kernel and pass. Kernels with fewer than `min_configs` configs are
-    left out. `shuffle` reorders kernels every pass. Passes are reproducible from `seed`
-    (pass p uses generator seed [seed, p]). `kernels`: only these kernel indices, in this
-    order (`min_configs` then does not apply). `spread` (with `num_configs` = -1): at most
-    that many configs per kernel, evenly spaced in file order, the same every pass.
-    `cache`: the first pass keeps its graphs in memory and later passes replay them (for a
-    small fixed set scored again and again; not with `num_configs` >= 0 or `shuffle`).
-    """
-    ds = _batches_dataset(
-        split,
-        stats,
-        batch_size=1,
-        num_configs=num_configs,
-        min_configs=min_configs,
-        shuffle=shuffle,
-        seed=seed,
-        kernels=kernels,
-        spread=spread,
-    )
+    def generate() -> Iterator[dict[str, Any]]:
+        rng = np.random.default_rng([seed, next(passes)])
+        order = rng.permutation(index) if shuffle else index
+        for start in range(0, len(order) - batch_size + 1, batch_size):
+            yield _components(split, stats, order[start : start + batch_size], rng, **pick)
+
+    ds = _graphs(generate, stats, batch_size)
     return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
-
-
-def _distinct_rows(feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(positions of the first row of each kind in `feats` `[n, d]`, ascending; for each row,
-    the index of its kind in them)."""
-    feats = np.ascontiguousarray(feats)
-    # Each row's bytes as one item: equal rows are equal bytes (a row with -0.0 where another
-    # has 0.0 counts as another kind: scored twice, same score).
-    items = feats.view(np.dtype((np.void, feats.dtype.itemsize * feats.shape[1]))).ravel()
-    _, first, inverse = np.unique(items, return_index=True, return_inverse=True)
-    by_file = np.argsort(first, kind="stable")
-    position = np.empty_like(by_file)
-    position[by_file] = np.arange(len(by_file))
-    return first[by_file], position[inverse.ravel()]
 
 
 @dataclasses.dataclass(frozen=True)
 class DistinctConfigs:
-    """One kernel's configs to score and the distinct feature rows among them.
-
-    `picks`: the split's config indices taken (every config, or `spread`'s as
-    `graph_dataset` takes them), in file order; `rows`: those of `picks` whose feature row is
-    the first of its kind, in file order (config 0 first); `inverse`: for each pick, the
-    position in `rows` of its feature row: `config_feat[rows][inverse]` is
-    `config_feat[picks]`, bit for bit. A model that scores each config on its own (the
-    `independent_configs` of models.py) gives a pick the score of its row, so only `rows`
-    need scoring: the scores of `picks` are `scores[inverse]`. With `first_alone` (models
-    that read position 0 as the compiler's default, `default_first`), the first pick is a
-    row of its own, which no other pick shares.
+    """One kernel's configs to score (`picks`, all or `spread`'s) and those whose feature row
+    is the first of its kind (`rows`); `config_feat[rows][inverse]` is `config_feat[picks]`,
+    so a model that scores each config on its own needs only `rows` scored. `first_alone`
+    (`default_first` models): the first pick is its own row; without `merge`, every pick.
     """
 
     picks: np.ndarray
@@ -794,18 +583,33 @@ class DistinctConfigs:
 
     @classmethod
     def of(
-        cls, split: Split, kernel: int, spread: int | None = None, *, first_alone: bool = False
+        cls,
+        split: Split,
+        kernel: int,
+        spread: int | None = None,
+        *,
+        first_alone: bool = False,
+        merge: bool = True,
     ) -> DistinctConfigs:
         co = split.config_offsets
         rng = np.random.default_rng(0)  # unused: every config, no draw
         picks = _pick_configs(int(co[kernel]), int(co[kernel + 1]), -1, rng, spread)
+        if not merge:
+            return cls(picks, picks, np.arange(len(picks)))
         skip = 1 if first_alone and len(picks) else 0
-        first, inverse = _distinct_rows(split.config_feat[picks[skip:]])
-        rows = np.concatenate([picks[:skip], picks[skip:][first]])
-        return cls(picks, rows, np.concatenate([np.zeros(skip, np.int64), inverse + skip]))
+        feats = np.ascontiguousarray(split.config_feat[picks[skip:]])
+        # Each row's bytes as one item (-0.0 and 0.0 differ: such rows are scored twice, alike).
+        items = feats.view(np.dtype((np.void, feats.dtype.itemsize * feats.shape[1]))).ravel()
+        _, first, inverse = np.unique(items, return_index=True, return_inverse=True)
+        by_file = np.argsort(first, kind="stable")  # kinds in the order they first appear
+        position = np.empty_like(by_file)
+        position[by_file] = np.arange(len(by_file))
+        rows = np.concatenate([picks[:skip], picks[skip:][first[by_file]]])
+        inverse = position[inverse.ravel()] + skip
+        return cls(picks, rows, np.concatenate([np.zeros(skip, np.int64), inverse]))
 
     def runtimes(self, split: Split) -> np.ndarray:
-        """`[len(picks)]` runtime / normalizer of the picks, as a kernel's graph holds them."""
+        """`[len(picks)]` runtime / normalizer, as a kernel's graph holds them."""
         return runtime_ratios(
             split.config_runtime[self.picks], split.config_runtime_normalizers[self.picks]
         )
@@ -815,37 +619,19 @@ def kernel_groups(
     split: Split,
     stats: FeatureStats,
     groups: Sequence[Sequence[int]],
+    rows: dict[int, np.ndarray],
     *,
-    spread: int | None = None,
     cache: bool = False,
-    rows: dict[int, np.ndarray] | None = None,
 ) -> tf.data.Dataset:
-    """One GraphTensor per group of kernel indices: the group's kernels as its components,
-    each with every config (at most `spread`, as `graph_dataset` takes them; with `rows`,
-    `rows[kernel]`, the split's config indices), padded to the group's most by repeating the
-    kernel's first config. For scoring several kernels in one model call; the padding's
-    scores are to be dropped. `cache`: as `graph_dataset`'s.
-    """
-    groups = [list(g) for g in groups]
+    """One GraphTensor per group of kernels, each a component with the split's config rows
+    `rows[kernel]`, padded to the group's most (`_components`' `pad`; drop their scores)."""
 
     def generate() -> Iterator[dict[str, Any]]:
-        rng = np.random.default_rng(0)  # unused: every config, no draw
         for group in groups:
-            taken = None if rows is None else [rows[k] for k in group]
-            yield _components(split, stats, group, -1, rng, spread, pad=True, rows=taken)
+            yield _components(split, stats, group, pad=True, rows=[rows[k] for k in group])
 
-    signature = _signature(stats, None)
-    ds = tf.data.Dataset.from_generator(generate, output_signature=signature)
-    ds = ds.map(_to_graph, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    ds = _graphs(generate, stats, None)
     return (ds.cache() if cache else ds).prefetch(tf.data.AUTOTUNE)
-
-
-def _labels(batch_size: int, num_configs: int) -> Callable:
-    def attach(graph: tfgnn.GraphTensor) -> tuple[tfgnn.GraphTensor, tf.Tensor]:
-        runtimes = graph.node_sets["config"]["runtimes"]
-        return graph, tf.reshape(runtimes, [batch_size, num_configs])
-
-    return attach
 
 
 def training_batches(
@@ -860,19 +646,10 @@ def training_batches(
     fill: bool = False,
     default_first: bool = False,
 ) -> tf.data.Dataset:
-    """(GraphTensor of `batch_size` merged components, labels [batch_size, num_configs]).
-
-    Equivalent to upstream's `graph_dataset(...).batch(B, drop_remainder=True)
-    .map(GraphTensor.merge_batch_to_components)` plus labels = the sampled configs' runtimes
-    (runtime / normalizer). Kernels with fewer than `num_configs` configs are left out, or
-    with `fill` kept: all their configs, then repeats of them labelled `_FILLER` (-1), which
-    every loss leaves out. `shard=(i, n)`: only every n-th usable kernel from the i-th on.
-    `default_first`: config 0 at position 0 of every kernel's draw.
+    """(GraphTensor of `batch_size` merged kernels, labels `[batch_size, num_configs]`, the
+    sampled configs' runtime / normalizer), as upstream batches and merges `graph_dataset`'s.
+    Kernels with fewer than `num_configs` configs are left out, or with `fill` kept.
     """
-    if num_configs < 1 or batch_size < 1:
-        raise ValueError(
-            f"num_configs and batch_size must be >= 1 (got {num_configs}, {batch_size})"
-        )
     min_configs = 2 if fill else num_configs
     usable = int((split.config_counts() >= min_configs).sum())
     if usable < batch_size:
@@ -880,7 +657,7 @@ def training_batches(
             f"{split.name}: only {usable} kernel(s) have >= {min_configs} configs, fewer than "
             f"--batch={batch_size}; lower --configs or --batch"
         )
-    ds = _batches_dataset(
+    ds = graph_dataset(
         split,
         stats,
         batch_size=batch_size,
@@ -892,5 +669,10 @@ def training_batches(
         fill=fill,
         default_first=default_first,
     )
-    ds = ds.map(_labels(batch_size, num_configs))
+    ds = ds.map(
+        lambda graph: (
+            graph,
+            tf.reshape(graph.node_sets["config"]["runtimes"], [batch_size, num_configs]),
+        )
+    )
     return ds.prefetch(tf.data.AUTOTUNE)

@@ -1,10 +1,6 @@
-"""The defaults every command shares: where the data is, where its cache goes, where runs go.
-
-One home for them, so that `train`, `predict`, `evaluate`, `check`, `ensemble`, `inspect`, the
-sweep and the drop-in `tiles_gen_predictions_csv.py` agree. The data root is the course
-handout's place, `~/data/tpugraphs/npz/tile/xla`; on Kaggle, where the competition's data set
-is mounted read-only under `/kaggle/input`, that copy is used when the first is not there.
-Imports only the standard library (the drop-in script reads it before anything heavy).
+"""The defaults every command (and the drop-in `tiles_gen_predictions_csv.py`) shares: where
+the data is, where its cache goes, where runs go. Standard library only: the drop-in script
+reads it before anything heavy.
 """
 
 from __future__ import annotations
@@ -14,8 +10,7 @@ from typing import Sequence
 
 # The course handout's place for the data (upstream's README downloads it there).
 HOME_DATA_ROOT = "~/data/tpugraphs/npz/tile/xla"
-# Where a Kaggle notebook finds the competition's data ("Fast or Slow? Predict AI Model
-# Runtime", data set predict-ai-model-runtime).
+# Where a Kaggle notebook finds the competition's data (data set predict-ai-model-runtime).
 KAGGLE_DATA_ROOT = "/kaggle/input/predict-ai-model-runtime/npz_all/npz/tile/xla"
 DATA_ROOTS = (HOME_DATA_ROOT, KAGGLE_DATA_ROOT)
 # The cache of loaded arrays, for every command that reads the data ('' on a flag: none).
@@ -25,8 +20,8 @@ OUT_DIR = "~/out/tpugraphs_tiles"
 
 
 def data_root(candidates: Sequence[str] | None = None) -> str:
-    """The default `--data_root`: the first of `candidates` (default `DATA_ROOTS`) that is a
-    folder, else the first (so that a message about missing data names the usual place)."""
+    """The default `--data_root`: the first of `candidates` that is a folder, else the first
+    (a message about missing data then names the usual place)."""
     candidates = DATA_ROOTS if candidates is None else candidates
     for candidate in candidates:
         if os.path.isdir(os.path.expanduser(candidate)):

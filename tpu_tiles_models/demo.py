@@ -1,14 +1,11 @@
 """`tpu-tiles demo`: the whole journey on the embedded synthetic data, in a few minutes.
 
-Generates a synthetic tile:xla set, trains the recommended model (`registry.RECOMMENDED_MODEL`,
-by its name alone: its class defaults are the recommendation) and EarlyJoinSAGE briefly
-with upstream's default flags and artifacts, evaluates both on the validation split beside the
-random and default-first baselines and with config 0 kept in their top 5 (`evaluation.csv`,
-`evaluation.png`), ranks the test split from the exported model
-(the course's prediction step) and merges it into a Kaggle submission. Deterministic: the
-same command prints the same figures; a rerun into the same `--out` reuses the data set and
-the runs an earlier one made. A demo that is stopped (or fails) removes what it added to
-`--out`, the data set and the runs it finished included, and keeps what was there before.
+Generates a synthetic tile:xla set, trains the recommended model and EarlyJoinSAGE briefly
+with upstream's default flags, evaluates both on the validation split beside the baselines,
+ranks the test split from the exported model and merges it into a Kaggle submission.
+Deterministic: a rerun into the same `--out` reuses the data set and the runs an earlier one
+made. A demo that is stopped (or fails) removes what it added to `--out` and keeps what was
+there before.
 """
 
 from __future__ import annotations
@@ -40,8 +37,7 @@ _BYTES_BESIDE_DATA = 40 * 2**20
 
 @dataclasses.dataclass(frozen=True)
 class DemoArgs:
-    """The options of `tpu-tiles demo`, built once by the command line (`from_namespace`);
-    `add_flags` documents each and holds the defaults."""
+    """The options of `tpu-tiles demo` (`add_flags` documents each and holds the defaults)."""
 
     out: str
     train: int
@@ -51,7 +47,6 @@ class DemoArgs:
 
     @classmethod
     def from_namespace(cls, a: argparse.Namespace) -> DemoArgs:
-        """From the flags of `add_flags`."""
         return cls(**{f.name: getattr(a, f.name) for f in dataclasses.fields(cls)})
 
 
@@ -94,16 +89,6 @@ def _evaluation_rows(result: dict) -> list[dict]:
     ]
 
 
-def _write_evaluation_csv(rows: list[dict], path: Path) -> None:
-    from tpu_tiles_models import files
-
-    lines = [",".join(EVALUATION_COLUMNS)]
-    for row in rows:
-        lines.append(",".join([row["model"], *(f"{row[c]:.4f}" for c in EVALUATION_COLUMNS[1:])]))
-    with files.atomic_path(path) as tmp:
-        tmp.write_text("\n".join(lines) + "\n")
-
-
 def _side_by_side(rows: list[dict]) -> str:
     """The table the demo ends with: the baselines and the two models on the validation split,
     with each one's top-1 error over the `default` row's (`top1/def`)."""
@@ -126,11 +111,7 @@ def _side_by_side(rows: list[dict]) -> str:
 
 
 def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
-    """Each model's training options, every flag checked before anything is written.
-
-    Raises:
-      UserError: a bad flag value, a missing --sample.
-    """
+    """Each model's training options, every flag checked before anything is written."""
     from tpu_tiles_models import files, run_file
     from tpu_tiles_models.errors import FlagError
 
@@ -155,16 +136,12 @@ def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
     }
 
 
-def _valid_kernels(train: int) -> int:
-    return max(train // 5, 20)  # upstream's flags need 10 with >= 10 configs
-
-
 def run(a: DemoArgs) -> None:
     """`tpu-tiles demo`: synthetic data, two models trained and evaluated, the test split
     ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
     import tensorflow as tf
 
-    from tpu_tiles_models import evaluate, files, kaggle, predict, run_file, synthetic, train
+    from tpu_tiles_models import evaluate, files, kaggle, predict, run_file, safe, synthetic, train
 
     out = Path(files.canonical(a.out, what="--out"))
     train_args = _train_args(a, out)
@@ -173,14 +150,15 @@ def run(a: DemoArgs) -> None:
     data_root, models_dir = out / "data", out / "models"
     progress = not a.no_progress
     have_data = (data_root / "train").is_dir()
-    kernels = a.train + _valid_kernels(a.train) + TEST_KERNELS
-    need = _BYTES_BESIDE_DATA + (0 if have_data else kernels * _BYTES_PER_KERNEL)
-    files.check_folder(out, flag="--out", need_bytes=need)
+    valid = max(a.train // 5, 20)  # upstream's flags need 10 with >= 10 configs
+    new_kernels = 0 if have_data else a.train + valid + TEST_KERNELS
+    need = _BYTES_BESIDE_DATA + new_kernels * _BYTES_PER_KERNEL
     written = [EVALUATION_CSV, EVALUATION_PNG, PREDICTIONS_CSV, KAGGLE_CSV]
     written += [] if a.sample else [SAMPLE_CSV]
-    files.prepare_outputs(
-        [files.Output(out / name, "--out") for name in written],
-        [files.Input(a.sample, "--sample file")] if a.sample else [],
+    safe.claim(
+        [safe.Output(out, "--out", folder=True, adds_to=True, need_bytes=need)]
+        + [safe.Output(out / name, "--out") for name in written],
+        [safe.Input(a.sample, "--sample file")] if a.sample else [],
     )
     before = _entries(out)
     made = files.make_dirs(out, flag="--out")
@@ -189,7 +167,7 @@ def run(a: DemoArgs) -> None:
             synthetic.generate(
                 data_root,
                 train=a.train,
-                valid=_valid_kernels(a.train),
+                valid=valid,
                 test=TEST_KERNELS,
                 seed=0,
                 max_configs=300,
@@ -199,8 +177,8 @@ def run(a: DemoArgs) -> None:
         model_dirs = {}
         for name, args in train_args.items():
             print(f"\n== training {name}")
-            done = run_file.completed_run(models_dir, args.hash())
-            if done is not None:  # an earlier demo into --out trained it: deterministic, reused
+            # An earlier demo into --out trained it: deterministic, reused.
+            if run_file.completed_run(models_dir, args.hash()) is not None:
                 model_dirs[name] = Path(run_file.model_dir_path(models_dir, args.hash()))
                 print(f"reusing {model_dirs[name]}, trained by an earlier demo into {out}")
                 continue
@@ -212,7 +190,9 @@ def run(a: DemoArgs) -> None:
         print(evaluate.format_table(result))
         chart = evaluate.plot(result, out / EVALUATION_PNG)
         rows = _evaluation_rows(result)
-        _write_evaluation_csv(rows, out / EVALUATION_CSV)
+        table = [[r["model"], *(f"{r[c]:.4f}" for c in EVALUATION_COLUMNS[1:])] for r in rows]
+        with safe.atomic_path(out / EVALUATION_CSV) as tmp:
+            tmp.write_text("\n".join(",".join(r) for r in [EVALUATION_COLUMNS, *table]) + "\n")
 
         print(f"\n== predicting the test split with the exported {RECOMMENDED_MODEL}")
         predictions, kernels = predict.predict_to_csv(
@@ -247,8 +227,7 @@ def run(a: DemoArgs) -> None:
 
 
 def _entries(out: Path) -> set[Path]:
-    """What `--out` and its `models/` hold, hidden names left out (locks and staged files are
-    their writers' to remove): a demo that does not finish removes what it added to them (the
-    data set it generated, the runs it trained, its CSVs), and keeps what was there."""
+    """What `--out` and its `models/` hold, hidden names left out: locks and staged files are
+    their writers' to remove."""
     folders = [f for f in (out, out / "models") if f.is_dir()]
     return {p for f in folders for p in f.iterdir() if not p.name.startswith(".")}

@@ -1,11 +1,9 @@
 """`tpu-tiles ensemble`: several trained runs as one drop-in model, with upstream's artifacts.
 
 The members are reopened with `runs.TrainedRun`, put into models.py's `Ensemble` (whose
-variables are the members' variables in member order) and their weights copied in. The
-ensemble is then validated and ranks the test split like a freshly trained model, and is
-written as `model_<h>/` + `run_<h>.jsonz` (`model=Ensemble`, the members in
-`model_kwargs_json`) + `results_<ms>.csv`, so the course's prediction script reloads it like
-any other model.
+variables are the members' in member order) and their weights copied in. It is then validated,
+ranks the test split and is written like a freshly trained model (`model=Ensemble`, the members
+in `model_kwargs_json`), so the course's prediction script reloads it like any other.
 """
 
 from __future__ import annotations
@@ -17,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, files, registry, run_file, scoring, train
+from tpu_tiles_models import data, export, registry, run_file, safe, scoring, train
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
@@ -28,11 +26,7 @@ class EnsembleError(UserError, ValueError):
 
 
 def _same_data(runs: list[TrainedRun], data_root: str, cache_dir: str | None) -> data.Dataset:
-    """The valid and test splits under the statistics every member was trained with.
-
-    Raises:
-      EnsembleError: a member lacks stored statistics or was trained on other data.
-    """
+    """The valid and test splits under the statistics every member was trained with."""
     first = runs[0]
     for run in runs:
         if run.stats is None:
@@ -58,36 +52,8 @@ def members_of(runs: Sequence[TrainedRun]) -> list[dict]:
     return [{"model": r.args["model"], "kwargs": r.model_kwargs} for r in runs]
 
 
-def ensemble_args(
-    runs: Sequence[TrainedRun],
-    out_dir: str,
-    combine: str,
-    run_id: str,
-    overwrite: bool = False,
-    results_csv: str = "",
-) -> TrainArgs:
-    """The ensemble's TrainArgs: the first member's options, `model=Ensemble` and its members."""
-    kwargs = {"members": members_of(runs), "combine": combine}
-    return (
-        runs[0]
-        .train_args.replace(
-            model="Ensemble",
-            model_kwargs_json=json.dumps(kwargs, sort_keys=True),
-            out_dir=out_dir,
-            results_csv=results_csv,
-            run_id=run_id,
-            overwrite=overwrite,
-        )
-        .resolved()
-    )
-
-
 def _check_members(runs: Sequence[TrainedRun]) -> None:
-    """Two or more different runs, none of them an ensemble itself.
-
-    Raises:
-      EnsembleError: naming the run and the fix.
-    """
+    """`EnsembleError` unless these are two or more different runs, none an ensemble itself."""
     seen: dict[str, TrainedRun] = {}
     for run in runs:
         if run.args["model"] == "Ensemble":
@@ -146,24 +112,8 @@ def build_ensemble(
     results_csv: str = "",
     progress: bool = True,
 ) -> export.TrainResult:
-    """Writes the ensemble of `model_dirs` into `out_dir`; returns its artifacts and errors.
-
-    Args:
-      model_dirs: `model_<hash>` directories of runs trained on the same data.
-      out_dir: where `model_<h>/`, `run_<h>.jsonz` and `results_<ms>.csv` go.
-      data_root: the folder holding `valid/` and `test/`.
-      combine: how members' scores are normalised per kernel before averaging.
-      cache_dir: cache of loaded arrays, or None.
-      run_id: tag for the run (part of upstream's hash).
-      overwrite: replace a finished run of the same options once this one has finished.
-      results_csv: the test predictions CSV ('' for `<out_dir>/results_<ms>.csv`).
-      progress: show progress bars.
-
-    Raises:
-      EnsembleError, ExportError: fewer than two different runs, an ensemble among them, a
-        bad combine, a missing run file, or members trained on different data.
-      WriteError: `out_dir` or `results_csv` cannot be written (before any work).
-    """
+    """Writes the ensemble of `model_dirs` (runs trained on the same data) into `out_dir`, as
+    `tpu-tiles ensemble`'s flags say; returns its artifacts and errors."""
     if not model_dirs:
         raise EnsembleError("no runs given; pass --dirs model_<h1>,model_<h2>[,...]")
     runs = [TrainedRun.open(d) for d in model_dirs]
@@ -171,18 +121,26 @@ def build_ensemble(
     methods = runs[0].module.COMBINE_METHODS
     if combine not in methods:
         raise EnsembleError(f"--combine must be one of {', '.join(methods)}, got {combine!r}")
-    args = ensemble_args(runs, os.fspath(out_dir), combine, run_id, overwrite, results_csv)
-    args = args.replace(
-        data_root=os.fspath(data_root),
-        cache_dir=cache_dir or "",
-        tensorboard="",
-        no_progress=not progress,
+    kwargs = {"members": members_of(runs), "combine": combine}
+    args = (
+        runs[0]
+        .train_args.replace(
+            model="Ensemble",
+            model_kwargs_json=json.dumps(kwargs, sort_keys=True),
+            out_dir=os.fspath(out_dir),
+            results_csv=results_csv,
+            run_id=run_id,
+            overwrite=overwrite,
+            data_root=os.fspath(data_root),
+            cache_dir=cache_dir or "",
+            tensorboard="",
+            no_progress=not progress,
+        )
+        .resolved()
     )
-    inputs = files.split_inputs(data_root, ("valid", "test"))
+    inputs = safe.split_inputs(data_root, ("valid", "test"))
     for run in runs:
         inputs += run_file.run_inputs(run.model_dir, "--dirs")
-    files.check_folder(files.expand(args.out_dir), flag="--out_dir")
-    files.check_output_path(files.expand(args.results_csv), flag="--results_csv")
     with export.writing_into(args, inputs) as artifacts:
         ds = _same_data(runs, os.fspath(data_root), cache_dir)
         model = _assemble(runs, args, ds)
@@ -215,12 +173,9 @@ def build_ensemble(
 def train_seeds(
     args: TrainArgs, seeds: Sequence[int], *, ensemble: bool
 ) -> list[export.TrainResult]:
-    """`tpu-tiles train --seeds 0,1,2 [--ensemble]`: one run per seed, then their ensemble.
-
-    Each seed is a complete run with its own artifacts; an explicit `--results_csv` gets a
-    `_seed<s>` suffix per run, and `_ensemble` for the ensemble. Returns the runs' results,
-    the ensemble's last.
-    """
+    """`tpu-tiles train --seeds 0,1,2 [--ensemble]`: one complete run per seed, then their
+    ensemble (its result last); an explicit `--results_csv` gets a `_seed<s>` suffix per run,
+    and `_ensemble` for the ensemble."""
 
     def csv_of(tag: str) -> str:
         stem, ext = os.path.splitext(args.results_csv)

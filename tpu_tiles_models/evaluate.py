@@ -1,18 +1,9 @@
 """`tpu-tiles evaluate`: top-k errors and Kaggle-form score of trained models on the valid split.
 
-Upstream's `tiles_evaluate.py` reloads each model by the course procedure and averages the
-top-1 and top-5 errors of every validation kernel per benchmark, one eager `forward` per
-kernel. We do the same reload (`runs.TrainedRun`), score with the compiled `scoring.score_split`
-(one trace per model for all kernel sizes), and report top-1/5/10 error and `1 - top-5 error`
-per benchmark and over all kernels, beside the baselines of `metrics.BASELINES` (`random`;
-`default`: config 0, the compiler's default, first, the rest random) and each model's ranking
-with config 0 kept among its 5 first (`+default`), so a user sees on their own validation
-split whether keeping the default pays. A model's plain row is its scores without its ranking
-rule; the model's own rule (models.py's gate) says which of its two rows a grader sees. Every
-row also gives its top-1 error as a ratio to the `default` baseline's (`top1_vs_default`):
-below 1, the model's single pick beats the compiler's.
-
-The benchmark of a tile id is the id without its last `_part`, as upstream groups them.
+As upstream's `tiles_evaluate.py`: each model reloaded (`runs.TrainedRun`), its top-k errors
+averaged per benchmark and over all kernels; beside them the baselines of `metrics.BASELINES`
+and each model's ranking with config 0 kept among its 5 first (`KEPT`), so a user sees on their
+own validation split whether keeping the default pays.
 """
 
 from __future__ import annotations
@@ -26,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import files, formats, metrics, registry, run_file, scoring
+from tpu_tiles_models import files, formats, metrics, registry, run_file, safe, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
 from tpu_tiles_models.runs import TrainedRun
@@ -43,11 +34,8 @@ class EvaluateError(UserError, ValueError):
 
 
 def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
-    """Model directories from `--dirs`: comma-separated or a list.
-
-    A directory that is not itself a SavedModel but holds `model_*` directories (a training
-    `--out_dir`) stands for all of them, in name order.
-    """
+    """Model directories from `--dirs` (comma-separated or a list); a training `--out_dir`
+    stands for the `model_*` directories in it, in name order."""
     items = [d for d in dirs.split(",") if d.strip()] if isinstance(dirs, str) else list(dirs)
     found: list[Path] = []
     for item in items:
@@ -67,27 +55,25 @@ def expand_dirs(dirs: str | Sequence[str | os.PathLike]) -> list[Path]:
     return found
 
 
+def _row(kernels: int, errors: dict[int, float], opa: float) -> dict[str, Any]:
+    """`{"kernels", "top1", "top5", "top10", "score", "opa"}`."""
+    top = {f"top{k}": errors[k] for k in metrics.TOP_KS}
+    return {"kernels": kernels, **top, "score": metrics.kaggle_score(errors[5]), "opa": opa}
+
+
 def _errors_row(pairs: list[tuple[np.ndarray, np.ndarray]]) -> dict[str, Any]:
-    """`{"kernels", "top1", "top5", "top10", "score", "opa"}` of (runtimes, scores) pairs."""
+    """The row of (runtimes, scores) pairs."""
     errors = metrics.top_k_errors(pairs, metrics.TOP_KS)
-    row: dict[str, Any] = {"kernels": len(pairs)}
-    row.update({f"top{k}": errors[k] for k in metrics.TOP_KS})
-    row["score"] = metrics.kaggle_score(errors[5])
-    row["opa"] = metrics.mean_pair_accuracy(pairs)
-    return row
+    return _row(len(pairs), errors, metrics.mean_pair_accuracy(pairs))
 
 
 def _baseline_row(runtimes: list[np.ndarray], baseline: str) -> dict[str, Any]:
-    """`_errors_row`'s fields for a baseline: errors a mean over `metrics`' draws, OPA draw 0's."""
-    errors = metrics.baseline_top_k_errors(runtimes, baseline)
-    row: dict[str, Any] = {"kernels": len(runtimes)}
-    row.update({f"top{k}": errors[k] for k in metrics.TOP_KS})
-    row["score"] = metrics.kaggle_score(errors[5])
+    """A baseline's row: errors a mean over `metrics`' draws, OPA draw 0's."""
     rng = np.random.default_rng(0)
-    row["opa"] = metrics.mean_pair_accuracy(
+    opa = metrics.mean_pair_accuracy(
         (r, metrics.baseline_scores(len(r), baseline, rng)) for r in runtimes
     )
-    return row
+    return _row(len(runtimes), metrics.baseline_top_k_errors(runtimes, baseline), opa)
 
 
 def _by_benchmark(scored: list[scoring.Scored], row_of) -> dict[str, dict[str, Any]]:
@@ -130,27 +116,24 @@ def evaluate_dirs(
     cache_dir: str | None = None,
     models_path: str | Path | None = None,
     progress: bool = True,
-    outputs: Sequence[files.Output] = (),
+    outputs: Sequence[safe.Output] = (),
 ) -> dict[str, Any]:
-    """Evaluates every model of `dirs` on the valid split of `data_root`.
-
-    `outputs` are the files the caller will write the result to (`--json`, `--png`): they
-    are checked against every model dir, run file and the data before any work.
+    """Evaluates every model of `dirs` on the valid split of `data_root`, after checking
+    `outputs` (`--json`, `--png`) against every model dir, run file and the data.
 
     Returns a JSON-ready dict: `data_root`, `split`, `models`, a list of `{"dir", "label",
     "model", "model_kwargs_json", "run_val_errors", "run_keep_default", "rows", "kept_rows"}`,
     and `baselines`, `{"random": rows, "default": rows}`. Each `rows` maps each benchmark and
-    `overall` to `{"kernels", "top1", "top5", "top10", "score", "opa"}`; `kept_rows` are the
-    model's with config 0 kept among its 5 first; `run_keep_default` is the model's own rule,
-    which of the two it ranks by (for a model without one, what its run's validation chose;
-    None for runs without that record). Every row also has `top1_vs_default` (`RATIO`).
+    `overall` to a row (`_row`, and `RATIO`); `kept_rows` are the model's with config 0 kept
+    among its 5 first; `run_keep_default` says which of the two it ranks by
+    (`TrainedRun.keeps_default_in`).
     """
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))
-    inputs = files.split_inputs(root) + registry.models_inputs(models_path)
+    inputs = safe.split_inputs(root) + registry.models_inputs(models_path)
     for model_dir in model_dirs:
         inputs += run_file.run_inputs(model_dir, "--dirs")
-    files.prepare_outputs(outputs, inputs)
+    safe.claim(outputs, inputs)
     cache = os.path.expanduser(cache_dir) if cache_dir else None
     models, baselines = [], None
     for i, model_dir in enumerate(
@@ -174,7 +157,7 @@ def evaluate_dirs(
                 "model": args["model"],
                 "model_kwargs_json": args["model_kwargs_json"],
                 "run_val_errors": run.val_errors or None,
-                "run_keep_default": _rule(run, model),
+                "run_keep_default": run.keeps_default_in(model),
                 "rows": summarize(scored),
                 "kept_rows": summarize(scored, keep_default=True),
             }
@@ -183,27 +166,15 @@ def evaluate_dirs(
             baselines = summarize_baselines(scored)
         del model  # one model in memory at a time
     for rows in [*baselines.values(), *(m[k] for m in models for k in ("rows", "kept_rows"))]:
-        _add_ratios(rows, baselines["default"])
+        for name, row in rows.items():
+            base = baselines["default"][name]["top1"]
+            row[RATIO] = row["top1"] / base if base > 0 else None
     return {
         "data_root": files.canonical(root),
         "split": "valid",
         "models": models,
         "baselines": baselines,
     }
-
-
-def _rule(run: TrainedRun, model) -> bool | None:
-    """Whether `model` ranks with config 0 kept in its top 5 (`TrainedRun.keeps_default_in`);
-    None for a model without a rule whose run file does not say."""
-    own = scoring.rule_of(model)
-    return run.keep_default if own is None else own
-
-
-def _add_ratios(rows: dict[str, dict[str, Any]], default: dict[str, dict[str, Any]]) -> None:
-    """Sets each row's `RATIO`: its top-1 error over the `default` row's of the same name."""
-    for name, row in rows.items():
-        base = default[name]["top1"]
-        row[RATIO] = row["top1"] / base if base > 0 else None
 
 
 KEPT = "+default"  # the label suffix of a model's ranking with config 0 kept in its top 5
@@ -219,16 +190,10 @@ def rankings(result: dict[str, Any], *, name: str = "label") -> list[tuple[str, 
     return out
 
 
-def _row_names(result: dict[str, Any]) -> list[str]:
-    """Benchmarks in name order (union over models), then `overall`."""
-    names = {n for m in result["models"] for n in m["rows"] if n != OVERALL}
-    return sorted(names) + [OVERALL]
-
-
 def format_table(result: dict[str, Any]) -> str:
     """Text table: a row per benchmark and `overall`; per model top-1/5/10 error and score."""
     models = result["models"]
-    names = _row_names(result)
+    names = sorted({n for m in models for n in m["rows"] if n != OVERALL}) + [OVERALL]
     name_w = max(len("benchmark"), *map(len, names))
     cell, group_w = 7, 4 * 7 + 3
     lines = [f"{result['split']} split of {result['data_root']}"]
@@ -269,16 +234,10 @@ def _rankings_table(result: dict[str, Any]) -> list[str]:
         f"{'ranking':<{name_w}} " + " ".join(f"{c:>7}" for c in _COLUMNS) + f" {'top1/def':>8}",
     ]
     for label, row in ranked:
-        note = {True: "  <- the model ranks by this (its run's validation chose it)"}.get(
-            chose.get(label), ""
-        )
-        ratio = ratio_text(row.get(RATIO))
-        lines.append(
-            f"{label:<{name_w}} "
-            + " ".join(f"{row[c]:>7.4f}" for c in _COLUMNS)
-            + f" {ratio:>8}"
-            + note
-        )
+        values = " ".join(f"{row[c]:>7.4f}" for c in _COLUMNS)
+        note = "  <- the model ranks by this (its run's validation chose it)"
+        note = note if chose.get(label) else ""
+        lines.append(f"{label:<{name_w}} {values} {ratio_text(row.get(RATIO)):>8}{note}")
     return lines
 
 
@@ -288,7 +247,6 @@ def ratio_text(ratio: float | None) -> str:
 
 
 def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
-    """Writes `result` as indented JSON atomically; returns the path."""
     return write_outputs(result, json_path=path)[0]
 
 
@@ -299,10 +257,10 @@ def write_outputs(
     png_path: str | os.PathLike | None = None,
 ) -> list[Path]:
     """Writes `result` as indented JSON and as a chart (`draw`), those given, together: both
-    or, on a failure or a stop signal, neither (`files.atomic_paths`). Returns their paths."""
+    or, on a failure or a stop signal, neither (`safe.atomic_paths`). Returns their paths."""
     given = [(p, flag) for p, flag in ((json_path, "--json"), (png_path, "--png")) if p]
     paths = [Path(os.path.expanduser(os.fspath(p))) for p, _ in given]
-    with files.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
+    with safe.atomic_paths([(path, flag) for path, (_, flag) in zip(paths, given)]) as tmps:
         for (_, flag), tmp in zip(given, tmps):
             if flag == "--json":
                 tmp.write_text(json.dumps(result, indent=2, allow_nan=False), encoding="utf-8")
@@ -312,21 +270,17 @@ def write_outputs(
 
 
 def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
-    """The chart of `draw`, written to `path` atomically; returns the path."""
     return write_outputs(result, png_path=path)[0]
 
 
 def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
-    """PNG bar chart: overall score and top-1/5/10 error of every ranking (`rankings`), saved
-    as it is drawn, so `path` is a temp name (`files.atomic_path`; `plot` does both)."""
+    """PNG bar chart of every ranking's overall score and top-1/5/10 error, saved to `path`
+    as it is drawn (a temporary name: `write_outputs`)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI
     import matplotlib.pyplot as plt
 
-    models = result["models"]
-    if not models:
-        raise EvaluateError("no models in the result; nothing to plot")
     labels, overall = zip(*rankings(result))
     x = np.arange(len(labels))
     fig, (ax_score, ax_err) = plt.subplots(1, 2, figsize=(4 + 1.1 * len(labels), 3.8))

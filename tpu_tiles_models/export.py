@@ -3,17 +3,9 @@
 We write what upstream's `tiles_train.py` writes (in `run_file`'s format) from what training
 computed (`finish`), our extras under one extra key, `tpu_tiles`. The run file marks a run done.
 
-Nothing finished is lost (`writing_into`, `finish`): a run first writes every artifact under a
-hidden name beside its place, and only once all are written renames them into place, the run
-file last. A run that fails or is interrupted removes what it had written and leaves an earlier
-run as it was; one killed outright (`kill -9`) leaves hidden files that the next run into the
-same folder finishes (if the killed one had written everything) or removes. A finished run of
-the same options (same `h`) or an existing `--results_csv` is replaced only with `--overwrite`,
-and outputs are checked against the run's inputs (`files.prepare_outputs`) before any work.
-
-Reading runs is `run_file`'s and `runs`'. A remote path (`gs://...`, see `files`) is written
-locally and copied at the end, the run file last (not atomic: a bucket has no rename).
-Importing this module loads no TensorFlow (the sweep's driver and Beam workers use it).
+Outputs are claimed before any work (`writing_into`), staged and put in place together
+(`safe.Stage`; a commit a kill cut short is finished by the next run, `recover`); a finished
+run of the same options is replaced only with `--overwrite`. Loads no TensorFlow on import.
 """
 
 from __future__ import annotations
@@ -22,7 +14,6 @@ import contextlib
 import json
 import os
 import shutil
-import tempfile
 import warnings
 import zlib
 from dataclasses import dataclass, field
@@ -30,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
 
 import tpu_tiles_models
-from tpu_tiles_models import files, formats, interrupts, kaggle, run_file
+from tpu_tiles_models import files, formats, interrupts, kaggle, run_file, safe
 from tpu_tiles_models.errors import one_line
 from tpu_tiles_models.run_file import (
     EXTRAS_KEY,
@@ -63,13 +54,10 @@ class RunExistsError(ExportError, FileExistsError):
 
 
 def remove_unfinished(args: TrainArgs) -> None:
-    """Removes an incomplete run of `args` (see `completed_run`): its run file first (so that
-    it no longer looks complete), then its model dir, curve, results CSV and TensorBoard
-    folder. For the sweep, whose points are named by their options: a point that is not
-    complete (after `recover`) is trained again from nothing."""
-    paths = RunPaths.of(args)
-    leftovers = [paths.run_file, paths.model_dir, paths.curve, paths.results_csv]
-    for path in [*leftovers, paths.tensorboard]:
+    """Removes an incomplete run of `args` (`completed_run`), its run file first (so that it no
+    longer looks complete): the sweep trains such a point again from nothing."""
+    p = RunPaths.of(args)
+    for path in (p.run_file, p.model_dir, p.curve, p.results_csv, p.tensorboard):
         if path is not None:
             files.remove(path)
 
@@ -83,7 +71,7 @@ def save_model(model: tf.keras.Model, path: str | Path) -> None:
     import tensorflow as tf
 
     path = Path(path)
-    place = files.place_of(path)
+    place = safe.place_of(path)
     try:
         with warnings.catch_warnings():  # TF-GNN's specs save fine; TF warns about each one
             warnings.filterwarnings("ignore", message="Encoding a StructuredValue")
@@ -109,13 +97,9 @@ def space_needed(model: tf.keras.Model) -> int:
 
 
 def check_space(artifacts: Artifacts, model: tf.keras.Model) -> None:
-    """Fails, before any training, if the run's out_dir has too little space for its model.
-
-    Raises:
-      WriteError: naming --out_dir, the space needed and the space free.
-    """
-    if not files.is_remote(artifacts.out_dir):  # a bucket has no free space to ask
-        files.check_folder(artifacts.out_dir, flag="--out_dir", need_bytes=space_needed(model))
+    """Fails, before any training, if the run's out_dir has too little space for its model."""
+    need = space_needed(model)
+    safe.claim([safe.Output(artifacts.places.out_dir, "--out_dir", folder=True, need_bytes=need)])
 
 
 # -- writing a run ---------------------------------------------------------------------------
@@ -135,43 +119,19 @@ class TrainResult:
 
 @dataclass
 class Artifacts:
-    """What a run writes: every artifact first under a hidden name (`stage`), all put in place
-    together by `commit` once the run has finished, the run file last; removed again if the
-    run does not get there.
-
-    A local artifact is staged beside its place (`files.hidden_path`, with one tag for the
-    whole run), so that putting it in place is a rename; a remote one (`gs://...`) in a local
-    folder, copied to its place at the end.
-    """
+    """What a run writes (`safe.Stage`): its artifacts put in place by `commit` once the run has
+    finished, the run file last; removed if the run does not get there."""
 
     args: TrainArgs
     places: RunPaths  # where its artifacts go, worked out once
-    tag: str = field(default_factory=lambda: files.new_tag())
-    staged: dict[Path, str] = field(default_factory=dict)  # hidden or local path -> its place
-    paths: list[Path | str] = field(default_factory=list)  # copied to remote places
-    made: Path | None = None  # the topmost folder of --out_dir this run made (make_dirs)
+    staged: safe.Stage = field(default_factory=safe.Stage)
     # Folders written in place while the run goes (TensorBoard's): what was in them before.
     logs: dict[str, set[str] | None] = field(default_factory=dict)
-    _spare: Path | None = None  # local staging for remote places
-    _run_tmp: Path | None = None
-    _committed: bool = False
-
-    @property
-    def out_dir(self) -> str:
-        """The run's `--out_dir` (`~` expanded; a URL when remote)."""
-        return self.places.out_dir
 
     def stage(self, place: str) -> Path:
         """The local path to write the artifact whose place is `place` (local or remote)."""
-        if files.is_remote(place):
-            if self._spare is None:
-                self._spare = Path(tempfile.mkdtemp(prefix="tpu_tiles_stage_"))
-            local = self._spare / str(len(self.staged)) / files.basename(place)
-            local.parent.mkdir()
-        else:
-            local = files.hidden_path(place, tag=self.tag)
-        self.staged[local] = place
-        return local
+        flag = "--results_csv" if place == self.places.results_csv else "--out_dir"
+        return self.staged.path(place, flag=flag)
 
     def log_into(self, folder: str) -> str:
         """Registers `folder`, written in place while the run goes (TensorBoard's events):
@@ -181,71 +141,37 @@ class Artifacts:
         return folder
 
     def commit(self, run_info: Mapping) -> Path | str:
-        """Writes the run file and puts every staged artifact in place, the run file last;
-        returns the run file's path.
-
-        Locally that is a few renames that no signal interrupts; an old artifact in a place is
-        moved aside first and removed once the run file is in place. Remote places are copied
-        (an old remote run file is removed first: a run being replaced must not look complete
-        while its model is copied).
-
-        Raises:
-          RunExistsError: a run of the same options finished meanwhile (without --overwrite).
-        """
+        """Writes the run file and puts every artifact in place, the run file last; returns its
+        path. A run of the same options finished meanwhile: RunExistsError (no --overwrite)."""
         run_place = self.places.run_file
         if run_info_hash(run_info) != self.places.hash:  # the content must name this run
             raise ValueError(f"run file content of another run than {run_place}")
+        # Staged last, written whole: a run killed after this is finished by `recover`.
+        safe.write_bytes(self.stage(run_place), run_file.run_bytes(run_info))
         _refuse_to_replace(self.args, self.places)
-        remote = {local: place for local, place in self.staged.items() if files.is_remote(place)}
-        if files.is_remote(run_place):
-            files.remove(run_place)
-        for local, place in remote.items():
-            self.paths.append(place)
-            if local.is_dir():
-                files.remove(place)
-                files.copy_tree(local, place, flag="--out_dir")
-            else:
-                files.put_file(local, place)
-            interrupts.check()
-        if files.is_remote(run_place):
-            files.write_bytes(run_place, run_file.run_bytes(run_info))
-        else:
-            self._run_tmp = files.hidden_path(run_place, tag=self.tag)
-            files.write_bytes(self._run_tmp, run_file.run_bytes(run_info))  # all written: `recover`
-            moves = [(local, Path(p)) for local, p in self.staged.items() if local not in remote]
-            with interrupts.critical():
-                _refuse_to_replace(self.args, self.places)
-                _put_in_place(self.tag, moves, self._run_tmp, Path(run_place))
-        self._committed = True
+        if files.is_remote(run_place):  # a bucket has no rename: no old run file marks the new
+            files.remove(run_place)  # artifacts while they are copied
+        self.staged.commit()
         for folder, before in self.logs.items():  # the replaced run's events
             for name in before or ():
                 files.remove(files.join(folder, name))
-        return self.final(run_place)
-
-    def final(self, place: str) -> Path | str:
-        """`place` as a result gives it: a `Path` when local, the URL when remote."""
-        return place if files.is_remote(place) else Path(place)
+        self.logs = {}
+        return _final(run_place)
 
     def remove(self) -> None:
         """Removes what the run wrote (it did not finish; nothing once it has)."""
-        if self._committed:
-            return
-        for path in [*self.staged, self._run_tmp, *self.paths]:
-            if path is not None:
-                files.remove(path)
         for folder, before in self.logs.items():
             if before is None:
                 files.remove(folder)
             else:
                 for name in set(_entries(folder)) - before:
                     files.remove(files.join(folder, name))
-        if not files.is_remote(self.out_dir):
-            files.remove_made_dirs(self.made, self.out_dir)
+        self.staged.discard()
 
-    def cleanup(self) -> None:
-        """Removes the local staging folder of remote places."""
-        if self._spare is not None:
-            shutil.rmtree(self._spare, ignore_errors=True)
+
+def _final(place: str) -> Path | str:
+    """`place` as a result gives it: a `Path` when local, the URL when remote."""
+    return place if files.is_remote(place) else Path(place)
 
 
 def _entries(folder: str) -> list[str]:
@@ -253,51 +179,13 @@ def _entries(folder: str) -> list[str]:
     return [files.basename(p) for p in files.glob(files.join(folder, "*"))]
 
 
-def _put_in_place(
-    tag: str, moves: list[tuple[Path, Path]], run_tmp: Path, run_file: Path, *, undo: bool = True
-) -> None:
-    """Renames each staged artifact onto its place, an old one there moved aside first
-    (`.<name>.<tag>.old`), then the staged run file onto `run_file`; removes the old ones.
-
-    If a rename fails, the ones done are undone (old artifacts back in place, unless not
-    `undo`) and the error raised. A process killed in between leaves the staged run file, from
-    which the next run into the folder finishes the job (`recover`).
-    """
-    done: list[tuple[Path, Path, Path | None]] = []
-    try:
-        for staged, place in moves:
-            if not staged.exists():  # put in place already (`recover` after a kill)
-                continue
-            old = None
-            if os.path.lexists(place):
-                old = files.hidden_path(place, "old", tag=tag)
-                os.rename(place, old)
-            done.append((staged, place, old))
-            os.rename(staged, place)
-        os.replace(run_tmp, run_file)
-    except BaseException:
-        for staged, place, old in reversed(done) if undo else ():
-            with contextlib.suppress(OSError):  # as much as can be undone
-                if not os.path.lexists(staged) and os.path.lexists(place):
-                    os.rename(place, staged)
-                if old is not None:
-                    os.rename(old, place)
-        raise
-    for _, _, old in done:
-        if old is not None:
-            files.remove(old)
-
-
 def recover(out_dir: str | os.PathLike) -> None:
-    """Finishes or removes what killed runs left in `out_dir` (their processes are gone).
-
-    A run killed while putting its artifacts in place has left its staged run file, written
-    only once every artifact was: its artifacts are put in place (it had finished; an
-    earlier run of the same options there is replaced, as it would have been). Every other
-    hidden file a killed run left there (and beside its results CSV) is removed.
-    """
+    """Finishes or removes what killed runs left in `out_dir`. One killed while putting its
+    artifacts in place left its staged run file, written once every artifact was: they are put
+    in place (an earlier run of the same options replaced, as it would have been). Every other
+    hidden file a killed process left there goes."""
     out = files.expand(out_dir)
-    for left in files.leftovers(out):
+    for left in safe.leftovers(out):
         h = formats.run_file_hash(left.name)
         if h is None or left.kind != "tmp":
             continue
@@ -311,31 +199,22 @@ def recover(out_dir: str | os.PathLike) -> None:
         places = [run_file.model_dir_path(out, h), run_file.curve_path(out, h)]
         if csv and not files.is_remote(csv):
             places.append(files.expand(csv))
-        moves = [(files.hidden_path(p, tag=left.tag), Path(p)) for p in places]
+        moves = [(safe.hidden_path(p, tag=left.tag), Path(p)) for p in places]
         with contextlib.suppress(OSError):  # another run into the folder finished it first
-            _put_in_place(
-                left.tag, moves, left.path, Path(run_file.run_file_path(out, h)), undo=False
-            )
-        if len(places) == 3:
-            files.remove_leftovers(Path(places[2]).parent, [Path(csv).name])
-    files.remove_leftovers(out)
+            safe.put_in_place([*moves, (left.path, Path(run_file.run_file_path(out, h)))])
+    safe.remove_leftovers(out)
 
 
 def _refuse_to_replace(args: TrainArgs, paths: RunPaths) -> None:
     """Without --overwrite, a finished run of the same options (its run file) or an existing
-    --results_csv stops the run before any work.
-
-    Raises:
-      RunExistsError: naming the file and the flags that fix it.
-    """
+    --results_csv is a RunExistsError naming the file and the flags that fix it."""
     if args.overwrite:
         return
     if files.exists(paths.run_file):
         raise RunExistsError(
             f"--out_dir {paths.out_dir} already holds {files.basename(paths.run_file)}, a run "
-            "with these same "
-            "options; pass --run_id=<tag> to train another beside it, or --overwrite to "
-            "replace it once this run has finished"
+            "with these same options; pass --run_id=<tag> to train another beside it, or "
+            "--overwrite to replace it once this run has finished"
         )
     csv = paths.results_csv
     if args.test_mode == "predictions" and files.exists(csv):
@@ -345,63 +224,51 @@ def _refuse_to_replace(args: TrainArgs, paths: RunPaths) -> None:
         )
 
 
-def outputs(args: TrainArgs, paths: RunPaths | None = None) -> list[files.Output]:
+def outputs(args: TrainArgs, paths: RunPaths | None = None) -> list[safe.Output]:
     """Every path a run of `args` writes (at `paths`, default `RunPaths.of(args)`), for
-    `files.prepare_outputs`."""
+    `safe.claim`. Free space is checked once the model is built (`check_space`)."""
     paths = paths or RunPaths.of(args)
     places = [
-        files.Output(paths.model_dir, "--out_dir", artifact=True),
-        files.Output(paths.run_file, "--out_dir", artifact=True),
-        files.Output(paths.curve, "--out_dir", run=paths.hash),
+        safe.Output(paths.out_dir, "--out_dir", folder=True, adds_to=True),
+        safe.Output(paths.model_dir, "--out_dir", folder=True, artifact=True),
+        safe.Output(paths.run_file, "--out_dir", need_bytes=0, artifact=True),
+        safe.Output(paths.curve, "--out_dir", need_bytes=0, run=paths.hash),
     ]
     if args.test_mode == "predictions":
-        places.append(files.Output(paths.results_csv, "--results_csv", run=paths.hash))
-    if paths.tensorboard:
-        places.append(files.Output(paths.tensorboard, "--tensorboard"))
+        places.append(safe.Output(paths.results_csv, "--results_csv", need_bytes=0, run=paths.hash))
+    if paths.tensorboard:  # the run's own folder under --tensorboard
+        board = files.expand(args.tensorboard)
+        places.append(safe.Output(board, "--tensorboard", folder=True, adds_to=True))
+        places.append(safe.Output(paths.tensorboard, "--tensorboard", folder=True))
     if args.cache_dir:
         cache = files.expand(args.cache_dir)  # one that cannot be written: a warning (README)
-        places.append(files.Output(cache, "--cache_dir", adds_to=True, best_effort=True))
+        places.append(
+            safe.Output(cache, "--cache_dir", folder=True, adds_to=True, best_effort=True)
+        )
     return places
 
 
 @contextlib.contextmanager
 def writing_into(
-    args: TrainArgs, inputs: Sequence[files.Input] = (), paths: RunPaths | None = None
+    args: TrainArgs, inputs: Sequence[safe.Input] = (), paths: RunPaths | None = None
 ) -> Iterator[Artifacts]:
-    """Prepares a run's artifacts, before any work; on any failure or Ctrl-C removes what the
-    block wrote, leaving whatever was there before as it was.
-
-    First finishes or removes what killed runs left in `--out_dir` (`recover`), checks the
-    run's outputs against `inputs` and each other (`files.prepare_outputs`), and refuses to
-    replace a finished run of the same options or an existing `--results_csv` without
-    `--overwrite`; then creates `--out_dir` (a remote one needs no creating).
-
-    Args:
-      args: the run's options, resolved (`TrainArgs.resolved`: `results_csv` named).
-      inputs: what the run reads: data split folders, member runs, a models.py.
-      paths: `RunPaths.of(args)`, if the caller has it already.
-
-    Raises:
-      WriteError: `--out_dir` is a file, or cannot be created or written (`files.check_folder`).
-      files.OutputError: an output clashes with an input.
-      RunExistsError: a finished run would be replaced without `--overwrite`.
-    """
+    """Before any work, finishes or removes what killed runs left in `--out_dir` (`recover`),
+    claims the run's outputs against `inputs` (what it reads: data splits, member runs, a
+    models.py; `safe.claim`), refuses to replace a finished run of the same options or an
+    existing `--results_csv` without `--overwrite` (RunExistsError), and makes `--out_dir`.
+    On any failure or stop signal in the block, removes what it wrote."""
     paths = paths or RunPaths.of(args)
-    target = paths.out_dir
-    files.check_folder(target, flag="--out_dir")
-    recover(target)
-    files.prepare_outputs(outputs(args, paths), inputs)
+    recover(paths.out_dir)
+    safe.claim(outputs(args, paths), inputs)
     _refuse_to_replace(args, paths)
     artifacts = Artifacts(args, paths)
     try:
-        if not files.is_remote(target):
-            artifacts.made = files.make_dirs(target, flag="--out_dir")
+        if not files.is_remote(paths.out_dir):
+            artifacts.staged.make_dirs(paths.out_dir, flag="--out_dir")
         yield artifacts
     except BaseException:
         artifacts.remove()
         raise
-    finally:
-        artifacts.cleanup()
 
 
 def _plot_curve(curve: dict, extras: dict, path: Path) -> None:
@@ -426,7 +293,7 @@ def _plot_curve(curve: dict, extras: dict, path: Path) -> None:
     for ax in axes:
         ax.set_xlabel("epoch")
     fig.tight_layout()
-    with files.atomic_path(path) as tmp:
+    with safe.atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=90)
     plt.close(fig)
 
@@ -441,21 +308,11 @@ def finish(
     extras: dict[str, Any],
     artifacts: Artifacts,
 ) -> TrainResult:
-    """Writes upstream's artifacts (model dir first, run file last) from what the run computed;
-    scores nothing itself.
-
-    Args:
-      args: resolved options (they name and hash the artifacts, at `artifacts.places`).
-      model: the model to save, with its final weights.
-      stats: the feature statistics it was trained with (stored in the run file).
-      final: its final validation errors, kept-default choice and test ranking or errors
-        (`scoring.final_scores`).
-      curve: upstream's `train_curve` (empty lists for an untrained model: no PNG then).
-      extras: ours, stored under the run file's `tpu_tiles` key.
-      artifacts: from `writing_into(args)`.
-    """
+    """Writes upstream's artifacts from what the run computed (`final`: its scores, from
+    `scoring.final_scores`; `curve`: empty lists for an untrained model, then no PNG; `extras`:
+    ours, under the run file's `tpu_tiles` key), the run file last; scores nothing itself."""
     paths, val = artifacts.places, final.val
-    val_errors = val.errors
+    val_errors = val.forward  # the figure of the ranking the run hands in
     run_info: dict[str, Any] = dict(
         train_curve=curve, final_error=dict(val=val_errors), args=args.upstream_args()
     )
@@ -485,8 +342,8 @@ def finish(
         _plot_curve(curve, extras, artifacts.stage(paths.curve))
     interrupts.check()
     run_file = artifacts.commit(run_info)
-    model_dir = artifacts.final(paths.model_dir)
-    results_csv = artifacts.final(results_csv) if results_csv else None
+    model_dir = _final(paths.model_dir)
+    results_csv = _final(results_csv) if results_csv else None
     print(
         f"wrote {model_dir}\nwrote {run_file}" + (f"\nwrote {results_csv}" if results_csv else "")
     )

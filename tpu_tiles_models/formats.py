@@ -3,31 +3,17 @@
 **The data** (upstream's `tpu_graphs` README, "Tile dataset"): a root holds `train/`, `valid/`
 and `test/`, each `<tile_id>.npz` one kernel, with the arrays of `REQUIRED_KEYS`:
 
-- `node_feat` [n, 140] float32: per-node features (`NODE_FEAT_DIM`; the index map is in
-  upstream's README);
-- `node_opcode` [n] integer (uint8 in the real files): HLO opcode ids, 0..120 in the real
-  files; up to `MAX_OPCODE` accepted (the 128 rows of models.py's opcode embedding);
+- `node_feat` [n, 140] float32 (`NODE_FEAT_DIM`);
+- `node_opcode` [n] integer: HLO opcode ids, 0..120 in the real files, up to `MAX_OPCODE`
+  accepted (the 128 rows of models.py's opcode embedding);
 - `edge_index` [e, 2] integer: `[u, v]` rows, node u consumes the output of node v;
-- `config_feat` [c, 24] float32: kernel, output and input tile bounds, each as 6 dims + sum +
-  product (`CONFIG_FEAT_DIM`);
+- `config_feat` [c, 24] float32 (`CONFIG_FEAT_DIM`);
 - `config_runtime` [c] and `config_runtime_normalizers` [c] integer: each config's runtime
   in ns and the default config's; all zero on the test split. The target is their ratio.
 
-Train and valid ids look like `<benchmark>_<hash>`; Kaggle names a kernel
-`tile:xla:<tile_id>` (`TILE_PREFIX`).
-
-**A training run** (upstream's `tiles_train.py`, which the course scripts read back) writes into
-its `--out_dir` a Keras SavedModel `model_<h>/` and a gzip JSON `run_<h>.jsonz` with the same
-`h` (the md5 of its arguments, `train_args.args_hash`), and `results_<ms>.csv`; ours adds
-`train_curve_<h>.png` and a TensorBoard folder `run_<h>/`. The run file's format is
-`run_file`'s, writing them `export`'s: this module names them, and reads from a run file only
-the CSV it names (`named_results_csv`, for the check that no command writes over it).
-
-**Our JSON files** (run files, the sweep's records, `install`'s manifest) are read through one
-check of their shape (`checked`), so that valid JSON of the wrong shape, or a
-NaN where a number goes, is one line naming the file and the fix.
-
-It imports only the standard library, so every module can use it, TensorFlow-free ones too.
+Kaggle names a kernel `tile:xla:<tile_id>` (`TILE_PREFIX`). A training run's artifacts
+(`model_<h>/`, `run_<h>.jsonz`, `results_<ms>.csv`, ours `train_curve_<h>.png`) are named here;
+our JSON files are read through one shape check (`checked`). Standard library only.
 """
 
 from __future__ import annotations
@@ -60,6 +46,7 @@ TILE_PREFIX = "tile:xla:"  # a kernel's Kaggle id is TILE_PREFIX + its tile id
 
 _MODEL_DIR = "model_"
 _RUN_FILE = ("run_", ".jsonz")
+_CURVE = ("train_curve_", ".png")
 MODEL_DIR_GLOB = _MODEL_DIR + "*"
 RUN_FILE_GLOB = "*".join(_RUN_FILE)
 SAVED_MODEL_FILE = "saved_model.pb"  # what makes a folder a SavedModel (Keras's name)
@@ -72,38 +59,34 @@ def model_dir_name(h: str) -> str:
 
 
 def run_file_name(h: str) -> str:
-    """`run_<h>.jsonz`: its arguments, curves and errors; written last, so it marks the run
-    complete."""
-    return f"{_RUN_FILE[0]}{h}{_RUN_FILE[1]}"
-
-
-def run_hash(name: str) -> str | None:
-    """`h` of a `model_<h>` folder name; None for any other name."""
-    if not name.startswith(_MODEL_DIR):
-        return None
-    return name[len(_MODEL_DIR) :]
-
-
-def run_file_hash(name: str) -> str | None:
-    """`h` of a `run_<h>.jsonz` file name; None for any other name."""
-    head, tail = _RUN_FILE
-    if not (name.startswith(head) and name.endswith(tail)) or len(name) <= len(head + tail):
-        return None
-    return name[len(head) : -len(tail)]
+    """`run_<h>.jsonz`: written last, so it marks the run complete."""
+    return h.join(_RUN_FILE)
 
 
 def curve_name(h: str) -> str:
     """`train_curve_<h>.png`: losses, OPA and the validation score per epoch."""
-    return f"train_curve_{h}.png"
+    return h.join(_CURVE)
+
+
+def _hash_in(name: str, head: str, tail: str) -> str | None:
+    if not (name.startswith(head) and name.endswith(tail)) or len(name) <= len(head + tail):
+        return None
+    return name[len(head) : len(name) - len(tail)]
+
+
+def run_hash(name: str) -> str | None:
+    """`h` of a `model_<h>` folder name; None for any other name."""
+    return name[len(_MODEL_DIR) :] if name.startswith(_MODEL_DIR) else None
+
+
+def run_file_hash(name: str) -> str | None:
+    """`h` of a `run_<h>.jsonz` file name; None for any other name."""
+    return _hash_in(name, *_RUN_FILE)
 
 
 def curve_hash(name: str) -> str | None:
     """`h` of a `train_curve_<h>.png` file name; None for any other name."""
-    head, tail = curve_name(""), ".png"
-    head = head[: -len(tail)]
-    if not (name.startswith(head) and name.endswith(tail)) or len(name) <= len(head + tail):
-        return None
-    return name[len(head) : -len(tail)]
+    return _hash_in(name, *_CURVE)
 
 
 def named_results_csv(run_file: bytes) -> str | None:
@@ -139,18 +122,16 @@ class ShapeError(UserError, ValueError):
     """A JSON file of ours holds valid JSON of the wrong shape; one line naming it and the fix."""
 
 
+_KINDS = ((bool, "true/false"), (dict, "an object"), (list, "a list"), (str, "a string"))
+
+
 def json_kind(value: Any) -> str:
     """A JSON value's kind, as a message names it."""
     if value is None:
         return "null"
     if isinstance(value, float) and not math.isfinite(value):
         return json.dumps(value)  # NaN, Infinity or -Infinity, as the file spells it
-    for kind, name in (
-        (bool, "true/false"),
-        (dict, "an object"),
-        (list, "a list"),
-        (str, "a string"),
-    ):
+    for kind, name in _KINDS:
         if isinstance(value, kind):
             return name
     return "a number" if isinstance(value, NUMBER) else type(value).__name__
@@ -172,11 +153,7 @@ def json_wrong(where: str, value: Any, kinds: tuple[type, ...]) -> str:
 
 def checked(path: Any, value: Any, fields: Fields, fix: str, where: str = "") -> dict:
     """`value`, read from the JSON file `path`, if it is an object whose `fields` hold values
-    of their kinds (a key whose kinds include None may be missing).
-
-    Raises:
-      ShapeError: one line naming `path`, what is wrong and `fix`.
-    """
+    of their kinds (a key whose kinds include None may be missing); else `ShapeError`."""
 
     def wrong(problem: str) -> ShapeError:
         return ShapeError(f"{path}: {problem}; {fix}")

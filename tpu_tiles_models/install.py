@@ -1,14 +1,12 @@
 """Installs our drop-in files into an upstream tpu_graphs checkout, and undoes it.
 
-``install(ROOT)`` copies each file of :data:`DROPIN` to its place in ROOT. Before the
-first overwrite of an upstream file it saves the original under ``ROOT/.tpu_tiles_backup``
-and records, in ``ROOT/.tpu_tiles_backup/manifest.json``, the sha256 of what it installed.
-That record is how a later install tells "our old copy" (safe to update) from "a file the
-user edited" (refused unless ``force``), and how ``uninstall`` restores the originals and
-deletes the files that did not exist before. An upstream file that is a symbolic link is
-recorded as its link (``"link"``: where it points), not copied, and comes back as that link.
-Both hold the checkout's output lock (`locks.claim`) throughout: a second install or
-uninstall into it at once is refused in one line, so no backup ever holds our own copy.
+``install(ROOT)`` copies each file of :data:`DROPIN` to its place in ROOT. Before the first
+overwrite of an upstream file it saves the original under ``ROOT/.tpu_tiles_backup`` and
+records in its ``manifest.json`` the sha256 of what it installed: so a later install tells
+our old copy (updated) from the user's edit (refused unless ``force``), and ``uninstall``
+restores the originals and deletes what did not exist before. An upstream symbolic link is
+recorded as where it points and comes back as that link. Both hold the checkout's lock
+(`locks.claim`), so no backup ever holds our own copy.
 """
 
 from __future__ import annotations
@@ -20,10 +18,9 @@ import json
 import os
 from importlib import util
 from pathlib import Path
-from typing import Union
 
 import tpu_tiles_models
-from tpu_tiles_models import files, formats, locks
+from tpu_tiles_models import files, formats, locks, safe
 from tpu_tiles_models.errors import UserError
 
 # Our file (in the source dir) -> where it goes in the upstream checkout (posix, relative).
@@ -34,13 +31,8 @@ DROPIN = {
 }
 BACKUP_DIR = ".tpu_tiles_backup"
 MANIFEST = "manifest.json"
-# What marks a directory as a tpu_graphs checkout (tiles_train.py imports the package).
 CHECKOUT_MARKERS = ("tiles_train.py", "tpu_graphs/baselines/tiles")
-# A user's edited copy that --force replaces is kept here (relative path + suffix; a later
-# --force numbers its copy, `models.py.2.modified`, and never replaces an earlier one).
-MODIFIED_SUFFIX = ".modified"
-
-PathLike = Union[str, "os.PathLike[str]"]
+MODIFIED_SUFFIX = ".modified"  # the user's edit that --force replaced, kept beside the backup
 
 
 class InstallError(UserError, RuntimeError):
@@ -48,22 +40,10 @@ class InstallError(UserError, RuntimeError):
 
 
 def default_source_dir() -> Path:
-    """The folder that holds our models.py and scripts (checkout root, or the wheel's copy)."""
+    """The folder of our models.py and scripts (the checkout's root, or the wheel's copy)."""
     from tpu_tiles_models import registry
 
     return registry.dropin_file("models.py").parent
-
-
-def check_checkout(root: PathLike) -> Path:
-    """Returns ``root`` resolved, or raises unless it looks like a tpu_graphs checkout."""
-    path = Path(files.canonical(root, what="ROOT"))
-    missing = [m for m in CHECKOUT_MARKERS if not (path / m).exists()]
-    if missing:
-        raise InstallError(
-            f"{path} is not a tpu_graphs checkout (no {', '.join(missing)}); pass the directory "
-            "of 'git clone https://github.com/google-research-datasets/tpu_graphs'"
-        )
-    return path
 
 
 def _sha256(path: Path) -> str:
@@ -78,8 +58,7 @@ _MANIFEST_ENTRY = {"installed_sha256": (str,), "had_original": (bool,), "link": 
 
 
 def _load_manifest(root: Path) -> dict:
-    """``{relpath: {"installed_sha256": str, "had_original": bool, "link"?: str}}``; empty if
-    none."""
+    """``{relpath: _MANIFEST_ENTRY}``, empty if there is none."""
     path = _manifest_path(root)
     if not path.exists():
         return {}
@@ -100,23 +79,9 @@ def _save_manifest(root: Path, installed: dict) -> None:
     if not installed:
         path.unlink(missing_ok=True)
         return
-    manifest = {"version": 1, "files": installed}
-    text = json.dumps(manifest, indent=2, sort_keys=True, allow_nan=False) + "\n"
-    with files.atomic_path(path) as tmp:
+    text = json.dumps({"version": 1, "files": installed}, indent=2, sort_keys=True) + "\n"
+    with safe.atomic_path(path) as tmp:
         tmp.write_text(text, encoding="utf-8")
-
-
-def _sources(source_dir: PathLike | None) -> dict[str, Path]:
-    """``{relpath in ROOT: our file}``; raises if any of our files is missing."""
-    base = Path(source_dir) if source_dir is not None else default_source_dir()
-    sources = {rel: base / name for name, rel in DROPIN.items()}
-    missing = [name for name, rel in DROPIN.items() if not sources[rel].is_file()]
-    if missing:
-        raise InstallError(
-            f"source files missing from {base}: {', '.join(missing)}; reinstall "
-            "tpu-tiles-models from a complete checkout (pip install -e <checkout>)"
-        )
-    return sources
 
 
 def _refuse_folders(root: Path, relpaths: list[str]) -> None:
@@ -130,8 +95,8 @@ def _refuse_folders(root: Path, relpaths: list[str]) -> None:
 
 
 def _is_original(root: Path, rel: str, entry: dict) -> bool:
-    """Whether ``rel`` still holds the upstream original we backed up: an install that
-    stopped between recording and copying left it so; it is not the user's edit."""
+    """Whether ``rel`` still holds the upstream original we backed up (an install stopped
+    between recording and copying), not the user's edit."""
     backup, dst = root / BACKUP_DIR / rel, root / rel
     if "link" in entry:
         return dst.is_symlink() and os.readlink(dst) == entry["link"]
@@ -150,26 +115,29 @@ def _user_modified(root: Path, manifest: dict) -> list[str]:
 
 
 def install(
-    root: PathLike, *, force: bool = False, source_dir: PathLike | None = None
+    root: str | os.PathLike[str], *, force: bool = False, source_dir: Path | None = None
 ) -> list[str]:
-    """Copies our drop-in files into the tpu_graphs checkout ``root``.
-
-    Args:
-      root: the upstream checkout.
-      force: replace files the user edited since our last install (their copy is kept
-        as ``ROOT/.tpu_tiles_backup/<relpath>.modified``, or ``<relpath>.<n>.modified``
-        when an earlier ``--force`` kept one).
-      source_dir: where our files are; defaults to this repository's root.
-
-    Returns:
-      One line per action, or a single line saying everything is already installed.
-    """
-    root = check_checkout(root)
-    sources = _sources(source_dir)
+    """Copies our drop-in files (from ``source_dir``, default `default_source_dir`) into the
+    checkout ``root``; returns a line per action. ``force`` replaces the user's edits, kept."""
+    root = Path(files.canonical(root, what="ROOT"))
+    missing = [m for m in CHECKOUT_MARKERS if not (root / m).exists()]
+    if missing:
+        raise InstallError(
+            f"{root} is not a tpu_graphs checkout (no {', '.join(missing)}); pass the directory "
+            "of 'git clone https://github.com/google-research-datasets/tpu_graphs'"
+        )
+    base = Path(source_dir) if source_dir is not None else default_source_dir()
+    sources = {rel: base / name for name, rel in DROPIN.items()}  # {relpath in root: ours}
+    missing = [name for name, rel in DROPIN.items() if not sources[rel].is_file()]
+    if missing:
+        raise InstallError(
+            f"source files missing from {base}: {', '.join(missing)}; reinstall "
+            "tpu-tiles-models from a complete checkout (pip install -e <checkout>)"
+        )
     with locks.claim(root, flag="ROOT", command="install"):
         _refuse_folders(root, list(sources))
-        for rel in [*sources, f"{BACKUP_DIR}/{MANIFEST}"]:  # before changing anything
-            files.check_output_path(root / rel)
+        rels = [*sources, f"{BACKUP_DIR}/{MANIFEST}"]
+        safe.claim([safe.Output(root / rel, "") for rel in rels])  # before changing anything
         manifest = _load_manifest(root)
         edited = [
             rel
@@ -186,7 +154,7 @@ def install(
         for rel, src in sources.items():
             before = json.loads(json.dumps(manifest))
             try:
-                line = _install_one(root, rel, src, manifest, force=force)
+                line = _install_one(root, rel, src, manifest)
             except BaseException:
                 _undo_record(root, rel, before)
                 raise
@@ -208,11 +176,8 @@ def install(
 
 
 def trainer_note() -> str:
-    """A note when upstream's `tiles_train.py` cannot run here, else ''.
-
-    It imports tensorflow-ranking, which pins TensorFlow < 2.16 and cannot be imported beside
-    a newer one; `tpu-tiles train` writes the same artifacts on every stack.
-    """
+    """A note when upstream's `tiles_train.py` cannot run here (it imports
+    tensorflow-ranking, which pins TensorFlow < 2.16), else ''."""
     tf_version = tpu_tiles_models.tensorflow_version()
     modern = tf_version is not None and tpu_tiles_models.major_minor(tf_version) >= (2, 16)
     if util.find_spec("tensorflow_ranking") is not None and not modern:
@@ -224,13 +189,13 @@ def trainer_note() -> str:
     )
 
 
-def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool) -> str:
+def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
     """Installs one file, updating ``manifest`` and its file; '' when already current."""
     dst, backup = root / rel, root / BACKUP_DIR / rel
     new_sha = _sha256(src)
     entry = manifest.get(rel)
     if entry and dst.exists() and _sha256(dst) == new_sha:
-        if entry["installed_sha256"] != new_sha:  # The user already made it our new version.
+        if entry["installed_sha256"] != new_sha:  # the user already made it our new version
             entry["installed_sha256"] = new_sha
             _save_manifest(root, manifest)
         return ""
@@ -242,15 +207,25 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
             entry["link"] = os.readlink(dst)
             action = f"original link to {entry['link']} recorded in {_manifest_path(root)}"
         elif entry["had_original"]:
-            files.copy_file(dst, backup)
+            safe.copy_file(dst, backup)
             action = f"original saved to {backup}"
         else:
             action = "new file"
-    elif _is_original(root, rel, entry):
-        # A stopped install's record: finish it.
+    elif _is_original(root, rel, entry):  # a stopped install's record: finish it
         action = "original link recorded" if "link" in entry else f"original saved to {backup}"
     elif dst.exists() and _sha256(dst) != entry["installed_sha256"]:
-        kept, new = _keep_edited_copy(dst, backup)
+        # The user's edit kept as <backup>.modified, or <backup>.<n>.modified beside an earlier
+        # one; an edit already kept is not kept twice.
+        sha, new = _sha256(dst), True
+        for number in itertools.count(1):
+            infix = "" if number == 1 else f".{number}"
+            kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
+            if not kept.exists():
+                safe.copy_file(dst, kept)
+                break
+            if kept.is_file() and _sha256(kept) == sha:
+                new = False
+                break
         action = f"--force: your edited copy {'kept' if new else 'is already kept'} as {kept}"
     elif not dst.exists():
         action = "it had been deleted"
@@ -259,24 +234,8 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict, *, force: bool
     entry["installed_sha256"] = new_sha
     # Record before copying: a crash in between then reads as "edited", never loses data.
     _save_manifest(root, manifest)
-    files.copy_file(src, dst)
+    safe.copy_file(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
-
-
-def _keep_edited_copy(dst: Path, backup: Path) -> tuple[Path, bool]:
-    """Copies the user's edited ``dst`` into the backup folder without replacing any copy an
-    earlier ``--force`` kept: ``<name>.modified``, then ``<name>.2.modified``, ... Returns the
-    copy and whether it is new (an edit already kept byte for byte is not copied twice)."""
-    sha = _sha256(dst)
-    for number in itertools.count(1):
-        infix = "" if number == 1 else f".{number}"
-        kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
-        if not kept.exists():
-            files.copy_file(dst, kept)
-            return kept, True
-        if kept.is_file() and _sha256(kept) == sha:
-            return kept, False
-    raise AssertionError("unreachable")  # itertools.count never ends
 
 
 def _undo_record(root: Path, rel: str, before: dict) -> None:
@@ -290,12 +249,9 @@ def _undo_record(root: Path, rel: str, before: dict) -> None:
             _prune_backup_dir(root / BACKUP_DIR)
 
 
-def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
-    """Restores the files ``install`` replaced and removes the ones it created.
-
-    Refuses (unless ``force``) when an installed file was edited since, as restoring
-    would discard those edits. Returns one line per action.
-    """
+def uninstall(root: str | os.PathLike[str], *, force: bool = False) -> list[str]:
+    """Restores the files ``install`` replaced and removes the ones it created; refuses
+    (unless ``force``) to discard edits made since. Returns one line per action."""
     root = Path(files.canonical(root, what="ROOT"))
     with locks.claim(root, flag="ROOT", command="install"):
         manifest = _load_manifest(root)
@@ -314,7 +270,13 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
         for rel in sorted(manifest):
             dst, backup = root / rel, root / BACKUP_DIR / rel
             if "link" in manifest[rel]:
-                _put_link(manifest[rel]["link"], dst)
+                tmp = safe.hidden_path(dst)  # the link made beside it, renamed over it
+                os.symlink(manifest[rel]["link"], tmp)
+                try:
+                    os.replace(tmp, dst)
+                except BaseException:
+                    tmp.unlink(missing_ok=True)
+                    raise
                 lines.append(f"restored the original link {dst} -> {manifest[rel]['link']}")
             elif manifest[rel]["had_original"]:
                 if not backup.is_file():
@@ -322,7 +284,7 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
                         f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
                         f"{rel}) and delete {_manifest_path(root)}"
                     )
-                files.copy_file(backup, dst)
+                safe.copy_file(backup, dst)
                 backup.unlink()
                 lines.append(f"restored the original {dst}")
             else:
@@ -332,18 +294,6 @@ def uninstall(root: PathLike, *, force: bool = False) -> list[str]:
             _save_manifest(root, manifest)
         lines.extend(_prune_backup_dir(root / BACKUP_DIR))
         return lines
-
-
-def _put_link(target: str, dst: Path) -> None:
-    """Makes `dst` a symbolic link to `target` in one step: made under a hidden name beside
-    it, then renamed over what is there."""
-    tmp = files.hidden_path(dst)
-    os.symlink(target, tmp)
-    try:
-        os.replace(tmp, dst)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
 
 
 def _prune_backup_dir(backup_dir: Path) -> list[str]:

@@ -1,13 +1,10 @@
 """Ctrl-C, SIGTERM and SIGHUP that stop long work at a safe point, so the run cleans up.
 
-A KeyboardInterrupt raised inside TensorFlow (while tracing, or in a C++ op) can surface as
-an unrelated error, or be swallowed by a library. The command line therefore catches the
-first stop signal itself: Ctrl-C (SIGINT), SIGTERM (what `kill`, `timeout`, schedulers and
-`docker stop` send) or SIGHUP (the terminal closed). Long loops (training steps, scoring,
-saving) call `check()` between steps: the run then stops within one step, removes what it
-started and exits 128 + the signal's number (`exit_status`: 130, 143, 129). A second signal
-(more than `SAME_STOP_S` after the first) stops at once, except inside `critical()` (the few
-renames that put a finished run in place).
+A KeyboardInterrupt raised inside TensorFlow can surface as an unrelated error, or be
+swallowed by a library, so the command line catches the first stop signal itself, and long
+loops call `check()` between steps: the run stops within one step, removes what it started and
+exits 128 + the signal's number (`exit_status`). A second signal (more than `SAME_STOP_S` after
+the first) stops at once, except inside `critical()` (the renames that put a run in place).
 """
 
 from __future__ import annotations
@@ -56,13 +53,9 @@ def _on_signal(signum, frame) -> None:
 @contextlib.contextmanager
 def deferred(*, then: Callable[[int, Any], None] | None = None) -> Iterator[None]:
     """Within the block, a stop signal is noted and raised at the next `check()` (main
-    thread only, where Python runs signal handlers).
-
-    Args:
-      then: the handler the stop signals get when the block ends (default: the handlers
-        they had before), so that no moment is left in which a signal kills the process
-        without a word (the command line's, once its work is done: see `cli.main`).
-    """
+    thread only, where Python runs signal handlers). When it ends the signals get `then`
+    (default: their handlers before), so that no moment is left in which a signal kills the
+    process without a word (`cli.main`'s, once its work is done)."""
     _pressed.clear()
     _received.clear()
     previous = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS}
@@ -83,7 +76,7 @@ def check() -> None:
 
 @contextlib.contextmanager
 def critical() -> Iterator[None]:
-    """Within the block even a second signal only is noted: the block (a few renames) runs
+    """Within the block even a second signal is only noted: the block (a few renames) runs
     to its end, and the next `check()` after it stops the run."""
     _critical.set()
     try:
@@ -92,17 +85,17 @@ def critical() -> Iterator[None]:
         _critical.clear()
 
 
-def received() -> int:
+def _last() -> int:
     """The stop signal that interrupted the last `deferred()` block (SIGINT if none was
     noted: a KeyboardInterrupt from elsewhere)."""
     return _received[0] if _received else signal.SIGINT
 
 
 def exit_status() -> int:
-    """The shell's status for death by `received()`: 130 for SIGINT, 143 SIGTERM, 129 SIGHUP."""
-    return 128 + int(received())
+    """The shell's status for death by that signal: 130 for SIGINT, 143 SIGTERM, 129 SIGHUP."""
+    return 128 + int(_last())
 
 
 def name() -> str:
-    """`SIGTERM`: the name of `received()`."""
-    return signal.Signals(received()).name
+    """`SIGTERM`: the name of that signal."""
+    return signal.Signals(_last()).name

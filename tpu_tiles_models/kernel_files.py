@@ -1,15 +1,9 @@
-"""The kernel files of a TpuGraphs tile:xla data root: a split's npz files listed, each read
-and validated, and a kernel's names taken from its file.
+"""The kernel files of a TpuGraphs tile:xla data root (the format: `formats`): a split's npz
+files listed, each read and validated (`check_members`), and a kernel's names.
 
-One npz file holds one kernel: its name without `.npz` is the tile id, and it holds the arrays
-of `formats.REQUIRED_KEYS` (the format is spelled in `formats`; this module reads it).
-`validate_arrays` checks a kernel as training needs it; `iter_kernels` streams a split one
-kernel at a time (`tpu-tiles inspect`); `data.load_split` reads a whole split in parallel with
-`read_members` and `check_members`. A bad file raises `DataError`, one line naming it and the
-fix.
-
-numpy and the standard library only: importing it imports no TensorFlow (`split_files` imports
-it when called, for upstream's file order), so `tpu-tiles inspect` reads a data root without it.
+`iter_kernels` streams a split one kernel at a time (`tpu-tiles inspect`); `data.load_split`
+reads a whole split in parallel. A bad file raises `DataError`, one line naming it and the fix.
+Importing it imports no TensorFlow (`split_files` does when called, for upstream's file order).
 """
 
 from __future__ import annotations
@@ -42,19 +36,12 @@ class DataError(UserError, ValueError):
     """A data file or directory is unusable; the message is one line naming it and the fix."""
 
 
-# ---------------------------------------------------------------------------------------------
-# A split's files and a kernel's names
-# ---------------------------------------------------------------------------------------------
+# -- a split's files and a kernel's names ---------------------------------------------------
 
 
 def split_files(root: str | os.PathLike, split: str, *, toy_data: bool = False) -> list[str]:
-    """Lists `root/split/*.npz` in upstream's order (`tf.io.gfile.glob`, directory order).
-
-    `root` may be remote (`gs://...`). With `toy_data`, keeps the first 100 files like
-    upstream's `--toy_data` flag.
-    """
-    if split not in SPLITS:
-        raise DataError(f"unknown split {split!r}; use one of {', '.join(SPLITS)}")
+    """`root/split/*.npz` (`root` may be remote) in upstream's order; with `toy_data`, the
+    first `TOY_FILES`, as upstream's `--toy_data`."""
     directory = files.join(files.expand(root), split)
     if not files.isdir(directory):
         raise DataError(
@@ -110,9 +97,7 @@ def benchmark_of(tile_id: str) -> str:
     return tile_id.rsplit("_", 1)[0]
 
 
-# ---------------------------------------------------------------------------------------------
-# One file: read, then validated
-# ---------------------------------------------------------------------------------------------
+# -- one file: read, then validated -----------------------------------------------------------
 
 
 def _unreadable(path: str, err: BaseException) -> DataError:
@@ -124,11 +109,8 @@ _ZIP_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, Valu
 
 
 def read_members(path: str) -> dict[str, bytes]:
-    """The decompressed `.npy` members of `REQUIRED_KEYS` that an npz file has (thread-safe:
-    no numpy parsing here; the caller's thread then parses them with `check_members`).
-
-    Only those are read: any other member, however large or of whatever dtype, is left packed.
-    """
+    """The decompressed `.npy` members of `REQUIRED_KEYS` that an npz file has; any other is
+    left packed. Thread-safe: no numpy parsing here (`check_members` does it)."""
     try:
         with files.open_read(path) as f, zipfile.ZipFile(f) as zf:
             names = set(zf.namelist())
@@ -138,12 +120,9 @@ def read_members(path: str) -> dict[str, bytes]:
 
 
 def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray]:
-    """Arrays from `read_members` output.
-
-    Call from one thread only: numpy parses .npy headers with `ast.literal_eval`, which
-    CPython 3.11 can fail on when several threads run it at once ("AST constructor recursion
-    depth mismatch"), so the thread pool only reads and decompresses.
-    """
+    """Arrays from `read_members` output. One thread only: numpy parses .npy headers with
+    `ast.literal_eval`, which CPython 3.11 can fail on when several threads run it at once
+    ("AST constructor recursion depth mismatch")."""
     try:
         return {
             key: np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
@@ -157,12 +136,6 @@ def _fail(path: str, what: str) -> DataError:
     return DataError(f"{path}: {what}; re-download the file or delete it")
 
 
-def _check_kind(path: str, arrays: dict[str, np.ndarray], key: str, kinds: str) -> None:
-    if arrays[key].dtype.kind not in kinds:
-        want = "integer" if kinds == "iu" else "numeric"
-        raise _fail(path, f"{key} has dtype {arrays[key].dtype}, expected {want}")
-
-
 def _check_shape(path: str, key: str, shape: tuple[int, ...], want: tuple[Any, ...]) -> None:
     ok = len(shape) == len(want) and all(w is None or s == w for s, w in zip(shape, want))
     if not ok:
@@ -172,8 +145,7 @@ def _check_shape(path: str, key: str, shape: tuple[int, ...], want: tuple[Any, .
 
 
 def runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray:
-    """runtime / normalizer as float32, the labels; 0 where the normalizer is 0 (test files:
-    0/0)."""
+    """runtime / normalizer as float32, the labels; 0 where the normalizer is 0 (test files)."""
     out = np.zeros(np.shape(normalizers), dtype=np.float64)
     with np.errstate(over="ignore", invalid="ignore"):  # inf or NaN: validation refuses it
         np.divide(runtimes, normalizers, out=out, where=np.asarray(normalizers) != 0)
@@ -190,21 +162,19 @@ _IN_FLOAT32 = " in float32, the precision models use"
 
 
 def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> None:
-    """Raises `DataError` (one line naming `path`) unless `arrays` is a usable kernel.
-
-    Checks keys, dtypes, shapes and their agreement, opcode and edge ranges, finite features,
-    that there is at least one config, and runtimes and their ratios (> 0 on train and valid;
-    >= 0 on test, whose runtimes are all zero), the numbers in float32 as models see them.
-    A train kernel with a single config is valid but cannot be ranked: `data.load_split`
-    leaves it out with a warning, as upstream does.
-    """
+    """`DataError` unless `arrays` is a usable kernel: keys, dtypes, shapes and their
+    agreement, opcode and edge ranges, finite features, at least one config, and runtimes and
+    their ratios (> 0 on train and valid, >= 0 on test), the numbers in float32 as models see
+    them. (A train kernel with a single config is valid; `data.load_split` leaves it out.)"""
     missing = [key for key in REQUIRED_KEYS if key not in arrays]
     if missing:
         raise _fail(path, f"missing key(s) {', '.join(missing)}")
-    for key in ("node_opcode", "edge_index"):
-        _check_kind(path, arrays, key, "iu")
-    for key in ("node_feat", "config_feat", "config_runtime", "config_runtime_normalizers"):
-        _check_kind(path, arrays, key, "iuf")
+    integers = ("node_opcode", "edge_index")
+    for key in [*integers, *(k for k in REQUIRED_KEYS if k not in integers)]:
+        integer = key in integers
+        if arrays[key].dtype.kind not in ("iu" if integer else "iuf"):
+            want = "integer" if integer else "numeric"
+            raise _fail(path, f"{key} has dtype {arrays[key].dtype}, expected {want}")
 
     n = arrays["node_feat"].shape[0] if arrays["node_feat"].ndim else -1
     c = arrays["config_feat"].shape[0] if arrays["config_feat"].ndim else -1
@@ -256,28 +226,22 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
 
 
 def check_members(path: str, members: dict[str, bytes], split: str) -> dict[str, np.ndarray]:
-    """Parses (in one thread only, see `_parse_members`) and validates the members
-    `read_members` gave; returns the `REQUIRED_KEYS` arrays."""
+    """The `REQUIRED_KEYS` arrays of `read_members`' output, parsed (in one thread only, see
+    `_parse_members`) and validated."""
     arrays = _parse_members(path, members)
     validate_arrays(path, arrays, split=split)
     return {key: arrays[key] for key in REQUIRED_KEYS}
 
 
-# ---------------------------------------------------------------------------------------------
-# A split streamed
-# ---------------------------------------------------------------------------------------------
+# -- a split streamed -------------------------------------------------------------------------
 
 
 def iter_kernels(
     paths: Sequence[str], split: str, *, skip_bad: bool = False, read_ahead: int = 8
 ) -> Iterator[tuple[str, dict[str, np.ndarray] | DataError]]:
-    """Validated kernels of `paths`, one at a time and in order: a split streamed, not loaded.
-
-    Threads read and decompress at most `read_ahead` files ahead (so memory holds that many
-    kernels, not the split); parsing and validation run in the caller's thread. Yields
-    `(path, arrays)` with the `REQUIRED_KEYS` arrays; a bad file raises `DataError` naming
-    it, or with `skip_bad` is yielded as `(path, DataError)`.
-    """
+    """`(path, arrays)` of `paths`' kernels, validated, one at a time and in order: threads
+    read at most `read_ahead` files ahead, so memory holds that many kernels, not the split. A
+    bad file raises `DataError`, or with `skip_bad` is yielded as `(path, DataError)`."""
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=min(4, read_ahead))
     queue = iter(paths)
     pending = collections.deque(

@@ -1,17 +1,9 @@
 """One writer at a time: an exclusive lock on an output a command fills (`claim`).
 
-Two commands writing one place at once would both "succeed" and leave a mix (two `synth`s
-into one folder, two `bundle`s into one hand-in, two `inspect --json` of one file, two sweeps
-on one `--out_dir`). Each of those claims its output before checking it and holds the claim
-until it has finished writing; the second one fails at once, in one line naming the first.
-
-The lock is an `flock` on a hidden file `.<name>.lock` beside the output (a folder output in a
-folder that cannot be written, such as a mount point, gets `.tpu-tiles.lock` inside it, as
-every writer there does alike). The kernel releases
-an flock when its process ends, however it ends, so the file that a killed process (`kill -9`)
-left never blocks the next command: it is taken over. Standard library only (`fcntl`, POSIX;
-where there is none, as on Windows, outputs are not locked), so TensorFlow-free commands use
-it too.
+Two commands writing one place at once would both "succeed" and leave a mix, so each takes
+an `flock` on a hidden `.<name>.lock` beside its output (or `.tpu-tiles.lock` inside a folder
+whose parent cannot be written) until it has finished; the second fails at once, naming the
+first. The kernel releases an flock however its process ends. `fcntl` only (not on Windows).
 """
 
 from __future__ import annotations
@@ -32,10 +24,8 @@ try:
 except ImportError:  # pragma: no cover  (Windows)
     fcntl = None
 
-# The lock file inside a folder output whose own folder cannot be written.
 INSIDE = ".tpu-tiles.lock"
-# Attempts at locking a lock file that its last holder removes between our open and lock.
-_TRIES = 100
+_TRIES = 100  # attempts at a lock file its last holder removes between our open and lock
 
 
 class BusyError(UserError):
@@ -43,26 +33,18 @@ class BusyError(UserError):
 
 
 def lock_path(path: str | os.PathLike) -> Path:
-    """`.<name>.lock` beside `path`'s one spelling (`files.canonical`): the file whose flock
-    claims `path`, however it is spelled (`./out/`, absolute, or through a link)."""
+    """`.<name>.lock` beside `path`'s one spelling (`files.canonical`: `./out/`, absolute or
+    through a link), whose flock claims `path`."""
     path = Path(files.canonical(path))
     return path.with_name(f".{path.name}.lock")
 
 
 @contextlib.contextmanager
 def claim(path: str | os.PathLike, *, flag: str, command: str) -> Iterator[None]:
-    """Holds an exclusive lock on output `path` (a file, or a folder the command fills) for
-    the block; the lock file's missing parent folders are created, and removed at the end if
-    nothing else was put in them. A remote path is not locked: a bucket has no locks.
-
-    Args:
-      path: the output to claim.
-      flag: the flag that chose it ("OUT", "--out", "--json"), named in the message.
-      command: the command claiming it ("synth"), named to the one refused.
-
-    Raises:
-      BusyError: another process holds it.
-      files.WriteError: the lock file cannot be made (read-only disk, permissions).
+    """Holds an exclusive lock on output `path` (a file, or a folder the command fills),
+    chosen by `flag`, for the block; `command` is named to the one refused (BusyError). The
+    lock file's missing parent folders are made, and removed at the end if still empty. A
+    remote path is not locked: a bucket has no locks.
     """
     if fcntl is None or files.is_remote(path):
         yield

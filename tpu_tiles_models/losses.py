@@ -1,11 +1,8 @@
-"""Ranking losses, chosen by name from one table, and upstream's weighted combination.
+"""Ranking losses, chosen by name from one table (`LOSSES`), and upstream's weighted combination.
 
-Labels are runtimes `[batch, num_configs]` and predictions are scores of the same shape;
-lower score = predicted faster. The ranking losses (`ranking`, TF-Ranking's conventions)
-treat a larger label as "more relevant", so with runtimes as labels they push slow configs to
-high scores, which is exactly the order we want. A negative label marks a padding entry
-(`--pad_configs` repeats the configs of a kernel that has fewer than `--configs`): every loss
-here leaves it out.
+Labels are runtimes `[batch, num_configs]`, predictions scores of that shape (lower = faster):
+ranking losses rank a larger label higher, so they push slow configs to high scores, as we
+want. Every loss leaves out padding (`--pad_configs`), a negative label.
 """
 
 from __future__ import annotations
@@ -16,17 +13,7 @@ import tensorflow as tf
 
 from tpu_tiles_models import ranking
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.train_args import DEFAULT_LOSSES, loss_weights
-
-
-def _list_mle() -> tf.keras.losses.Loss:
-    """ListMLE (Xia et al., ICML 2008): likelihood of the true permutation."""
-    return ranking.ListMLE(temperature=10)
-
-
-def _pairwise_hinge() -> tf.keras.losses.Loss:
-    """Pairwise hinge: every mis-ordered pair of configs costs its margin violation."""
-    return ranking.PairwiseHinge(temperature=10)
+from tpu_tiles_models.train_args import DEFAULT_LOSSES, REMOVED_LOSSES, loss_weights, removed
 
 
 def _valid(y_true: tf.Tensor) -> tf.Tensor:
@@ -35,10 +22,7 @@ def _valid(y_true: tf.Tensor) -> tf.Tensor:
 
 
 class MaskedMSE(tf.keras.losses.Loss):
-    """Mean squared error between scores and runtimes over the real configs of each list.
-
-    With no padding it is Keras' `MeanSquaredError`: it anchors the score scale.
-    """
+    """Mean squared error of scores and runtimes over real configs: anchors the score scale."""
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         y_true = tf.cast(y_true, y_pred.dtype)
@@ -47,28 +31,9 @@ class MaskedMSE(tf.keras.losses.Loss):
         return tf.reduce_sum(squared, -1) / tf.maximum(tf.reduce_sum(valid, -1), 1.0)
 
 
-class LogMSE(tf.keras.losses.Loss):
-    """Mean squared error between scores and log runtimes, over the real configs of a list.
-
-    Upstream's MSE on runtime / normaliser is ruled by the slowest tiles (ratios reach
-    hundreds), where ranking does not matter; on the log scale a config 10% faster than the
-    default (the normaliser) counts as much as one 10% slower.
-    """
-
-    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        y_true = tf.cast(y_true, y_pred.dtype)
-        valid = _valid(y_true)
-        target = tf.math.log(tf.maximum(y_true, 1e-9))
-        squared = valid * tf.square(y_pred - target)
-        return tf.reduce_sum(squared, -1) / tf.maximum(tf.reduce_sum(valid, -1), 1.0)
-
-
 def _standardise(y_true: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-list z-scores of the real entries of `y_true`, and their mask (both `[b, n]`).
-
-    Kernels differ in runtime spread by orders of magnitude (worst / best from 1.0 to over
-    100); z-scores give every kernel's pairs margins on one scale.
-    """
+    """Per-list z-scores of the real entries of `y_true`, and their mask (both `[b, n]`):
+    kernels' runtime spreads differ by orders of magnitude, z-scores put them on one scale."""
     valid = _valid(y_true)
     count = tf.maximum(tf.reduce_sum(valid, -1, keepdims=True), 1.0)
     mean = tf.reduce_sum(valid * y_true, -1, keepdims=True) / count
@@ -77,14 +42,9 @@ def _standardise(y_true: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 class StandardisedHinge(tf.keras.losses.Loss):
-    """Pairwise hinge whose margin is the gap between per-kernel standardised runtimes.
-
-    For every pair with `z_i > z_j` (config i slower), `max(0, (z_i - z_j) - (s_i - s_j))`,
-    where `z` are the list's runtimes as z-scores: a pair of configs far apart in runtime must
-    be far apart in score, a near tie barely counts. The mean over ordered pairs of real
-    configs is the list's loss. (Pairwise hinge with all configs of a kernel per step is the
-    1st-place Kaggle tile recipe; the standardised margin is ours.)
-    """
+    """Pairwise hinge with the gap between standardised runtimes `z` as margin: the mean over
+    pairs with `z_i > z_j` of `max(0, (z_i - z_j) - (s_i - s_j))`, so configs far apart in
+    runtime must be far apart in score, and a near tie barely counts."""
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         y_true = tf.cast(y_true, y_pred.dtype)
@@ -98,12 +58,8 @@ class StandardisedHinge(tf.keras.losses.Loss):
 
 
 def speedup_relevance(y_true: tf.Tensor, sharpness: float) -> tf.Tensor:
-    """Runtimes `[b, n]` -> relevance `sharpness * best / runtime` per list; padding stays -1.
-
-    The fastest config of a list gets `sharpness`, one twice as slow half of it. NDCG's gain
-    `2^relevance - 1` then grows steeply towards the fastest configs, which is where the
-    metric (the best runtime among the top k) looks.
-    """
+    """Runtimes `[b, n]` -> relevance `sharpness * best / runtime` (padding stays -1): NDCG's
+    gain `2^relevance - 1` grows steeply towards the fastest configs, where the metric looks."""
     valid = y_true >= 0
     big = tf.reduce_max(y_true) + 1.0
     best = tf.reduce_min(tf.where(valid, y_true, big), -1, keepdims=True)
@@ -112,12 +68,7 @@ def speedup_relevance(y_true: tf.Tensor, sharpness: float) -> tf.Tensor:
 
 
 class _FastestFirst(tf.keras.losses.Loss):
-    """A ranking loss on `speedup_relevance` labels and `-score` logits.
-
-    Args:
-      inner: a `ranking` loss (larger label = more relevant, larger logit = ranked first).
-      sharpness: see `speedup_relevance`.
-    """
+    """A `ranking` loss `inner` on `speedup_relevance` labels and `-score` logits."""
 
     def __init__(self, inner: tf.keras.losses.Loss, sharpness: float = 8.0, **kwargs):
         super().__init__(**kwargs)
@@ -128,43 +79,25 @@ class _FastestFirst(tf.keras.losses.Loss):
         return per_list(self._inner, speedup_relevance(y_true, self._sharpness), -y_pred)
 
 
-def _approx_ndcg() -> tf.keras.losses.Loss:
-    """ApproxNDCG (Qin et al., 2010) on speedup gains: a smooth NDCG, top of the list first."""
-    return _FastestFirst(ranking.ApproxNDCG(temperature=0.1))
-
-
-def _lambda_ndcg() -> tf.keras.losses.Loss:
-    """LambdaLoss (Wang et al., CIKM 2018): pairwise logistic, each pair weighted by the NDCG
-    it would gain if swapped, on speedup gains."""
-    return _FastestFirst(ranking.PairwiseLogistic(ndcg_weights=True))
-
-
-def _mse() -> tf.keras.losses.Loss:
-    """Mean squared error between scores and runtimes (real configs only)."""
-    return MaskedMSE()
-
-
-# The one table of losses: upstream's `--losses` names map to factories.
+# The one table of losses: `--losses` names (upstream's first) -> factories. ApproxNDCG and
+# LambdaNDCG (LambdaLoss: pairs weighted by the NDCG a swap would gain) rank by speedup gains.
 LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
-    "ListMLELoss": _list_mle,
-    "PairwiseHingeLoss": _pairwise_hinge,
+    "ListMLELoss": lambda: ranking.ListMLE(temperature=10),
+    "PairwiseHingeLoss": lambda: ranking.PairwiseHinge(temperature=10),
     "StandardisedHinge": StandardisedHinge,
-    "ApproxNDCG": _approx_ndcg,
-    "LambdaNDCG": _lambda_ndcg,
-    "MSE": _mse,
-    "LogMSE": LogMSE,
+    "ApproxNDCG": lambda: _FastestFirst(ranking.ApproxNDCG(temperature=0.1)),
+    "LambdaNDCG": lambda: _FastestFirst(ranking.PairwiseLogistic(ndcg_weights=True)),
+    "MSE": MaskedMSE,
 }
 
 
 def parse_losses(spec: str) -> list[tuple[float, tf.keras.losses.Loss]]:
-    """Parses upstream's `--losses` string, e.g. `"ListMLELoss:1,MSE:0.02"` (its syntax and
-    weights are checked by `train_args.loss_weights`, the names here).
-
-    Raises:
-      FlagError: naming the bad item and the known loss names, or the bad weights.
-    """
+    """(weight, loss) pairs of upstream's `--losses`, e.g. `"ListMLELoss:1,MSE:0.02"` (syntax
+    and weights checked by `train_args.loss_weights`, the names here), or `FlagError`."""
     weighted = []
     for name, weight in loss_weights(spec):
+        if name in REMOVED_LOSSES:
+            raise removed(f"--losses: {name}", REMOVED_LOSSES[name])
         if name not in LOSSES:
             raise FlagError(
                 f"--losses: unknown loss {name!r} in {spec!r}; known: {', '.join(LOSSES)}"
@@ -174,23 +107,16 @@ def parse_losses(spec: str) -> list[tuple[float, tf.keras.losses.Loss]]:
 
 
 def per_list(loss: tf.keras.losses.Loss, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-    """`loss` of each list, unreduced: `[batch]`.
-
-    Calling the inner losses unreduced leaves one reduction, which a `tf.distribute`
-    strategy requires to be explicit (it rejects the inner losses' default AUTO).
-    """
+    """`loss` of each list, unreduced: `[batch]` (a `tf.distribute` strategy rejects the
+    inner losses' default AUTO reduction: the one reduction is `CombinedLoss`')."""
     values = loss.call(y_true, y_pred)
     return tf.reduce_mean(tf.reshape(values, [tf.shape(y_pred)[0], -1]), axis=1)
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class CombinedLoss(tf.keras.losses.Loss):
-    """Weighted average of named losses, as upstream's `--losses` defines it.
-
-    Args:
-      spec: comma-separated `name:weight` items naming `LOSSES`; weights are normalised to
-        sum to 1, as upstream does.
-    """
+    """Weighted average of the losses `spec` names (`--losses`), weights normalised to sum to
+    1, as upstream does."""
 
     def __init__(
         self,
@@ -205,7 +131,7 @@ class CombinedLoss(tf.keras.losses.Loss):
         self._weighted = [(w / total, loss) for w, loss in weighted]
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        """Per-list losses `[batch]`; the one reduction is this loss's own (see `per_list`)."""
+        """Per-list losses `[batch]`."""
         y_true = tf.cast(y_true, y_pred.dtype)
         return tf.math.add_n([w * per_list(loss, y_true, y_pred) for w, loss in self._weighted])
 

@@ -1,18 +1,10 @@
 """Config 0's margin: how much to favour the compiler's default, fitted on validation (numpy).
 
-A model ranks config 0 (the compiler's default) first where its score is the lowest. The
-margin `m` is subtracted from config 0's score first (`with_margin`), so config 0 comes first
-exactly where `gap = score[0] - min(score[1:]) <= m`: a positive margin keeps the default
-unless the model prefers another config by more than `m`, a negative one keeps it only where
-the model prefers it by more than `-m`. Each kernel's top-1 pick is then one of two configs,
-so the top-1 error of every candidate margin is a cheap vectorised sum (`_pick_errors`).
-
-`fit` chooses the margin with the lowest top-1 error over candidates at quantiles of the gaps
-(0, the model's own ranking, always among them; the smallest `|m|` wins a tie). Fitted and
-measured on the same kernels, any margin looks better than it is, so `choose` first estimates
-the whole procedure's error by cross-fitting (`FOLDS` folds: each fold ranked with the margin
-fitted on the others) and keeps a margin only where that estimate beats the model's own top-1;
-that estimate, not the in-sample one, is what a run reports.
+The margin `m` is subtracted from config 0's score (`with_margin`): config 0 comes first where
+`gap = score[0] - min(score[1:]) <= m`, so each candidate's top-1 error is a vectorised sum.
+`fit` picks the best among quantiles of the gaps and 0 (the smallest `|m|` wins a tie); as in
+sample any margin looks better than it is, `choose` keeps one only where its cross-fitted
+estimate (`FOLDS` folds) beats the model's own top-1, and that estimate is what a run reports.
 """
 
 from __future__ import annotations
@@ -38,8 +30,8 @@ def with_margin(scores: np.ndarray, margin: float) -> np.ndarray:
 def _gaps_and_picks(
     kernels: Sequence[tuple[np.ndarray, np.ndarray]],
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per kernel (`(runtimes, scores)` pairs): the gap, and the top-1 error of config 0 and of
-    the model's best other config. A one-config kernel gets gap -inf (config 0 either way)."""
+    """Per kernel: the gap, and the top-1 errors of config 0 and of the model's best other
+    config (a one-config kernel: gap -inf, config 0 either way)."""
     gaps, default, other = [], [], []
     for runtimes, scores in kernels:
         runtimes = np.asarray(runtimes, dtype=np.float64)
@@ -84,12 +76,8 @@ def fit(
 
 @dataclass(frozen=True)
 class Margin:
-    """A fitted margin and the honest (cross-fitted) top-k errors of ranking with it.
-
-    `margin` is 0.0 where cross-fitting says a margin does not lower the top-1 error; then
-    `errors` are the model's own and `folds` all 0. `folds`: each kernel's margin in the
-    cross-fitted estimate (`fold_margins`).
-    """
+    """A fitted margin (0.0 where it does not pay), the cross-fitted top-k errors of ranking
+    with it, and each kernel's margin in that estimate (`fold_margins`)."""
 
     margin: float
     errors: dict[int, float]
@@ -105,7 +93,7 @@ def fold_margins(
     kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
 ) -> np.ndarray:
     """`[kernels]`: each kernel's margin fitted on the other folds (kernel i in fold
-    i % `FOLDS`), for the cross-fitted estimate; 0.0 where no other fold exists."""
+    i % `FOLDS`; 0.0 where there is no other)."""
     kernels = list(kernels)
     w = None if weights is None else np.asarray(weights, dtype=np.float64)
     gaps, default, other = _gaps_and_picks(kernels)
@@ -123,8 +111,8 @@ def fold_margins(
 def choose(
     kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
 ) -> Margin:
-    """Fits the margin on all of `kernels` if its cross-fitted top-1 error beats the model's
-    own (see the module); the errors are the cross-fitted estimate's."""
+    """The margin fitted on all of `kernels` if its cross-fitted top-1 error beats the model's
+    own (see the module)."""
     kernels = list(kernels)
     own = metrics.top_k_errors(kernels, weights=weights)
     folds = fold_margins(kernels, weights)

@@ -1,12 +1,7 @@
 """Ranking quality of predicted scores against measured runtimes (numpy; lower score = faster).
 
-`top_k_error` is upstream's `top_error_performance` formula: for each kernel, the best measured
-runtime among the k configs the model ranks fastest, relative to the best runtime overall,
-averaged over kernels. The Kaggle tile score is `1 - top-5 error` per kernel, averaged.
-
-Every table that compares rankings takes its baselines from here: `random`, and `default`
-(config 0, inferred to be the compiler's own choice in the real collection, first, the rest
-random), and `keep_default`, a model's ranking with config 0 kept among its 5 first.
+The top-k error is upstream's `top_error_performance`; the Kaggle tile score is `1 - top-5
+error`. Every comparison takes its baselines (`BASELINES`) and `keep_default` from here.
 """
 
 from __future__ import annotations
@@ -17,9 +12,8 @@ import numpy as np
 
 TOP_KS = (1, 5, 10)
 
-# The index of the compiler's default config in every kernel: inferred for the real collection
-# (upstream's fixture runs the default first and its tile iterator keeps run order; models
-# trained on the real data put index 0 in their top 5 for 48-60% of valid kernels).
+# The compiler's default config in every kernel, as inferred (upstream's fixture runs it first;
+# models trained on the real data put index 0 in their top 5 for 48-60% of valid kernels).
 DEFAULT_CONFIG = 0
 # `keep_default` keeps config 0 among this many picks: the 5 the Kaggle metric reads.
 KEEP_TOP = 5
@@ -28,10 +22,8 @@ BASELINES = ("random", "default")
 
 
 def kernel_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """`(min runtime among the k lowest scores - min runtime) / min runtime` for one kernel.
-
-    `runtimes`, `scores`: `[num_configs]`. With fewer than k configs, all of them count.
-    """
+    """`(min runtime among the k lowest scores - min runtime) / min runtime`, `[num_configs]`
+    each (with fewer than k configs, all count)."""
     runtimes = np.asarray(runtimes, dtype=np.float64)
     best = runtimes.min()
     # A stable sort makes ties resolve by index, like tf.argsort.
@@ -45,11 +37,8 @@ def top_k_errors(
     *,
     weights: Sequence[float] | None = None,
 ) -> dict[int, float]:
-    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs, for each k in `ks`.
-
-    `weights`: one per kernel for a weighted mean (a stratified sample's estimate of the
-    mean over all kernels); default equal.
-    """
+    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs for each k in `ks`, weighted by
+    `weights` (one per kernel; a stratified sample's) if given."""
     per_kernel = [[kernel_top_k_error(r, s, k) for k in ks] for r, s in kernels]
     if not per_kernel:
         raise ValueError("top_k_errors: no kernels to evaluate")
@@ -58,12 +47,8 @@ def top_k_errors(
 
 
 def kernel_mean_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """`mean runtime of the k lowest scores / mean of the k fastest runtimes - 1`, one kernel.
-
-    A smoother measure than the top-k error, which looks at one config only: it moves with
-    every config of the model's top k (the 1st-place Kaggle tile solution picked its
-    checkpoints by it, with k = 50). With fewer than k configs, all of them count (error 0).
-    """
+    """`mean runtime of the k lowest scores / mean of the k fastest runtimes - 1`: smoother
+    than the top-k error (the 1st-place Kaggle tile solution picked checkpoints by it)."""
     runtimes = np.asarray(runtimes, dtype=np.float64)
     k = min(k, len(runtimes))
     chosen = np.argsort(np.asarray(scores), kind="stable")[:k]
@@ -76,8 +61,7 @@ def mean_top_k_error(
     *,
     weights: Sequence[float] | None = None,
 ) -> float:
-    """Mean `kernel_mean_top_k_error` over `(runtimes, scores)` pairs (`weights` as in
-    `top_k_errors`)."""
+    """Mean `kernel_mean_top_k_error` over `(runtimes, scores)` pairs, weighted."""
     per_kernel = [kernel_mean_top_k_error(r, s, k) for r, s in kernels]
     if not per_kernel:
         raise ValueError("mean_top_k_error: no kernels to evaluate")
@@ -90,13 +74,9 @@ def kaggle_score(top5_error: float) -> float:
 
 
 def keep_default(scores: np.ndarray, k: int = KEEP_TOP) -> np.ndarray:
-    """A ranking like `scores`' with config 0 among its `k` first: rank scores `[num_configs]`.
-
-    When the model does not rank config 0 among its `k` fastest, config 0 takes the `k`-th
-    place: the model's `k - 1` first picks stay where they are (its top 1 too) and the rest
-    move down one. Returns each config's new place (0 = fastest) as float64, so it goes
-    wherever scores go (`top_k_errors`, the prediction CSVs).
-    """
+    """Each config's place (0 = fastest, float64, usable as scores `[num_configs]`) in `scores`'
+    ranking with config 0 among its `k` first: where it is not, it takes the `k`-th place, the
+    `k - 1` first picks stay and the rest move down one."""
     order = np.argsort(np.asarray(scores), kind="stable")
     place = int(np.flatnonzero(order == DEFAULT_CONFIG)[0])
     if place >= k:
@@ -108,11 +88,8 @@ def keep_default(scores: np.ndarray, k: int = KEEP_TOP) -> np.ndarray:
 
 
 def baseline_scores(num_configs: int, baseline: str, rng: np.random.Generator) -> np.ndarray:
-    """Scores `[num_configs]` of one draw of a baseline ranking (lower = ranked faster).
-
-    `random`: uniform scores. `default`: the same with config 0 first, as a user who keeps the
-    compiler's default and tries the rest at random would rank them.
-    """
+    """Scores `[num_configs]` of one draw of a baseline: `random`, or `default` (config 0
+    first, the rest random, as a user who keeps the compiler's default would try them)."""
     if baseline not in BASELINES:
         raise ValueError(f"baseline={baseline!r} is not one of {', '.join(BASELINES)}")
     scores = rng.random(num_configs)
@@ -128,11 +105,8 @@ def baseline_top_k_errors(
     draws: int = 20,
     ks: Sequence[int] = TOP_KS,
 ) -> dict[int, float]:
-    """Mean top-k errors of `draws` draws of a baseline ranking (see `baseline_scores`).
-
-    `runtimes`: one `[num_configs]` array per kernel. Draw d uses numpy seed d, so the figure
-    is reproducible.
-    """
+    """Mean top-k errors of `draws` draws (draw d with numpy seed d) of a baseline ranking of
+    `runtimes` (one `[num_configs]` array per kernel)."""
     per_draw = []
     for draw in range(draws):
         rng = np.random.default_rng(draw)
@@ -141,18 +115,9 @@ def baseline_top_k_errors(
     return {k: float(np.mean([d[k] for d in per_draw])) for k in ks}
 
 
-def random_top_k_errors(
-    runtimes: Sequence[np.ndarray], *, draws: int = 20, ks: Sequence[int] = TOP_KS
-) -> dict[int, float]:
-    """The floor every model must beat: `baseline_top_k_errors` of random rankings."""
-    return baseline_top_k_errors(runtimes, "random", draws=draws, ks=ks)
-
-
 def ordered_pair_accuracy(runtimes: np.ndarray, scores: np.ndarray) -> float:
-    """Fraction of config pairs with different runtimes that the scores order the same way.
-
-    `runtimes`, `scores`: `[num_configs]`; O(num_configs^2) memory, meant for small lists.
-    """
+    """Share of config pairs with different runtimes that the scores order the same way
+    (`[num_configs]` each; O(num_configs^2) memory)."""
     r = np.asarray(runtimes, dtype=np.float64)
     s = np.asarray(scores, dtype=np.float64)
     dr = np.sign(r[:, None] - r[None, :])
@@ -166,11 +131,8 @@ def ordered_pair_accuracy(runtimes: np.ndarray, scores: np.ndarray) -> float:
 def mean_pair_accuracy(
     kernels: Iterable[tuple[np.ndarray, np.ndarray]], *, max_configs: int = 500
 ) -> float:
-    """Mean `ordered_pair_accuracy` over `(runtimes, scores)` kernels.
-
-    A kernel with more than `max_configs` configs is judged on a seeded sample of that many,
-    which keeps a 6000-config kernel at 250k pairs instead of 36M.
-    """
+    """Mean `ordered_pair_accuracy` over `(runtimes, scores)` kernels, each on at most a seeded
+    sample of `max_configs` configs (250k pairs, not 36M, for a 6000-config kernel)."""
     values = []
     for i, (runtimes, scores) in enumerate(kernels):
         runtimes, scores = np.asarray(runtimes), np.asarray(scores)

@@ -21,17 +21,14 @@ from tpu_tiles_models import interrupts
 T = TypeVar("T")
 Handler = Any  # what signal.signal returns: a callable, SIG_IGN, SIG_DFL or None
 
-# A child that exits on the first SIGINT. It starts with SIGINT ignored (inherited while a
-# pipeline runs), so it installs its own handler.
+# A child that exits on the first SIGINT (it inherits SIGINT ignored, so it sets a handler).
 _SENTINEL = (
     "import signal, sys, time\n"
     "signal.signal(signal.SIGINT, lambda *_: sys.exit(130))\n"
     "while True:\n    time.sleep(3600)"
 )
 
-
-# Seconds a pipeline is waited for after SIGTERM or SIGHUP: time for the workers' own
-# children (a sweep's points) to stop at a safe point and clean up.
+# Seconds a pipeline is waited for after SIGTERM or SIGHUP, for its points to clean up.
 STOP_GRACE_S = 60.0
 
 
@@ -57,8 +54,7 @@ def quiet_beam() -> Iterator[None]:
 
 
 def _descendants(pid: int) -> list[int]:
-    """The running processes below `pid`, children first (from Linux's /proc; none without
-    it)."""
+    """The running processes below `pid`, children first (from Linux's /proc)."""
     children: dict[int, list[int]] = {}
     with contextlib.suppress(OSError):
         for entry in os.listdir("/proc"):
@@ -79,16 +75,7 @@ def _descendants(pid: int) -> list[int]:
     return found
 
 
-def _interrupt(pids: list[int]) -> None:
-    """SIGINT to each process, as a terminal's Ctrl-C would send it; gone ones are skipped."""
-    for pid in pids:
-        with contextlib.suppress(OSError):
-            os.kill(pid, signal.SIGINT)
-
-
-# What Beam's local worker processes log as they start, before they read the pipeline's log
-# level (`default_sdk_harness_log_level`): Python logging's default format, INFO lines and the
-# import-time warning about GCP's BigQuery client. Noise to a user; every other line passes.
+# What Beam's local workers log as they start, before they read the pipeline's log level.
 _WORKER_NOISE = re.compile(rb"^(INFO:|WARNING:root:apitools not found)")
 
 
@@ -121,39 +108,19 @@ def quiet_workers() -> Iterator[None]:
         os.dup2(stderr, 2)  # ours again; the pipe closes when the last worker exits
 
 
+@quiet_workers()  # a fresh one for each call
 def run_shielded(
     run: Callable[[], T], on_ctrl_c: Callable[[Handler], None]
 ) -> tuple[T | None, bool]:
-    """Runs `run` (a Beam pipeline) in a thread, with SIGINT ignored in this process, and its
-    local workers' start-up lines left out of stderr (`quiet_workers`).
+    """Runs `run` (a Beam pipeline) in a thread with SIGINT ignored; returns `(its value or
+    None, whether Ctrl-C was pressed)`, and raises what `run` raised unless Ctrl-C was pressed.
 
-    Beam starts its local workers through `/bin/sh`, which keeps only *ignored* signals, so
-    a terminal's Ctrl-C must not reach them as a kill: Beam would wait for or retry their
-    work. A tiny sentinel child notices Ctrl-C instead, and the first one calls
-    `on_ctrl_c(previous_handler)` (which tells the workers to stop, through a marker file).
-    SIGTERM and SIGHUP sent to this process alone (`kill`, `docker stop`) are noted for the
-    exit status (`interrupts`) and passed on as Ctrl-C to every process below this one, the
-    sentinel included, so that they stop as on Ctrl-C; a second one stops waiting at once.
-    Sent to the whole process group (`timeout`, schedulers) they also kill Beam's local
-    workers, which Beam may then wait for forever: after one, `run` is waited for only while
-    processes below this one are left, and at most `STOP_GRACE_S` (its thread is left to die
-    with the process).
-    Outside the main thread signals are not ours: `run` is simply called.
-
-    Returns:
-      `(run's value, whether Ctrl-C was pressed)`; the value is None when `run` failed
-      after Ctrl-C.
-
-    Raises:
-      Whatever `run` raised, unless Ctrl-C was pressed.
+    Beam's local workers keep only *ignored* signals (`/bin/sh`), so Ctrl-C must not kill them:
+    a sentinel child notices it, and the first calls `on_ctrl_c(previous_handler)`. SIGTERM and
+    SIGHUP are noted (`interrupts`) and passed on as Ctrl-C to every process below; a second
+    stops waiting. Sent to the whole group, they kill the workers, which Beam may wait for
+    forever: `run` is then waited for while processes below are left, at most `STOP_GRACE_S`.
     """
-    with quiet_workers():
-        return _run_shielded(run, on_ctrl_c)
-
-
-def _run_shielded(
-    run: Callable[[], T], on_ctrl_c: Callable[[Handler], None]
-) -> tuple[T | None, bool]:
     try:
         previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
     except ValueError:  # not the main thread
@@ -178,7 +145,9 @@ def _run_shielded(
             return
         stopped.append(time.monotonic())
         interrupts.note(signum)
-        _interrupt(_descendants(os.getpid()) or [sentinel.pid])
+        for pid in _descendants(os.getpid()) or [sentinel.pid]:  # Ctrl-C, as a terminal sends it
+            with contextlib.suppress(OSError):  # gone meanwhile
+                os.kill(pid, signal.SIGINT)
 
     others = {
         s: signal.signal(s, on_stop_signal) for s in interrupts.STOP_SIGNALS if s != signal.SIGINT

@@ -2,10 +2,9 @@
 
 `tiles_gen_predictions_csv.py` and `tpu-tiles predict` both call `predict_to_csv`: the model is
 reopened with `runs.TrainedRun` (the course's reload procedure) and scored with `scoring`.
-Each kernel is ranked by the model's own rule (`--keep_default=auto`): config 0 (the compiler's
-default) kept in its top 5 when the model's gate says so (our trainer sets it when the run's
-validation chose it; see models.py), as the course script's `forward` ranks; or as the user says
-(`yes`, `no`), on the model's scores without its rule.
+Each kernel is ranked by the model's own rule (`--keep_default=auto`: config 0, the compiler's
+default, kept in its top 5 when the model's gate says so, as the course script's `forward`
+ranks), or as the user says (`yes`, `no`) on the model's scores without its rule.
 """
 
 from __future__ import annotations
@@ -13,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tpu_tiles_models import files, kaggle, registry, run_file, scoring
+from tpu_tiles_models import kaggle, registry, run_file, safe, scoring
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 
@@ -32,34 +31,17 @@ def predict_to_csv(
     models_path: str | os.PathLike | None = None,
     progress: bool = True,
 ) -> tuple[Path, int]:
-    """Ranks every test kernel and writes `ID,TopConfigs` rows.
-
-    Args:
-      model_dir: a `model_<hash>` directory with its run file beside it.
-      data_root: the folder holding `test/` (and, for upstream's runs, `train/` and `valid/`).
-      out: the CSV to write.
-      top_k: configs listed per kernel (at least 1).
-      keep_default: one of `KEEP_DEFAULT_MODES`: keep config 0 among the 5 first as the
-        model's rule says (`auto`, `TrainedRun.keeps_default_in`), always, or never.
-      cache_dir: cache of loaded arrays, or None.
-      models_path: the models.py or upstream checkout with the class; default ours.
-      progress: show progress bars.
-
-    Returns:
-      (the CSV's path, the number of kernels in it).
-    """
+    """Ranks every test kernel of `data_root` with the run of `model_dir` and writes `out`,
+    `ID,TopConfigs` rows, as `tpu-tiles predict`'s flags say; returns its path and row count."""
     if top_k < 1:
         raise FlagError(f"--top_k must be at least 1, got {top_k}")
     if keep_default not in KEEP_DEFAULT_MODES:
         raise FlagError(
             f"--keep_default must be one of {', '.join(KEEP_DEFAULT_MODES)}, got {keep_default!r}"
         )
-    files.check_output_path(out, flag="--out")  # before minutes of scoring
     run = TrainedRun.open(model_dir, models_path=models_path)
-    inputs = run_file.run_inputs(run.model_dir) + files.split_inputs(data_root)
-    files.prepare_outputs(
-        [files.Output(out, "--out")], inputs + registry.models_inputs(models_path)
-    )
+    inputs = run_file.run_inputs(run.model_dir) + safe.split_inputs(data_root)
+    safe.claim([safe.Output(out, "--out")], inputs + registry.models_inputs(models_path))
     model, dataset = run.load(data_root, cache_dir=cache_dir, progress=progress)
     keep = run.keeps_default_in(model) if keep_default == "auto" else keep_default == "yes"
     scored = scoring.score_split(

@@ -1,9 +1,5 @@
-"""The one place that knows every model class: its name and description, where it comes from,
-and how to build one.
-
-Classes come from our top-level `models.py` (the single source of truth; the package holds no
-second copy of model code) or from an upstream checkout's swapped-in
-`tpu_graphs/baselines/tiles/models.py`. Both are loaded by file path.
+"""The one place that knows every model class: its name and description, where it comes from
+(our top-level `models.py` or an upstream checkout's, loaded by file path), how to build one.
 """
 
 from __future__ import annotations
@@ -14,68 +10,52 @@ import inspect
 import json
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
-from tpu_tiles_models import files
+from tpu_tiles_models import files, safe
 from tpu_tiles_models.errors import FlagError, UserError, one_line
 
 PACKAGE_DIR = Path(__file__).resolve().parent
 UPSTREAM_MODELS = Path("tpu_graphs/baselines/tiles/models.py")
 
-
-@dataclass(frozen=True)
-class ModelInfo:
-    """What a user needs to pick a model: one line, as `tpu-tiles models` lists it."""
-
-    description: str
-
-
-MODELS: dict[str, ModelInfo] = {
-    "ResidualSAGE": ModelInfo(
-        "ours (recommended): residual directed GraphSAGE, early config join, sum+mean+max "
-        "pooling, config 0 read as the compiler's default; cross-config attention optional"
-    ),
-    "ResidualSAGEPlain": ModelInfo(
-        "ResidualSAGE as first configured, without attention: 48 wide, no default context"
-    ),
-    "EarlyJoinSAGE": ModelInfo(
-        "paper baseline (upstream's default): config features on every node, GraphSAGE"
-    ),
-    "LateJoinSAGE": ModelInfo("paper baseline: GraphSAGE on the kernel, config joined late"),
-    "EarlyJoinResGCN": ModelInfo("paper baseline: config on every node, residual GCN"),
-    "LateJoinResGCN": ModelInfo("paper baseline: residual GCN on the kernel, config late"),
-    "MLP": ModelInfo("paper baseline: pooled node features and config features, no GNN"),
-    "Ensemble": ModelInfo(
-        "several trained runs as one model: per-kernel normalised scores, averaged "
-        "(made by tpu-tiles ensemble or train --seeds=... --ensemble)"
-    ),
+# Each model class and its one line in `tpu-tiles models`.
+MODELS: dict[str, str] = {
+    "ResidualSAGE": "ours (recommended): residual directed GraphSAGE, early config join, "
+    "sum+mean+max pooling, config 0 read as the compiler's default; cross-config attention "
+    "optional",
+    "ResidualSAGEPlain": "ResidualSAGE as first configured, without attention: 48 wide, no "
+    "default context",
+    "EarlyJoinSAGE": "paper baseline (upstream's default): config features on every node, "
+    "GraphSAGE",
+    "LateJoinSAGE": "paper baseline: GraphSAGE on the kernel, config joined late",
+    "EarlyJoinResGCN": "paper baseline: config on every node, residual GCN",
+    "LateJoinResGCN": "paper baseline: residual GCN on the kernel, config late",
+    "MLP": "paper baseline: pooled node features and config features, no GNN",
+    "Ensemble": "several trained runs as one model: per-kernel normalised scores, averaged "
+    "(made by tpu-tiles ensemble or train --seeds=... --ensemble)",
 }
 
 
 def dropin_file(name: str) -> Path:
-    """Path of one of our top-level drop-in files (`models.py`, ...).
-
-    In a checkout or editable install they sit beside the package; a built wheel carries
-    copies in `tpu_tiles_models/dropin/` (see setup.py).
-    """
+    """One of our top-level drop-in files: beside the package in a checkout, in `dropin/` in a
+    built wheel."""
     for candidate in (PACKAGE_DIR.parent / name, PACKAGE_DIR / "dropin" / name):
         if candidate.is_file():
             return candidate
     raise UserError(f"{name} not found beside {PACKAGE_DIR}; reinstall tpu-tiles-models")
 
 
-def models_inputs(path: str | os.PathLike | None) -> list[files.Input]:
+def models_inputs(path: str | os.PathLike | None) -> list[safe.Input]:
     """A `--models` file (or an upstream root's models.py) as an input, for
-    `files.prepare_outputs`; none for ours."""
+    `safe.claim`; none for ours."""
     if not path or files.is_remote(path):
         return []
     file = Path(files.expand(path))
     if file.is_dir():
         file = file / UPSTREAM_MODELS
-    return [files.Input(file, "--models file")] if file.is_file() else []
+    return [safe.Input(file, "--models file")] if file.is_file() else []
 
 
 # The name of a models.py module loaded by path starts with this (see `fault_site`).
@@ -85,20 +65,9 @@ _MODULE_PREFIX = "tpu_tiles_models_dropin_"
 def load_models_module(
     path: str | Path | None = None, *, flag: str | None = "--models"
 ) -> ModuleType:
-    """Imports a `models.py` by path: ours by default, or an upstream checkout's.
-
-    `path` may be a models.py file or an upstream root (then its swapped-in tiles models.py is
-    used, with the root on sys.path so that its own imports of `tpu_graphs` resolve).
-
-    Args:
-      path: the models.py or upstream root; None for ours.
-      flag: the flag that chose `path`, named in messages (None: a file the user did not name
-        on the command line, such as a hand-in folder's own models.py).
-
-    Raises:
-      FlagError: no such file, or it cannot be imported (a syntax error, a failing import,
-        a `sys.exit()`), in one line naming the file (and the line).
-    """
+    """Imports a `models.py` by path (None: ours), or an upstream root's, with the root on
+    sys.path for its own imports of `tpu_graphs`. `flag` chose `path`, for messages (None: a
+    file the user did not name). A file that cannot be imported is a `FlagError` naming it."""
     fix = f"pass {flag} <models.py or upstream root>" if flag else "restore the file"
     path = Path(path) if path is not None else dropin_file("models.py")
     if path.is_dir():
@@ -150,9 +119,8 @@ def _policy_set(what: str, policy: str, other: str) -> str:
 
 @contextlib.contextmanager
 def _keras_policy_kept() -> Iterator[list[str]]:
-    """Within it, user code may set Keras's global dtype policy (`mixed_float16`) or float
-    type; both are put back after it, and the list it yields then holds the policy that was
-    set (empty when unchanged)."""
+    """Puts Keras's global dtype policy and float type back after user code in it; the list it
+    yields then holds the policy that was set (empty when unchanged)."""
     import tensorflow as tf
 
     keras = tf.keras
@@ -176,10 +144,8 @@ def exit_call(err: SystemExit) -> str:
 
 
 def fault_site(err: BaseException) -> str | None:
-    """Where a user's models.py loaded by `load_models_module` (not ours) raised `err`, or
-    called what raised it, while the command ran (in a `forward`, say: its import is caught
-    where it runs), as `<file>, line <n>`; None when no such file took part (`--help`, a bug
-    of ours)."""
+    """Where a user's models.py (not ours) loaded by `load_models_module` raised `err` or
+    called what raised it, as `<file>, line <n>`; None when no such file took part."""
     try:
         ours = str(dropin_file("models.py"))
     except UserError:
@@ -240,11 +206,8 @@ def build_model(
     *,
     source: str = "--model_kwargs_json",
 ):
-    """Instantiates a model as upstream does: `cls(num_configs, num_ops, **kwargs)`.
-
-    `source` says where `kwargs_json` came from, for the message when they do not fit: the
-    flag, or a run file's `model_kwargs_json`.
-    """
+    """Instantiates a model as upstream does: `cls(num_configs, num_ops, **kwargs)`; `source`
+    names where `kwargs_json` came from, for the message when they do not fit."""
     cls = model_class(name, module)
     kwargs = parse_model_kwargs(kwargs_json)
     where = getattr(sys.modules.get(cls.__module__), "__file__", None) or cls.__module__
@@ -280,17 +243,9 @@ def available_memory() -> int:
 def parameter_limit(
     name: str, kwargs_json: str, *, limit_bytes: int | None = None
 ) -> Iterator[None]:
-    """Within it, a model whose parameters would not fit in memory for training fails as
-    each variable is created, before TensorFlow allocates it.
-
-    Keras layers declare each variable's shape before its initial value is made, so a
-    variable creator sees it first; in a `tf.Graph` nothing is allocated at all, which makes
-    a graph-mode build a free estimate.
-
-    Raises:
-      FlagError: naming `--model_kwargs_json`, the parameters so far, the memory they need
-        for training (`TRAINING_COPIES` copies) and the memory available.
-    """
+    """Within it, a model whose parameters would not fit in memory for training fails
+    (`FlagError`) as each variable is declared, before TensorFlow allocates it (in a
+    `tf.Graph` nothing is allocated: a graph-mode build is a free estimate)."""
     import tensorflow as tf
 
     limit = available_memory() if limit_bytes is None else limit_bytes
@@ -316,20 +271,32 @@ def parameter_limit(
         yield
 
 
-# The model the benchmark suite proved (docs/choosing.md). Its recommended keywords are
-# its class defaults in models.py (`recommended_kwargs` reads them), so `--model=ResidualSAGE`
-# alone trains it; every other flag stays upstream's default. The demo trains it, the suite
-# judges it and `tpu-tiles models` names it, all from here.
+# The model the benchmark suite proved (docs/choosing.md). Its recommended keywords are its
+# class defaults in models.py, so `--model=ResidualSAGE` alone trains it.
 RECOMMENDED_MODEL = "ResidualSAGE"
 RECOMMENDED_FLAGS = f"--model={RECOMMENDED_MODEL}"
 
 
+def _each_member(name: str, kwargs: Mapping[str, Any], fn: Callable[[str, dict], dict]) -> dict:
+    """`kwargs`, with an `Ensemble`'s members' keywords each `fn(model, its kwargs)`."""
+    members = kwargs.get("members")
+    if name != "Ensemble" or not isinstance(members, list):
+        return dict(kwargs)
+    return dict(
+        kwargs,
+        members=[
+            dict(m, kwargs=fn(m["model"], m.get("kwargs") or {}))
+            if isinstance(m, dict) and isinstance(m.get("model"), str)
+            else m
+            for m in members
+        ],
+    )
+
+
 def resolved_kwargs(name: str, kwargs: Mapping[str, Any], module: ModuleType | None = None) -> dict:
     """The keywords `name` is built with: `kwargs` over every keyword default of its class
-    (walking its base classes), as JSON values (tuples as lists). An `Ensemble`'s members are
-    resolved each. What a run file records, so that a later change of a class default does
-    not change how the run reloads.
-    """
+    (walking its base classes), as JSON values, an `Ensemble`'s members' too. What a run file
+    records, so that a later change of a class default does not change how the run reloads."""
     cls = model_class(name, module)
     resolved: dict[str, Any] = {}
     for klass in cls.__mro__:
@@ -344,16 +311,7 @@ def resolved_kwargs(name: str, kwargs: Mapping[str, Any], module: ModuleType | N
             except (TypeError, ValueError):
                 continue
     resolved.update(kwargs)
-    if name == "Ensemble" and isinstance(resolved.get("members"), list):
-        resolved["members"] = [
-            {
-                "model": m["model"],
-                "kwargs": resolved_kwargs(m["model"], m.get("kwargs") or {}, module),
-            }
-            if isinstance(m, dict) and "model" in m
-            else m
-            for m in resolved["members"]
-        ]
+    resolved = _each_member(name, resolved, lambda n, k: resolved_kwargs(n, k, module))
     return json.loads(json.dumps(resolved))
 
 
@@ -362,19 +320,16 @@ def recommended_kwargs(module: ModuleType | None = None) -> dict:
     return resolved_kwargs(RECOMMENDED_MODEL, {}, module)
 
 
-# Class defaults that changed, by class: what a run file that does not record its resolved
-# keywords (written before they were recorded) meant by leaving them out. ResidualSAGE was 48
-# wide with cross-config attention and without the default context until its defaults became
-# the suite's recommendation.
+# Class defaults that changed, by class: what a run file written before runs recorded their
+# resolved keywords meant by leaving them out (ResidualSAGE's until the suite's recommendation).
 EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {
     "ResidualSAGE": {"hidden_dim": 48, "config_attention": True, "default_context": False},
 }
 
 
-# Keywords our classes gained after runs began recording their keywords, each with the value
-# that builds a model as it was before: a run file whose recorded (or, earlier still, stored)
-# keywords leave one out was trained without it. `keep_default_gate`, `default_margin`: the
-# ranking rule's variables (models.py), which the course's in-order copy would otherwise miss.
+# Keywords our classes gained after runs began recording theirs, each with the value that
+# builds a model as before (a run file that leaves one out was trained without it): the ranking
+# rule's variables, which the course's in-order copy would otherwise miss.
 ADDED_KEYWORDS: dict[str, Any] = {"keep_default_gate": False, "default_margin": False}
 
 
@@ -383,35 +338,20 @@ def without_added(name: str, kwargs: Mapping[str, Any], module: ModuleType | Non
     and `kwargs` leaves out set to its earlier value (for an `Ensemble`, its members' too)."""
     takes = resolved_kwargs(name, {}, module)
     out = {**{k: v for k, v in ADDED_KEYWORDS.items() if k in takes}, **kwargs}
-    if name == "Ensemble" and isinstance(out.get("members"), list):
-        out["members"] = [
-            dict(m, kwargs=without_added(m["model"], m.get("kwargs") or {}, module))
-            if isinstance(m, dict) and isinstance(m.get("model"), str)
-            else m
-            for m in out["members"]
-        ]
-    return out
+    return _each_member(name, out, lambda n, k: without_added(n, k, module))
 
 
 def earlier_kwargs(name: str, kwargs: Mapping[str, Any]) -> dict:
     """The keywords a run file written before runs recorded them meant: `kwargs` over the
     `EARLIER_DEFAULTS` of `name` (and of each `Ensemble` member's)."""
-    if name == "Ensemble" and isinstance(kwargs.get("members"), list):
-        members = [
-            dict(m, kwargs=earlier_kwargs(m["model"], m.get("kwargs") or {}))
-            if isinstance(m, dict) and isinstance(m.get("model"), str)
-            else m
-            for m in kwargs["members"]
-        ]
-        return dict(kwargs, members=members)
-    return {**EARLIER_DEFAULTS.get(name, {}), **kwargs}
+    return _each_member(name, {**EARLIER_DEFAULTS.get(name, {}), **kwargs}, earlier_kwargs)
 
 
 def describe(module: ModuleType | None = None) -> str:
-    """The `tpu-tiles models` table, then the recommendation: a line `recommended: <flags>`
-    (the format is stable: scripts read it) and a note on what those defaults are."""
+    """The `tpu-tiles models` table, then `recommended: <flags>` (a stable line: scripts read
+    it) and a note on those defaults."""
     width = max(map(len, MODELS))
-    lines = [f"{name:<{width}}  {info.description}" for name, info in MODELS.items()]
+    lines = [f"{name:<{width}}  {text}" for name, text in MODELS.items()]
     kwargs = recommended_kwargs(module)
     lines += [
         "",
@@ -425,10 +365,9 @@ def describe(module: ModuleType | None = None) -> str:
 
 
 def describe_json(module: ModuleType | None = None) -> dict:
-    """`tpu-tiles models --json`: `{"models": {name: description}, "recommended": {"model",
-    "flags", "kwargs"}}`, the kwargs being the recommended class's defaults."""
+    """`tpu-tiles models --json`: `{"models": {name: description}, "recommended": {...}}`."""
     return {
-        "models": {name: info.description for name, info in MODELS.items()},
+        "models": dict(MODELS),
         "recommended": {
             "model": RECOMMENDED_MODEL,
             "flags": RECOMMENDED_FLAGS,

@@ -1,13 +1,10 @@
-"""The run-file format: a run's artifacts' paths, `run_<h>.jsonz`'s bytes, keys and hash, and
-reading and checking it.
+"""The run-file format: a run's artifacts' paths, `run_<h>.jsonz`'s bytes, keys, hash, reading.
 
-Upstream's trainer writes a SavedModel `model_<h>`, a gzip JSON `run_<h>.jsonz` (`h`: the md5
-of its 15 argument fields, `train_args.args_hash`; ours adds our non-default options) and
-`results_<ms>.csv` (names: `formats`). The run file holds `args`, `train_curve`, `final_error`
-and, ranking the test split, `test_predictions`; ours adds the rest under one key, `EXTRAS_KEY`.
-`run_info_problem` is the one check of that shape, which `read_run` (every reader's way in)
-applies before any value is used. Writing a run is `export`'s, opening one `runs.TrainedRun`'s.
-Paths may be remote (`gs://...`, see `files`). Imports no TensorFlow (the sweep uses it).
+A run file is gzip JSON named by `h`, the md5 of upstream's 15 argument fields and our
+non-default options (`train_args.args_hash`). It holds `args`, `train_curve`, `final_error`
+and, ranking the test split, `test_predictions`; ours adds the rest under `EXTRAS_KEY`.
+`read_run`, every reader's way in, checks that shape (`run_info_problem`) first. Paths may
+be remote (`gs://...`). Imports no TensorFlow (the sweep uses it).
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from tpu_tiles_models import files, formats
+from tpu_tiles_models import files, formats, safe
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.formats import NUMBER, is_json, json_kind, json_wrong
 from tpu_tiles_models.train_args import UPSTREAM_FIELDS, TrainArgs, args_hash
@@ -29,28 +26,22 @@ EXTRAS_KEY = "tpu_tiles"
 # Under EXTRAS_KEY: our options that entered the hash (`TrainArgs.identity`), so that a run
 # file's name can be checked against its content (`run_info_hash`).
 IDENTITY_KEY = "identity"
-# Under `EXTRAS_KEY`: the ranking rule the run's validation chose (config 0's margin, whether
-# to keep config 0 in the top 5) with the errors every way (`scoring.KeepDefault.to_json`);
-# `predict` follows it by default.
+# Under EXTRAS_KEY: the ranking rule the run's validation chose, with its errors every way
+# (`scoring.KeepDefault.to_json`).
 KEEP_DEFAULT_KEY = "keep_default"
-# Under `EXTRAS_KEY`: every keyword the model was built with, its class defaults included
+# Under EXTRAS_KEY: every keyword the model was built with, class defaults included
 # (`registry.resolved_kwargs`), so that a later change of a default does not change how the run
-# reloads. A run file of ours without it was written before: `registry.earlier_kwargs`.
+# reloads (older runs: `registry.earlier_kwargs`).
 MODEL_KWARGS_KEY = "model_kwargs"
 
 
 def run_info_hash(run_info: Mapping) -> str:
-    """The `h` a run file's content names: its args with the options it says entered the hash.
-
-    Raises:
-      KeyError, TypeError, ValueError: not a run file's content.
-    """
+    """The `h` a run file's content names (KeyError, TypeError, ValueError if it is not one)."""
     extras = run_info.get(EXTRAS_KEY) or {}
     return args_hash(run_info["args"], extras.get(IDENTITY_KEY))
 
 
-# What each key of a run file holds, when it is there (`run_info_problem`). `args` holds
-# upstream's 15 fields; of those, the ones readers use are typed here.
+# The kinds of the keys readers use, when they are there (`run_info_problem`).
 _ARGS_TYPES: dict[str, tuple[type, ...]] = {
     "model": (str,),
     "model_kwargs_json": (str,),
@@ -85,10 +76,7 @@ def _number_map_problem(where: str, value: Any) -> str | None:
 
 def run_info_problem(info: Any) -> str | None:
     """What makes `info` not a run file's content, in a few words; None when every key a
-    reader uses has the shape it expects (upstream's keys, and ours under `EXTRAS_KEY`).
-
-    The one check of the format's shape: every reader goes through `read_run`, which calls it.
-    """
+    reader uses has the shape it expects."""
     if not isinstance(info, dict):
         return f"its content is {json_kind(info)}, not an object"
     args = info.get("args")
@@ -144,32 +132,28 @@ class ExportError(UserError, RuntimeError):
 
 
 # -- where the artifacts go ------------------------------------------------------------------
-# Each path is `files.join(out_dir, name)`: a string, local or remote, spelled as `out_dir` is
+# Each path is `files.join(folder, name)`: a string, local or remote, spelled as the folder is
 # (a point's results_csv is part of its hash, so its spelling must not change).
 
 
 def model_dir_path(out_dir: str | os.PathLike, h: str) -> str:
-    """`<out_dir>/model_<h>`."""
     return files.join(out_dir, formats.model_dir_name(h))
 
 
 def run_file_path(out_dir: str | os.PathLike, h: str) -> str:
-    """`<out_dir>/run_<h>.jsonz`."""
     return files.join(out_dir, formats.run_file_name(h))
 
 
 def curve_path(out_dir: str | os.PathLike, h: str) -> str:
-    """`<out_dir>/train_curve_<h>.png`."""
     return files.join(out_dir, formats.curve_name(h))
 
 
 def results_csv_path(out_dir: str | os.PathLike, tag: str | int) -> str:
-    """`<out_dir>/results_<tag>.csv`: test predictions (`TrainArgs.resolved` names upstream's)."""
     return files.join(out_dir, formats.results_csv_name(tag))
 
 
 def tensorboard_dir(tensorboard: str | os.PathLike, h: str) -> str:
-    """`<tensorboard>/run_<h>`: the run's per-epoch scalars."""
+    """The run's folder of per-epoch scalars under `--tensorboard`."""
     return files.join(tensorboard, formats.tensorboard_run_name(h))
 
 
@@ -183,8 +167,7 @@ def run_file_for(model_dir: str | os.PathLike) -> Path | str:
 
 @dataclass(frozen=True)
 class RunPaths:
-    """Where a run's artifacts go: worked out once from its options (`of`), then read by
-    everything that writes, checks or removes them."""
+    """Where a run's artifacts go, worked out once from its options (`of`)."""
 
     out_dir: str  # `--out_dir`, `~` expanded (a URL when remote)
     hash: str  # the run's `h` (`TrainArgs.hash`)
@@ -222,14 +205,13 @@ def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
     """Writes `run_<h>.jsonz` (gzip JSON) atomically, `h` from its content (`run_info_hash`);
     returns its path (a string if remote)."""
     path = run_file_path(out_dir, run_info_hash(run_info))
-    files.write_bytes(path, run_bytes(run_info))
+    safe.write_bytes(path, run_bytes(run_info))
     return path if files.is_remote(path) else Path(path)
 
 
 def read_run_bytes(path: str | os.PathLike) -> Any:
     """The run file's JSON content, of any shape (`run_info_problem` checks it). Raises
-    OSError, EOFError, zlib.error, ValueError or RecursionError (nesting deeper than Python's
-    JSON reader goes) if it is not whole."""
+    OSError, EOFError, zlib.error, ValueError or RecursionError if it is not whole."""
     return json.loads(gzip.decompress(files.read_bytes(path)))
 
 
@@ -276,20 +258,6 @@ def read_run(model_dir: str | Path) -> dict:
     return run_info
 
 
-def model_dir_complete(model_dir: str | os.PathLike) -> bool:
-    """Whether a SavedModel folder has everything `load_model` reads: `saved_model.pb` and
-    the variables' index and every data shard (`variables.data-00000-of-00002`, ...)."""
-    pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
-    variables = files.join(model_dir, "variables")
-    if not files.isfile(pb) or not files.isfile(files.join(variables, "variables.index")):
-        return False
-    shards = files.glob(files.join(variables, "variables.data-*-of-*"))
-    if not shards:
-        return False
-    total = int(files.basename(shards[0]).rsplit("-of-", 1)[1])
-    return len(shards) == total
-
-
 def completed_run(out_dir: str | os.PathLike, h: str) -> dict | None:
     """The run file of run `h` in `out_dir` if the whole run is there (see `whole_run`)."""
     return whole_run(model_dir_path(files.expand(out_dir), h))
@@ -297,23 +265,30 @@ def completed_run(out_dir: str | os.PathLike, h: str) -> dict | None:
 
 def whole_run(model_dir: str | os.PathLike) -> dict | None:
     """The run file of `model_dir`'s run if the whole run is there, else None: a run file
-    that reads and names it, a complete model dir (`model_dir_complete`), and its results CSV
-    when it ranked the test split."""
+    that reads and names it, everything `load_model` reads (`saved_model.pb`, the variables'
+    index and every data shard), and its results CSV when it ranked the test split."""
     try:
         info = read_run(model_dir)
     except ExportError:
         return None
-    if not model_dir_complete(model_dir):
+    variables = files.join(model_dir, *formats.VARIABLES_PREFIX)
+    shards = files.glob(variables + ".data-*-of-*")
+    if not (
+        files.isfile(files.join(model_dir, formats.SAVED_MODEL_FILE))
+        and files.isfile(variables + ".index")
+        and shards
+        and len(shards) == int(files.basename(shards[0]).rsplit("-of-", 1)[1])
+    ):
         return None
-    csv = (info.get("args") or {}).get("results_csv")
+    csv = info["args"]["results_csv"]
     if "test_predictions" in info and csv and not files.isfile(files.expand(csv)):
         return None
     return info
 
 
-def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[files.Input]:
-    """A trained run's model dir and run file, as inputs for `files.prepare_outputs`."""
+def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[safe.Input]:
+    """A trained run's model dir and run file, as inputs for `safe.claim`."""
     return [
-        files.Input(model_dir, f"model directory of {flag}", folder=True),
-        files.Input(run_file_for(model_dir), f"run file of {flag}"),
+        safe.Input(model_dir, f"model directory of {flag}", folder=True),
+        safe.Input(run_file_for(model_dir), f"run file of {flag}"),
     ]

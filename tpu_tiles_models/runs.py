@@ -1,13 +1,7 @@
-"""`TrainedRun`: the one way to open a trained model, ours or upstream's.
-
-A trained run is a `model_<h>/` SavedModel and the `run_<h>.jsonz` beside it. Opening one
-checks that the two belong together, reads the arguments, history and (our trainer's) feature
-statistics, and rebuilds the model by the course procedure: a fresh instance of the class named
-in the run file, one `forward` to create its variables, then a pairwise in-order copy of the
-saved trainable variables, read from its checkpoint (`saved_variables`) or, failing that, from
-the loaded SavedModel (`load_saved_model`). `predict`, `evaluate`, `bundle` and `ensemble` all
-go through here; the run file itself is `run_file`'s. A run may be remote
-(`gs://.../model_<h>`): it is read in place through tf.io.gfile.
+"""`TrainedRun`: the one way to open a trained model, ours or upstream's: a `model_<h>/`
+SavedModel and the `run_<h>.jsonz` beside it (`run_file`'s), checked to belong together, the
+model rebuilt by the course procedure (`TrainedRun.build`). A remote run (`gs://...`) is read
+in place through tf.io.gfile.
 """
 
 from __future__ import annotations
@@ -33,19 +27,17 @@ class ShapeMismatch(run_file.ExportError):
     """Saved and rebuilt variables differ in shape: usually other feature widths (data)."""
 
 
-def require_saved_model(model_dir: str | Path) -> None:
-    """Fails unless `model_dir` has a `saved_model.pb` that parses as a SavedModel with a
-    graph in it: an empty or garbled one would load nowhere (a grader's `load_model`), yet
-    nothing else reads it before the weights are copied.
+# The fix for a model folder with a file missing, truncated or corrupt.
+_AGAIN = "copy the whole model_<hash> folder again from the training --out_dir"
 
-    Raises:
-      ExportError: no such file, or not a SavedModel; naming the file and the fix.
-    """
+
+def require_saved_model(model_dir: str | Path) -> None:
+    """`ExportError` unless `model_dir` has a `saved_model.pb` that parses as a SavedModel with
+    a graph in it (nothing else reads it before the weights are copied; a grader would)."""
     from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import saved_model_pb2
 
     pb = files.join(model_dir, formats.SAVED_MODEL_FILE)
-    again = "copy the whole model_<hash> folder again from the training --out_dir"
     if not files.isfile(pb):
         raise run_file.ExportError(
             f"{model_dir}: no {formats.SAVED_MODEL_FILE} in it; give the model_<hash> folder "
@@ -57,40 +49,27 @@ def require_saved_model(model_dir: str | Path) -> None:
         saved.ParseFromString(content)
     except (OSError, DecodeError) as err:
         raise run_file.ExportError(
-            f"{pb}: not a readable SavedModel ({one_line(err, 120)}); {again}"
+            f"{pb}: not a readable SavedModel ({one_line(err, 120)}); {_AGAIN}"
         ) from None
     if not (saved.meta_graphs and saved.meta_graphs[0].meta_info_def.tags):
         what = "empty" if not content else "not a SavedModel (no graph in it)"
-        raise run_file.ExportError(f"{pb}: {what}; {again}")
+        raise run_file.ExportError(f"{pb}: {what}; {_AGAIN}")
 
 
 def require_variables(model_dir: str | Path) -> str:
-    """The checkpoint prefix of `model_dir`'s variables, checking (cheaply) that its index
-    file is there.
-
-    Raises:
-      ExportError: no `variables/variables.index`: the weights are missing.
-    """
+    """The checkpoint prefix of `model_dir`'s variables; `ExportError` without its index."""
     prefix = files.join(model_dir, *formats.VARIABLES_PREFIX)
     if not files.isfile(prefix + ".index"):
         raise run_file.ExportError(
             f"{model_dir}: no {'/'.join(formats.VARIABLES_PREFIX)}.index in it, so its weights "
-            "are missing; copy the whole model_<hash> folder again from the training --out_dir"
+            f"are missing; {_AGAIN}"
         )
     return prefix
 
 
-def check_variables(model_dir: str | Path) -> None:
-    """Fails unless `model_dir`'s variables are all there and whole: every tensor is read.
-
-    Raises:
-      ExportError: no `variables/` index, or a missing or truncated data file.
-    """
-    _read_variables(model_dir)
-
-
-def _read_variables(model_dir: str | Path) -> dict[str, Any]:
-    """Every tensor of `model_dir`'s variables checkpoint by key (`check_variables`' errors)."""
+def check_variables(model_dir: str | Path) -> dict[str, Any]:
+    """Every tensor of `model_dir`'s variables checkpoint by key; `ExportError` when one is
+    missing or truncated."""
     prefix = require_variables(model_dir)
     try:
         # Not tf.train.load_checkpoint: it takes a prefix that some file systems (ram://)
@@ -99,52 +78,32 @@ def _read_variables(model_dir: str | Path) -> dict[str, Any]:
         return {name: reader.get_tensor(name) for name in reader.get_variable_to_shape_map()}
     except (OSError, IndexError, ValueError, tf.errors.OpError) as err:
         raise run_file.ExportError(
-            f"{model_dir}: its variables are truncated or corrupt ({one_line(err, 160)}); copy "
-            "the whole model_<hash> folder again from the training --out_dir"
+            f"{model_dir}: its variables are truncated or corrupt ({one_line(err, 160)}); {_AGAIN}"
         ) from None
 
 
 def saved_variables(model_dir: str | Path) -> list | None:
-    """The saved model's variables in the order Keras 2 lists them, from its checkpoint alone.
-
-    A Keras 2 SavedModel keeps `model.variables` (the trainable ones first, in
-    `trainable_variables` order) as its root's list `variables`: its checkpoint's object graph
-    says where each one's value is (`variables/<i>/...`, or a shorter path's key for a variable
-    the model also holds by name, such as models.py's ranking gate). Every tensor is read, so
-    missing or truncated files fail here (`check_variables`). None when the checkpoint is laid
-    out otherwise: then only `load_saved_model` can list them.
+    """The saved model's variables in the order Keras 2 lists them, from its checkpoint alone:
+    a Keras 2 SavedModel keeps `model.variables` (the trainable ones first) as its root's list
+    `variables`: its checkpoint's object graph says where each one's value is
+    (`variables/<i>/...`, or a shorter path's key for a variable the model also holds by name,
+    such as models.py's ranking gate). None when the checkpoint is laid out otherwise: then
+    only `load_saved_model` can list them.
     """
-    tensors = _read_variables(model_dir)
-    graph = tensors.get(_OBJECT_GRAPH)
-    ordered = _listed_keys(graph) if graph is not None else None
-    if ordered is None:  # no object graph to read: the plain `variables/<i>` layout only
-        keys = [k for k in tensors if k.startswith("variables/") and k.endswith(_VARIABLE_VALUE)]
-        ordered = [f"variables/{i}/{_VARIABLE_VALUE}" for i in range(len(keys))]
-        if set(keys) != set(ordered):
-            return None
-    if not ordered or any(k not in tensors for k in ordered):
-        return None
-    return [tensors[k] for k in ordered]
-
-
-_VARIABLE_VALUE = ".ATTRIBUTES/VARIABLE_VALUE"  # a variable's value in a TF2 checkpoint
-_OBJECT_GRAPH = "_CHECKPOINTABLE_OBJECT_GRAPH"  # a TF2 checkpoint's object graph
-
-
-def _listed_keys(graph: Any) -> list[str] | None:
-    """The checkpoint keys of the values of the root's `variables` list, in list order, from
-    a serialized object graph; None when it has no such list of variables."""
     from google.protobuf.message import DecodeError
     from tensorflow.core.protobuf import trackable_object_graph_pb2
 
+    tensors = check_variables(model_dir)
+    graph = tensors.get("_CHECKPOINTABLE_OBJECT_GRAPH")  # a TF2 checkpoint's
+    if graph is None:
+        return None
     proto = trackable_object_graph_pb2.TrackableObjectGraph()
     try:
         proto.ParseFromString(graph.item() if hasattr(graph, "item") else graph)
     except (DecodeError, TypeError, ValueError):
         return None
-    if not proto.nodes:
-        return None
-    listed = [c.node_id for c in proto.nodes[0].children if c.local_name == "variables"]
+    root = proto.nodes[0].children if proto.nodes else []
+    listed = [c.node_id for c in root if c.local_name == "variables"]
     if len(listed) != 1:
         return None
     keys: dict[int, str] = {}
@@ -157,19 +116,15 @@ def _listed_keys(graph: Any) -> list[str] | None:
         if not child.local_name.isdigit() or len(values) != 1:
             return None
         keys[int(child.local_name)] = values[0]
-    if sorted(keys) != list(range(len(keys))):
+    ordered = [keys.get(i) for i in range(len(keys))]
+    if not ordered or any(k not in tensors for k in ordered):  # None: keys not 0..n-1
         return None
-    return [keys[i] for i in range(len(keys))]
+    return [tensors[k] for k in ordered]
 
 
 def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
-    """`tf.keras.models.load_model` as the course script calls it (loss in a custom scope).
-
-    Keras 2 reads a SavedModel through tf.io.gfile, so a remote directory loads in place.
-
-    Raises:
-      ExportError: its files are missing, truncated or corrupt; one line naming the folder.
-    """
+    """`tf.keras.models.load_model` as the course script calls it (loss in a custom scope);
+    `ExportError` when its files are missing, truncated or corrupt."""
     from tpu_tiles_models.losses import CombinedLoss
 
     try:
@@ -178,8 +133,7 @@ def load_saved_model(model_dir: str | Path) -> tf.keras.Model:
     except (OSError, IndexError, ValueError, KeyError, tf.errors.OpError) as err:
         check_variables(model_dir)  # the likely cause, said precisely
         raise run_file.ExportError(
-            f"{model_dir}: not a loadable SavedModel ({one_line(err, 160)}); copy the whole "
-            "model_<hash> folder again from the training --out_dir"
+            f"{model_dir}: not a loadable SavedModel ({one_line(err, 160)}); {_AGAIN}"
         ) from None
 
 
@@ -203,29 +157,10 @@ def copy_variables(target: tf.keras.Model, source: tf.keras.Model, *, origin: st
         t.assign(s)
 
 
-def copy_saved_variables(target: tf.keras.Model, values: list | None) -> bool:
-    """`copy_variables` from `saved_variables`' values, without reviving the SavedModel (its
-    function library takes most of a second to load). False, and nothing copied, when their
-    count or a shape differs (or `values` is None): `copy_variables` then says which and why.
-    """
-    tv = target.trainable_variables
-    if values is None or len(values) != len(tv):
-        return False
-    if any(tuple(t.shape) != tuple(v.shape) for t, v in zip(tv, values)):
-        return False
-    for t, v in zip(tv, values):
-        t.assign(v)
-    return True
-
-
 @dataclasses.dataclass
 class TrainedRun:
-    """A model directory, its run file's content, and the models.py to rebuild it from.
-
-    Build with `TrainedRun.open`. `info` is the whole run file: upstream's `args`,
-    `train_curve`, `final_error`, `test_predictions`, and our extras under `tpu_tiles`.
-    `model_dir` and `run_file` are strings (URLs) for a remote run.
-    """
+    """A model directory, its run file's content (`info`), and the models.py to rebuild it
+    from. Build with `TrainedRun.open`; `model_dir` and `run_file` are URLs for a remote run."""
 
     model_dir: Path | str
     run_file: Path | str
@@ -241,19 +176,8 @@ class TrainedRun:
         models_path: str | os.PathLike | None = None,
         models_flag: str | None = "--models",
     ) -> TrainedRun:
-        """Opens `model_dir` and its run file; nothing heavy is loaded yet.
-
-        Args:
-          model_dir: a `model_<hash>` directory.
-          models_path: the models.py (or upstream checkout) holding its class; default ours.
-          models_flag: the flag that chose `models_path`, named in messages (None: a file
-            the user did not name, such as a hand-in's own models.py).
-
-        Raises:
-          ExportError: no such directory, no SavedModel in it (or an empty or corrupt
-            saved_model.pb), or a missing, corrupt or foreign run file; each in one line naming
-            the path and the fix.
-        """
+        """Opens `model_dir` and its run file, checking both; nothing heavy is loaded yet.
+        `models_flag` names `models_path` in messages (None: a file the user did not name)."""
         path = files.canonical(model_dir, what="the model directory")
         path = path if files.is_remote(path) else Path(path)
         if not files.isdir(path):
@@ -275,7 +199,7 @@ class TrainedRun:
 
     @property
     def extras(self) -> dict[str, Any]:
-        """Our trainer's extras (`tpu_tiles` key); empty for upstream's runs."""
+        """Our trainer's extras; empty for upstream's runs."""
         return self.info.get(run_file.EXTRAS_KEY) or {}
 
     @property
@@ -312,12 +236,11 @@ class TrainedRun:
         record = self.extras.get(run_file.KEEP_DEFAULT_KEY)
         return bool(record["chosen"]) if record else None
 
-    def keeps_default_in(self, model: tf.keras.Model) -> bool:
+    def keeps_default_in(self, model: tf.keras.Model) -> bool | None:
         """Whether `model` (built from this run) ranks with config 0 kept in the top 5: its own
-        rule (`scoring.rule_of`); for a model without one, the run file's `keep_default`
-        (runs of ours from before models carried it ranked their test split by it)."""
+        rule (`scoring.rule_of`), else the run file's `keep_default` (older runs of ours)."""
         own = scoring.rule_of(model)
-        return bool(self.keep_default) if own is None else own
+        return self.keep_default if own is None else own
 
     @property
     def stored_kwargs(self) -> dict[str, Any]:
@@ -326,12 +249,9 @@ class TrainedRun:
 
     @property
     def model_kwargs(self) -> dict[str, Any]:
-        """The keywords its model was built with: as our trainer recorded them
-        (`run_file.MODEL_KWARGS_KEY`); for a run of ours written before they were recorded, the
-        stored ones over the class defaults of that time (`registry.earlier_kwargs`); for
-        upstream's runs, the stored ones (its trainer builds with nothing else). Keywords
-        added to our classes since a run of ours was written keep their earlier values
-        (`registry.without_added`)."""
+        """The keywords its model was built with: as our trainer recorded them; for older runs
+        of ours, the stored ones over the class defaults of that time; for upstream's, the
+        stored ones. Keywords added to our classes since keep their earlier values."""
         recorded = self.extras.get(run_file.MODEL_KWARGS_KEY)
         name = self.args["model"]
         if recorded is not None:  # the stored ones are among them (unless edited in memory)
@@ -355,23 +275,22 @@ class TrainedRun:
 
     @functools.cached_property
     def saved_model(self) -> tf.keras.Model:
-        """`tf.keras.models.load_model` of the directory, as the course script calls it."""
         return load_saved_model(self.model_dir)
 
     @functools.cached_property
     def saved_values(self) -> list | None:
-        """The saved trainable (and other) variables in order, from the checkpoint alone
-        (`saved_variables`); None when only `saved_model` can list them."""
         return saved_variables(self.model_dir)
 
     def copy_into(self, model: tf.keras.Model) -> None:
-        """The course's pairwise in-order copy of the saved variables into `model` (built).
-
-        Read from the checkpoint when its count and shapes fit (the same values, without
-        loading the SavedModel); otherwise from `saved_model`, which says what differs.
-        """
-        if not copy_saved_variables(model, self.saved_values):
+        """The course's pairwise in-order copy of the saved variables into `model` (built): from
+        the checkpoint when count and shapes fit (reviving the SavedModel takes most of a
+        second), else from `saved_model`, which says what differs."""
+        tv, values = model.trainable_variables, self.saved_values
+        if values is None or [tuple(t.shape) for t in tv] != [tuple(v.shape) for v in values]:
             copy_variables(model, self.saved_model, origin=str(self.model_dir))
+            return
+        for t, v in zip(tv, values):
+            t.assign(v)
 
     def dataset(
         self,
@@ -382,63 +301,37 @@ class TrainedRun:
         cache_dir: str | None = None,
         progress: bool = True,
     ) -> data.Dataset:
-        """`split` of `data_root` under the statistics the model was trained with.
-
-        Our runs store them, so only `split` is read. For upstream's they are refitted as its
-        training did: every split, train kernels with at least `--configs` configs, the first
-        100 files of each with `toy_data`.
-        """
+        """`split` of `data_root` under the statistics the model was trained with: stored by
+        our runs; for upstream's refitted as its training did (every split, train kernels with
+        at least `--configs` configs, the first 100 files of each with `toy_data`)."""
+        if self.stats is not None:
+            how = dict(splits=(split,), stats=self.stats)
+        else:
+            how = dict(min_train_configs=self.args["configs"], toy_data=toy_data)
         root = files.expand(data_root)
-        stats = self.stats
-        if stats is not None:
-            return data.load_dataset(
-                root, splits=(split,), stats=stats, cache_dir=cache_dir, progress=progress
-            )
-        return data.load_dataset(
-            root,
-            min_train_configs=self.args["configs"],
-            toy_data=toy_data,
-            cache_dir=cache_dir,
-            progress=progress,
-        )
+        return data.load_dataset(root, cache_dir=cache_dir, progress=progress, **how)
 
     def build(
         self, sample: data.Split, stats: data.FeatureStats, *, as_stored: bool = False
     ) -> tf.keras.Model:
-        """The course procedure: fresh class, one `forward` on kernel 0, in-order copy.
-
-        Built with `model_kwargs`, or with `as_stored` the args' `model_kwargs_json` alone, as
-        a grader's copy of the course script builds it (`check`).
-
-        Raises:
-          ExportError: variable count differs; ShapeMismatch: a shape differs.
-        """
-        args = self.args
+        """The course procedure: fresh class, one `forward` on kernel 0, in-order copy; with
+        `as_stored`, from the args' `model_kwargs_json` alone, as a grader builds it."""
+        name, configs = self.args["model"], self.args["configs"]
         kwargs = self.stored_kwargs if as_stored else self.model_kwargs
+        source = f"the model_kwargs_json of {self.run_file}"
         with self._only_saved_sizes(kwargs):
             model = registry.build_model(
-                args["model"],
-                args["configs"],
-                stats.num_ops,
-                json.dumps(kwargs),
-                self.module,
-                source=f"the model_kwargs_json of {self.run_file}",
+                name, configs, stats.num_ops, json.dumps(kwargs), self.module, source=source
             )
-            graph = data.kernel_graph(sample, 0, stats)
-            model.forward(graph, sample.num_configs(0))
+            model.forward(data.kernel_graph(sample, 0, stats), sample.num_configs(0))
         self.copy_into(model)
         return model
 
     @contextlib.contextmanager
     def _only_saved_sizes(self, kwargs: dict[str, Any]) -> Iterator[None]:
         """Within it, a variable larger than every saved one, or more trainable variables than
-        the saved model holds, fail as they are declared, before memory is taken: a run file
-        whose keywords do not describe its model (`hidden_dim` 10^7 beside a model saved 8
-        wide) fails in one line, not in minutes of allocation and then out of memory.
-
-        Raises:
-          ShapeMismatch: naming the variable, the largest saved shape and the run file.
-        """
+        saved, fail as they are declared (`ShapeMismatch`): a run file whose keywords do not
+        describe its model fails in one line, not in minutes of allocation."""
         saved = self.saved_values
         shapes = [
             tuple(v.shape) for v in (saved if saved is not None else self.saved_model.variables)
@@ -475,11 +368,8 @@ class TrainedRun:
         cache_dir: str | None = None,
         progress: bool = True,
     ) -> tuple[tf.keras.Model, data.Dataset]:
-        """The rebuilt model and `split` under its statistics.
-
-        When refitted statistics give other widths than the saved model, the `--toy_data`
-        subset's statistics are tried, since training on it is the usual cause.
-        """
+        """The rebuilt model and `split` under its statistics; when refitted ones give other
+        widths than the saved model, the `--toy_data` subset's (the usual cause) are tried."""
         self.model_class()  # an unknown class fails before any data is read,
         if self.saved_values is None:  # and so do missing or truncated variables
             _ = self.saved_model

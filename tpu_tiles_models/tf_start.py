@@ -1,11 +1,10 @@
 """Loads TensorFlow without its native start-up notices on stderr.
 
-TensorFlow 2.16 and later print a few C++ log lines when their native libraries load (absl's
+TensorFlow 2.16 and later print a few C++ log lines as their native libraries load (absl's
 "before InitializeLog" notice, oneDNN, CUDA drivers, CPU instructions), whatever
-`TF_CPP_MIN_LOG_LEVEL` says. A command that promises one line on a fault would drown in them.
-`load_tensorflow` loads those libraries once with stderr's file descriptor pointed at a
-temporary file, then writes back every captured line that is not one of those notices, so a
-real message from the load still reaches the user.
+`TF_CPP_MIN_LOG_LEVEL` says, and a command that promises one line on a fault would drown in
+them. `load_tensorflow` loads them with stderr's file descriptor on a temporary file, then
+writes back every captured line that is not such a notice.
 """
 
 from __future__ import annotations
@@ -34,28 +33,19 @@ START_UP_NOTICES = (
 _loaded = False
 
 
-def quiet_wanted() -> bool:
-    """Whether the user left TensorFlow's C++ logging at warnings or quieter (the package's
-    commands default `TF_CPP_MIN_LOG_LEVEL` to 3)."""
-    try:
-        return int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")) >= 1
-    except ValueError:
-        return False
-
-
-def is_notice(line: str) -> bool:
-    """Whether `line` is one of TensorFlow's start-up notices."""
-    return any(piece in line for piece in START_UP_NOTICES)
-
-
 def load_tensorflow() -> None:
     """Imports TensorFlow and TF-GNN and loads their native libraries (once per process),
-    keeping the start-up notices off stderr when `quiet_wanted`."""
+    keeping the start-up notices off stderr when the user left TensorFlow's C++ logging at
+    warnings or quieter (the commands default `TF_CPP_MIN_LOG_LEVEL` to 3)."""
     global _loaded
     if _loaded:
         return
     _loaded = True
-    if not quiet_wanted():
+    try:
+        quiet = int(os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0")) >= 1
+    except ValueError:
+        quiet = False
+    if not quiet:
         _load()
         return
     captured: list[str] = []
@@ -63,7 +53,7 @@ def load_tensorflow() -> None:
         with _stderr_captured(captured):
             _load()
     finally:  # a real message from a failed load reaches the user too
-        kept = [line for line in captured if not is_notice(line)]
+        kept = [line for line in captured if not any(n in line for n in START_UP_NOTICES)]
         if kept:
             sys.stderr.write("".join(kept))
             sys.stderr.flush()

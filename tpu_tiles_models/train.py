@@ -1,21 +1,6 @@
-"""The standalone trainer: upstream's flags and artifacts, a faster and better loop inside.
-
-Like `tiles_train.py` it samples `configs` configs from `batch` kernels per step, trains with
-`losses` under Adam with `clip_norm`, validates every epoch, keeps the best weights, then
-writes `model_<h>/`, `run_<h>.jsonz` and `results_<ms>.csv` into `out_dir`, with `h` computed
-from the same 15 fields. Inside, the step is one traced `tf.function`, the learning rate
-follows a cosine schedule, and "best" means the best Kaggle-form validation score (1 - top-5
-error on all configs of the validation kernels) rather than sampled OPA: each epoch scores a
-fixed sample of the validation set (`--score_sample` of the kernels, stratified, on at most
-`--score_configs` configs of each), and at the end the `--score_candidates` best epochs by it
-are scored on every config of every validation kernel; the best of them is kept.
-
-`train(TrainArgs) -> TrainResult` is the API (`tpu-tiles train` parses upstream's flag syntax
-into `TrainArgs`). `export` writes the artifacts (`finish` within `writing_into`), so a run
-that fails or is interrupted removes every artifact it had started, and never an earlier run's.
-`data_root`, `cache_dir`, `out_dir`, `results_csv` and `tensorboard` may be remote
-(`gs://...`, through tf.io.gfile): artifacts for a remote place are written locally, then
-copied there at the end, the run file last.
+"""The trainer, `train(TrainArgs) -> TrainResult`: upstream's flags and artifacts (written by
+`export`); inside, one traced step, a cosine learning rate, and the weights kept by
+Kaggle-form validation score rather than sampled OPA (docs/training.md).
 """
 
 from __future__ import annotations
@@ -41,6 +26,7 @@ from tpu_tiles_models import (
     ranking,
     registry,
     run_file,
+    safe,
     scoring,
 )
 from tpu_tiles_models.errors import FlagError, UserError
@@ -60,8 +46,7 @@ class _Loop:
             lr = tf.keras.optimizers.schedules.CosineDecay(args.lr, max(steps, 1), alpha=0.05)
         with strategy.scope():
             self.optimizer = tf.keras.optimizers.Adam(lr, clipnorm=args.clip_norm)
-            # Its slots now, not in the first step: a tf.function whose first call creates
-            # variables is traced twice, and tracing is most of a short run's time.
+            # Its slots now: a tf.function whose first call makes variables is traced twice.
             self.optimizer.build(model.trainable_variables)
         self.loss = CombinedLoss(args.losses, reduction=tf.keras.losses.Reduction.NONE)
         self.opa = ranking.OrderedPairAccuracy()
@@ -69,7 +54,7 @@ class _Loop:
         self._traced: dict[bool, Callable] = {}
 
     def _train_step(self, graph, labels):
-        """One replica's step on its own batch; gradients are summed over replicas."""
+        """One replica's step; gradients are summed over replicas."""
         with tf.GradientTape() as tape:
             scores = self.model(graph, training=True)
             loss = tf.reduce_mean(self.loss(labels, scores))
@@ -77,23 +62,19 @@ class _Loop:
             scaled = loss / self.strategy.num_replicas_in_sync
         grads = tape.gradient(scaled, self.model.trainable_variables)
         self.optimizer.apply_gradients(zip(grads, self.model.trainable_variables))
-        self._update_metrics(loss, labels, scores)
+        self.mean_loss.update_state(loss)
+        self.opa.update_state(labels, scores)
 
     def _eval_step(self, graph, labels):
         scores = self.model(graph, training=False)
-        self._update_metrics(tf.reduce_mean(self.loss(labels, scores)), labels, scores)
-
-    def _update_metrics(self, loss, labels, scores):
-        self.mean_loss.update_state(loss)
+        self.mean_loss.update_state(tf.reduce_mean(self.loss(labels, scores)))
         self.opa.update_state(labels, scores)
 
     def run(
         self, batches: tf.data.Dataset, *, train: bool, progress: bool, desc: str, total: int | None
     ) -> tuple[float, float]:
-        """One pass over `batches`; returns (mean loss, OPA).
-
-        The traced step pulls its batch with `next(iterator)`: handing a GraphTensor built in
-        Python to a tf.function costs ~30x more than the step itself on small batches.
+        """One pass over `batches`; returns (mean loss, OPA). The traced step pulls its batch
+        itself: handing it a GraphTensor built in Python costs ~30x the step on small batches.
         """
         if train not in self._traced:
             step = self._train_step if train else self._eval_step
@@ -116,23 +97,15 @@ class _Loop:
         return float(self.mean_loss.result()), float(self.opa.result())
 
 
-# What a bad npz file's message offers besides fixing it: this command's flag to leave it out.
-SKIP_HINT = "train with --skip_bad"
-
-# `--select_by=top50`: how many of a kernel's top configs the smoother measure averages.
-SMOOTH_TOP_K = 50
+SMOOTH_TOP_K = 50  # `--select_by=top50`: the configs its measure averages
 
 
 def _val_score(
     model, split, stats, sample: scoring.KernelSample, progress, scorer, select_by: str
 ) -> tuple[float, float, scoring.KeepDefault]:
-    """On all configs of `sample`'s valid kernels (weighted means: estimates of the whole
-    split's): the Kaggle-form score, the selection key, and the top-k errors without and with
-    config 0 kept in the top 5 (the score is the model's own ranking's).
-
-    The key is the score, or with `select_by=top50` one minus the mean over kernels of
-    `metrics.kernel_mean_top_k_error` at k = `SMOOTH_TOP_K` (NaN with `opa`: not from here).
-    """
+    """On `sample`'s valid kernels (weighted: estimates for the whole split): the model's own
+    Kaggle-form score, the selection key (the score, 1 - mean top-`SMOOTH_TOP_K` error with
+    `top50`, NaN with `opa`) and the errors both ways (`scoring.KeepDefault`)."""
     scored = scoring.score_split(
         model,
         split,
@@ -149,20 +122,16 @@ def _val_score(
     measured = scoring.KeepDefault.measure(
         scored, sample.weights, fit_margin=scoring.carries_margin(model)
     )
-    score = 1.0 - measured.errors[5]
+    score = key = 1.0 - measured.errors[5]
     if select_by == "top50":
         pairs = ((s.runtimes, s.scores) for s in scored)
-        return (
-            score,
-            1.0 - metrics.mean_top_k_error(pairs, SMOOTH_TOP_K, weights=sample.weights),
-            measured,
-        )
-    return score, score if select_by == "score" else float("nan"), measured
+        key = 1.0 - metrics.mean_top_k_error(pairs, SMOOTH_TOP_K, weights=sample.weights)
+    return score, float("nan") if select_by == "opa" else key, measured
 
 
 def _epoch_sample(args: TrainArgs, valid: data.Split) -> scoring.KernelSample:
-    """The valid kernels scored on every config each epoch: upstream's `--validate_batches`
-    first kernels when given, else `--score_sample` of them, stratified."""
+    """The valid kernels scored each epoch: upstream's `--validate_batches` first ones, else a
+    stratified `--score_sample`."""
     if args.validate_batches > 0:
         count = min(args.validate_batches * args.batch, len(valid))
         return scoring.KernelSample(tuple(range(count)))
@@ -188,20 +157,17 @@ class _Candidates:
 def _choose(
     candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer, select_by: str
 ) -> tuple[int, list[np.ndarray], scoring.KeepDefault, dict[int, float]]:
-    """Scores each candidate on every config of every valid kernel; returns the best one's
-    (epoch, weights, errors both ways) and every candidate's selection key by epoch."""
-    scores: dict[int, float] = {}
-    best = None
+    """Scores each candidate on all of valid; returns the best one's (epoch, weights, errors
+    both ways) and each candidate's key by epoch."""
+    results = []
     for _, epoch, weights in candidates.kept:
         _assign(model, weights)
         _, key, measured = _val_score(
             model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer, select_by
         )
-        scores[epoch] = key
-        if best is None or key > best[0]:
-            best = (key, epoch, weights, measured)
-    _, epoch, weights, measured = best
-    return epoch, weights, measured, scores
+        results.append((key, epoch, weights, measured))
+    _, epoch, weights, measured = max(results, key=lambda r: r[0])  # the first of equals
+    return epoch, weights, measured, {e: key for key, e, _, _ in results}
 
 
 def _assign(model: tf.keras.Model, weights: list[np.ndarray]) -> None:
@@ -218,9 +184,7 @@ def _strategy(name: str) -> tf.distribute.Strategy:
         strategy = tf.distribute.MultiWorkerMirroredStrategy()
     else:
         strategy = tf.distribute.MirroredStrategy()
-    # Every replica runs the same number of full steps (see `_datasets_and_loop`), so the
-    # distributed iterator need not pad a last partial step with empty values, which a
-    # GraphTensor cannot have.
+    # Only full steps (`_datasets_and_loop`): a GraphTensor cannot be padded with empty values.
     strategy.extended.experimental_enable_get_next_as_optional = False
     return strategy
 
@@ -232,7 +196,7 @@ _TF_CONFIG_EXAMPLE = (
 
 
 def _check_tf_config(text: str) -> None:
-    """`TF_CONFIG` as `--strategy=multiworker` needs it, or one line saying what is wrong."""
+    """Refuses a `TF_CONFIG` that `--strategy=multiworker` cannot use, in one line."""
     fix = f"set it on every worker, e.g. TF_CONFIG='{_TF_CONFIG_EXAMPLE}' (see docs/multi_gpu.md)"
     if not text.strip():
         raise FlagError(
@@ -268,7 +232,7 @@ def _num_workers(strategy: tf.distribute.Strategy) -> int:
 
 
 def _is_chief(strategy: tf.distribute.Strategy) -> bool:
-    """Whether this process writes the artifacts: always, except on non-chief workers."""
+    """Whether this process writes the artifacts (not on non-chief workers)."""
     resolver = getattr(strategy, "cluster_resolver", None)
     if resolver is None or not resolver.task_type:
         return True
@@ -278,30 +242,16 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
 
 
-def _models_module(args: TrainArgs) -> ModuleType:
-    """The models.py the run's class comes from (`--models`, default ours); loaded once per run
-    and handed to every step that needs it."""
-    files.require_local(args.models, flag="--models")  # Python imports local files only
-    return registry.load_models_module(args.models or None)
-
-
 def _check_before_data(args: TrainArgs, module: ModuleType, paths: run_file.RunPaths) -> None:
-    """Fails on a bad model name, kwargs, size or loss, and on an output that cannot be
-    written, before any data is read."""
+    """Fails on a bad model name, kwargs, size or loss, before any data is read (outputs are
+    claimed next, by `export.writing_into`)."""
     registry.model_class(args.model, module)
     parse_losses(args.losses)
-    files.check_folder(paths.out_dir, flag="--out_dir")
-    if args.test_mode == "predictions":
-        # need_bytes=0: the run's space, CSV included, is checked once its model is built.
-        files.check_output_path(paths.results_csv, flag="--results_csv", need_bytes=0)
-    if args.tensorboard:
-        files.check_folder(files.expand(args.tensorboard), flag="--tensorboard")
 
 
 def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
-    """Builds the model in a `tf.Graph` (which allocates nothing) on a made-up kernel with
-    the files' full feature widths, so sizes too big to train fail before any data is read.
-    Only for `--model_kwargs_json` sizes: every model's defaults are small."""
+    """Builds a `--model_kwargs_json` model in a `tf.Graph` (which allocates nothing) on a
+    made-up kernel of full feature widths, so a size too big fails before any data is read."""
     if not registry.parse_model_kwargs(args.model_kwargs_json):
         return
     rng = np.random.default_rng(0)
@@ -334,41 +284,28 @@ def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
 
 
 def train(args: TrainArgs) -> export.TrainResult:
-    """Trains, validates, ranks the test split and writes upstream's artifacts.
-
-    Args:
-      args: every option; `results_csv` is filled in with upstream's default if empty.
-
-    Returns:
-      The artifacts' paths, the final validation errors and the trained model.
-
-    Raises:
-      UserError: bad options or data, in one line; nothing is left behind.
-    """
+    """Trains, validates, ranks the test split and writes upstream's artifacts; bad options or
+    data raise a one-line `UserError`, and leave nothing behind."""
     args = args.resolved()
     paths = run_file.RunPaths.of(args)  # the run's places and hash, worked out once
-    module = _models_module(args)
+    files.require_local(args.models, flag="--models")  # Python imports local files only
+    module = registry.load_models_module(args.models or None)
     _check_before_data(args, module, paths)
     # First TensorFlow work: a multi-worker strategy must exist before any other op.
     strategy = _strategy(args.strategy)
     _check_model_size(args, module)
     if not _is_chief(strategy):
         return _train_as_worker(args, strategy, module)
-    with export.writing_into(args, _inputs(args), paths) as artifacts:
+    inputs = safe.split_inputs(args.data_root) + registry.models_inputs(args.models)
+    with export.writing_into(args, inputs, paths) as artifacts:
         return _train(args, strategy, artifacts, module)
-
-
-def _inputs(args: TrainArgs) -> list[files.Input]:
-    """What a run reads: the data's split folders and a --models file."""
-    return files.split_inputs(args.data_root) + registry.models_inputs(args.models)
 
 
 def _train_as_worker(
     args: TrainArgs, strategy: tf.distribute.Strategy, module: ModuleType
 ) -> export.TrainResult:
-    """A non-chief worker: trains in step with the chief, saves into a scratch folder that it
-    then deletes (every worker must save, TF's multi-worker guide says; only the chief's
-    artifacts are kept)."""
+    """A non-chief worker: trains in step with the chief and saves into a scratch folder, then
+    deletes it (TF's multi-worker guide: every worker must save)."""
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_worker_") as scratch:
         csv = str(run_file.results_csv_path(scratch, "worker"))
         mine = args.replace(out_dir=scratch, results_csv=csv, tensorboard="")
@@ -390,7 +327,7 @@ def _train(
         cache_dir=files.expand(args.cache_dir) if args.cache_dir else None,
         toy_data=args.toy_data,
         skip_bad=args.skip_bad,
-        skip_hint=SKIP_HINT,
+        skip_hint="train with --skip_bad",  # what a bad file's message offers
         progress=progress,
     )
     interrupts.check()
@@ -405,12 +342,16 @@ def _train(
     export.check_space(artifacts, model)  # before the training it would waste
     loop, train_batches, valid_batches, steps = _datasets_and_loop(args, dataset, model, strategy)
     sample = _epoch_sample(args, dataset.valid)
-    # By sample score the best few epochs are rescored on every config at the end; by OPA
-    # (upstream's choice) the best epoch is kept as upstream keeps it.
+    # The best few epochs by sample score are rescored on all of valid; by OPA, as upstream.
     rescore = sample.is_subset and args.select_by != "opa"
     candidates = _Candidates(args.score_candidates if rescore else 1)
     scorer = scoring.kernel_scorer(model)
-    writer = _tensorboard(args, artifacts)
+    # tf.summary writes a remote folder itself.
+    writer = (
+        tf.summary.create_file_writer(artifacts.log_into(artifacts.places.tensorboard))
+        if args.tensorboard
+        else None
+    )
 
     curve: dict[str, list] = dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[])
     # Wall and CPU seconds (all threads): on a shared machine only the CPU seconds compare.
@@ -424,7 +365,11 @@ def _train(
         train_loss, train_opa = loop.run(
             train_batches, train=True, progress=progress, desc=f"epoch {epoch}", total=steps
         )
-        _check_loss(train_loss, epoch)
+        if not np.isfinite(train_loss):
+            raise DivergedError(
+                f"training loss is {train_loss} at epoch {epoch}: the model diverged and its "
+                f"weights are lost; {DIVERGED_FIX}"
+            )
         val_loss, val_opa = loop.run(
             valid_batches, train=False, progress=progress, desc="valid", total=None
         )
@@ -438,7 +383,12 @@ def _train(
         extras["val_score"].append(score)
         extras["epoch_seconds"].append(seconds)
         extras["epoch_cpu_seconds"].append(time.process_time() - cpu_start)
-        _log_scalars(writer, epoch, dict(zip(curve, row), val_score=score))
+        if writer is not None:
+            with writer.as_default(step=epoch):
+                for name, value in dict(zip(curve, row), val_score=score).items():
+                    if name != "epoch":
+                        tf.summary.scalar(name, value)
+            writer.flush()
         key = val_opa if args.select_by == "opa" else selection
         candidates.offer(key, epoch, model)
         improved = key > best_key
@@ -482,21 +432,8 @@ DIVERGED_FIX = "lower --lr or --clip_norm, or check --losses and --model_kwargs_
 
 
 class DivergedError(UserError, FloatingPointError):
-    """The training loss is NaN or infinite: the weights are lost, and a model that scores
-    NaN would rank configs in file order, passing for a real one."""
-
-
-def _check_loss(loss: float, epoch: int) -> None:
-    """Stops the run at the first epoch whose mean training loss is not finite.
-
-    Raises:
-      DivergedError: naming the epoch and the flags that usually cause it.
-    """
-    if not np.isfinite(loss):
-        raise DivergedError(
-            f"training loss is {loss} at epoch {epoch}: the model diverged and its weights are "
-            f"lost; {DIVERGED_FIX}"
-        )
+    """The training loss is NaN or infinite: the weights are lost (a model that scores NaN
+    would rank configs in file order, passing for a real one)."""
 
 
 def _steps(split: data.Split, args: TrainArgs, workers: int, local_replicas: int) -> int:
@@ -506,12 +443,9 @@ def _steps(split: data.Split, args: TrainArgs, workers: int, local_replicas: int
 
 
 def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
-    """(loop, train batches, valid batches, steps per epoch), distributed when replicated.
-
-    With several replicas each takes its own batches of `--batch` kernels; with several
-    workers each reads its own shard of the kernels, and every worker runs the same number
-    of steps (a worker that ran out first would leave the others waiting in an all-reduce).
-    """
+    """(loop, train batches, valid batches, steps per epoch). Each replica takes its own
+    batches, each worker its own shard of the kernels, and every worker runs the same number
+    of steps (one that ran out first would leave the others waiting in an all-reduce)."""
     replicas = strategy.num_replicas_in_sync
     workers = _num_workers(strategy)
     local = max(replicas // workers, 1)
@@ -520,53 +454,23 @@ def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
     if args.validate_batches > 0:
         valid_steps = min(valid_steps, args.validate_batches)
 
-    def make_batches(split: data.Split, seed: int, shuffle: bool, count: int, shard=(0, 1)):
-        return data.training_batches(
-            split,
-            dataset.stats,
-            num_configs=args.configs,
-            batch_size=args.batch,
-            seed=seed,
-            shuffle=shuffle,
-            shard=shard,
-            fill=args.pad_configs,
-            # Config 0 first for a model that reads position 0 as the default (data.py says
-            # why only for those); models from another models.py may not say: not then.
-            default_first=getattr(model, "default_first", False),
-        ).take(count * local)
+    def batches(split: data.Split, seed: int, shuffle: bool, count: int):
+        def make(ctx: tf.distribute.InputContext | None = None) -> tf.data.Dataset:
+            return data.training_batches(
+                split,
+                dataset.stats,
+                num_configs=args.configs,
+                batch_size=args.batch,
+                seed=seed,
+                shuffle=shuffle,
+                shard=(ctx.input_pipeline_id, ctx.num_input_pipelines) if ctx else (0, 1),
+                fill=args.pad_configs,
+                # Only a model that reads position 0 as the default says so (`_pick_configs`).
+                default_first=getattr(model, "default_first", False),
+            ).take(count * local)
 
-    if replicas == 1:
-        train_batches = make_batches(dataset.train, args.seed, True, steps)
-        valid_batches = make_batches(dataset.valid, args.seed + 1, False, valid_steps)
-    else:
+        return make() if replicas == 1 else strategy.distribute_datasets_from_function(make)
 
-        def shard(ctx: tf.distribute.InputContext) -> tuple[int, int]:
-            return ctx.input_pipeline_id, ctx.num_input_pipelines
-
-        train_batches = strategy.distribute_datasets_from_function(
-            lambda ctx: make_batches(dataset.train, args.seed, True, steps, shard(ctx))
-        )
-        valid_batches = strategy.distribute_datasets_from_function(
-            lambda ctx: make_batches(dataset.valid, args.seed + 1, False, valid_steps, shard(ctx))
-        )
-    loop = _Loop(model, args, steps * args.epochs, strategy)
-    return loop, train_batches, valid_batches, steps
-
-
-def _tensorboard(args: TrainArgs, artifacts: export.Artifacts):
-    """A summary writer under `--tensorboard/<run name>`, or None (tf.summary writes a remote
-    folder itself)."""
-    if not args.tensorboard:
-        return None
-    log_dir = artifacts.log_into(artifacts.places.tensorboard)
-    return tf.summary.create_file_writer(log_dir)
-
-
-def _log_scalars(writer, epoch: int, values: dict[str, float]) -> None:
-    if writer is None:
-        return
-    with writer.as_default(step=epoch):
-        for name, value in values.items():
-            if name != "epoch":
-                tf.summary.scalar(name, value)
-    writer.flush()
+    train_batches = batches(dataset.train, args.seed, True, steps)
+    valid_batches = batches(dataset.valid, args.seed + 1, False, valid_steps)
+    return _Loop(model, args, steps * args.epochs, strategy), train_batches, valid_batches, steps

@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 
-from tpu_tiles_models import defaults, files, locks
+from tpu_tiles_models import defaults, files, locks, safe
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.inspection.render import draw, format_table
-from tpu_tiles_models.inspection.report import (
-    DEFAULT_ROOT,
-    TAIL_SIGMAS,
-    inspect_root,
-    json_text,
-)
+from tpu_tiles_models.inspection.report import DEFAULT_ROOT, TAIL_SIGMAS, inspect_root
 
 EPILOG = (
     "Per split: kernels; nodes, edges and configs per kernel (percentiles; configs on the real "
@@ -30,27 +26,15 @@ EPILOG = (
 def check_outputs(
     root: str | os.PathLike, outputs: dict[str, str | None], *, overwrite: bool = False
 ) -> None:
-    """Refuses, before any reading, an output that would harm an input or another output.
-
-    Args:
-      root: the data root to inspect.
-      outputs: `{flag: path or None}`, e.g. `{"--json": "report.json", "--png": None}`.
-      overwrite: replace an existing output file.
-
-    Raises:
-      FlagError: an output is named `*.npz`, or exists and `overwrite` is False.
-      files.OutputError: two flags name the same file, or an output is or holds one of the
-        root's split folders or lies in one (`files.prepare_outputs`, as every command).
-      files.WriteError: it is a folder, or below a file.
-    """
+    """Refuses, before any reading, an output (`{flag: path or None}`) that would harm an input
+    or another output, is named `*.npz`, or exists (unless `overwrite`)."""
     given = {flag: files.expand(p) for flag, p in outputs.items() if p}
     for flag, path in given.items():
         if path.endswith(".npz"):
             raise FlagError(f"{flag} {path}: an .npz name is a kernel's; name the report otherwise")
-    writes = [files.Output(path, flag) for flag, path in given.items()]
-    files.prepare_outputs(writes, files.split_inputs(root, flag="ROOT"))
+    writes = [safe.Output(path, flag) for flag, path in given.items()]
+    safe.claim(writes, safe.split_inputs(root, flag="ROOT"))
     for flag, path in given.items():
-        files.check_output_path(path, flag=flag)
         if files.exists(path) and not overwrite:
             raise FlagError(
                 f"{flag} {path} already exists; pass --overwrite to replace it, or another {flag}"
@@ -58,7 +42,6 @@ def check_outputs(
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Adds the `inspect` flags to `parser`."""
     parser.add_argument(
         "root",
         nargs="?",
@@ -111,17 +94,13 @@ def run(args: argparse.Namespace) -> None:
                 claimed.add(files.canonical(path, what=flag))
                 claims.enter_context(locks.claim(path, flag=flag, command="inspect"))
         check_outputs(args.root, outputs, overwrite=args.overwrite)
-        result = inspect_root(
-            args.root,
-            splits=splits,
-            skip_bad=args.skip_bad,
-            tail_sigmas=args.tail_sigmas,
-            progress=not args.no_progress,
-        )
-        with files.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
+        options = dict(skip_bad=args.skip_bad, tail_sigmas=args.tail_sigmas)
+        result = inspect_root(args.root, splits=splits, progress=not args.no_progress, **options)
+        with safe.atomic_paths([(path, flag) for flag, path in given.items()]) as tmps:
             for (flag, _), tmp in zip(given.items(), tmps):
                 if flag == "--json":
-                    tmp.write_text(json_text(result), encoding="utf-8")
+                    text = json.dumps(result, indent=1, allow_nan=False) + "\n"
+                    tmp.write_text(text, encoding="utf-8")
                 else:
                     draw(result, tmp)
     print(format_table(result))

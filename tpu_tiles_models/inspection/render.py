@@ -1,4 +1,4 @@
-"""The report as text for the terminal (`format_table`) and its histograms as a PNG (`plot`)."""
+"""The report as text for the terminal (`format_table`) and its histograms as a PNG (`draw`)."""
 
 from __future__ import annotations
 
@@ -8,11 +8,10 @@ from typing import Any, Iterable, Sequence
 
 import numpy as np
 
-from tpu_tiles_models import files
-from tpu_tiles_models.inspection.report import FEW_CONFIGS, InspectError
+from tpu_tiles_models.inspection.report import FEW_CONFIGS
 from tpu_tiles_models.inspection.stats import share
 
-# The 24 config_feat columns (upstream README): kernel, output and input tile bounds, each as
+# The 24 config_feat columns (upstream README): kernel, output and input tile bounds, each in
 # 6 dimensions, their sum and their product.
 CONFIG_COLUMNS = tuple(
     f"{part}_bounds_{dim}"
@@ -70,10 +69,16 @@ def _ranges(columns: list[int], names: Sequence[str] | None = None) -> str:
     return ", ".join(parts)
 
 
+def _stats(label: str, d: dict[str, Any] | None, keys: Sequence[str], fmt=_num):
+    """A row `label: p10 / p50` of the figures `keys` of `d`."""
+    return f"{label}: {' / '.join(keys)}", _join(d, keys, fmt)
+
+
 def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
     """(label, cell) rows of one split."""
-    rt, dup, prog = s["runtimes"], s["duplicates"], s["programs"]
-    c0 = rt["config0"] if rt else None
+    dup, prog = s["duplicates"], s["programs"]
+    rt = s["runtimes"] or {}
+    c0 = rt.get("config0") or {}
     rows = [
         ("npz files", _int(s["files"])),
         ("kernels read", _int(s["kernels"])),
@@ -83,78 +88,49 @@ def _rows(s: dict[str, Any], tolerance: float) -> list[tuple[str, str]]:
         ("edges: total", _int(s["edges"]["total"])),
         ("edges per kernel: mean / p50 / max", _sizes(s["edges"])),
         ("configs: total", _int(s["configs"]["total"])),
-        ("configs per kernel: mean / p50", _join(s["configs"], ("mean", "p50"), _count)),
-        ("configs per kernel: p10 / p90 / max", _join(s["configs"], ("p10", "p90", "max"), _count)),
+        _stats("configs per kernel", s["configs"], ("mean", "p50"), _count),
+        _stats("configs per kernel", s["configs"], ("p10", "p90", "max"), _count),
         (f"kernels with < {FEW_CONFIGS} configs", _kernels_share(s["configs"]["fewer_than_10"])),
     ]
     for b in s["configs"]["histogram"]:
         label = (
-            f"  configs {b['lo']}-{b['hi']}"
-            if b["hi"] is not None
-            else f"  configs > {b['lo'] - 1}"
+            f"configs {b['lo']}-{b['hi']}" if b["hi"] is not None else f"configs > {b['lo'] - 1}"
         )
-        rows.append((label, _kernels_share(share(b["kernels"], s["kernels"]))))
-    ratio = rt["ratio"] if rt else None
+        rows.append((f"  {label}", _kernels_share(share(b["kernels"], s["kernels"]))))
+    falls = rt["output_tile"]["runtime_falls"] if rt else None
+    anonymised = prog["anonymised_kernels"]
     rows += [
         ("kernels with runtimes", _int(s["labelled_kernels"])),
-        ("runtime / normaliser: mean / std", _join(ratio, ("mean", "std"))),
-        ("runtime / normaliser: p10 / p50 / p90", _join(ratio, ("p10", "p50", "p90"))),
-        ("runtime / normaliser: p99 / max", _join(ratio, ("p99", "max"))),
-        (
-            "worst / best per kernel: p10 / p50 / p90",
-            _join(rt and rt["worst_over_best"], ("p10", "p50", "p90")),
+        _stats("runtime / normaliser", rt.get("ratio"), ("mean", "std")),
+        _stats("runtime / normaliser", rt.get("ratio"), ("p10", "p50", "p90")),
+        _stats("runtime / normaliser", rt.get("ratio"), ("p99", "max")),
+        _stats("worst / best per kernel", rt.get("worst_over_best"), ("p10", "p50", "p90")),
+        _stats(
+            "best runtime / normaliser", rt.get("best_ratio"), ("p10", "p50"), lambda x: _num(x, 3)
         ),
-        (
-            "best runtime / normaliser: p10 / p50",
-            _join(rt and rt["best_ratio"], ("p10", "p50"), lambda x: _num(x, 3)),
-        ),
-        (
-            "normaliser spread in a kernel: p50 / max",
-            _join(rt and rt["normaliser_spread"], ("p50", "max"), _pct),
-        ),
+        _stats("normaliser spread in a kernel", rt.get("normaliser_spread"), ("p50", "max"), _pct),
         (
             f"config 0 is the default (within {_pct(tolerance, 0)})",
-            _kernels_share(c0 and c0["is_default"]),
+            _kernels_share(c0.get("is_default")),
         ),
-        ("config 0 is the fastest", _kernels_share(c0 and c0["fastest"])),
-        (
-            "config 0 / best: mean / p50 / p90",
-            _join(c0 and c0["over_best"], ("mean", "p50", "p90")),
-        ),
-        (
-            "runtime falls as the output tile grows",
-            _kernels_share(rt and rt["output_tile"]["runtime_falls"]),
-        ),
+        ("config 0 is the fastest", _kernels_share(c0.get("fastest"))),
+        _stats("config 0 / best", c0.get("over_best"), ("mean", "p50", "p90")),
+        ("runtime falls as the output tile grows", _kernels_share(falls)),
         (
             "duplicate config rows (kernels with one)",
             f"{_pct(dup['share'], 2)} ({dup['kernels']:,})",
         ),
-        (
-            "duplicates' runtime gap: p50 / p90",
-            _join(dup["gap"], ("p50", "p90"), lambda x: _pct(x, 2)),
-        ),
+        _stats("duplicates' runtime gap", dup["gap"], ("p50", "p90"), lambda x: _pct(x, 2)),
         (
             "programs",
-            f"{prog['count']:,}"
-            + (
-                f" (+{prog['anonymised_kernels']:,} anonymised ids)"
-                if prog["anonymised_kernels"]
-                else ""
-            ),
+            f"{prog['count']:,}" + (f" (+{anonymised:,} anonymised ids)" if anonymised else ""),
         ),
-        (
-            "kernels per program: min / p50 / max",
-            _join(prog["kernels_per_program"], ("min", "p50", "max"), _int),
-        ),
+        _stats("kernels per program", prog["kernels_per_program"], ("min", "p50", "max"), _int),
     ]
     for key in ("node_feat", "config_feat"):
         f = s["features"][key]
-        rows.append(
-            (
-                f"{key} columns: constant / heavy-tailed",
-                f"{len(f['constant'])} / {len(f['heavy_tailed'])} of {f['columns']}",
-            )
-        )
+        counts = f"{len(f['constant'])} / {len(f['heavy_tailed'])} of {f['columns']}"
+        rows.append((f"{key} columns: constant / heavy-tailed", counts))
     return rows
 
 
@@ -168,23 +144,17 @@ def format_table(result: dict[str, Any]) -> str:
     label_w = max(map(len, labels), default=0)
     widths = {n: max(len(n), *(len(c) for _, c in rows)) for n, rows in per_split.items()}
     t = result["totals"]
-    lines = [
-        f"{result['data_root']}: {t['kernels']:,} kernels, {t['configs']:,} configs"
-        + (f", {t['bad_files']} bad files skipped" if t["bad_files"] else ""),
-        "",
-        " " * label_w + "".join(f"  {n:>{widths[n]}}" for n in per_split),
-    ]
+    bad = f", {t['bad_files']} bad files skipped" if t["bad_files"] else ""
+    lines = [f"{result['data_root']}: {t['kernels']:,} kernels, {t['configs']:,} configs{bad}", ""]
+    lines.append(" " * label_w + "".join(f"  {n:>{widths[n]}}" for n in per_split))
     for i, label in enumerate(labels):
-        lines.append(
-            f"{label:<{label_w}}"
-            + "".join(f"  {per_split[n][i][1]:>{widths[n]}}" for n in per_split)
-        )
+        cells = "".join(f"  {per_split[n][i][1]:>{widths[n]}}" for n in per_split)
+        lines.append(f"{label:<{label_w}}{cells}")
     lines.append("")
     for pair, overlap in result["program_overlap"].items():
         shown = ", ".join(overlap["programs"][:5]) + (", ..." if overlap["count"] > 5 else "")
-        lines.append(
-            f"programs in both {pair}: {overlap['count']}" + (f" ({shown})" if shown else "")
-        )
+        shown = f" ({shown})" if shown else ""
+        lines.append(f"programs in both {pair}: {overlap['count']}{shown}")
     tail = settings["tail_sigmas"]
     for name, s in splits.items():
         for key, names in (("node_feat", None), ("config_feat", CONFIG_COLUMNS)):
@@ -193,16 +163,10 @@ def format_table(result: dict[str, Any]) -> str:
                 f"{name} {key} constant: {_ranges(f['constant'], names)}; heavy-tailed (an "
                 f"extreme > {tail:g} std from the mean): {_ranges(f['heavy_tailed'], names)}"
             )
-        for message in s["bad_files"][:3]:
-            lines.append(f"{name} bad file: {message}")
+        lines += [f"{name} bad file: {message}" for message in s["bad_files"][:3]]
         if len(s["bad_files"]) > 3:
             lines.append(f"{name}: {len(s['bad_files']) - 3} more bad files (see --json)")
     return "\n".join(lines)
-
-
-# ---------------------------------------------------------------------------------------------
-# Histograms (PNG)
-# ---------------------------------------------------------------------------------------------
 
 
 def _bin_label(b: dict[str, Any], scale: int) -> str:
@@ -216,68 +180,40 @@ def _bin_label(b: dict[str, Any], scale: int) -> str:
     return f"{short(b['lo'] - 1) if scale >= 1000 and b['lo'] > 1 else b['lo']}-{short(b['hi'])}"
 
 
-def plot(result: dict[str, Any], path: str | os.PathLike) -> str:
-    """PNG of the report's histograms (`draw`) written to `path` atomically; returns the path."""
-    path = files.expand(path)
-    with files.atomic_path(path, flag="--png") as tmp:
-        draw(result, tmp)
-    return path
-
-
 def draw(result: dict[str, Any], path: str | os.PathLike) -> None:
     """PNG of the report's histograms, splits side by side: configs, nodes and edges per kernel
     (share of kernels), runtime / normaliser over all configs and worst / best per kernel;
-    saved as it is drawn, so `path` is a temp name (`files.atomic_path`; `plot` does both)."""
+    saved as it is drawn, so `path` is a temporary name (`safe.atomic_paths`)."""
     import matplotlib
 
     matplotlib.use("Agg")  # no display on servers and CI
     import matplotlib.pyplot as plt
 
     splits = result["splits"]
-    if not splits:
-        raise InspectError("no splits in the report; nothing to draw")
     fig, axes = plt.subplots(2, 3, figsize=(16, 8))
     width = 0.8 / len(splits)
-    for ax, key, scale in (
-        (axes[0, 0], "configs", 1000),
-        (axes[0, 1], "nodes", 1),
-        (axes[0, 2], "edges", 1),
-    ):
+    for ax, key, scale in zip(axes[0], ("configs", "nodes", "edges"), (1000, 1, 1)):
         bins = next(iter(splits.values()))[key]["histogram"]
         x = np.arange(len(bins))
         for j, (name, s) in enumerate(splits.items()):
             counts = np.array([b["kernels"] for b in s[key]["histogram"]], np.float64)
-            ax.bar(
-                x + (j - (len(splits) - 1) / 2) * width,
-                counts / max(counts.sum(), 1),
-                width,
-                label=f"{name} ({s['kernels']:,})",
-            )
+            x_j, label = x + (j - (len(splits) - 1) / 2) * width, f"{name} ({s['kernels']:,})"
+            ax.bar(x_j, counts / max(counts.sum(), 1), width, label=label)
         ax.set_xticks(x, [_bin_label(b, scale) for b in bins], rotation=45, ha="right", fontsize=8)
         if key == "configs":  # the real tail above 1,000 is a few percent per bin
             ax.set_yscale("log")
         ax.set_title(f"{key} per kernel (share of kernels)")
         ax.legend(fontsize=8)
-    for ax, title, get in (
-        (
-            axes[1, 0],
-            "runtime / normaliser, all configs (share)",
-            lambda rt: rt["ratio"]["histogram"],
-        ),
-        (
-            axes[1, 1],
-            "worst / best runtime per kernel (share)",
-            lambda rt: rt["worst_over_best"]["histogram"],
-        ),
-    ):
+    titles = ("runtime / normaliser, all configs", "worst / best runtime per kernel")
+    for ax, key, title in zip(axes[1], ("ratio", "worst_over_best"), titles):
         for name, s in splits.items():
-            h = s["runtimes"] and get(s["runtimes"])
+            h = s["runtimes"] and s["runtimes"][key]["histogram"]
             if not h or not h["counts"]:
                 continue
             counts = np.array(h["counts"], np.float64)
             ax.stairs(counts / counts.sum(), 10.0 ** np.array(h["log10_edges"]), label=name)
         ax.set_xscale("log")
-        ax.set_title(title)
+        ax.set_title(f"{title} (share)")
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
     ax = axes[1, 2]

@@ -1,12 +1,10 @@
-"""`inspect_root`: one pass over each split of a data root into the report's figures.
-
-The package docstring says what each figure means; `inspect_root` documents the keys.
-"""
+"""`inspect_root`: one pass over each split of a data root into the report's figures (the
+package docstring says what they mean; `inspect_root` documents the keys)."""
 
 from __future__ import annotations
 
+import collections
 import itertools
-import json
 import math
 import os
 import re
@@ -36,10 +34,7 @@ CONFIG_BINS = (1, 1001, 2001, 3001, 4001, 5001, 6001, 7001, 8001, 9001, 10001)
 # Nodes or edges per kernel: zero (edges only), then bins doubling in width.
 SIZE_BINS = (0, 1, 11, 21, 41, 81, 161, 321, 641)
 FEW_CONFIGS = 10  # upstream's trainer leaves out train kernels with fewer (its --configs)
-# The output tile's size: `config_feat` column 14, the sum of the output bounds. On the real
-# train split runtime falls as it grows (correlation below FALLS_BELOW) in 83% of kernels
-# (REAL_DATA_FACTS.md), a signal a ranker needs no graph for.
-OUTPUT_SUM_COLUMN = 14
+OUTPUT_SUM_COLUMN = 14  # `config_feat`'s sum of the output bounds: the output tile's size
 FALLS_BELOW = -0.17
 DEFAULT_TOLERANCE = 0.05
 TAIL_SIGMAS = 10.0
@@ -47,17 +42,7 @@ _ANONYMISED = re.compile(r"[0-9a-f]{32}")
 
 
 class InspectError(UserError, ValueError):
-    """Nothing to inspect there, or a report that cannot be read; one line with the fix."""
-
-
-def program_of(tile_id: str) -> str | None:
-    """The program of a tile id; None for an anonymised test id (32 hex digits)."""
-    return None if _ANONYMISED.fullmatch(tile_id) else benchmark_of(tile_id)
-
-
-# ---------------------------------------------------------------------------------------------
-# One split
-# ---------------------------------------------------------------------------------------------
+    """Nothing to inspect there; one line with the fix."""
 
 
 class _Split:
@@ -125,10 +110,10 @@ class _Split:
         self.duplicate_kernels += repeats > 0
         return first
 
-    def result(self, tail_sigmas: float, tolerance: float) -> dict[str, Any]:
+    def result(self, tail_sigmas: float) -> dict[str, Any]:
         kernels = len(self.tile_ids)
         configs = np.asarray(self.configs, np.int64)
-        out: dict[str, Any] = {
+        return {
             "files": self.files,
             "kernels": kernels,
             "bad_files": list(self.bad),
@@ -139,7 +124,7 @@ class _Split:
                 "fewer_than_10": share(int((configs < FEW_CONFIGS).sum()), kernels),
             },
             "labelled_kernels": len(self.config0_ratio),
-            "runtimes": self._runtimes(tolerance),
+            "runtimes": self._runtimes(),
             "duplicates": {
                 "rows": self.duplicate_rows,
                 "share": self.duplicate_rows / int(configs.sum()) if kernels else None,
@@ -152,9 +137,8 @@ class _Split:
                 "config_feat": self.config_columns.summary(tail_sigmas),
             },
         }
-        return out
 
-    def _runtimes(self, tolerance: float) -> dict[str, Any] | None:
+    def _runtimes(self) -> dict[str, Any] | None:
         if not self.config0_ratio:
             return None
         c0 = np.asarray(self.config0_ratio)
@@ -169,7 +153,7 @@ class _Split:
             "best_ratio": distribution(self.best_ratio),
             "normaliser_spread": distribution(self.normaliser_spread),
             "config0": {
-                "is_default": share(int((np.abs(c0 - 1.0) <= tolerance).sum()), n),
+                "is_default": share(int((np.abs(c0 - 1.0) <= DEFAULT_TOLERANCE).sum()), n),
                 "fastest": share(int((over <= 1.0).sum()), n),
                 "ratio": distribution(c0),
                 "over_best": distribution(over),
@@ -184,17 +168,11 @@ class _Split:
         }
 
     def _programs(self) -> dict[str, Any]:
-        counts: dict[str, int] = {}
-        anonymised = 0
-        for tile_id in self.tile_ids:
-            program = program_of(tile_id)
-            if program is None:
-                anonymised += 1
-            else:
-                counts[program] = counts.get(program, 0) + 1
+        named = [t for t in self.tile_ids if not _ANONYMISED.fullmatch(t)]  # test ids: none
+        counts = collections.Counter(map(benchmark_of, named))
         return {
             "count": len(counts),
-            "anonymised_kernels": anonymised,
+            "anonymised_kernels": len(self.tile_ids) - len(named),
             "kernels_per_program": distribution(list(counts.values())),
             "kernels": dict(sorted(counts.items())),
         }
@@ -203,11 +181,6 @@ class _Split:
 def _counted(values: list[int], lows: Sequence[int]) -> dict[str, Any]:
     """Total, distribution and histogram of a per-kernel count."""
     return {"total": int(sum(values)), **distribution(values), "histogram": binned(values, lows)}
-
-
-# ---------------------------------------------------------------------------------------------
-# The whole root
-# ---------------------------------------------------------------------------------------------
 
 
 def _split_paths(root: str, splits: Sequence[str] | None) -> dict[str, list[str]]:
@@ -241,57 +214,35 @@ def inspect_root(
     splits: Sequence[str] | None = None,
     skip_bad: bool = False,
     tail_sigmas: float = TAIL_SIGMAS,
-    default_tolerance: float = DEFAULT_TOLERANCE,
     progress: bool = True,
 ) -> dict[str, Any]:
-    """The data report of `root` (`{train,valid,test}/*.npz`, local or `gs://...`).
-
-    Args:
-      root: the data root.
-      splits: the splits to read; None: every split folder `root` has.
-      skip_bad: report bad files (one line each, in `bad_files`) and read the rest, instead
-        of stopping at the first.
-      tail_sigmas: a column is heavy-tailed when an extreme lies more than this many standard
-        deviations from its mean.
-      default_tolerance: config 0 "is the default" when |runtime / normaliser - 1| is at
-        most this.
-      progress: a progress bar per split.
-
-    Returns:
-      A JSON-ready dict:
+    """The data report of `root` (`{train,valid,test}/*.npz`, local or `gs://...`): of the
+    `splits` (None: every split folder there); `skip_bad` lists bad files in `bad_files` and
+    reads the rest; config 0 "is the default" when |runtime / normaliser - 1| <=
+    `DEFAULT_TOLERANCE`. Returns a JSON-ready dict (a "distribution" is `stats.distribution`'s):
       - `format` (`tpu_tiles_models.inspect/1`), `data_root`, `settings` (the arguments);
       - `totals`: `files`, `kernels`, `configs`, `bad_files` over the splits read;
       - `splits`: per split name, `files` (npz files found), `kernels` (read), `bad_files`
         (messages), `labelled_kernels` (with runtimes; 0 on the real test split) and:
-        - `nodes`, `edges`, `configs` per kernel: `total`, a distribution (`count`, `mean`,
-          `std`, `min`, `p1`, `p10`, `p25`, `p50`, `p75`, `p90`, `p99`, `max`) and
-          `histogram` (`[{"lo", "hi", "kernels"}]`, inclusive bounds, `hi` None on the last;
-          configs on the real valid histogram's bins); `configs.fewer_than_10`
-          (`{"kernels", "share"}`);
-        - `runtimes` (None without runtimes): `ratio` (runtime / normaliser over all
-          configs: a distribution plus `histogram` `{"log10_edges", "counts", "under",
-          "over"}`), per kernel `worst_over_best` (with such a histogram), `best_ratio`
-          (best runtime / normaliser) and `normaliser_spread` (max / min normaliser - 1),
-          and `config0`: `is_default` and `fastest` (`{"kernels", "share"}`), `ratio`
-          (its runtime / normaliser), `over_best` (its runtime / the kernel's best),
-          `default_top1_error` (mean of `over_best` - 1); `output_tile`: `corr` (a
-          distribution over kernels of the correlation of runtime with `config_feat` column
-          14, the output bounds' sum, where both vary) and `runtime_falls` (kernels where it
-          is below -0.17, `{"kernels", "share"}`);
+        - `nodes`, `edges`, `configs` per kernel: `total`, a distribution and `histogram`
+          (`[{"lo", "hi", "kernels"}]`, inclusive bounds, `hi` None on the last; configs on
+          the real valid histogram's bins); `configs.fewer_than_10` (`{"kernels", "share"}`);
+        - `runtimes` (None without runtimes): `ratio` (runtime / normaliser over all configs:
+          a distribution plus `histogram` `{"log10_edges", "counts", "under", "over"}`), per
+          kernel `worst_over_best` (with such a histogram), `best_ratio` (best runtime /
+          normaliser) and `normaliser_spread` (max / min normaliser - 1); `config0`:
+          `is_default` and `fastest` (`{"kernels", "share"}`), `ratio` (its runtime /
+          normaliser), `over_best` (its runtime / the kernel's best), `default_top1_error`
+          (mean `over_best` - 1); `output_tile`: `corr` (over kernels where both vary, of
+          runtime with `config_feat` column 14) and `runtime_falls` (`corr` < -0.17);
         - `duplicates`: `rows` (repeating an earlier row of their kernel), `share` (of all
           config rows), `kernels` (with one), `gap` (a distribution of the relative runtime
           gaps to the first copy; None without runtimes);
         - `programs`: `count`, `anonymised_kernels`, `kernels_per_program` (distribution),
           `kernels` (`{program: kernels}`);
-        - `features`: `node_feat` and `config_feat`, each `rows`, `columns`, `constant` and
-          `heavy_tailed` (column indices), and per column `min`, `max`, `mean`, `std`,
-          `tail_sigmas` (the farther extreme from the mean in stds; None when constant).
+        - `features`: `node_feat` and `config_feat`, each `Columns.summary`'s.
       - `program_overlap`: per pair of splits read (`"train-valid"`, ...), `count` and the
         sorted `programs` in both.
-
-    Raises:
-      DataError: a bad file (unless `skip_bad`), or every file of a split is bad.
-      InspectError: no data root or split folder there.
     """
     if not (math.isfinite(tail_sigmas) and tail_sigmas > 0):  # nan would flag no column
         raise FlagError(f"--tail_sigmas must be a finite number above 0, got {tail_sigmas}")
@@ -301,12 +252,9 @@ def inspect_root(
     for split, split_files in paths.items():
         stats = _Split(len(split_files))
         kernels = iter_kernels(split_files, split, skip_bad=skip_bad)
+        desc = f"inspecting {split}"
         bar = tqdm.tqdm(
-            kernels,
-            total=len(split_files),
-            desc=f"inspecting {split}",
-            unit="file",
-            disable=not progress,
+            kernels, total=len(split_files), desc=desc, unit="file", disable=not progress
         )
         try:
             for path, arrays in bar:
@@ -322,7 +270,7 @@ def inspect_root(
             kernels.close()
         if split_files and len(stats.bad) == len(split_files):
             raise DataError(f"{files.join(where, split)}: every file is bad, e.g. {stats.bad[0]}")
-        result[split] = stats.result(tail_sigmas, default_tolerance)
+        result[split] = stats.result(tail_sigmas)
     return {
         "format": FORMAT,
         "data_root": where,
@@ -330,7 +278,7 @@ def inspect_root(
             "splits": list(paths),
             "skip_bad": skip_bad,
             "tail_sigmas": tail_sigmas,
-            "default_tolerance": default_tolerance,
+            "default_tolerance": DEFAULT_TOLERANCE,
         },
         "totals": {
             "files": sum(s["files"] for s in result.values()),
@@ -350,31 +298,3 @@ def _overlap(splits: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
         both = sorted(set(splits[a]["programs"]["kernels"]) & set(splits[b]["programs"]["kernels"]))
         out[f"{a}-{b}"] = {"count": len(both), "programs": both}
     return out
-
-
-def write_json(result: dict[str, Any], path: str | os.PathLike) -> str:
-    """Writes `result` as indented JSON (`json_text`), atomically; returns the path."""
-    path = files.expand(path)
-    with files.atomic_path(path, flag="--json") as tmp:
-        tmp.write_text(json_text(result), encoding="utf-8")
-    return path
-
-
-def json_text(result: dict[str, Any]) -> str:
-    """The report as `write_json` writes it: indented JSON and a newline."""
-    return json.dumps(result, indent=1, allow_nan=False) + "\n"
-
-
-def read_json(path: str | os.PathLike) -> dict[str, Any]:
-    """A report written by `write_json`; one line naming the file when it is not one."""
-    try:
-        result = json.loads(files.read_bytes(files.expand(path)))
-    except (OSError, ValueError) as err:
-        raise InspectError(
-            f"{path}: cannot read an inspect report ({err}); write it again with --json"
-        ) from None
-    if not isinstance(result, dict) or result.get("format") != FORMAT:
-        raise InspectError(
-            f"{path}: not a {FORMAT} report; write it again with tpu-tiles inspect --json"
-        )
-    return result

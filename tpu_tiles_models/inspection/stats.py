@@ -12,17 +12,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-QUANTILES = {
-    "min": 0.0,
-    "p1": 0.01,
-    "p10": 0.1,
-    "p25": 0.25,
-    "p50": 0.5,
-    "p75": 0.75,
-    "p90": 0.9,
-    "p99": 0.99,
-    "max": 1.0,
-}
+QUANTILES = {"min": 0.0, **{f"p{q}": q / 100 for q in (1, 10, 25, 50, 75, 90, 99)}, "max": 1.0}
 # Bins of the histograms over all configs: 1e-6 .. 1e6, 1,000 per decade (0.23% wide).
 _LOG10_LO, _LOG10_HI, _PER_DECADE = -6, 6, 1000
 COARSE_PER_DECADE = 20  # the histogram kept in a summary (and drawn)
@@ -89,13 +79,7 @@ class Columns(Moments):
         extreme's distance from the mean in stds, None when constant)."""
         width = len(self.mean)
         if not self.n:
-            return {
-                "rows": 0,
-                "columns": width,
-                "constant": [],
-                "two_valued": [],
-                "heavy_tailed": [],
-            }
+            return dict(rows=0, columns=width, constant=[], two_valued=[], heavy_tailed=[])
         std = self.std
         constant = (self.lo == self.hi) | (std == 0)
         two_valued = ~constant & (self.at_lo + self.at_hi == self.n)
@@ -197,13 +181,8 @@ def binned(values: Sequence[int] | np.ndarray, lows: Sequence[int]) -> list[dict
     out = []
     for lo, nxt in itertools.zip_longest(lows, lows[1:]):
         inside = (x >= lo) if nxt is None else (x >= lo) & (x < nxt)
-        out.append(
-            {
-                "lo": int(lo),
-                "hi": None if nxt is None else int(nxt) - 1,
-                "kernels": int(inside.sum()),
-            }
-        )
+        hi = None if nxt is None else int(nxt) - 1
+        out.append({"lo": int(lo), "hi": hi, "kernels": int(inside.sum())})
     return out
 
 
@@ -216,12 +195,7 @@ def log_bins(values: Sequence[float]) -> dict[str, Any] | None:
     top = max(1, int(np.ceil(x.max() * COARSE_PER_DECADE)))
     edges = np.arange(top + 1) / COARSE_PER_DECADE
     counts, _ = np.histogram(np.clip(x, 0, edges[-1]), bins=edges)
-    return {
-        "log10_edges": edges.round(4).tolist(),
-        "counts": counts.tolist(),
-        "under": 0,
-        "over": 0,
-    }
+    return dict(log10_edges=edges.round(4).tolist(), counts=counts.tolist(), under=0, over=0)
 
 
 def share(kernels: int, total: int) -> dict[str, Any]:

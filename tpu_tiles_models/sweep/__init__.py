@@ -1,15 +1,8 @@
-"""`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable.
-
-`run` expands the grid (`grid`), skips the points whose whole run is there, trains the others
-through `Create | Reshuffle | Map(train_element)` on any Beam runner (the DirectRunner with
-`--num_workers` processes by default; `--runner DaskRunner` on a Dask cluster), then writes the
-leaderboard (`leaderboard`). A point is `train.train` of its `TrainArgs`, with the artifacts of
-`tpu-tiles train`; it trains in a fresh child process of its worker (`--isolation process`), so
-that a crash or an out-of-memory kill is its failure, not the worker's. Ctrl-C writes
-`sweep/STOP`: no point starts, running ones stop at a safe point and clean up. The sweep's own
-files in `--out_dir`: sweep.csv/.md/.png (the leaderboard), sweep/plan.json (the points),
-sweep/points/<key>.json (each outcome), sweep/logs/<key>.log (each output), tensorboard/ (the
-default --tensorboard), ensemble_top<k>/sweep_ensemble.json (what --ensemble_top built).
+"""`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable
+(docs/sweeps.md): `Create | Reshuffle | Map(train_element)`, each point in a fresh child
+process of its worker, so that a crash or an out-of-memory kill is the point's failure only.
+Its bookkeeping in `--out_dir`: sweep/plan.json (the points), sweep/points/<key>.json (each
+outcome), sweep/logs/<key>.log (each output), ensemble_top<k>/sweep_ensemble.json.
 """
 
 from __future__ import annotations
@@ -39,6 +32,7 @@ from tpu_tiles_models import (
     pipelines,
     registry,
     run_file,
+    safe,
 )
 from tpu_tiles_models.errors import FlagError, UserError, one_line
 from tpu_tiles_models.sweep import leaderboard
@@ -79,8 +73,6 @@ class SweepArgs:
             value = getattr(self, flag)
             if value is not None and value < low:
                 raise FlagError(f"--{flag} must be at least {low}, got {value}")
-        if self.isolation not in ISOLATIONS:
-            raise FlagError(f"--isolation must be one of {', '.join(ISOLATIONS)}")
 
     @property
     def out_dir(self) -> str:
@@ -127,11 +119,7 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 
 def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
-    """The extra arguments as (`tpu-tiles train` flags, Beam pipeline options).
-
-    Raises:
-      FlagError: a stray positional argument, or a flag that is neither.
-    """
+    """The extra arguments as (`tpu-tiles train` flags, Beam pipeline options)."""
     train_argv: list[str] = []
     beam_argv: list[str] = []
     i = 0
@@ -279,14 +267,8 @@ def main(argv: Sequence[str] | None = None) -> SweepSummary:
 
 
 def run(args: SweepArgs) -> SweepSummary:
-    """Expands the grid, trains the missing points, writes the leaderboard.
-
-    Raises:
-      FlagError: a bad grid or output, before anything is trained.
-      SweepFailed: some points failed or did not run; the leaderboard is written anyway.
-      KeyboardInterrupt: Ctrl-C; running points removed what they had started.
-      locks.BusyError: another sweep is running on `--out_dir` (a dry run only reads it).
-    """
+    """Expands the grid, trains the missing points, writes the leaderboard; raises SweepFailed
+    when some points failed or did not run (after writing it). A dry run only reads."""
     if args.dry_run:
         return _run(args)
     with locks.claim(args.out_dir, flag="--out_dir", command="sweep"):
@@ -296,15 +278,14 @@ def run(args: SweepArgs) -> SweepSummary:
 def _run(args: SweepArgs) -> SweepSummary:
     base, out_dir, sweep_dir = args.base, args.out_dir, files.join(args.out_dir, "sweep")
     grids = parse_grid(args.grid)
-    files.check_folder(out_dir, flag="--out_dir")
     points = expand(grids, base, random_points=args.random, random_seed=args.random_seed)
-    writes = [
-        files.Output(files.join(out_dir, f"sweep.{e}"), "--out_dir") for e in leaderboard.FILES
+    writes = [w for p in points for w in export.outputs(p.args)]  # --out_dir itself first
+    writes += [
+        safe.Output(files.join(out_dir, f"sweep.{e}"), "--out_dir") for e in leaderboard.FILES
     ]
-    writes.append(files.Output(sweep_dir, "--out_dir", adds_to=True))
-    writes += [w for p in points for w in export.outputs(p.args)]
-    reads = files.split_inputs(base.data_root) + registry.models_inputs(base.models)
-    files.prepare_outputs(writes, reads)  # before any work
+    writes.append(safe.Output(sweep_dir, "--out_dir", folder=True, adds_to=True))
+    reads = safe.split_inputs(base.data_root) + registry.models_inputs(base.models)
+    safe.claim(writes, reads)  # before any work
     todo = [p for p in points if run_file.completed_run(out_dir, p.hash) is None]
     todo_keys = {p.key for p in todo}
     print(
@@ -319,9 +300,10 @@ def _run(args: SweepArgs) -> SweepSummary:
     if todo:
         check_runner(args.runner)
     plan = dict(grid=args.grid, random=args.random, random_seed=args.random_seed)
-    plan.update(base=base.to_argv(), points=[])
-    for p in points:
-        plan["points"].append(dict(key=p.key, hash=p.hash, values=p.values, flags=p.args.to_argv()))
+    plan.update(base=base.to_argv())
+    plan["points"] = [
+        dict(key=p.key, hash=p.hash, values=p.values, flags=p.args.to_argv()) for p in points
+    ]
     _write_json(files.join(sweep_dir, "plan.json"), plan)
     error = _train_points(todo, sweep_dir, args, len(points)) if todo else ""
     records = [_read_json(_record_path(sweep_dir, p.key)) for p in points]
@@ -373,8 +355,8 @@ def _report(summary: SweepSummary, pipeline_error: str) -> None:
 
 
 def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[str, Any]:
-    """The ensemble of the `k` best ok points in `<out_dir>/ensemble_top<k>`, or the one-line
-    reason it could not be built. The same members as last time reuse the one there."""
+    """The ensemble of the `k` best ok points in `<out_dir>/ensemble_top<k>` (the one there
+    if its members are the same), or the one-line reason it could not be built."""
     best = [r for r in rows if r.ok][:k]
     target = files.join(out_dir, f"ensemble_top{k}")
     info: dict[str, Any] = dict(k=k, dir=target, members=[r.point.key for r in best], error="")
@@ -388,12 +370,9 @@ def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[st
     from tpu_tiles_models import ensemble as ensembles  # TensorFlow, only now
 
     try:
+        dirs = [run_file.model_dir_path(out_dir, r.point.hash) for r in best]
         result = ensembles.build_ensemble(
-            [run_file.model_dir_path(out_dir, r.point.hash) for r in best],
-            target,
-            data_root=base.data_root,
-            cache_dir=base.cache_dir or None,
-            progress=False,
+            dirs, target, data_root=base.data_root, cache_dir=base.cache_dir or None, progress=False
         )
     except UserError as e:
         return dict(info, error=one_line(e))
@@ -426,11 +405,7 @@ _POINT_FIELDS: formats.Fields = dict(
 
 
 def _read_json(path: str) -> dict | None:
-    """The record's JSON; None if it does not exist or is not whole.
-
-    Raises:
-      formats.ShapeError: valid JSON, not a record (one line naming the file and the fix).
-    """
+    """The record's JSON; None if it does not exist or is not whole."""
     try:
         value = json.loads(files.read_bytes(path))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
@@ -442,16 +417,12 @@ def _read_json(path: str) -> dict | None:
 
 def _write_json(path: str, value: Any) -> None:
     text = json.dumps(value, indent=1, allow_nan=False)
-    files.write_bytes(path, text.encode(), flag="--out_dir")
+    safe.write_bytes(path, text.encode(), flag="--out_dir")
 
 
 def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total: int) -> str:
     """Runs the pipeline over `todo`, printing a line per finished point; returns the
-    pipeline's error ('' if it finished).
-
-    Raises:
-      KeyboardInterrupt: Ctrl-C; running points removed what they had started.
-    """
+    pipeline's error ('' if it finished)."""
     options = pipeline_options(args, args.beam_argv)
     for p in todo:  # outcomes of earlier attempts: these points are tried again
         files.remove(_record_path(sweep_dir, p.key))
@@ -466,18 +437,12 @@ def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total:
 
             with beam.Pipeline(options=options) as p:
                 # Reshuffle: a distributed runner would fuse every point onto one worker.
-                _ = (
-                    p
-                    | "Points" >> beam.Create(elements)
-                    | "Spread" >> beam.Reshuffle()
-                    | "Train"
-                    >> beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
-                )
+                spread = p | "Points" >> beam.Create(elements) | "Spread" >> beam.Reshuffle()
+                train = beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
+                _ = spread | "Train" >> train
 
-    def on_ctrl_c(previous) -> None:
-        """The first Ctrl-C: no new point starts (`STOP`); running points stop at a safe
-        point (the Ctrl-C reaches their child processes, or here the previous handler)."""
-        files.write_bytes(stop, b"")
+    def on_ctrl_c(previous) -> None:  # running points get it too (children, or `previous`)
+        safe.write_bytes(stop, b"")
         what = "Ctrl-C" if not interrupts.noted() else interrupts.name()
         print(f"sweep: {what}: no new point starts; running points stop at a safe point")
         signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
@@ -503,7 +468,7 @@ def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total:
 
 
 def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading.Event) -> None:
-    """A line per finished point (from its outcome record) until `done`, and once after."""
+    """A line per finished point (from its outcome record) until `done`."""
     points, seen, failed = {p.key: p for p in todo}, set(), 0
     interval = 15.0 if files.is_remote(sweep_dir) else 2.0
     finished = False
@@ -515,12 +480,9 @@ def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading
             if record is None:
                 continue
             seen.add(key)
-            failed += record["status"] == "failed"
-            what = (
-                record["error"]
-                if record["status"] == "failed"
-                else f"{record.get('wall_s', 0):.0f} s"
-            )
+            is_failed = record["status"] == "failed"
+            failed += is_failed
+            what = record["error"] if is_failed else f"{record.get('wall_s', 0):.0f} s"
             print(
                 f"sweep: [{total - len(points) + len(seen)}/{total}] {record['status']:<7} "
                 f"{points[key].describe()}  {what}  ({failed} failed)",
@@ -530,8 +492,7 @@ def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading
 
 def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
     """The pipeline's step, on a worker: trains one point (JSON `{"key", "args"}`) unless it
-    is complete meanwhile, and records its outcome in `sweep/points/<key>.json` (unless
-    interrupted). What an earlier attempt left of the point is removed first."""
+    is complete meanwhile, and records its outcome (unless interrupted)."""
     point = json.loads(element)
     args, key = TrainArgs.from_dict(point["args"]), point["key"]
     record = dict(key=key, hash=args.hash(), host=socket.gethostname(), pid=os.getpid())
@@ -568,8 +529,7 @@ def _train_here(args: TrainArgs) -> dict:
 
 def _train_in_child(args: TrainArgs, log_path: str) -> dict:
     """Trains in a fresh Python process whose output goes to `log_path`. It shares this
-    process group, so a terminal's Ctrl-C reaches it (the worker ignores it: see
-    `pipelines.run_shielded`): it stops at a safe point, cleans up and exits 130."""
+    process group, so a terminal's Ctrl-C reaches it (the worker ignores it)."""
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_point_") as tmp:
         spec, outcome_path = Path(tmp, "args.json"), Path(tmp, "outcome.json")
         spec.write_text(json.dumps(args.to_dict()))
@@ -590,7 +550,7 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
                 except KeyboardInterrupt:  # the child got it too and is cleaning up
                     STOPPED.set()
         if remote:
-            files.write_bytes(log_path, local_log.read_bytes())
+            safe.write_bytes(log_path, local_log.read_bytes())
         outcome = _read_json(str(outcome_path))
     if code in INTERRUPTED_STATUSES:
         return dict(status="interrupted", error="interrupted")
@@ -604,11 +564,16 @@ def _train_in_child(args: TrainArgs, log_path: str) -> dict:
 
 
 def child_main(spec: str, outcome_path: str) -> int:
-    """A point's child process (`CHILD`): trains the `TrainArgs` in the JSON file `spec`,
-    writes the outcome JSON to `outcome_path`."""
+    """A point's child process (`CHILD`)."""
     args = TrainArgs.from_dict(json.loads(Path(spec).read_text()))
     with interrupts.deferred():  # SIGINT arrives ignored (see run_shielded): handle it here
-        _stop_with_parent()
+        # A Ctrl-C to this child when its worker dies (a SIGTERM to the whole process group
+        # kills the workers; their children must not train on unwatched). Linux only.
+        with contextlib.suppress(OSError, AttributeError):
+            import ctypes
+
+            if ctypes.CDLL(None).prctl(1, int(signal.SIGINT)) == 0 and os.getppid() == 1:
+                interrupts.note(signal.SIGINT)  # 1: PR_SET_PDEATHSIG; the worker died before it
         outcome = _train_here(args)
     if outcome["status"] == "interrupted":
         print(f"{interrupts.name()}: removed what this point had started", file=sys.stderr)
@@ -617,17 +582,3 @@ def child_main(spec: str, outcome_path: str) -> int:
         print(outcome["traceback"], file=sys.stderr)
     Path(outcome_path).write_text(json.dumps(outcome))
     return 0 if outcome["status"] == "ok" else 1
-
-
-def _stop_with_parent() -> None:
-    """A Ctrl-C to this child when its worker dies (a SIGTERM to the whole process group
-    kills the workers; their children must not train on unwatched). Linux only (`prctl`)."""
-    try:
-        import ctypes
-
-        if ctypes.CDLL(None).prctl(1, int(signal.SIGINT)) != 0:  # 1: PR_SET_PDEATHSIG
-            return
-    except (OSError, AttributeError):
-        return
-    if os.getppid() == 1:  # the worker died before prctl
-        interrupts.note(signal.SIGINT)

@@ -1,20 +1,5 @@
-"""The grid syntax: `--grid` (inline text or a YAML/JSON file) into axes, and axes into points.
-
-Inline, a grid is space-separated axes `name=v1,v2,...`, where `name` is a training flag (ours
-or upstream's name) or `kwargs.<key>`, one key inside `--model_kwargs_json`:
-
-    model=ResidualSAGE,EarlyJoinSAGE lr=1e-3,2e-3 seed=0,1,2 kwargs.hidden_dim=32,64
-
-Values split at commas outside quotes and brackets, so JSON needs no quoting; a value with a
-comma or a space is quoted ('...'). A numeric axis may instead be a range that `--random N`
-samples: `uniform(a,b)`, `loguniform(a,b)`, `int(a,b)`, `logint(a,b)` (bounds inclusive). A
-file holds one mapping `{axis: value | [values] | "range"}` or a list of them (a union).
-
-A grid's points are the product of its axes (first axis slowest), or with `--random N`, N
-draws per grid seeded by `--random_seed` (floats to 4 significant digits), each crossed with
-the `seed` list. A point is the base `TrainArgs` with its values on top and a results CSV
-named by its `key` (`point_key`, frozen: a sweep started before resumes); equal points are one.
-This module imports no TensorFlow.
+"""The grid syntax: `--grid` (inline text or a YAML/JSON file) into axes, and axes into points,
+as docs/sweeps.md ("The grid") describes. No TensorFlow here.
 """
 
 from __future__ import annotations
@@ -44,8 +29,7 @@ RANGE_KINDS = ("uniform", "loguniform", "int", "logint")
 SEED_AXIS = "seed"
 SIGNIFICANT = 4  # digits kept of a float drawn by --random
 SET_BY_SWEEP = ("out_dir", "results_csv", "tensorboard", "no_progress")
-# Options that say where things are cached or shown (`NOT_IN_HASH`), and the results CSV,
-# named after the key: not part of a point's key.
+# Not in a point's key: where things are cached or shown, and the results CSV named after it.
 NOT_IN_KEY = frozenset({"results_csv", *NOT_IN_HASH})
 EXAMPLE = "e.g. --grid 'lr=1e-3,2e-3 seed=0,1'"
 
@@ -97,19 +81,12 @@ class Point:
         return self.args.hash()
 
     def describe(self) -> str:
-        """`model=MLP lr=0.001 seed=0`: the point's axis values."""
+        """`model=MLP lr=0.001 seed=0`."""
         return " ".join(f"{k}={show(v)}" for k, v in self.values.items()) or "(base flags)"
 
 
-# -- parsing --------------------------------------------------------------------------------
-
-
 def parse_grid(text: str) -> list[Grid]:
-    """`--grid`: a YAML/JSON file (JSON if it ends in .json; local or remote) or inline text.
-
-    Raises:
-      FlagError: a missing or malformed file, or a bad axis, naming `--grid` and the fix.
-    """
+    """`--grid`: a YAML/JSON file (JSON if it ends in .json; local or remote) or inline text."""
     if not text.strip():
         raise FlagError(
             f"--grid is empty; pass a .yaml/.json grid file or an inline spec, {EXAMPLE}"
@@ -121,7 +98,7 @@ def parse_grid(text: str) -> list[Grid]:
         name, _, rest = token.partition("=")
         if not rest:
             raise FlagError(f"--grid: {token!r} is not name=values; {EXAMPLE}")
-        axes.append(_inline_axis(_axis_name(name, "--grid"), rest))
+        axes.append(_axis(_axis_name(name, "--grid"), rest, "--grid", inline=True))
     return [_checked(axes, "--grid")]
 
 
@@ -153,49 +130,44 @@ def _load_file(path: str) -> list[Grid]:
     if not mappings or not all(isinstance(m, dict) and m for m in mappings):
         raise FlagError(f"{where}: expected a mapping of flag: [values] (or a list of mappings)")
     return [
-        _checked([_file_axis(_axis_name(str(k), where), v, where) for k, v in m.items()], where)
+        _checked([_axis(_axis_name(str(k), where), v, where) for k, v in m.items()], where)
         for m in mappings
     ]
 
 
-def _file_axis(name: str, value: Any, where: str) -> Axis:
-    if isinstance(value, str) and _numeric(name) and _range_match(value):
-        return _inline_axis(name, value)
-    if isinstance(value, str):
-        _refuse_bad_range(name, value, where)
+def _axis(name: str, value: Any, where: str, *, inline: bool = False) -> Axis:
+    """An axis from a file's value (a scalar, a list or a range) or inline text."""
+    ranged = _range_axis(name, value, where) if isinstance(value, str) else None
+    if ranged:
+        return ranged
+    if inline:
+        pieces = [p.strip() for p in _split(value, ",", where, keep_empty=True)]
+        if not all(pieces):
+            raise FlagError(f"{where}: {name}={value}: an empty value; remove the extra comma")
+        value = [_unquote(name, p) for p in pieces]
     values = value if isinstance(value, list) else [value]
     if not values:
         raise FlagError(f"{where}: {name} has no values")
     return Axis(name, tuple(_typed(name, v) for v in values))
 
 
-def _inline_axis(name: str, rest: str) -> Axis:
-    match = _range_match(rest) if _numeric(name) else None
-    if match:
-        return Axis(name, range=_range(name, *match))
-    _refuse_bad_range(name, rest, "--grid")
-    pieces = _split(rest, ",", "--grid", keep_empty=True)
-    if not all(p.strip() for p in pieces):
-        raise FlagError(f"--grid: {name}={rest}: an empty value; remove the extra comma")
-    return Axis(name, tuple(_typed(name, _unquote(name, p.strip())) for p in pieces))
-
-
-def _range_match(text: str) -> tuple[str, ...] | None:
-    """`(kind, low, high)` if `text` is a range such as `loguniform(1e-4,1e-2)`."""
+def _range_axis(name: str, text: str, where: str) -> Axis | None:
+    """`text` as a range of numeric flag `name`, such as `loguniform(1e-4,1e-2)`; None if it
+    does not start like one."""
+    if not (name.startswith(KWARGS) or FLAG_TYPES[name] in (int, float)):
+        return None
     kinds = "|".join(RANGE_KINDS)
     m = re.fullmatch(rf"\s*({kinds})\(\s*([^,()]+?)\s*,\s*([^,()]+?)\s*\)\s*", text)
-    return m.groups() if m else None
-
-
-def _refuse_bad_range(name: str, text: str, where: str) -> None:
-    """A value that starts like a range but is not one: say so, not that the type is wrong."""
-    kind = re.match(rf"\s*({'|'.join(RANGE_KINDS)})\s*\(", text)
-    if kind and _numeric(name):
+    if m:
+        return Axis(name, range=_range(name, *m.groups()))
+    kind = re.match(rf"\s*({kinds})\s*\(", text)
+    if kind:
         example = "1,8" if kind.group(1).endswith("int") else "1e-4,1e-2"
         raise FlagError(
             f"{where}: {name}={text}: a range takes two bounds, low and high, e.g. "
             f"{kind.group(1)}({example})"
         )
+    return None
 
 
 def _range(name: str, kind: str, low: str, high: str) -> Range:
@@ -271,19 +243,11 @@ def _split(text: str, seps: str, where: str, *, keep_empty: bool = False) -> lis
     return pieces if keep_empty else [p for p in pieces if p.strip()]
 
 
-# -- values ---------------------------------------------------------------------------------
-
-
-def _numeric(name: str) -> bool:
-    return name.startswith(KWARGS) or FLAG_TYPES[name] in (int, float)
-
-
 def _unquote(name: str, piece: str) -> str:
     """One pair of outer quotes off ('...' always; "..." except for kwargs, where it is JSON)."""
     quotes = "'" if name.startswith(KWARGS) else "'\""
-    if len(piece) >= 2 and piece[0] == piece[-1] and piece[0] in quotes:
-        return piece[1:-1]
-    return piece
+    quoted = len(piece) >= 2 and piece[0] == piece[-1] and piece[0] in quotes
+    return piece[1:-1] if quoted else piece
 
 
 def _typed(name: str, value: Any) -> Any:
@@ -296,7 +260,7 @@ def _typed(name: str, value: Any) -> Any:
     kind = FLAG_TYPES[name]
     if name == "model_kwargs_json" and isinstance(value, dict):
         return json.dumps(value)
-    try:
+    with contextlib.suppress(TypeError, ValueError):
         if kind is bool:
             text = str(value).strip().lower()
             if isinstance(value, bool) or text in ("true", "1", "yes", "false", "0", "no"):
@@ -309,8 +273,6 @@ def _typed(name: str, value: Any) -> Any:
             return float(value)
         elif kind is str and isinstance(value, str):
             return value
-    except (TypeError, ValueError):
-        pass
     raise FlagError(f"--grid: {name}={value!r}: --{name} takes {kind.__name__}")
 
 
@@ -323,17 +285,10 @@ def show(value: Any) -> str:
     return str(value).lower() if isinstance(value, bool) else str(value)
 
 
-# -- points ---------------------------------------------------------------------------------
-
-
 def expand(
     grids: Sequence[Grid], base: TrainArgs, *, random_points: int = 0, random_seed: int = 0
 ) -> list[Point]:
-    """The points of `grids` over `base`, without duplicates, in a stable order.
-
-    Raises:
-      FlagError: a range without `--random`, or a point whose flags are invalid.
-    """
+    """The points of `grids` over `base`, without duplicates, in a stable order."""
     points: dict[str, Point] = {}
     for index, grid in enumerate(grids):
         if random_points:
@@ -371,11 +326,7 @@ def _draws(grid: Grid, n: int, rng: random.Random) -> Iterator[dict[str, Any]]:
 
 
 def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
-    """`base` with `values` applied and a `results_csv` named after the point's key.
-
-    Raises:
-      FlagError: the values give invalid flags, naming the point.
-    """
+    """`base` with `values` applied and a `results_csv` named after the point's key."""
     fields = {k: v for k, v in values.items() if not k.startswith(KWARGS)}
     kwargs = {k[len(KWARGS) :]: v for k, v in values.items() if k.startswith(KWARGS)}
     try:
@@ -394,8 +345,8 @@ def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
 
 
 def point_key(args: TrainArgs) -> str:
-    """16 hex digits naming a point: md5 of every option that shapes the model (an option in
-    `ADDED_FLAGS` only when it is not at its "as before" value). Frozen: the resume needs it."""
+    """16 hex digits naming a point: md5 of every option that shapes the model (one of
+    `ADDED_FLAGS` only off its "as before" value). Frozen: the resume needs it."""
     kept = {
         k: v
         for k, v in args.to_dict().items()

@@ -4,7 +4,6 @@
 Ranking is by score, 1 - top-5 error on every config of every validation kernel, best first;
 then points whose loss or errors are not finite (`nan`), that failed, or that did not run.
 Points that differ only by `seed` form a group with the mean and sample std of their scores.
-TensorFlow and matplotlib are imported only to write the chart and the summaries.
 """
 
 from __future__ import annotations
@@ -18,7 +17,7 @@ import shlex
 import statistics
 from typing import Any, Sequence
 
-from tpu_tiles_models import files, formats, run_file
+from tpu_tiles_models import files, formats, run_file, safe
 from tpu_tiles_models.sweep.grid import SEED_AXIS, Point, show
 
 FILES = ("csv", "md", "png")  # sweep.<ext> in --out_dir
@@ -93,7 +92,7 @@ def write(
     paths = {ext: files.join(out_dir, f"sweep.{ext}") for ext in FILES}
     texts = (_csv(rows, axes).encode(), _markdown(rows, axes, out_dir, ensemble).encode())
     for ext, data in zip(FILES, (*texts, _png(rows, axes))):
-        files.write_bytes(paths[ext], data, flag="--out_dir")
+        safe.write_bytes(paths[ext], data, flag="--out_dir")
     _hparams(files.expand(tensorboard), rows, axes)
     return dict(paths, tensorboard=files.expand(tensorboard))
 
@@ -109,13 +108,10 @@ def _csv(rows: Sequence[Row], axes: Sequence[str]) -> str:
     writer.writerow([*CSV_COLUMNS, *axes, "key", "hash", "model_dir", "flags", "error"])
     for rank, r in enumerate(rows, 1):
         numbers = (r.score, r.top1, r.top5, r.top10, r.opa, r.epochs, r.best_epoch, r.train_s)
-        writer.writerow(
-            [rank if r.ok else "", r.status, *("" if m is None else m for m in numbers)]
-            + ["" if r.wall_s is None else r.wall_s, *(_cell(r, a) for a in axes)]
-            + [r.point.key, r.point.hash]
-            + [formats.model_dir_name(r.point.hash) if r.status != "not run" else ""]
-            + [shlex.join(r.point.args.to_argv()), r.error]
-        )
+        cells = [rank if r.ok else "", r.status, *numbers, r.wall_s, *(_cell(r, a) for a in axes)]
+        model_dir = formats.model_dir_name(r.point.hash) if r.status != "not run" else ""
+        cells += [r.point.key, r.point.hash, model_dir, shlex.join(r.point.args.to_argv()), r.error]
+        writer.writerow(["" if c is None else c for c in cells])
     return out.getvalue()
 
 
@@ -125,9 +121,8 @@ def seed_groups(rows: Sequence[Row], axes: Sequence[str]) -> list[tuple[dict, li
     groups: dict[str, tuple[dict, list[Row]]] = {}
     for r in (r for r in rows if r.ok):
         values = {a: r.point.values[a] for a in keep if a in r.point.values}
-        groups.setdefault(json.dumps(values, sort_keys=True, default=str), (values, []))[1].append(
-            r
-        )
+        key = json.dumps(values, sort_keys=True, default=str)
+        groups.setdefault(key, (values, []))[1].append(r)
     return sorted(groups.values(), key=lambda g: -statistics.fmean(r.score for r in g[1]))
 
 

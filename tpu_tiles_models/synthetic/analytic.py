@@ -35,26 +35,33 @@ TimeFn = Callable[[KernelGeometry, dict[str, np.ndarray], Hardware], np.ndarray]
 
 @dataclass(frozen=True)
 class CostModel:
-    """A simulated TPU core and how it turns tile quantities into nanoseconds.
+    """A simulated TPU core and how it turns tile quantities into nanoseconds: `time(geometry,
+    tile_terms(...), hw)` gives `[c]` runtimes; `estimate`, the compiler's own estimate with
+    the same signature, is when None `time` on `hw` less the output write runs
+    (`Hardware.out_runs`), which the compiler does not see."""
 
-    Attributes:
-        name: the family's name.
-        hw: the core's constants.
-        time: `(geometry, tile_terms(...), hw) -> [c]` runtimes in ns.
-        estimate: the compiler's own estimate, `time`'s signature on the same tile
-            quantities; None: `time` on `hw` less the output write runs
-            (`Hardware.out_runs`), which the compiler does not see.
-    """
-
-    name: str
+    name: str  # the family's
     hw: Hardware
     time: TimeFn
     estimate: TimeFn | None = None
 
-    def runtime(self, geom: KernelGeometry, config_feat: np.ndarray) -> np.ndarray:
-        """Noise-free runtime in ns of each config row `[c, 24]` of a kernel: `[c]` float64."""
+    def runtime(
+        self,
+        node_feat: np.ndarray,
+        node_opcode: np.ndarray,
+        edge_index: np.ndarray,
+        config_feat: np.ndarray,
+    ) -> np.ndarray:
+        """Noise-free `[c]` float64 runtimes (ns) of a kernel's `[c, 24]` configs, from its npz
+        arrays only (a `Family`'s `runtime`)."""
+        geom = kernel_geometry(node_feat, node_opcode, edge_index)
         cfg = np.asarray(config_feat, np.float64).reshape(-1, CONFIG_FEAT_DIM)
         return self.time(geom, tile_terms(geom, cfg, self.hw), self.hw)
+
+    def make_kernel(self, rng: np.random.Generator, **kwargs) -> dict[str, np.ndarray]:
+        """One kernel timed by this model (a `Family`'s `make_kernel`; `kwargs` as
+        `make_kernel`'s)."""
+        return make_kernel(rng, self, **kwargs)
 
 
 def compiler_start(
@@ -124,21 +131,10 @@ def make_kernel(
     labelled: bool = True,
     bf16_share: float = BF16_SHARE,
 ) -> dict[str, np.ndarray]:
-    """Builds one kernel's npz arrays.
-
-    Args:
-      rng: the kernel's own generator.
-      cost: the cost model that times its configs.
-      kind_weights: relative odds of conv, dot, reduce and element-wise fusions
-        (`kernels.KIND_WEIGHTS` when None).
-      max_configs: cap on configs (`autotuner.MAX_CONFIGS` when None).
-      min_configs: floor on configs (re-measured copies fill up tiny search spaces).
-      labelled: False writes zero runtimes (the test split).
-      bf16_share: odds of a kernel in bf16 (else f32).
-
-    Returns:
-      The six npz arrays (`formats.REQUIRED_KEYS`; the format is in `formats`).
-    """
+    """One kernel's six npz arrays (`formats.REQUIRED_KEYS`) from its own `rng`, timed by
+    `cost`: `kind_weights` are the relative odds of conv, dot, reduce and element-wise fusions
+    (`kernels.KIND_WEIGHTS` when None), `bf16_share` the odds of a bf16 kernel (else f32);
+    `max_configs`, `min_configs` and `labelled` as `autotuner.tune`'s."""
 
     odds = np.asarray(KIND_WEIGHTS if kind_weights is None else kind_weights, np.float64)
 
@@ -165,14 +161,3 @@ def make_kernel(
     return autotuner.draw_kernel(
         draw, rng, max_configs=max_configs, min_configs=min_configs, labelled=labelled
     )
-
-
-def features_runtime(
-    cost: CostModel,
-    node_feat: np.ndarray,
-    node_opcode: np.ndarray,
-    edge_index: np.ndarray,
-    config_feat: np.ndarray,
-) -> np.ndarray:
-    """A cost model's noise-free runtime (ns) of each config, from the npz arrays only."""
-    return cost.runtime(kernel_geometry(node_feat, node_opcode, edge_index), config_feat)

@@ -1,22 +1,8 @@
-"""One kernel's autotuning log, as the real collection's were made, for every family.
-
-Each family describes a kernel's tile search space (`Space`: option lists per knob, how a
-point becomes config features, its cost model); `tune` then does what XLA's autotuner did:
-
-- **How many tiles it times** grows with the size of the search space (`explored_count`):
-  a handful for a small loop fusion, thousands for a convolution with many knobs, at most
-  `MAX_CONFIGS`. Calibrated to the real collection: over a family's kernels, about 60%
-  get 1,000 configs or fewer, about 2% more than 9,000, mean about 1,900.
-- **Only tiles that compile**: points of the grid are drawn at random, and those whose
-  working set does not fit the scratchpad are dropped, as failed compilations are.
-- **Row 0 is the compiler's default tile**: the compiler's own search (`compiler_default`,
-  a greedy search over the knobs on a cost estimate that leaves out what the family marks as
-  invisible to the compiler, within a conservative working-set limit). It is the fastest
-  config of some kernels and a poor one on others.
-- **Normalisers**: every row's normaliser is the default tile measured again.
-- **Noise and duplicates**: every measurement has a kernel-specific lognormal noise (0.03%
-  to about 4% between two runs of one tile, as the real fixture shows), and about 2% of rows
-  are re-measured copies of other rows.
+"""One kernel's autotuning log, as XLA's autotuner made the real collection's, for every
+family: from a kernel's tile search space (`Space`), `tune` times as many tiles as the space
+warrants, only tiles that compile, row 0 the compiler's default (`compiler_default`), every
+row's normaliser the default measured again, with noise and re-measured rows. What it is
+calibrated to: docs/synthetic.md.
 """
 
 from __future__ import annotations
@@ -33,9 +19,8 @@ DUPLICATE_RATE = 0.02  # share of rows that re-measure another row
 # one tile differ by 0.03% to about 4% as in the real fixture.
 NOISE = 0.004
 # Search space -> timed tiles: about COUNT_SCALE * grid**COUNT_POWER (lognormal spread),
-# saturating towards MAX_CONFIGS. A flat power (0.35, was 0.55 with scale 56) times more of a
-# middling grid and fewer kernels run into the 10,000 ceiling: huge convolution grids had put
-# 5.5% of a convnet-heavy valid split above 9,000 configs (real: 2.1%).
+# saturating towards MAX_CONFIGS. A flat power keeps huge convolution grids from piling up at
+# the 10,000 ceiling (real: 2.1% of valid kernels above 9,000 configs).
 COUNT_SCALE = 400.0
 COUNT_POWER = 0.35
 COUNT_SIGMA = 0.3
@@ -46,33 +31,22 @@ SMALL_GRID = 10
 SMALL_KEPT = 0.1
 # The compiler's default must fit this share of the scratchpad.
 COMPILER_VMEM_SHARE = 1.0
-
-CostFn = Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+SWEEPS = 3  # passes over the knobs of the compiler's greedy search
 
 
 @dataclass(frozen=True)
 class Space:
-    """A kernel's tile search space and how its points cost.
+    """A kernel's tile search space and how its points cost."""
 
-    Attributes:
-        choices: one array of option values per knob (output bounds first).
-        rows: `[c, knobs]` option values -> `[c, 24]` config features.
-        cost: `[c, 24]` config features -> (`[c]` noise-free runtime in ns, `[c]` working
-            set in bytes).
-        vmem: scratchpad bytes; a tile with a larger working set does not compile.
-        start: `[knobs]` option values the compiler's search starts from.
-        tried: `[c, knobs]` option values -> `[c]` bool, the points the autotuner tries at
-            all (all when None).
-        compiler_cost: the compiler's own runtime estimate of `[c, 24]` configs (`[c]` ns);
-            `cost`'s runtime when None.
-    """
-
-    choices: Sequence[np.ndarray]
-    rows: Callable[[np.ndarray], np.ndarray]
-    cost: CostFn
-    vmem: float
-    start: np.ndarray
+    choices: Sequence[np.ndarray]  # one array of option values per knob (output bounds first)
+    rows: Callable[[np.ndarray], np.ndarray]  # `[c, knobs]` option values -> `[c, 24]` configs
+    # `[c, 24]` configs -> (`[c]` noise-free runtime in ns, `[c]` working set in bytes)
+    cost: Callable[[np.ndarray], tuple[np.ndarray, np.ndarray]]
+    vmem: float  # scratchpad bytes; a tile with a larger working set does not compile
+    start: np.ndarray  # `[knobs]` option values the compiler's search starts from
+    # `[c, knobs]` -> `[c]` bool: the points the autotuner tries at all (all when None)
     tried: Callable[[np.ndarray], np.ndarray] | None = None
+    # the compiler's own estimate of `[c, 24]` configs (`[c]` ns); `cost`'s runtime when None
     compiler_cost: Callable[[np.ndarray], np.ndarray] | None = None
 
     def tries(self, points: np.ndarray) -> np.ndarray:
@@ -84,28 +58,21 @@ class Space:
         """Points in the grid."""
         return math.prod(len(c) for c in self.choices)
 
-    def tried_size(self, sample: int = 4096) -> int:
+    def tried_size(self) -> int:
         """About how many points of the grid the autotuner tries (all of a small grid
-        counted, a large one estimated on evenly spaced points)."""
+        counted, a large one estimated on 4,096 evenly spaced points)."""
         total = self.size
-        flat = np.unique(np.linspace(0, total - 1, min(total, sample)).astype(np.int64))
+        flat = np.unique(np.linspace(0, total - 1, min(total, 4096)).astype(np.int64))
         share = float(np.mean(self.tries(_points(self, flat))))
         return int(round(share * total))
 
 
 def explored_count(grid: int, rng: np.random.Generator) -> int:
     """How many tiles the autotuner times for a search space of `grid` points: the whole of a
-    small one, a shrinking share of a large one. `raw = COUNT_SCALE * grid**COUNT_POWER`
-    (lognormal spread) saturates towards `MAX_CONFIGS` as `MAX_CONFIGS * (1 - exp(-raw /
-    MAX_CONFIGS))`; at most the grid, at least 2."""
+    small one, a shrinking share of a large one (see `COUNT_SCALE`); at least 2."""
     raw = COUNT_SCALE * grid**COUNT_POWER * math.exp(COUNT_SIGMA * rng.standard_normal())
     count = MAX_CONFIGS * -math.expm1(-raw / MAX_CONFIGS)
     return int(np.clip(round(count), 2, max(min(grid, MAX_CONFIGS), 2)))
-
-
-def worth_tuning(space: Space, rng: np.random.Generator) -> bool:
-    """Whether a kernel with this search space joins the collection (see `SMALL_GRID`)."""
-    return space.tried_size() >= SMALL_GRID or rng.random() < SMALL_KEPT
 
 
 MAX_DRAWS = 20  # kernels drawn for one place in the collection before the last is kept
@@ -119,17 +86,13 @@ def draw_kernel(
     min_configs: int,
     labelled: bool,
 ) -> dict[str, np.ndarray]:
-    """One kernel of the collection with its log: `draw()` makes a kernel (its graph arrays
-    and search space) from `rng`, again while the search space is tiny or almost nothing in
-    it compiles (see `SMALL_GRID`), at most `MAX_DRAWS` times.
-
-    Returns:
-      The six npz arrays.
-    """
+    """One kernel of the collection with its log, its six npz arrays: `draw()` makes a kernel
+    (its graph arrays and search space) from `rng`, again while the search space is tiny or
+    almost nothing in it compiles (see `SMALL_GRID`), at most `MAX_DRAWS` times."""
     for attempt in range(MAX_DRAWS):
         graph, space = draw()
         last = attempt == MAX_DRAWS - 1
-        if not last and not worth_tuning(space, rng):
+        if not last and not (space.tried_size() >= SMALL_GRID or rng.random() < SMALL_KEPT):
             continue
         log = tune(
             space,
@@ -144,30 +107,19 @@ def draw_kernel(
     raise AssertionError("unreachable: the last draw is always kept")
 
 
-def _distinct(total: int, count: int, rng: np.random.Generator) -> np.ndarray:
-    """`count` (or all `total`) distinct flat grid indices in random order."""
-    if total <= 3 * count:
-        return rng.permutation(total)[:count]
-    draws = rng.integers(total, size=count + count // 4 + 16)
-    _, first = np.unique(draws, return_index=True)
-    return draws[np.sort(first)][:count]
-
-
 def _points(space: Space, flat: np.ndarray) -> np.ndarray:
     """Flat grid indices -> `[c, knobs]` option values."""
     idx = np.unravel_index(flat, tuple(len(c) for c in space.choices))
     return np.stack([np.asarray(c)[i] for c, i in zip(space.choices, idx)], axis=1)
 
 
-def compiler_default(
-    space: Space, sweeps: int = 3, fallback: np.ndarray | None = None
-) -> np.ndarray:
+def compiler_default(space: Space, fallback: np.ndarray | None = None) -> np.ndarray:
     """The compiler's default tile: `[knobs]` option values.
 
     A greedy search on the compiler's estimate from two starts, `space.start` and the
     largest option of every knob, each shrunk one option at a time on its largest knob until
     its working set fits `COMPILER_VMEM_SHARE` of the scratchpad: each knob in turn is set to
-    the option the estimate finds fastest with the others held, `sweeps` times over, among
+    the option the estimate finds fastest with the others held, `SWEEPS` times over, among
     the options that fit that share. The faster of the two results is the default; when
     neither start leads to a tile that fits, the search starts from the fastest of the
     `fallback` points `[c, knobs]` (the tiles the autotuner found to compile).
@@ -175,38 +127,40 @@ def compiler_default(
     limit = COMPILER_VMEM_SHARE * space.vmem
     largest = np.array([np.max(c) for c in space.choices], np.float64)
     found = [
-        _greedy(space, _fitting_start(space, start, limit), limit, sweeps)
+        _greedy(space, _fitting_start(space, start, limit), limit)
         for start in (space.start, largest)
     ]
     point, time = min(found, key=lambda point_time: point_time[1])
     if np.isfinite(time) or fallback is None or not len(fallback):
         return point
     # Neither start led to a tile that fits: from the fastest known tile that does.
-    cfg = space.rows(fallback)
+    runtime = _estimate(space, fallback, limit)
+    if not np.isfinite(runtime).any():
+        return point
+    return _greedy(space, fallback[int(np.argmin(runtime))], limit)[0]
+
+
+def _estimate(space: Space, points: np.ndarray, limit: float) -> np.ndarray:
+    """The compiler's estimate of `[c, knobs]` points: `[c]` ns, inf where the working set
+    does not fit `limit`."""
+    cfg = space.rows(points)
     runtime, ws = space.cost(cfg)
     if space.compiler_cost is not None:
         runtime = space.compiler_cost(cfg)
-    runtime = np.where(ws <= limit, runtime, np.inf)
-    if not np.isfinite(runtime).any():
-        return point
-    return _greedy(space, fallback[int(np.argmin(runtime))], limit, sweeps)[0]
+    return np.where(ws <= limit, runtime, np.inf)
 
 
-def _greedy(space: Space, point: np.ndarray, limit: float, sweeps: int) -> tuple[np.ndarray, float]:
+def _greedy(space: Space, point: np.ndarray, limit: float) -> tuple[np.ndarray, float]:
     """Coordinate descent on the compiler's estimate from `point`: (the point, its time)."""
     best = np.inf
-    for _ in range(sweeps):
+    for _ in range(SWEEPS):
         for knob, options in enumerate(space.choices):
             trial = np.repeat(point[None, :], len(options), axis=0)
             trial[:, knob] = options
             trial = trial[space.tries(trial)]
             if not len(trial):
                 continue
-            cfg = space.rows(trial)
-            runtime, ws = space.cost(cfg)
-            if space.compiler_cost is not None:
-                runtime = space.compiler_cost(cfg)
-            runtime = np.where(ws <= limit, runtime, np.inf)
+            runtime = _estimate(space, trial, limit)
             if np.isfinite(runtime).any():
                 point, best = trial[int(np.argmin(runtime))], float(runtime.min())
     return point, best
@@ -236,21 +190,13 @@ def tune(
     labelled: bool,
     keep: bool = False,
 ) -> dict[str, np.ndarray] | None:
-    """One kernel's log: config features, measured runtimes and normalisers.
+    """One kernel's log: `config_feat` `[c, 24]` float32, `config_runtime` (zeros unless
+    `labelled`) and `config_runtime_normalizers` `[c]` int64; row 0 is the default tile;
+    `max_configs` None is `MAX_CONFIGS`; re-measured copies fill up to `min_configs` rows.
 
-    Args:
-      space: the kernel's search space.
-      rng: the kernel's generator.
-      max_configs: cap on rows (`MAX_CONFIGS` when None).
-      min_configs: the fewest rows (re-measured copies fill up tiny search spaces).
-      labelled: False writes zero runtimes (the test split).
-      keep: never None.
-
-    Returns:
-      `config_feat` `[c, 24]` float32, `config_runtime` and `config_runtime_normalizers`
-      `[c]` int64; row 0 is the default tile. None (the family draws another kernel) when
-      fewer than `SMALL_GRID` tiles compile, unless the kernel is kept anyway (odds
-      `SMALL_KEPT`): kernels where almost nothing fits are rare in the real collection.
+    None (the family draws another kernel) when fewer than `SMALL_GRID` tiles compile, unless
+    `keep` or the kernel is kept anyway (odds `SMALL_KEPT`): kernels where almost nothing fits
+    are rare in the real collection.
     """
     cap = MAX_CONFIGS if max_configs is None else max_configs
     want = max(min(explored_count(space.tried_size(), rng), cap), min_configs)
@@ -258,10 +204,8 @@ def tune(
     points, costs = _timed_tiles(space, want - n_dup, rng)
     default = compiler_default(space, fallback=points)
     other = ~np.all(points == default[None, :], axis=1)
-    points, costs = (
-        points[other][: max(want - 1 - n_dup, 0)],
-        costs[other][: max(want - 1 - n_dup, 0)],
-    )
+    room = max(want - 1 - n_dup, 0)  # rows beside the default and the copies
+    points, costs = points[other][:room], costs[other][:room]
     if not keep and len(points) + 1 < min(SMALL_GRID, want) and rng.random() >= SMALL_KEPT:
         return None
     rows = space.rows(np.concatenate([default[None, :], points]))
@@ -291,7 +235,13 @@ def _timed_tiles(
     kept, costs = [np.zeros((0, len(space.choices)))], [np.zeros(0)]
     if count <= 0:
         return kept[0], costs[0]
-    order = _distinct(total, min(total, 20 * count + 1000), rng)
+    draw = min(total, 20 * count + 1000)  # distinct flat grid indices, in random order
+    if total <= 3 * draw:
+        order = rng.permutation(total)[:draw]
+    else:
+        draws = rng.integers(total, size=draw + draw // 4 + 16)
+        _, first = np.unique(draws, return_index=True)
+        order = draws[np.sort(first)][:draw]
     found, pos, rate = 0, 0, 1.0
     while found < count and pos < len(order):
         step = int(min(len(order) - pos, math.ceil((count - found) / rate * 1.15) + 8))

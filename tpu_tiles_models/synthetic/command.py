@@ -37,9 +37,8 @@ class _Given(argparse.Action):
 
 @dataclasses.dataclass(frozen=True)
 class SynthArgs:
-    """Every option of `tpu-tiles synth`, built once by the command line (`from_argv`,
-    `from_namespace`); `add_flags` documents each and holds the defaults. In code, call
-    `generate` instead."""
+    """Every option of `tpu-tiles synth` (`add_flags` documents each and holds the defaults).
+    In code, call `generate` instead."""
 
     out: str
     scale: str
@@ -57,7 +56,6 @@ class SynthArgs:
 
     @classmethod
     def from_namespace(cls, a: argparse.Namespace) -> SynthArgs:
-        """From the flags of `add_flags`."""
         names = [f.name for f in dataclasses.fields(cls) if f.name != "given"]
         return cls(**{n: getattr(a, n) for n in names}, given=frozenset(getattr(a, _GIVEN, ())))
 
@@ -70,15 +68,9 @@ class SynthArgs:
 
 
 def resolve_scale(args: SynthArgs) -> dict[str, Any]:
-    """`generate`'s `train`, `valid`, `test` and `max_configs` for `args.scale`.
-
-    `custom` takes the flags as given. `full` takes the real collection's split sizes
-    (`REAL_SPLIT_SIZES`; the test count becomes `--test_ids_from`'s when given) and the
-    family's own config cap.
-
-    Raises:
-      FlagError: `--scale full` with any of `--train`, `--valid`, `--test`, `--max_configs`.
-    """
+    """`generate`'s `train`, `valid`, `test` and `max_configs` for `args.scale`: the flags as
+    given (`custom`), or the real collection's split sizes and the family's own config cap
+    (`full`, which refuses the flags it sets)."""
     if args.scale == "custom":
         return dict(
             train=args.train, valid=args.valid, test=args.test, max_configs=args.max_configs
@@ -93,7 +85,6 @@ def resolve_scale(args: SynthArgs) -> dict[str, Any]:
 
 
 def add_flags(parser: argparse.ArgumentParser) -> None:
-    """Adds the `synth` flags to `parser`."""
     families = "; ".join(f"{f.name}: {f.summary}" for f in FAMILIES.values())
     sizes = "/".join(str(n) for n in REAL_SPLIT_SIZES.values())
     parser.add_argument("out", help="folder to write {train,valid,test}/<tile_id>.npz into")
@@ -153,24 +144,8 @@ def add_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--no_progress", action="store_true", help="no progress bar")
 
 
-def format_summary(summary: dict[str, Any]) -> str:
-    """What `run` prints about a `generate` result, one line."""
-    replaced = f"; replaced {summary['replaced']} old npz files" if summary["replaced"] else ""
-    return (
-        f"wrote {summary['kernels']} kernels ({summary['configs']} configs) of family "
-        f"{summary['family']}, seed {summary['seed']}, to {summary['out_dir']}: "
-        f"train {summary['train']}, valid {summary['valid']} ({summary['usable_valid']} with "
-        f">= {UPSTREAM_CONFIGS} configs), test {summary['test']}{replaced}"
-    )
-
-
 def run(args: SynthArgs) -> None:
-    """Generates the data set `args` describe and prints what it wrote.
-
-    Raises:
-      UserError: a flag value that makes no data set, `--scale full` with a flag it fixes
-        (see `resolve_scale`), or OUT holds one without `--overwrite` (see `generate`).
-    """
+    """Generates the data set `args` describe and prints what it wrote, in one line."""
     sizes = resolve_scale(args)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ValidationSplitWarning)
@@ -184,7 +159,13 @@ def run(args: SynthArgs) -> None:
             progress=not args.no_progress,
             num_workers=args.num_workers,
         )
-    print(format_summary(summary))
+    replaced = f"; replaced {summary['replaced']} old npz files" if summary["replaced"] else ""
+    print(
+        f"wrote {summary['kernels']} kernels ({summary['configs']} configs) of family "
+        f"{summary['family']}, seed {summary['seed']}, to {summary['out_dir']}: "
+        f"train {summary['train']}, valid {summary['valid']} ({summary['usable_valid']} with "
+        f">= {UPSTREAM_CONFIGS} configs), test {summary['test']}{replaced}"
+    )
     for w in caught:
         if issubclass(w.category, ValidationSplitWarning):
             print(f"tpu-tiles synth: warning: {w.message}", file=sys.stderr)

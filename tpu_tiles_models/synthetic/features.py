@@ -1,5 +1,5 @@
 """The npz feature layout every generator family writes (TpuGraphs README, "Node Features"
-and "Tile Config Features"), and the real train-split scales the families aim at."""
+and "Tile Config Features")."""
 
 from __future__ import annotations
 
@@ -81,12 +81,10 @@ NODE_PRODUCT_COLS = (28, 44, 52, 60, 68, 76, 84, 112, 116, 120, 124, 128, 132)
 # Offsets of element types inside the one-hot block, and their sizes in bytes.
 ELEM_TYPES: dict[str, tuple[int, int]] = {
     "pred": (1, 1),
-    "s8": (2, 1),
     "s32": (4, 4),
     "u8": (6, 1),
     "u16": (7, 2),
     "u32": (8, 4),
-    "f16": (10, 2),
     "f32": (11, 4),
     "bf16": (13, 2),
     "tuple": (16, 0),
@@ -98,25 +96,3 @@ BYTES_BY_TYPE = np.array([0, 1, 1, 2, 4, 8, 1, 2, 4, 8, 2, 4, 8, 2, 8, 16, 0, 0,
 CFG_KERNEL = 0
 CFG_OUTPUT = 8
 CFG_INPUT = 16
-
-# Real train-split scales (tile_feature_stats.json) the generators aim at, kept as
-# constants so the package works without shared data: (mean, std) per column.
-REAL_NODE_SCALES: dict[int, tuple[float, float]] = {
-    0: (0.10, 0.30),  # is_root
-    13: (0.71, 0.45),  # f32
-    15: (0.22, 0.41),  # bf16
-    21: (707.0, 69563.0),  # shape dim 0
-    27: (1804.0, 73430.0),  # shape sum
-    28: (6.29e6, 3.1e7),  # shape product
-    30: (1.53, 2.88),  # parameter number
-    44: (19.8, 910.0),  # window size product
-    134: (1.50, 1.37),  # layout minor_to_major_0
-}
-REAL_CONFIG_SCALES: dict[int, tuple[float, float]] = {
-    2: (15.5, 22.5),  # kernel bound 2
-    7: (130.8, 189.4),  # kernel bounds product
-    8: (8.7, 22.6),  # output bound 0
-    14: (26.2, 29.8),  # output bounds sum
-    15: (161.9, 232.3),  # output bounds product
-    23: (0.21, 10.9),  # input bounds product
-}

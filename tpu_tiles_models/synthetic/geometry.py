@@ -28,20 +28,13 @@ _OP = OPCODES
 # Op weights in VPU element-operations per output element (transcendentals are dearer;
 # data movement costs a relayout pass).
 VPU_WEIGHT: dict[int, float] = {
-    _OP["exponential"]: 4.0,
-    _OP["log"]: 4.0,
-    _OP["tanh"]: 4.0,
-    _OP["logistic"]: 4.0,
-    _OP["rsqrt"]: 3.0,
-    _OP["sqrt"]: 3.0,
+    **{_OP[o]: 4.0 for o in ("exponential", "log", "tanh", "logistic")},
+    **{_OP[o]: 3.0 for o in ("rsqrt", "sqrt")},
     _OP["power"]: 6.0,
     _OP["divide"]: 2.0,
     _OP["transpose"]: 1.5,
-    _OP["pad"]: 0.5,
-    _OP["slice"]: 0.5,
-    _OP["concatenate"]: 0.5,
+    **{_OP[o]: 0.5 for o in ("pad", "slice", "concatenate", "copy")},
     _OP["broadcast"]: 0.25,
-    _OP["copy"]: 0.5,
 }
 # Ops that cost nothing inside a fusion (no element-wise work of their own).
 FREE_OPS = frozenset(
@@ -51,51 +44,29 @@ FREE_OPS = frozenset(
 
 @dataclass(frozen=True)
 class KernelGeometry:
-    """Cost-relevant facts about a kernel, extracted from its features only.
+    """Cost-relevant facts about a kernel, extracted from its features only."""
 
-    Attributes:
-        kind: "conv", "dot", "reduce" or "elementwise" (the main op).
-        out_dims: `[rank]` dims of the tiled output.
-        granule: `[rank]` elements per tile unit along each output dim (from the layout).
-        out_bytes: bytes per output element summed over all fusion outputs.
-        vpu_ops: weighted element-wise ops per output element.
-        side_elems: `[p]` element counts of parameters that do not feed the main op.
-        side_bytes: `[p]` their bytes per element.
-        side_minor: `[p]` the output dim along which each runs contiguously in memory (its
-            own layout's minor dim; the last output dim for a lower-rank operand that is
-            broadcast; -1 for a scalar).
-        main_bytes: bytes per element of the main op's operands.
-        window: convolution window (kh, kw).
-        stride: convolution stride.
-        cin: input features per group (conv) or contraction size K (dot).
-        batch_dim: output dim of the convolution's batch.
-        feat_dim: output dim of the convolution's features.
-        reduce_size: input elements per output element of a reduction.
-        rhs_batched: whether a batched dot's rhs has the batch dims too.
-        operand_bytes: bytes of the operand every tile re-reads (filter or rhs).
-        in_dims: `[in_rank]` dims of a reduction's input.
-        in_granule: `[in_rank]` its tile-unit sizes.
-    """
-
-    kind: str
-    out_dims: np.ndarray
-    granule: np.ndarray
-    out_bytes: float
-    vpu_ops: float
-    side_elems: np.ndarray
-    side_bytes: np.ndarray
+    kind: str  # the main op: "conv", "dot", "reduce" or "elementwise"
+    out_dims: np.ndarray  # `[rank]` dims of the tiled output
+    granule: np.ndarray  # `[rank]` elements per tile unit along each output dim (from the layout)
+    out_bytes: float  # bytes per output element summed over all fusion outputs
+    vpu_ops: float  # weighted element-wise ops per output element
+    side_elems: np.ndarray  # `[p]` element counts of parameters that do not feed the main op
+    side_bytes: np.ndarray  # `[p]` their bytes per element
+    # `[p]` the output dim along which each runs contiguously in memory: its own layout's minor
+    # dim; the last output dim for a lower-rank operand that is broadcast; -1 for a scalar
     side_minor: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    main_bytes: float = 4.0
-    window: tuple[int, int] = (1, 1)
-    stride: int = 1
-    cin: int = 1
-    batch_dim: int = 0
-    feat_dim: int = 0
-    reduce_size: float = 1.0
-    rhs_batched: bool = False
-    operand_bytes: float = 0.0
-    in_dims: np.ndarray = field(default_factory=lambda: np.ones(1, np.int64))
-    in_granule: np.ndarray = field(default_factory=lambda: np.ones(1, np.int64))
+    main_bytes: float = 4.0  # bytes per element of the main op's operands
+    window: tuple[int, int] = (1, 1)  # convolution window (kh, kw)
+    stride: int = 1  # convolution stride
+    cin: int = 1  # input features per group (conv) or contraction size K (dot)
+    batch_dim: int = 0  # output dim of the convolution's batch
+    feat_dim: int = 0  # output dim of the convolution's features
+    reduce_size: float = 1.0  # input elements per output element of a reduction
+    rhs_batched: bool = False  # whether a batched dot's rhs has the batch dims too
+    operand_bytes: float = 0.0  # bytes of the operand every tile re-reads (filter or rhs)
+    in_dims: np.ndarray = field(default_factory=lambda: np.ones(1, np.int64))  # a reduction's input
+    in_granule: np.ndarray = field(default_factory=lambda: np.ones(1, np.int64))  # its tile units
 
 
 def operand_lists(n: int, edge_index: np.ndarray) -> list[list[int]]:
@@ -151,16 +122,8 @@ def root_outputs(node_feat: np.ndarray, opc: np.ndarray, operands: list[list[int
 def kernel_geometry(
     node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: np.ndarray
 ) -> KernelGeometry:
-    """Extracts the tiled output, main op and side inputs of a kernel from its arrays.
-
-    Args:
-      node_feat: `[n, 140]` node features.
-      node_opcode: `[n]` opcode ids.
-      edge_index: `[m, 2]` `(consumer, producer)` edges.
-
-    Returns:
-      The kernel's `KernelGeometry`.
-    """
+    """The tiled output, main op and side inputs of a kernel, from its npz arrays (`[n, 140]`
+    node features, `[n]` opcodes, `[m, 2]` `(consumer, producer)` edges)."""
     opc = np.asarray(node_opcode).astype(np.int64)
     n = len(opc)
     operands = operand_lists(n, np.asarray(edge_index))

@@ -32,26 +32,14 @@ from tpu_tiles_models.synthetic.features import (
     OPCODES,
 )
 
-
-def _blank_row() -> np.ndarray:
-    """A node feature row for an op with no optional fields: `[140]` float64."""
-    row = np.zeros(NODE_FEAT_DIM, np.float64)
-    row[list(NODE_PRODUCT_COLS)] = 1.0
-    return row
-
-
-_BLANK_ROW = _blank_row()
+# A node feature row for an op with no optional fields.
+_BLANK_ROW = np.zeros(NODE_FEAT_DIM, np.float64)
+_BLANK_ROW[list(NODE_PRODUCT_COLS)] = 1.0
 
 
 def put_seq(row: np.ndarray, start: int, values: Sequence[int], width: int) -> None:
-    """Writes `values` (truncated to `width`) at `row[start:]`, then their sum and product.
-
-    Args:
-      row: `[140]` node feature row, changed in place.
-      start: column of the first value.
-      values: the list (the product of an empty list is 1, like the featuriser's).
-      width: how many value columns the block has before its sum and product.
-    """
+    """Writes `values` (truncated to `width`, the block's value columns) at `row[start:]`,
+    then their sum and product (1 for an empty list, like the featuriser's)."""
     for i, v in enumerate(values[:width]):
         row[start + i] = v
     row[start + width] = float(sum(values))
@@ -59,16 +47,9 @@ def put_seq(row: np.ndarray, start: int, values: Sequence[int], width: int) -> N
 
 
 def minor_to_major(rank: int, style: int) -> tuple[int, ...]:
-    """The layout of a shape of `rank` dims.
-
-    Args:
-      rank: number of dims.
-      style: 0 row-major; 1 puts the batch dim second-minor (TPU convolution style) for
-      rank >= 3; 2 transposes rank-2 shapes.
-
-    Returns:
-      The minor_to_major permutation (empty for a scalar).
-    """
+    """The minor_to_major permutation of a shape of `rank` dims (empty for a scalar). `style`
+    0 is row-major; 1 puts the batch dim second-minor (TPU convolution style) for rank >= 3;
+    2 transposes rank-2 shapes."""
     if rank == 0:
         return ()
     if style == 1 and rank >= 3:
@@ -82,27 +63,19 @@ def minor_to_major(rank: int, style: int) -> tuple[int, ...]:
 class Graph:
     """Accumulates nodes (in topological order) and `[consumer, producer]` edges.
 
-    Attributes:
-        layout_style: the `minor_to_major` style of every node's layout.
-        layout_rng: when set, a parameter of rank >= 2 is stored with its two minor-most
-            layout dims swapped with probability `swapped_inputs` (a producer's layout that
-            differs from its consumers', as XLA's layout assignment leaves some inputs).
-        swapped_inputs: that probability.
-        rows: one `[140]` feature row per node.
-        ops: opcode ids, one per node.
-        shapes: the shape of every node.
-        edges: `(consumer, producer)` pairs in operand order.
-        n_params: parameters added so far (the next parameter number).
+    With `layout_rng` set, a parameter of rank >= 2 is stored with its two minor-most layout
+    dims swapped with probability `swapped_inputs` (a producer's layout that differs from its
+    consumers', as XLA's layout assignment leaves some inputs).
     """
 
-    layout_style: int
+    layout_style: int  # the `minor_to_major` style of every node's layout (3: see `_layout`)
     layout_rng: np.random.Generator | None = None
     swapped_inputs: float = 0.0
-    rows: list[np.ndarray] = field(default_factory=list)
-    ops: list[int] = field(default_factory=list)
+    rows: list[np.ndarray] = field(default_factory=list)  # one `[140]` feature row per node
+    ops: list[int] = field(default_factory=list)  # opcode ids
     shapes: list[tuple[int, ...]] = field(default_factory=list)
-    edges: list[tuple[int, int]] = field(default_factory=list)
-    n_params: int = 0
+    edges: list[tuple[int, int]] = field(default_factory=list)  # in operand order
+    n_params: int = 0  # parameters added so far (the next parameter number)
     _perms: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
     def add(
@@ -113,18 +86,8 @@ class Graph:
         operands: Iterable[int] = (),
         dims: Sequence[int] = (),
     ) -> int:
-        """Adds one node and returns its index.
-
-        Args:
-          op: HLO opcode name (a key of `OPCODES`).
-          shape: the node's output shape.
-          dtype: element type (a key of `ELEM_TYPES`).
-          operands: producer node indices, in operand order.
-          dims: the op's `dimensions` field (broadcast, reduce, transpose).
-
-        Returns:
-          The new node's index.
-        """
+        """Adds node `op` (a key of `OPCODES`) of element type `dtype` (of `ELEM_TYPES`) on
+        its producers `operands`, `dims` its `dimensions` field; returns its index."""
         row = _BLANK_ROW.copy()
         shape = tuple(int(s) for s in shape)
         row[COL_ELEM_TYPE + ELEM_TYPES[dtype][0]] = 1.0
@@ -158,11 +121,7 @@ class Graph:
         return self._perms[rank]
 
     def arrays(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The graph as npz arrays.
-
-        Returns:
-          node_feat `[n, 140]` float32, node_opcode `[n]` uint8, edge_index `[m, 2]` int64.
-        """
+        """node_feat `[n, 140]` float32, node_opcode `[n]` uint8, edge_index `[m, 2]` int64."""
         feat = np.stack(self.rows).astype(np.float32)
         ops = np.asarray(self.ops, np.uint8)
         edges = np.asarray(self.edges, np.int64).reshape(-1, 2)
@@ -170,14 +129,9 @@ class Graph:
 
 
 def put_conv_fields(row: np.ndarray, window: tuple[int, int], stride: int, groups: int) -> None:
-    """Fills the window and NHWC/HWIO convolution-dimension fields of a convolution's row.
-
-    Args:
-      row: `[140]` feature row of the convolution node, changed in place.
-      window: spatial window (kh, kw), padded to keep the spatial size ("same").
-      stride: spatial stride on both dims.
-      groups: feature group count (the input features for a depthwise convolution).
-    """
+    """Fills the window and NHWC/HWIO convolution-dimension fields of a convolution's row:
+    window (kh, kw) padded to keep the spatial size ("same"), `stride` on both spatial dims,
+    `groups` feature groups (the input features for a depthwise convolution)."""
     pad = [(k - 1) // 2 for k in window]
     pad_hi = [k - 1 - p for k, p in zip(window, pad)]
     put_seq(row, COL_WINDOW_SIZE, list(window), 6)

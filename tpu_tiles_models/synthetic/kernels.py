@@ -33,11 +33,7 @@ _UNARY = ("negate", "exponential", "tanh", "rsqrt", "abs", "logistic", "log", "c
 
 
 def epilogue(g: Graph, cur: int, dtype: str, target: int, rng: np.random.Generator) -> int:
-    """Appends element-wise ops on node `cur` until `g` has `target` nodes.
-
-    Returns:
-      The last node (the epilogue's output).
-    """
+    """Appends element-wise ops on node `cur` until `g` has `target` nodes; returns the last."""
     shape = g.shapes[cur]
     rank = len(shape)
     chain = [cur]
@@ -203,6 +199,5 @@ KERNEL_KINDS: dict[str, Builder] = {
     "reduce": reduce_kernel,
     "elementwise": elementwise_kernel,
 }
-# The mix of kernel kinds a family draws when its caller gives none (`kind_weights=None`):
-# (conv, dot, reduce, elementwise), the order of `KERNEL_KINDS`.
+# The mix of kernel kinds a family draws when its caller gives none (`kind_weights=None`).
 KIND_WEIGHTS = (0.3, 0.2, 0.15, 0.35)

@@ -21,76 +21,46 @@ MAX_CHUNKS = 8  # input-feature chunks of a convolution (contraction chunks of a
 
 @dataclass(frozen=True)
 class Hardware:
-    """Constants of one simulated TPU core (rates per nanosecond).
+    """Constants of one simulated TPU core (rates per nanosecond, sizes in bytes)."""
 
-    Attributes:
-        mxu_bf16: MXU flop/ns with 16-bit operands.
-        mxu_f32: MXU flop/ns with 32-bit operands (multi-pass).
-        vpu: element-wise op/ns.
-        hbm: bytes/ns.
-        vmem: scratchpad bytes.
-        mxu_dim: systolic array width (row/contraction padding granule).
-        tile_ns: fixed cost per tile (grid step).
-        pass_ns: cost per reduction pass within a tile.
-        launch_ns: kernel launch.
-        overlap: fraction of min(compute, memory) hidden, where a cost model reads it.
-        cache: bytes of an operand cache, or of an on-chip memory tier between HBM and the
-            scratchpad; 0: none.
-        cache_speedup: how much faster a cached re-read is (the tier's bandwidth over
-            HBM's).
-        dma_run: contiguous bytes a read needs for full bandwidth ...
-        dma_exp: ... its bandwidth share grows as (run / dma_run) ** dma_exp ...
-        dma_floor: ... from this share for the shortest runs.
-        out_runs: output tiles are written at the bandwidth share of their contiguous runs
-            along the output layout's minor dim.
-        resident: bytes; a filter or rhs at most this large is read once and stays in the
-            scratchpad for the whole grid (its block never changes, so it is never
-            re-read); 0: never.
-        operand_runs: the main op's operands are read at the bandwidth share of their
-            contiguous runs too: a convolution's input (features minor) and filter (output
-            features minor), a matmul's lhs (contraction minor); a run goes on into the next
-            dim when the tile holds the minor dim whole (side inputs always are).
-        mxus: MXUs that share a tile's rows in blocks of `mxu_dim`.
-    """
-
-    mxu_bf16: float
-    mxu_f32: float
-    vpu: float
-    hbm: float
-    vmem: float
-    mxu_dim: int
-    tile_ns: float
-    pass_ns: float
-    launch_ns: float
-    overlap: float = 1.0
-    cache: float = 0.0
-    cache_speedup: float = 1.0
+    mxu_bf16: float  # MXU flop/ns with 16-bit operands
+    mxu_f32: float  # MXU flop/ns with 32-bit operands (multi-pass)
+    vpu: float  # element-wise op/ns
+    hbm: float  # bytes/ns
+    vmem: float  # scratchpad bytes
+    mxu_dim: int  # systolic array width (row/contraction padding granule)
+    tile_ns: float  # fixed cost per tile (grid step)
+    pass_ns: float  # cost per reduction pass within a tile
+    launch_ns: float  # kernel launch
+    overlap: float = 1.0  # share of min(compute, memory) hidden, where a cost model reads it
+    cache: float = 0.0  # an operand cache, or an on-chip tier between HBM and scratchpad; 0: none
+    cache_speedup: float = 1.0  # a cached re-read's bandwidth over HBM's
+    # Reads in contiguous runs of r bytes get the bandwidth share
+    # clip((r / dma_run) ** dma_exp, dma_floor, 1): side inputs along their minor dim, and
+    # with `operand_runs` the main op's operands (a convolution's input, features minor, and
+    # filter, outputs minor; a matmul's lhs, contraction minor), with `out_runs` the output
+    # tiles' write-back along the output's minor dim. A run goes on into the next dim when the
+    # tile holds the minor dim whole.
     dma_run: float = 2048.0
     dma_exp: float = 0.4
     dma_floor: float = 0.25
     operand_runs: bool = False
     out_runs: bool = False
-    resident: float = 0.0
-    mxus: int = 1
+    resident: float = 0.0  # a filter or rhs at most this large is read once and stays; 0: never
+    mxus: int = 1  # MXUs that share a tile's rows in blocks of `mxu_dim`
 
 
 def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str, np.ndarray]:
-    """Per-config tile quantities.
-
-    Args:
-      geom: the kernel.
-      cfg: `[c, 24]` float64 config features.
-      hw: the core (its MXU width pads MXU rows and contraction; its DMA constants price
-        side inputs read along a short minor dim).
+    """Per-config tile quantities of `[c, 24]` float64 configs on core `hw`.
 
     Returns:
       `[c]` arrays: `tiles`, `passes` (reduction passes per tile), `mxu` (flops per tile),
-      `eff` (MXU efficiency), `vpu` (element-wise ops per tile), `stream` and `reuse`
-      (bytes per tile read once / re-read by every tile), `once` (bytes read once for the
-      whole grid: a resident operand), `ws` (working set bytes: two
-      buffers of everything streamed, so one tile's transfers overlap the previous tile's
-      compute), `f32` (32-bit operands), `rows` (MXU rows per tile: a convolution's
-      output pixels, a matmul's lhs rows; 0 without an MXU op).
+      `eff` (MXU efficiency), `vpu` (element-wise ops per tile), `stream` and `reuse` (bytes
+      per tile read once / re-read by every tile), `once` (bytes read once for the whole
+      grid: a resident operand), `ws` (working set bytes: two buffers of everything
+      streamed, so one tile's transfers overlap the previous tile's compute), `f32` (32-bit
+      operands), `rows` (MXU rows per tile: a convolution's output pixels, a matmul's lhs
+      rows; 0 without an MXU op).
     """
     rank, mxu_dim = len(geom.out_dims), hw.mxu_dim
     units = -(-geom.out_dims // geom.granule)
@@ -155,12 +125,11 @@ def tile_terms(geom: KernelGeometry, cfg: np.ndarray, hw: Hardware) -> dict[str,
     if 0.0 < geom.operand_bytes <= hw.resident:
         reuse, once = np.zeros(len(cfg)), once + geom.operand_bytes
     side_tile = np.minimum(geom.side_elems[None, :], e_t[:, None])
-    side = side_tile @ geom.side_bytes if len(geom.side_bytes) else np.zeros(len(cfg))
+    side = side_tile @ geom.side_bytes  # `[c]` (zeros without side inputs)
     small = geom.side_elems[None, :] < e_t[:, None]  # broadcast operands re-read per tile
-    side_reuse = (side_tile * small) @ geom.side_bytes if len(geom.side_bytes) else 0.0
+    side_reuse = (side_tile * small) @ geom.side_bytes
     # Reading a side input costs more when the tile is short along its own minor dim.
-    slow = side_tile / _dma_share(geom, ext, hw) - side_tile
-    side_slow = slow @ geom.side_bytes if len(geom.side_bytes) else 0.0
+    side_slow = (side_tile / _dma_share(geom, ext, hw) - side_tile) @ geom.side_bytes
     out = e_t * geom.out_bytes
     single = chunk + side + e_t * 4.0 + out  # one buffer of everything streamed
     write = out  # the write-back's time in bytes at full bandwidth: short runs are slower
@@ -198,8 +167,6 @@ def _out_run(geom: KernelGeometry, ext: np.ndarray, units: np.ndarray, b: np.nda
 def _dma_share(geom: KernelGeometry, ext: np.ndarray, hw: Hardware) -> np.ndarray:
     """`[c, p]` bandwidth share of reading each side input with tile extents `ext`: long
     contiguous runs along its minor dim read fast."""
-    if not len(geom.side_minor):
-        return np.ones((len(ext), 0))
     minor = np.maximum(geom.side_minor, 0)
     run = np.where(geom.side_minor[None, :] >= 0, ext[:, minor], np.inf)  # a scalar: no limit
     return _share(run * geom.side_bytes[None, :], hw)
@@ -221,20 +188,15 @@ def _reduce_chunk(geom: KernelGeometry, cfg: np.ndarray, ext: np.ndarray) -> np.
     return np.where(cfg[:, CFG_INPUT + 7] > 0, chunk, geom.reduce_size)
 
 
-def divisors(n: int) -> np.ndarray:
-    """The divisors of `n` >= 1, ascending."""
-    low = np.arange(1, math.isqrt(n) + 1)
-    low = low[n % low == 0]
-    return np.unique(np.concatenate([low, n // low]))
-
-
 def bound_options(units: int, cap: int | None = None) -> np.ndarray:
     """Bounds an autotuner tries on a dim of `units` granules: its divisors, powers of two
     (cheap index maths) and even splits ceil(units / k) for k <= 8 (the last tile hangs over
     the edge when a bound does not divide), at most `cap`."""
     units = max(int(units), 1)
+    low = np.arange(1, math.isqrt(units) + 1)
+    low = low[units % low == 0]  # with units // low: the divisors
     pow2 = 2 ** np.arange(int(np.log2(units)) + 1)
-    values = np.unique(np.concatenate([divisors(units), pow2, -(-units // np.arange(1, 9))]))
+    values = np.unique(np.concatenate([low, units // low, pow2, -(-units // np.arange(1, 9))]))
     return values if cap is None else values[values <= cap]
 
 
@@ -268,13 +230,13 @@ def tried(points: np.ndarray, units: np.ndarray, max_steps: int = MAX_STEPS) -> 
     return (np.prod(points[:, :rank], axis=1) <= MAX_TILE) & (steps <= most)
 
 
-def bounds_block(values: np.ndarray, width: int = 6) -> np.ndarray:
+def bounds_block(values: np.ndarray) -> np.ndarray:
     """`[c, k]` bounds -> `[c, 8]` block of 6 dims + sum + product (product 0 when empty)."""
-    out = np.zeros((len(values), width + 2))
-    k = min(values.shape[1], width)
+    out = np.zeros((len(values), 8))
+    k = min(values.shape[1], 6)
     out[:, :k] = values[:, :k]
-    out[:, width] = values.sum(axis=1)
-    out[:, width + 1] = np.prod(values, axis=1) if values.shape[1] else 0.0
+    out[:, 6] = values.sum(axis=1)
+    out[:, 7] = np.prod(values, axis=1) if values.shape[1] else 0.0
     return out
 
 
@@ -289,8 +251,10 @@ def choices(geom: KernelGeometry, meta: dict[str, Any]) -> list[np.ndarray]:
         out.append(chunk_options(geom.cin, 8, MAX_CHUNKS))
     elif geom.kind == "dot":
         out.append(chunk_options(geom.cin, 128, 2 * MAX_CHUNKS))
-    if "reduce" in meta:  # how many chunks the outermost reduced dim is split into
-        out.append(reduce_splits(geom, meta))
+    if "reduce" in meta:  # how many chunks (powers of two) the outermost reduced dim is cut into
+        j = min(meta["reduce"][1])
+        n_units = -(-int(geom.in_dims[j]) // int(geom.in_granule[j]))
+        out.append(2 ** np.arange(int(np.log2(n_units)) + 1))
     return out
 
 
@@ -313,13 +277,6 @@ def config_rows(geom: KernelGeometry, meta: dict[str, Any], space: np.ndarray) -
         # which keeps them mostly 0 as in the real data.
         cfg[:, CFG_INPUT : CFG_INPUT + 8] = block * (split > 1)[:, None]
     return cfg
-
-
-def reduce_splits(geom: KernelGeometry, meta: dict[str, Any]) -> np.ndarray:
-    """Split counts (powers of two) tried on the outermost reduced dim."""
-    j = min(meta["reduce"][1])
-    n_units = -(-int(geom.in_dims[j]) // int(geom.in_granule[j]))
-    return 2 ** np.arange(int(np.log2(n_units)) + 1)
 
 
 def _reduce_input_bounds(

@@ -20,7 +20,7 @@ from typing import Any, Callable, TypeVar
 
 import numpy as np
 
-from tpu_tiles_models import files, interrupts, locks, pipelines
+from tpu_tiles_models import files, interrupts, locks, pipelines, safe
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.formats import SPLITS, TILE_PREFIX
 from tpu_tiles_models.synthetic.families import DEFAULT_FAMILY, Family, get_family
@@ -43,9 +43,9 @@ _CHUNK = 16
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 Item = tuple[str, int, str, tuple[float, ...]]  # (split, index, tile id, kind weights)
-T = TypeVar("T")
 # In the staging folder: written on Ctrl-C; Beam workers then skip their remaining kernels.
 _STOP = ".stop"
+T = TypeVar("T")
 
 
 class DataSetExistsError(UserError, FileExistsError):
@@ -57,75 +57,41 @@ class ValidationSplitWarning(UserWarning):
 
 
 # Benchmark groups: model names with their kernel-kind mix (conv, dot, reduce, elementwise).
-BENCHMARK_GROUPS: dict[str, tuple[tuple[str, ...], tuple[float, float, float, float]]] = {
+BENCHMARK_GROUPS: dict[str, tuple[list[str], tuple[float, float, float, float]]] = {
     "convnet": (
-        (
-            "resnet50",
-            "resnet101",
-            "inception_v3",
-            "efficientnet_b0",
-            "efficientnet_b7",
-            "mobilenet_v2",
-            "mask_rcnn",
-            "retinanet",
-            "unet3d",
-            "densenet121",
-            "shapemask",
-            "vgg16",
-            "alexnet",
-        ),
+        "resnet50 resnet101 inception_v3 efficientnet_b0 efficientnet_b7 mobilenet_v2 "
+        "mask_rcnn retinanet unet3d densenet121 shapemask vgg16 alexnet".split(),
         (0.62, 0.06, 0.1, 0.22),
     ),
     "transformer": (
-        (
-            "bert_base",
-            "bert_large",
-            "transformer_lm",
-            "t5_small",
-            "gpt2_medium",
-            "vit_b16",
-            "wmt_transformer",
-            "albert",
-            "xlnet",
-        ),
+        "bert_base bert_large transformer_lm t5_small gpt2_medium vit_b16 wmt_transformer "
+        "albert xlnet".split(),
         (0.12, 0.46, 0.18, 0.24),
     ),
-    "recsys": (
-        ("ncf", "dlrm", "wide_deep", "rnn_lm", "lstm_translate", "deepfm"),
-        (0.05, 0.4, 0.2, 0.35),
-    ),
+    "recsys": ("ncf dlrm wide_deep rnn_lm lstm_translate deepfm".split(), (0.05, 0.4, 0.2, 0.35)),
 }
 
 
-# Programs per split, as in the real collection: train kernels come from 61 programs of very
-# uneven size (1 to 266 kernels), valid kernels from 7 programs not in train (4 convnets and 3
-# BERTs, 72% of the kernels from the convnets); the test split's (anonymised) kernels from
-# programs of their own, mixed like valid. Each split has fixed program counts per group and a
-# kernel picks its group with fixed odds, then a program of it by weight: drawn groups made one
-# seed's valid split 93% convnet kernels and another's 17%, and its configs-per-kernel
-# histogram swung with them (convnet kernels hold far more configs).
+# (programs, odds of a kernel) per split and group, as in the real collection: train kernels
+# come from 61 programs of very uneven size, valid from 7 not in train, test from its own,
+# mixed like valid. Fixed, not drawn: convnet kernels hold far more configs, so a drawn mix
+# would swing a split's configs-per-kernel histogram from seed to seed.
 PROGRAMS = {
-    "train": {"convnet": 37, "transformer": 18, "recsys": 6},
-    "valid": {"convnet": 4, "transformer": 3},
-    "test": {"convnet": 5, "transformer": 3},
-}
-KERNEL_GROUP_ODDS = {
-    "train": {"convnet": 0.6, "transformer": 0.3, "recsys": 0.1},
-    "valid": {"convnet": 0.72, "transformer": 0.28},
-    "test": {"convnet": 0.72, "transformer": 0.28},
+    "train": {"convnet": (37, 0.6), "transformer": (18, 0.3), "recsys": (6, 0.1)},
+    "valid": {"convnet": (4, 0.72), "transformer": (3, 0.28)},
+    "test": {"convnet": (5, 0.72), "transformer": (3, 0.28)},
 }
 PROGRAM_SIGMA = 1.1  # lognormal spread of program sizes
 
 
 def _programs(seed: int) -> dict[str, dict[str, list[tuple[str, float]]]]:
-    """Disjoint `(name, weight)` programs per split and group; a kernel picks a program of its
-    group with odds proportional to the weight."""
+    """Disjoint `(name, weight)` programs per split and group (a kernel's odds: the weight)."""
     rng = np.random.default_rng([seed, 7919])
     names: set[str] = set()
     out: dict[str, dict[str, list[tuple[str, float]]]] = {}
     for split, quota in PROGRAMS.items():
         out[split] = {}
-        for group, n in quota.items():
+        for group, (n, _) in quota.items():
             programs: list[tuple[str, float]] = []
             while len(programs) < n:
                 model = str(pick(rng, BENCHMARK_GROUPS[group][0]))
@@ -138,28 +104,20 @@ def _programs(seed: int) -> dict[str, dict[str, list[tuple[str, float]]]]:
     return out
 
 
-def read_test_ids(path: str | Path) -> list[str]:
-    """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order."""
-    prefix = TILE_PREFIX
-    text = files.read_bytes(path).decode("utf-8")  # a named pipe: refused, not waited on
-    rows = list(csv.reader(io.StringIO(text, newline="")))
-    return [r[0][len(prefix) :] for r in rows if r and r[0].startswith(prefix)]
-
-
 def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -> list[Item]:
     """`(split, index, tile_id, kind weights)` for every kernel, deterministic in `seed`."""
     programs = _programs(seed)
     plan, seen = [], set(test_ids or ())  # given test ids stand; a generated id avoids them
     for s_idx, split in enumerate(SPLITS):
         rng = np.random.default_rng([seed, 104729, s_idx])
-        groups = list(KERNEL_GROUP_ODDS[split])
-        group_odds = np.asarray([KERNEL_GROUP_ODDS[split][g] for g in groups])
+        groups = list(PROGRAMS[split])
+        group_odds = np.asarray([PROGRAMS[split][g][1] for g in groups])
         for i in range(counts[split]):
             group = groups[int(rng.choice(len(groups), p=group_odds))]
             names, weights = zip(*programs[split][group])
             j = int(rng.choice(len(names), p=np.asarray(weights) / sum(weights)))
             if split == "test" and test_ids is not None:
-                tid = test_ids[i]  # distinct (`_test_ids`)
+                tid = test_ids[i]  # distinct (`read_test_ids`)
             else:
                 tid = rng.bytes(16).hex() if split == "test" else f"{names[j]}_{rng.bytes(8).hex()}"
                 while tid in seen:  # never two kernels with one id
@@ -170,43 +128,26 @@ def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """Writes an npz atomically (see `files.atomic_path`), byte for byte the same for the same
-    arrays: `np.savez`'s layout (uncompressed `<key>.npy` members) with a fixed timestamp."""
-    with files.atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as z:
+    """`np.savez`'s layout with a fixed timestamp, written atomically."""
+    with safe.atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as z:
         for key, value in arrays.items():
             member = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
             with z.open(member, "w", force_zip64=True) as f:
                 np.lib.format.write_array(f, np.asanyarray(value), allow_pickle=False)
 
 
-def _check_args(
-    counts: dict[str, int], seed: int, max_configs: int | None, min_configs: int
-) -> None:
-    """Raises `FlagError` (one line, naming the flag) for values that make no data set."""
-    for split, n in counts.items():
-        if n < 0:
-            raise FlagError(f"--{split} must be a kernel count >= 0, got {n}")
-    if seed < 0:
-        raise FlagError(f"--seed must be >= 0, got {seed}")
-    if min_configs < 1:
-        raise FlagError(f"min_configs must be >= 1, got {min_configs}")
-    if max_configs is not None and max_configs < min_configs:
-        raise FlagError(
-            f"--max_configs must be at least {min_configs} (the fewest configs a kernel gets), "
-            f"got {max_configs}"
-        )
-
-
-def _test_ids(path: str | Path) -> list[str]:
-    """`read_test_ids`, with a one-line `FlagError` for a missing file or one without ids."""
+def read_test_ids(path: str | Path) -> list[str]:
+    """Tile ids (without `tile:xla:`) of a sample_submission-style csv, in file order."""
     try:
-        ids = read_test_ids(path)
+        text = files.read_bytes(path).decode("utf-8")  # a named pipe: refused, not waited on
+        rows = list(csv.reader(io.StringIO(text, newline="")))
     except (OSError, UnicodeDecodeError, csv.Error) as err:
         why = getattr(err, "strerror", None) or err.__class__.__name__
         raise FlagError(
             f"--test_ids_from {path}: cannot read it ({why}); give the competition's "
             "sample_submission.csv"
         ) from None
+    ids = [r[0][len(TILE_PREFIX) :] for r in rows if r and r[0].startswith(TILE_PREFIX)]
     if not ids:
         raise FlagError(
             f"--test_ids_from {path} has no {TILE_PREFIX}* rows; give the competition's "
@@ -231,9 +172,8 @@ def _test_ids(path: str | Path) -> list[str]:
 
 
 def _not_a_name(tile_id: str) -> str:
-    """Why `tile_id` cannot be a file name in the test folder ('' if it can): each becomes
-    `test/<tile_id>.npz`, so a separator or `..` would write outside OUT, and a leading dot a
-    hidden file that no reader sees."""
+    """Why `tile_id` cannot name `test/<tile_id>.npz` ('' if it can): a separator or `..`
+    would write outside OUT, a leading dot a hidden file that no reader sees."""
     if not tile_id:
         return "is empty after the prefix"
     if "/" in tile_id or "\\" in tile_id or os.path.isabs(tile_id):
@@ -250,64 +190,13 @@ def existing_npz(out: Path) -> list[Path]:
     return [p for split in SPLITS for p in sorted((out / split).glob("*.npz"))]
 
 
-def _prepare_out(out: Path, overwrite: bool) -> list[Path]:
-    """Checks `out` can take a new data set; returns the old npz files to replace.
-
-    Raises:
-      FlagError: `out` is a file.
-      DataSetExistsError: `out` holds npz files and `overwrite` is False.
-    """
-    if out.exists() and not out.is_dir():
-        raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
-    old = existing_npz(out) if out.is_dir() else []
-    if old and not overwrite:
-        raise DataSetExistsError(
-            f"{out} already holds a data set ({len(old)} npz files in {{train,valid,test}}/); "
-            "pass --overwrite to replace it, or choose another folder"
-        )
-    return old
-
-
-def _install(staging: Path, out: Path, old: list[Path]) -> None:
-    """Replaces the `old` npz files by the complete new set in `staging` (renames only)."""
-    for path in old:
-        path.unlink(missing_ok=True)
-    for split in SPLITS:
-        src, dst = staging / split, out / split
-        if dst.is_dir() and not any(dst.iterdir()):
-            dst.rmdir()
-        if not dst.exists():
-            os.replace(src, dst)
-            continue
-        for path in src.iterdir():  # a split folder that holds other files of the user's
-            os.replace(path, dst / path.name)
-        src.rmdir()
-
-
-def usable_valid_kernels(out: str | Path, configs: int = UPSTREAM_CONFIGS) -> int:
-    """Validation kernels of a tree with at least `configs` configs (those upstream's trainer
-    keeps for its validation batches)."""
+def usable_valid_kernels(out: str | Path) -> int:
+    """Validation kernels with at least `UPSTREAM_CONFIGS` configs (those upstream keeps)."""
     count = 0
     for path in sorted(Path(out, "valid").glob("*.npz")):
         with np.load(path) as d:
-            count += len(d["config_runtime"]) >= configs
+            count += len(d["config_runtime"]) >= UPSTREAM_CONFIGS
     return count
-
-
-def _warn_if_valid_unusable(usable: int, valid: int, max_configs: int | None) -> None:
-    """Warns when upstream's trainer would get no validation batch from this tree."""
-    if usable >= UPSTREAM_BATCH:
-        return
-    fix = f"--valid {max(2 * UPSTREAM_BATCH, 2 * valid)} or more"
-    if max_configs is not None and max_configs < UPSTREAM_CONFIGS:
-        fix = f"--max_configs {UPSTREAM_CONFIGS} or more"
-    warnings.warn(
-        f"only {usable} of {valid} validation kernels have >= {UPSTREAM_CONFIGS} configs; "
-        f"upstream's tiles_train.py (--configs {UPSTREAM_CONFIGS} --batch {UPSTREAM_BATCH}) "
-        f"needs {UPSTREAM_BATCH} or stops with KeyError: 'val_loss' (use {fix})",
-        ValidationSplitWarning,
-        stacklevel=3,
-    )
 
 
 def generate(
@@ -327,47 +216,30 @@ def generate(
 ) -> dict[str, Any]:
     """Writes a data set `out_dir/{train,valid,test}/<tile_id>.npz`; test runtimes are zeros.
 
-    The kernels are written into a hidden folder inside `out_dir` and renamed into place when
-    all are done, so an error or Ctrl-C leaves `out_dir` as it was; the hidden folder of a
-    killed run (`kill -9`) is removed by the next run into `out_dir`. Kernel `i` of a split is
-    made from its own generator seeded with `(seed, split, i)`, so the files are the same
-    whatever `num_workers` is.
-
-    Args:
-      out_dir: the tree's root (created if missing).
-      train: train kernels.
-      valid: validation kernels; warns (`ValidationSplitWarning`) when fewer than
-      `UPSTREAM_BATCH` of them have `UPSTREAM_CONFIGS` configs.
-      test: test kernels (ignored with `test_ids_from`).
-      seed: everything is a function of it.
-      max_configs: cap on configs per kernel (when None, `autotuner.MAX_CONFIGS`: 10,000).
-      min_configs: floor on configs per kernel.
-      family: a key of `FAMILIES`.
-      test_ids_from: a sample_submission.csv whose tile ids (and count) the test split takes.
-      overwrite: replace the npz files of a data set already in `out_dir`.
-      progress: show a progress bar.
-      num_workers: 1 makes every kernel in this process; more runs an Apache Beam pipeline
-      on the multi-processing DirectRunner with that many worker processes; None takes
-      the cores when there are at least `PARALLEL_MIN_KERNELS` kernels, else 1.
-
-    Returns:
-      `{"train", "valid", "test", "kernels", "configs"}` counts, `"out_dir"`, `"family"`,
-      `"seed"`, `"usable_valid"` (validation kernels with at least `UPSTREAM_CONFIGS`
-      configs), `"replaced"` (old npz files removed) and `"workers"` (processes used).
-
-    Raises:
-      FlagError: a negative count or seed, `max_configs < min_configs`, `num_workers < 1`,
-      an unreadable `test_ids_from`, nothing to generate, or `out_dir` is a file.
-      UnknownFamilyError: `family` is not in `FAMILIES`.
-      DataSetExistsError: `out_dir` holds npz files and `overwrite` is False.
-      locks.BusyError: another process is writing `out_dir` (`locks.claim`).
+    The kernels go to a hidden folder in `out_dir`, renamed into place when all are done, so an
+    error or Ctrl-C leaves `out_dir` as it was. Kernel `i` of a split has its own generator
+    seeded with `(seed, split, i)`: the files do not depend on `num_workers` (1: this process;
+    more: a Beam pipeline; None: `default_workers`). `max_configs` None is
+    `autotuner.MAX_CONFIGS`; `test_ids_from` (a sample_submission.csv) sets the test split's
+    ids. Returns the counts and settings `tpu-tiles synth` prints.
     """
     maker = get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
-    _check_args(counts, seed, max_configs, min_configs)
+    for split, n in counts.items():
+        if n < 0:
+            raise FlagError(f"--{split} must be a kernel count >= 0, got {n}")
+    if seed < 0:
+        raise FlagError(f"--seed must be >= 0, got {seed}")
+    if min_configs < 1:
+        raise FlagError(f"min_configs must be >= 1, got {min_configs}")
+    if max_configs is not None and max_configs < min_configs:
+        raise FlagError(
+            f"--max_configs must be at least {min_configs} (the fewest configs a kernel gets), "
+            f"got {max_configs}"
+        )
     if num_workers is not None and num_workers < 1:
         raise FlagError(f"--num_workers must be at least 1, got {num_workers}")
-    test_ids = _test_ids(test_ids_from) if test_ids_from is not None else None
+    test_ids = read_test_ids(test_ids_from) if test_ids_from is not None else None
     if test_ids is not None:
         counts["test"] = len(test_ids)
     if not sum(counts.values()):
@@ -375,20 +247,48 @@ def generate(
     workers = num_workers or default_workers(sum(counts.values()))
     out = Path(out_dir)
     with locks.claim(out, flag="OUT", command="synth"):  # one synth into OUT at a time
-        old = _prepare_out(out, overwrite)
-        files.check_folder(out, flag="OUT")  # read-only, names too long: before any kernel
-        inputs = [files.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
-        files.prepare_outputs([files.Output(out / split, "OUT") for split in SPLITS], inputs)
+        if out.exists() and not out.is_dir():
+            raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
+        old = existing_npz(out) if out.is_dir() else []  # replaced by the new set
+        if old and not overwrite:
+            raise DataSetExistsError(
+                f"{out} already holds a data set ({len(old)} npz files in {{train,valid,test}}/); "
+                "pass --overwrite to replace it, or choose another folder"
+            )
+        inputs = [safe.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
+        outs = [safe.Output(out, "OUT", folder=True, adds_to=True)]
+        outs += [safe.Output(out / split, "OUT", folder=True) for split in SPLITS]
+        safe.claim(outs, inputs)  # before any kernel; removes killed runs' staging folders
         made = files.make_dirs(out, flag="OUT")
-        files.remove_leftovers(out)  # staging folders of killed runs
-        staging = files.hidden_path(out / "synth")
+        staging = safe.hidden_path(out / "synth")
         staging.mkdir()
         try:
             job = _Job(str(staging), seed, maker, max_configs, min_configs)
-            total_configs = _write_kernels(
-                job, _split_plan(counts, seed, test_ids), progress, workers
-            )
-            _install(staging, out, old)
+            plan = _split_plan(counts, seed, test_ids)
+            for split in SPLITS:
+                (staging / split).mkdir()
+            interrupts.check()  # a Ctrl-C while the plan was made
+            with _progress_bar(staging, len(plan), progress):
+                if workers > 1:
+                    total_configs = _write_in_beam(job, plan, workers)
+                else:
+                    total_configs = 0
+                    for item in plan:
+                        total_configs += job.write(item)
+                        interrupts.check()  # the command line's Ctrl-C: stop between kernels
+            interrupts.check()
+            for path in old:  # replaced by the complete new set, by renames only
+                path.unlink(missing_ok=True)
+            for split in SPLITS:
+                src, dst = staging / split, out / split
+                if dst.is_dir() and not any(dst.iterdir()):
+                    dst.rmdir()
+                if not dst.exists():
+                    os.replace(src, dst)
+                    continue
+                for path in src.iterdir():  # a split folder that holds other files of the user's
+                    os.replace(path, dst / path.name)
+                src.rmdir()
         except BaseException as err:
             shutil.rmtree(staging, ignore_errors=True)
             files.remove_made_dirs(made, out)
@@ -400,8 +300,19 @@ def generate(
                 ) from None
             raise
         staging.rmdir()
-        usable = usable_valid_kernels(out)
-        _warn_if_valid_unusable(usable, counts["valid"], max_configs)
+        usable, valid = usable_valid_kernels(out), counts["valid"]
+        if usable < UPSTREAM_BATCH:  # upstream's trainer would get no validation batch
+            fix = f"--valid {max(2 * UPSTREAM_BATCH, 2 * valid)} or more"
+            if max_configs is not None and max_configs < UPSTREAM_CONFIGS:
+                fix = f"--max_configs {UPSTREAM_CONFIGS} or more"
+            warnings.warn(
+                f"only {usable} of {valid} validation kernels have >= {UPSTREAM_CONFIGS} "
+                f"configs; upstream's tiles_train.py (--configs {UPSTREAM_CONFIGS} --batch "
+                f"{UPSTREAM_BATCH}) needs {UPSTREAM_BATCH} or stops with KeyError: 'val_loss' "
+                f"(use {fix})",
+                ValidationSplitWarning,
+                stacklevel=2,
+            )
         return {
             **counts,
             "kernels": sum(counts.values()),
@@ -451,36 +362,16 @@ class _Job:
         return len(arrays["config_feat"])
 
 
-def _write_kernels(job: _Job, plan: list[Item], progress: bool, workers: int) -> int:
-    """Writes every kernel of the plan under `job.root`; returns the number of configs."""
-    for split in SPLITS:
-        Path(job.root, split).mkdir()
-    interrupts.check()  # a Ctrl-C while the plan was made
-    with _progress_bar(Path(job.root), len(plan), progress, workers) as bar:
-        if workers == 1:
-            total = 0
-            for item in plan:
-                total += job.write(item)
-                bar()
-                interrupts.check()  # the command line's Ctrl-C: stop between kernels
-            return total
-        total = _write_in_beam(job, plan, workers)
-    interrupts.check()
-    return total
-
-
 @contextlib.contextmanager
-def _progress_bar(root: Path, total: int, show: bool, workers: int) -> Iterator[Callable[[], None]]:
-    """Yields `tick()` for one written kernel; with workers, a thread counts the files instead."""
+def _progress_bar(root: Path, total: int, show: bool) -> Iterator[None]:
+    """A progress bar of the kernels written under `root`, counted by a thread (Beam's workers
+    write them in other processes)."""
     if not show:
-        yield lambda: None
+        yield
         return
     from tqdm import tqdm
 
     with tqdm(total=total, desc="synthetic kernels", unit="kernel") as bar:
-        if workers == 1:
-            yield lambda: bar.update()
-            return
         done = threading.Event()
 
         def poll() -> None:
@@ -490,7 +381,7 @@ def _progress_bar(root: Path, total: int, show: bool, workers: int) -> Iterator[
         thread = threading.Thread(target=poll, daemon=True)
         thread.start()
         try:
-            yield lambda: None
+            yield
         finally:
             done.set()
             thread.join()
@@ -507,11 +398,8 @@ def _write_chunk(chunk: str, job: _Job) -> int:
 
 
 def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
-    """`Create(chunks) | Reshuffle | Map(_write_chunk)` on the multi-processing DirectRunner
-    with `workers` processes (the sweep's runner); returns the configs written.
-
-    The Reshuffle spreads the chunks over the workers instead of fusing them onto one.
-    """
+    """`Create(chunks) | Reshuffle | Map(_write_chunk)` on the multi-processing DirectRunner;
+    returns the configs written. The Reshuffle spreads the chunks over the workers."""
     with pipelines.quiet_beam():
         import apache_beam as beam
         from apache_beam.metrics.metric import MetricsFilter
@@ -540,10 +428,9 @@ def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
 
 
 def _shielded(run: Callable[[], T], stop: Path) -> T:
-    """Runs `run` (the Beam pipeline) so that Ctrl-C stops it cleanly (see
-    `pipelines.run_shielded`): the first Ctrl-C writes `stop`, the workers skip their
-    remaining kernels, and KeyboardInterrupt is raised here once the pipeline is done, so the
-    caller removes a folder no one writes into."""
+    """Runs `run` (the Beam pipeline) under `pipelines.run_shielded`: the first Ctrl-C writes
+    `stop`, the workers skip their remaining kernels, and KeyboardInterrupt comes once the
+    pipeline is done, so the caller removes a folder no one writes into."""
     interrupts.check()  # a Ctrl-C the command line noted before the shield went up
     value, pressed = pipelines.run_shielded(run, lambda previous: stop.touch())
     if pressed:

@@ -10,8 +10,8 @@ how kernels are built and how a tile changes runtime (docs/synthetic.md):
   fused op groups, every node tiled and padded, compute and memory phases;
 - `inference` (`inference`): the same fusions in an inference graph's mix, on a v4i-like core.
 
-Users get `roofline` alone; a benchmark script imports this package (its folder is on
-`sys.path` as the script's own) and then names these families like the package's own:
+Users get `roofline` alone; a benchmark script puts benchmarks/lib on `sys.path`, imports this
+package and then names these families like the package's own:
 `synthetic.generate(..., family="fusion")`, or `python benchmarks/synth.py OUT --family fusion`
 for `tpu-tiles synth` with them.
 """
@@ -23,11 +23,14 @@ from pathlib import Path
 
 from tpu_tiles_models.synthetic.families import Family, register
 
-from . import alt, fusion, fusion_space, inference
+from . import alt, archetype, fusion, fusion_space, inference
 
 # `generate`'s worker processes (Apache Beam's) unpickle these families' functions by module
 # name, so they must find this package as this process did: through PYTHONPATH, which they
-# inherit.
+# inherit. Its folder, benchmarks/lib, holds this package alone: every process started below a
+# benchmark (a sweep's training child too) inherits it, and a benchmark script's name there
+# would shadow a module of that name (benchmarks/bottleneck.py once hid pandas' `bottleneck`
+# and broke TensorFlow's import in a training child).
 _FOLDER = str(Path(__file__).resolve().parent.parent)
 _PATH = os.environ.get("PYTHONPATH", "")
 if _FOLDER not in _PATH.split(os.pathsep):
@@ -37,8 +40,8 @@ FAMILIES = (
     Family(
         "alt",
         "the same fusions; partial overlap, operand cache, smooth capacity penalty",
-        alt.make_kernel,
-        alt.runtime,
+        alt.COST.make_kernel,
+        alt.COST.runtime,
     ),
     Family(
         "fusion",
@@ -50,7 +53,14 @@ FAMILIES = (
         "inference",
         "the same fusions, inference mix; v4i-like core: 4 MXUs, CMEM, overlap from headroom",
         inference.make_kernel,
-        inference.runtime,
+        inference.COST.runtime,
+    ),
+    Family(
+        "archetype",
+        "the same fusions; (8, 128) padding, halo re-reads, spills; 12-400 random tiles, "
+        "config 0 ordinary",
+        archetype.make_kernel,
+        archetype.runtime,
     ),
 )
 for _family in FAMILIES:

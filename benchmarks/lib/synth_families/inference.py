@@ -116,10 +116,3 @@ def make_kernel(
     given mix tilted by `TILT`; other `kwargs` as `analytic.make_kernel`'s."""
     mix = KIND_MIX if kind_weights is None else tuple(w * f for w, f in zip(kind_weights, TILT))
     return analytic.make_kernel(rng, COST, kind_weights=mix, bf16_share=BF16_SHARE, **kwargs)
-
-
-def runtime(
-    node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: np.ndarray, config_feat: np.ndarray
-) -> np.ndarray:
-    """Noise-free `[c]` runtimes (ns) of a kernel's configs under this family's cost model."""
-    return analytic.features_runtime(COST, node_feat, node_opcode, edge_index, config_feat)

@@ -50,15 +50,3 @@ COST = analytic.CostModel(
     ),
     _time,
 )
-
-
-def make_kernel(rng: np.random.Generator, **kwargs) -> dict[str, np.ndarray]:
-    """One `alt` kernel's npz arrays; `kwargs` as `analytic.make_kernel`'s."""
-    return analytic.make_kernel(rng, COST, **kwargs)
-
-
-def runtime(
-    node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: np.ndarray, config_feat: np.ndarray
-) -> np.ndarray:
-    """Noise-free `[c]` runtimes (ns) of a kernel's configs under this family's cost model."""
-    return analytic.features_runtime(COST, node_feat, node_opcode, edge_index, config_feat)
