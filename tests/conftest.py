@@ -265,27 +265,57 @@ def sample_submission() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Two workers (pytest-xdist: `-n 2 --dist loadgroup` in pytest.ini)
+# Two workers (pytest-xdist: `-n 2 --dist loadgroup --no-loadscope-reorder` in pytest.ini)
 # ---------------------------------------------------------------------------------------------
-# Training is the slow part, and a fixture is made once per worker that uses it. So every test
-# that uses the shared trained runs goes to one worker (group "trained_runs"), a module whose
-# module fixture trains is one group too (`pytestmark = pytest.mark.xdist_group(...)`), and the
-# slowest work units are handed out first, so no long one is left for the end.
+# Training is the slow part, and a worker makes a module fixture again whenever it comes back
+# to that module. So a test file is one work unit (group), every test that uses the shared
+# trained runs is in one more ("trained_runs": trained once), an `xdist_group` mark joins tests
+# of several files. The longest units are handed out first, so that no long one is left for
+# the end: "trained_runs", then those that hold a `slow` test, then the rest in file order.
 
 SHARED_RUNS = {"residual_run", "mlp_seeds"}
+SHARED_GROUP = "trained_runs"
 
 
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "slow: one of the slowest tests; handed out first")
 
 
-def _slow_first(item: pytest.Item) -> int:
-    return 0 if item.get_closest_marker("slow") or item.get_closest_marker("xdist_group") else 1
+def _group(item: pytest.Item) -> str:
+    mark = item.get_closest_marker("xdist_group")
+    if mark:
+        return mark.args[0]
+    return SHARED_GROUP if SHARED_RUNS & set(item.fixturenames) else item.path.stem
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not hasattr(config, "workerinput"):
+        return  # one process: file order keeps each module's tests together
+    groups = {item: _group(item) for item in items}
+    slow = {groups[item] for item in items if item.get_closest_marker("slow")}
+    first = {}
+    for index, item in enumerate(items):
+        first.setdefault(groups[item], index)
+        item.add_marker(pytest.mark.xdist_group(groups[item]))
+    # Each unit's tests together and in file order (a stable sort).
+    rank = {SHARED_GROUP: 0, **{group: 1 for group in slow - {SHARED_GROUP}}}
+    items.sort(key=lambda item: (rank.get(groups[item], 2), first[groups[item]]))
+
+
+@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
+def pytest_collection_modifyitems_naming_groups(
+    config: pytest.Config, items: list[pytest.Item]
+) -> None:
+    """xdist 3.8 tells its scheduler a test's group by renaming it `<nodeid>@<group>`, through
+    an attribute pytest 9 no longer reads (pytest-xdist#1386): the groups were ignored and
+    every test handed out alone. The same name, through the structured id pytest 9 reads."""
+    if not getattr(config.option, "loadgroup", False) or not hasattr(config, "workerinput"):
+        return
     for item in items:
-        if SHARED_RUNS & set(item.fixturenames) and not item.get_closest_marker("xdist_group"):
-            item.add_marker(pytest.mark.xdist_group("trained_runs"))
-    items.sort(key=_slow_first)  # stable: file order otherwise
+        if "@" not in item.nodeid and hasattr(item, "_id"):
+            from _pytest.nodeid import NodeId  # pytest >= 9
+
+            item._id = NodeId.parse(
+                f"{item.nodeid}@{item.get_closest_marker('xdist_group').args[0]}"
+            )

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import csv
 import gzip
+import io
 import json
 import os
 import shutil
@@ -42,7 +44,7 @@ def test_synth_writes_the_splits(tmp_path, capsys):
 def test_demo_writes_every_artifact(tmp_path):
     """`tpu-tiles demo`, small, in its own process as users run it."""
     out = tmp_path / "demo"
-    argv = ["demo", "--out", str(out), "--train", "24", "--epochs", "1", "--no_progress"]
+    argv = ["demo", "--out", str(out), "--train", "10", "--epochs", "1", "--no_progress"]
     proc = subprocess.run(
         [sys.executable, "-m", "tpu_tiles_models.cli", *argv],
         stdin=subprocess.DEVNULL,
@@ -216,31 +218,50 @@ def predicted(mlp_run, short_test_root, tmp_path_factory) -> tuple[list[str], by
     return argv, out.read_bytes()
 
 
-CLOSED_STDOUT = (
-    "tpu-tiles predict: error: cannot write to standard output (it is closed); the files it "
-    "writes are complete; send the output where it can be written\n"
-)
+@pytest.fixture(scope="module")
+def merged(tmp_path_factory) -> tuple[list[str], bytes, str]:
+    """`kaggle`'s argv (without --out) merging one kernel's ranking into a two-row sample, the
+    CSV it writes and what it prints (`{out}` for its path): a command that writes a file and
+    starts without TensorFlow. The command line handles closed streams before any command
+    runs, the same for each; `predict` (TensorFlow, progress bars) has its own test below."""
+    tmp = tmp_path_factory.mktemp("merged")
+    tile = "tile:xla:" + "a" * 32
+    (tmp / "s.csv").write_text(f"ID,TopConfigs\n{tile},0;1;2;3;4\nlayout:xla:default:x,0;1\n")
+    (tmp / "p.csv").write_text(f"ID,TopConfigs\n{tile},4;3;2;1;0")
+    argv = ["kaggle", "--sample", str(tmp / "s.csv"), "--inputcsv", str(tmp / "p.csv")]
+    out = tmp / "k.csv"
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert cli.main([*argv, "--out", str(out)]) == 0
+    return argv, out.read_bytes(), printed.getvalue().replace(str(out), "{out}")
+
+
+def _closed_stdout(command: str) -> str:
+    return (
+        f"tpu-tiles {command}: error: cannot write to standard output (it is closed); the files "
+        "it writes are complete; send the output where it can be written\n"
+    )
 
 
 @pytest.mark.parametrize(
     "redirects, code, stdout, stderr",
     [
-        (">&-", 2, None, CLOSED_STDOUT),
-        ("2>&-", 0, "wrote {out} (6 kernels)\n", None),
-        ("<&- >&- 2>&-", 2, None, None),  # no file it opens may take their numbers
+        (">&-", 2, False, _closed_stdout("kaggle")),
+        ("2>&-", 0, True, None),
+        ("<&- >&- 2>&-", 2, False, None),  # no file it opens may take their numbers
     ],
 )
-def test_closed_standard_streams_cost_no_file(redirects, code, stdout, stderr, predicted, tmp_path):
+def test_closed_standard_streams_cost_no_file(redirects, code, stdout, stderr, merged, tmp_path):
     """Before, `>&-` was an AttributeError traceback and `2>&-` exit 1 with no file."""
-    argv, csv_bytes = predicted
-    out = tmp_path / "p.csv"
+    argv, csv_bytes, printed = merged
+    out = tmp_path / "k.csv"
     pipes = {"stdout": subprocess.PIPE} if stdout else {}
     pipes.update({"stderr": subprocess.PIPE} if stderr else {})
-    proc = _in_shell(redirects, [*argv, "--out", str(out), "--no_progress"], **pipes)
+    proc = _in_shell(redirects, [*argv, "--out", str(out)], **pipes)
     assert proc.returncode == code
     assert out.read_bytes() == csv_bytes
     if stdout:
-        assert proc.stdout == stdout.format(out=out)
+        assert proc.stdout == printed.replace("{out}", str(out))
     if stderr:
         assert proc.stderr == stderr
 
@@ -248,7 +269,7 @@ def test_closed_standard_streams_cost_no_file(redirects, code, stdout, stderr, p
 def test_models_with_stdout_closed_is_one_line():
     proc = _in_shell(">&-", ["models"], stderr=subprocess.PIPE)
     assert proc.returncode == 2
-    assert proc.stderr == CLOSED_STDOUT.replace("predict", "models")
+    assert proc.stderr == _closed_stdout("models")
 
 
 def test_a_broken_stderr_costs_no_file(predicted, tmp_path):

@@ -35,8 +35,6 @@ from tpu_tiles_models import (
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
 
-pytestmark = pytest.mark.xdist_group("course_ranking")
-
 
 def _always_keep(original):
     """`KeepDefault.measure` with `chosen` forced on, and a margin that moves config 0 first

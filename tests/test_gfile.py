@@ -20,8 +20,7 @@ from tpu_tiles_models.sweep.grid import make_point
 
 RAM = "ram://test_gfile"
 SWEEP_OUT = f"{RAM}/sweep"
-# One worker runs this module: ram:// lives in its process, and its tests share one run.
-pytestmark = pytest.mark.xdist_group("gfile")
+# ram:// lives in its process: one worker runs this module (tests/conftest.py groups by file).
 
 
 def _tree(url: str) -> list[str]:

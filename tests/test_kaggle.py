@@ -401,7 +401,7 @@ def _run_script(cwd: Path, *args: str, standalone: bool) -> subprocess.Completed
 
 
 @pytest.fixture
-def upstream_root(tmp_path, sample_submission) -> Path:
+def kaggle_step_root(tmp_path, sample_submission) -> Path:
     """A directory laid out like an upstream root after the course steps."""
     root = tmp_path / "root"
     root.mkdir()
@@ -413,23 +413,23 @@ def upstream_root(tmp_path, sample_submission) -> Path:
     return root
 
 
-def test_script_package_and_standalone_write_identical_bytes(upstream_root, sample_submission):
-    with_package = _run_script(upstream_root, standalone=False)
+def test_script_package_and_standalone_write_identical_bytes(kaggle_step_root, sample_submission):
+    with_package = _run_script(kaggle_step_root, standalone=False)
     assert with_package.returncode == 0, with_package.stderr
     assert "(tpu_tiles_models)" in with_package.stdout
-    out = upstream_root / "predictions_kaggle.csv"
+    out = kaggle_step_root / "predictions_kaggle.csv"
     package_bytes = out.read_bytes()
     out.unlink()
 
-    alone = _run_script(upstream_root, standalone=True)
+    alone = _run_script(kaggle_step_root, standalone=True)
     assert alone.returncode == 0, alone.stderr
     assert alone.stdout.strip().endswith("(standalone)")
     assert "894 rows, 844 tile:xla rows" in alone.stdout
     assert out.read_bytes() == package_bytes
 
 
-def test_script_standalone_options_and_errors(upstream_root):
-    root = upstream_root
+def test_script_standalone_options_and_errors(kaggle_step_root):
+    root = kaggle_step_root
     shutil.move(root / "predictions_model_output.csv", root / "mine.csv")
     ok = _run_script(root, "--inputcsv", "mine.csv", "--out", "sub.csv", standalone=True)
     assert ok.returncode == 0, ok.stderr
@@ -457,9 +457,9 @@ def _load_script():
     return module
 
 
-def test_script_main_with_package_reports_one_line(upstream_root, capsys, monkeypatch):
+def test_script_main_with_package_reports_one_line(kaggle_step_root, capsys, monkeypatch):
     monkeypatch.delenv("TPU_TILES_STANDALONE", raising=False)
-    monkeypatch.chdir(upstream_root)
+    monkeypatch.chdir(kaggle_step_root)
     script = _load_script()
     assert script.main(["--inputcsv", "missing.csv"]) == 2
     err = capsys.readouterr().err

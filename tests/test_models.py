@@ -45,6 +45,9 @@ TINY["Ensemble"] = {
     ]
 }
 CONFIGS, BATCH = 6, 4
+# The models whose configs see each other (cross-config attention, an ensemble's per-kernel
+# normalisation): `score_split` scores their kernels one a call, the others' several a call.
+SEES_OTHER_CONFIGS = ("ResidualSAGE", "ResidualSAGE:default_context", "Ensemble")
 
 # Upstream's constructor keywords (tpu_graphs/baselines/tiles/models.py at ddd187c) as
 # {name: (upstream's default, another value, what the other value changes)}: "shapes" of the
@@ -148,6 +151,10 @@ def test_variables_do_not_depend_on_configs_ops_or_first_call(name, kernels, bat
     assert a(batch).shape == (BATCH, CONFIGS)
     assert len(a.trainable_variables) == before
     assert not a.non_trainable_variables, "state the course copy would miss"
+    # `score_split` puts several kernels in one call only where configs do not see each other.
+    from tpu_tiles_models import scoring
+
+    assert scoring.kernel_scorer(a).grouped == (name not in SEES_OTHER_CONFIGS)
 
 
 @pytest.mark.parametrize("name", BASELINES)
@@ -449,14 +456,25 @@ def fit_data(dataset) -> dict:
     )
 
 
+# Fitted as upstream's trainer fits: unbuilt, its variables made in the first trace of the
+# training step. The others are built first, by one call and the optimizer's `build`: a first
+# trace that makes variables is traced again, so this halves their fit. (That one call makes
+# every variable, and a training call none: test_variables_do_not_depend_on_configs_....)
+FITTED_UNBUILT = "MLP"
+
+
 def _fit_like_upstream(name: str, fit_data: dict, epochs: int):
     tf.keras.utils.set_random_seed(0)
     model = build(name)
+    if name != FITTED_UNBUILT:
+        model(next(iter(fit_data["x"]))[0])
     model.compile(
         loss=CombinedLoss("ListMLELoss:1,MSE:0.02"),
         optimizer=tf.keras.optimizers.Adam(learning_rate=1e-2, clipnorm=1e-3),
         metrics=[ranking.OrderedPairAccuracy(name="opa_metric")],
     )
+    if name != FITTED_UNBUILT:
+        model.optimizer.build(model.trainable_variables)
     history = model.fit(epochs=epochs, verbose=0, **fit_data)
     return model, history.history
 
@@ -474,18 +492,16 @@ def fitted(fit_data):
     return get
 
 
-# MLP and the Ensemble are also fitted for the ensemble tests below: one worker fits them once.
-_WITH_ENSEMBLE_TESTS = pytest.mark.xdist_group("models_ensemble")
+# The tests of fitted models are one work unit of their own (tests/conftest.py): one worker fits
+# each class once, while the other runs the rest of this file.
+_FITTED = pytest.mark.xdist_group("models_fitted")
 
 
+# ResidualSAGE goes through it as DEFAULT_AWARE: the same layers and its default context, so
+# the variant without the context would repeat its life cycle (ResidualSAGEPlain has neither).
 @pytest.mark.slow
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=_WITH_ENSEMBLE_TESTS) if n in ("MLP", "Ensemble") else n
-        for n in [*CLASSES, DEFAULT_AWARE]
-    ],
-)
+@_FITTED
+@pytest.mark.parametrize("name", [n for n in CLASSES if n != "ResidualSAGE"] + [DEFAULT_AWARE])
 def test_upstream_life_cycle(name, fitted, kernels, tmp_path):
     """Construct, compile, fit, save, load_model, rebuild, forward, copy: identical scores."""
     model, history = fitted(name)
@@ -526,7 +542,7 @@ def _ensemble_of(name, copies, combine, kernels, weights_from):
     return ensemble
 
 
-@_WITH_ENSEMBLE_TESTS
+@_FITTED
 @pytest.mark.parametrize("combine", models.COMBINE_METHODS)
 def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, fitted, kernels):
     model, _ = fitted("MLP")
@@ -539,7 +555,7 @@ def test_ensemble_of_one_or_twice_the_same_model_ranks_like_it(combine, fitted, 
         assert_scores_close(two.forward(graph, n), one.forward(graph, n), rel=1e-6)
 
 
-@_WITH_ENSEMBLE_TESTS
+@_FITTED
 def test_ensemble_averages_normalised_member_scores(fitted, kernels, batch):
     ensemble, _ = fitted("Ensemble")
     members = ensemble.members
@@ -576,21 +592,23 @@ def test_normalise_scores_per_kernel():
     np.testing.assert_allclose(z[1], 0.0)
 
 
-GROUPED = ("EarlyJoinSAGE", "ResidualSAGEPlain", "ResidualSAGEPlain:default_context")
+# One model of each way `score_split` groups kernels: without and with the default context.
+GROUPED = ("EarlyJoinSAGE", "ResidualSAGEPlain:default_context")
 
 
-@pytest.mark.parametrize("name", [*GROUPED, "ResidualSAGE", "Ensemble"])
+@pytest.mark.parametrize("name", GROUPED)
 def test_kernels_scored_together_score_as_one_by_one(name, dataset, monkeypatch):
     """`score_split` scores small kernels of models with `independent_configs` several per call,
     padded to the most configs among them: the scores, top-5, runtimes and order of one call
-    per kernel. Models whose configs see each other are scored one by one; the default
-    context sees only position 0, which the padding (appended) leaves in place."""
+    per kernel. The default context sees only position 0, which the padding (appended) leaves
+    in place. (Models whose configs see each other are scored one by one: which are grouped
+    is checked for every class in test_variables_do_not_depend_on_configs_ops_or_first_call.)"""
     from tpu_tiles_models import scoring
 
     model = build(name)
     first = next(iter(data.graph_dataset(dataset.valid, dataset.stats)))
     model.forward(first, num_configs_of(first))
-    assert scoring.kernel_scorer(model).grouped == (name in GROUPED)
+    assert scoring.kernel_scorer(model).grouped
     monkeypatch.setattr(scoring, "GROUP_PADDING", 4.0)  # tiny kernels: let groups form
     order = [5, 0, 3, 1, 7, 2]
     for max_configs in (None, 7):

@@ -197,12 +197,17 @@ def test_model_class_not_in_models_py(mlp_run, short_test_root, tmp_path, capsys
 
 
 @pytest.mark.parametrize("which", ["mlp_run", "residual_run"])
-def test_weights_from_the_checkpoint_are_the_course_copys(which, request, short_test_root):
+def test_weights_from_the_checkpoint_are_the_course_copys(
+    which, mlp_run, residual_run, short_test_root
+):
     """`TrainedRun.build` reads the saved variables from the checkpoint (no SavedModel load):
-    the very values of the course's in-order copy from `tf.keras.models.load_model`."""
+    the very values of the course's in-order copy from `tf.keras.models.load_model`. (Both
+    runs are named as arguments: tests/conftest.py then puts it with the others that use
+    them, where they are trained once.)"""
     from tpu_tiles_models import runs
 
-    run = runs.TrainedRun.open(request.getfixturevalue(which).model_dir)
+    result = {"mlp_run": mlp_run, "residual_run": residual_run}[which]
+    run = runs.TrainedRun.open(result.model_dir)
     model, dataset = run.load(short_test_root, progress=False)
     assert "saved_model" not in vars(run)  # the SavedModel was not loaded
     course = run.build(dataset.test, dataset.stats)
@@ -273,9 +278,6 @@ def _train_subset(root: Path, subset: Path) -> Path:
     return subset
 
 
-scripts_group = pytest.mark.xdist_group("scripts")  # its tests share one `scripts`
-
-
 @pytest.fixture(scope="module")
 def scripts(short_test_root, tmp_path_factory) -> dict[str, Any]:
     """The script as users run it: a tiny MLP that `tpu-tiles train` trained on 5 train
@@ -322,7 +324,6 @@ def _expected_from(job: dict[str, Any]) -> dict[str, list[int]]:
     return _expected_top5(run_info, _config_counts(job["data_root"]))
 
 
-@scripts_group
 def test_model_from_train_subset_predicts_on_full_data(scripts):
     """Trained on 5 train kernels (like --toy_data): its stored statistics make it reload."""
     data_root, subset = scripts["data_root"], scripts["subset"]
@@ -340,7 +341,6 @@ def test_model_from_train_subset_predicts_on_full_data(scripts):
     assert kaggle.read_predictions_csv(out) == _expected_from(scripts)
 
 
-@scripts_group
 def test_script_in_upstream_root(scripts):
     proc, checkout = scripts["in_root"]
     assert proc.returncode == 0, proc.stderr
@@ -350,7 +350,6 @@ def test_script_in_upstream_root(scripts):
     assert kaggle.read_predictions_csv(out) == _expected_from(scripts)
 
 
-@scripts_group
 def test_script_uses_the_checkouts_models_py(scripts):
     """The checkout's models.py, not ours, defines the classes: one without MLP fails."""
     proc, models = scripts["without_mlp"]
@@ -364,7 +363,6 @@ def test_script_uses_the_checkouts_models_py(scripts):
     )
 
 
-@scripts_group
 def test_script_standalone(scripts):
     proc, alone = scripts["standalone"]
     assert proc.returncode == 0, proc.stderr

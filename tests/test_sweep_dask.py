@@ -17,8 +17,6 @@ import pytest
 from conftest import REPO, TINY_MLP
 
 pytest.importorskip("distributed", reason="the dask extra: pip install -e '.[dask]'")
-# One worker runs this module; its cluster and sweeps start processes of their own.
-pytestmark = pytest.mark.xdist_group("dask")
 
 DASK = [sys.executable, "-m", "dask"]
 ENV = dict(
@@ -95,6 +93,7 @@ def _sweep(out: Path, data: Path, grid: str, address: str) -> subprocess.Complet
     return done
 
 
+@pytest.mark.slow
 def test_a_sweep_and_its_resume_run_on_a_dask_cluster(cluster, synth_root, tmp_path):
     """Two points train at once, one on each worker (Beam's DaskRunner would put both in
     one task); rerun with a third point, the two finished ones are skipped, untouched, and

@@ -64,42 +64,15 @@ def test_run_file_has_upstream_keys_and_our_extras(residual_run):
     assert all(len(v) == 10 for v in info["test_predictions"].values())
 
 
-def test_sample_scores_choose_candidates_rescored_on_every_config(synth_root, tmp_path):
+def test_sample_scores_choose_candidates_rescored_on_every_config(
+    synth_root, tmp_path, monkeypatch
+):
     """Each epoch scores some of the valid kernels (here upstream's --validate_batches; by
     default a stratified sample, which on 8 kernels would be all of them); the best epochs by
-    it are scored on every config at the end, and the best of those is kept and reported."""
-    from conftest import TINY_MLP, tiny_args
-
-    from tpu_tiles_models import data, scoring
-
-    args = tiny_args(
-        synth_root,
-        tmp_path,
-        model="MLP",
-        model_kwargs_json=TINY_MLP,
-        epochs=4,
-        validate_batches=1,
-        score_candidates=2,
-        lr=0.05,
-    )
-    result = train.train(args)
-    ours = _run_info(result)["tpu_tiles"]
-    valid = data.load_split(synth_root, "valid", progress=False)
-    assert ours["val_score_kernels"] == 4 < len(valid)
-    full = {int(e): s for e, s in ours["candidate_scores"].items()}
-    assert sorted(full) == sorted(sorted(range(4), key=lambda e: -ours["val_score"][e])[:2])
-    assert ours["best_epoch"] == max(full, key=full.get)
-    stats = data.FeatureStats.from_json(ours["feature_stats"])
-    result.model.set_default_margin(0.0)  # the candidates were scored before it was fitted
-    errors = scoring.errors(scoring.score_split(result.model, valid, stats, progress=False))
-    assert 1 - errors[5] == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
-    own = ours[run_file.KEEP_DEFAULT_KEY]["val"]  # before its rule: final_error is the rule's
-    assert {int(k): v for k, v in own.items()} == pytest.approx(errors, abs=1e-9)
-
-
-def test_select_by_top50_keeps_the_epoch_with_the_smoothest_top(synth_root, tmp_path, monkeypatch):
-    """`--select_by=top50` ranks epochs by the mean runtime of the model's top k (k = 2 here:
-    the tiny kernels have fewer than 50 configs) and reports that key per candidate."""
+    it are scored on every config at the end, and the best of those is kept and reported.
+    Scored here by `--select_by=top50`, the mean runtime of the model's top k (k = 2: the tiny
+    kernels have fewer than 50 configs), reported per candidate; the default key, 1 - top-5
+    error, in test_run_file_has_upstream_keys_and_our_extras."""
     from conftest import TINY_MLP, tiny_args
 
     from tpu_tiles_models import data, metrics, scoring
@@ -110,17 +83,19 @@ def test_select_by_top50_keeps_the_epoch_with_the_smoothest_top(synth_root, tmp_
         tmp_path,
         model="MLP",
         model_kwargs_json=TINY_MLP,
-        epochs=3,
+        epochs=4,
         validate_batches=1,
-        score_candidates=3,
+        score_candidates=2,
         lr=0.05,
         select_by="top50",
     )
     result = train.train(args)
     ours = _run_info(result)["tpu_tiles"]
-    full = {int(e): s for e, s in ours["candidate_scores"].items()}
-    assert sorted(full) == [0, 1, 2] and ours["best_epoch"] == max(full, key=full.get)
     valid = data.load_split(synth_root, "valid", progress=False)
+    assert ours["val_score_kernels"] == 4 < len(valid)
+    full = {int(e): s for e, s in ours["candidate_scores"].items()}
+    assert sorted(full) == sorted(sorted(range(4), key=lambda e: -ours["val_score"][e])[:2])
+    assert ours["best_epoch"] == max(full, key=full.get)
     stats = data.FeatureStats.from_json(ours["feature_stats"])
     result.model.set_default_margin(0.0)  # the candidates were scored before it was fitted
     scored = scoring.score_split(result.model, valid, stats, progress=False)
@@ -258,30 +233,24 @@ def test_failed_training_leaves_no_out_dir(tmp_path, capsys):
     assert not (tmp_path / "new").exists()  # the folders the run made go too
 
 
-@pytest.mark.parametrize(
-    "signum, code, said",
-    [
-        (signal.SIGTERM, 143, "stopped by SIGTERM"),  # kill, timeout, docker stop, schedulers
-        (signal.SIGHUP, 129, "stopped by SIGHUP"),  # the terminal closed
-    ],
-)
 def test_a_stop_signal_during_the_save_removes_every_artifact(
-    signum, code, said, synth_root, tmp_path, capsys, monkeypatch
+    synth_root, tmp_path, capsys, monkeypatch
 ):
-    """SIGTERM or SIGHUP while the model is saved (after the test ranking) is Ctrl-C's
-    twin (that one: test_ctrl_c_in_a_real_process_stops_cleanly): nothing left behind, one
-    line, 128 + the signal's number."""
+    """SIGHUP (the terminal closed) while the model is saved (after the test ranking) is
+    Ctrl-C's twin (that one: test_ctrl_c_in_a_real_process_stops_cleanly): nothing left
+    behind, one line, 128 + the signal's number. SIGTERM goes through the same handler: a
+    real one at random points of a training in test_nothing_lost."""
     save = export.save_model
 
     def save_then_signal(model, path):
         save(model, path)
-        signal.raise_signal(signum)  # noted by the CLI's handler, acted on after the save
+        signal.raise_signal(signal.SIGHUP)  # noted by the CLI's handler, acted on after the save
 
     monkeypatch.setattr(export, "save_model", save_then_signal)
     out = tmp_path / "out"
-    assert cli.main(tiny_cli(synth_root, out)) == code
+    assert cli.main(tiny_cli(synth_root, out)) == 128 + signal.SIGHUP
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == [f"tpu-tiles train: {said}; removed what this run had started"]
+    assert err == ["tpu-tiles train: stopped by SIGHUP; removed what this run had started"]
     assert not out.exists()
 
 
