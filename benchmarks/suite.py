@@ -75,6 +75,9 @@ RECIPES: dict[str, dict[str, object]] = {
     # fastest (issue 46's gap-weighted loss): alone, and beside upstream's ListMLE.
     "softmax": {"losses": "SlowdownSoftmax:1,MSE:0.02"},
     "mle_softmax": {"losses": "ListMLELoss:1,SlowdownSoftmax:1,MSE:0.02"},
+    # Twice upstream's learning rate: whether a model still learning at the last epoch of the
+    # small budget gets there in the same steps.
+    "lr2x": {"lr": 2e-3},
     # 40 configs per kernel in a step, not 10: each step orders more of a kernel's configs
     # against each other, the fast ones among them, at about the cost of more configs.
     "configs40": {"configs": 40},
