@@ -719,7 +719,7 @@ def write_results(rows: list[dict], cells: list[dict], out: Path, a: argparse.Na
 
 def markdown(cells: list[dict], a: argparse.Namespace) -> str:
     cmd = (
-        f"python benchmarks/suite.py --work {a.work} --families {a.families} --models "
+        f"python benchmarks/suite.py --work {Path(a.work).name} --families {a.families} --models "
         f"{a.models} --recipes {a.recipes} --seeds {a.seeds} --train {a.train} --valid "
         f"{a.valid} --test {a.test} --data_seed {a.data_seed} --max_configs {a.max_configs} "
         f"--epochs {a.epochs} --early_stop {a.early_stop} --score_candidates "
