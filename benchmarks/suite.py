@@ -66,15 +66,12 @@ from tpu_tiles_models.runs import TrainedRun
 RESULTS = Path(__file__).resolve().parent / "results"
 # Recipes: named sets of training flags on top of upstream's defaults. "upstream" is the
 # baseline every other recipe must beat on every family. The recipes whose options left the
-# package (`fastfirst`, `toplist`, `logmse`, `lambda`, and the head draws `head`, `headtop`,
-# `headbest`, `head1pc`) are gone; their results stay in benchmarks/results/
-# (docs/choosing.md), and `--no_train` still tabulates their finished runs by name.
+# package (`fastfirst`, `toplist`, `logmse`, `lambda`, `softmax`, `mle_softmax`, and the head
+# draws `head`, `headtop`, `headbest`, `head1pc`) are gone; their results stay in
+# benchmarks/results/ (docs/choosing.md), and `--no_train` still tabulates their finished runs
+# by name.
 RECIPES: dict[str, dict[str, object]] = {
     "upstream": {},
-    # Softmax cross-entropy against a target tempered by each config's slowdown over the
-    # fastest (issue 46's gap-weighted loss): alone, and beside upstream's ListMLE.
-    "softmax": {"losses": "SlowdownSoftmax:1,MSE:0.02"},
-    "mle_softmax": {"losses": "ListMLELoss:1,SlowdownSoftmax:1,MSE:0.02"},
     # Twice upstream's learning rate: whether a model still learning at the last epoch of the
     # small budget gets there in the same steps.
     "lr2x": {"lr": 2e-3},

@@ -65,24 +65,6 @@ def test_standardised_hinge_by_hand():
     assert float(loss(tf.constant([[2.0, 2.0]]), tf.constant([[1.0, 0.0]]))) == 0.0  # a tie
 
 
-def test_slowdown_softmax_by_hand():
-    # Runtimes (2, 3, pad, 2.2), fastest 2, temperature 0.1: t = 0.2. Target logits
-    # -(r - 2) / 0.2 = (0, -5, -1); scores (1, 1.5, 9, 1.4) give logits (-5, -7.5, -7).
-    loss = losses.SlowdownSoftmax()
-    runtimes, scores = tf.constant([[2.0, 3.0, -1.0, 2.2]]), tf.constant([[1.0, 1.5, 9.0, 1.4]])
-    target = np.exp([0.0, -5.0, -1.0]) / np.exp([0.0, -5.0, -1.0]).sum()
-    logits = np.array([-5.0, -7.5, -7.0])
-    log_p = logits - np.log(np.exp(logits).sum())
-    got = losses.per_list(loss, runtimes, scores).numpy()
-    np.testing.assert_allclose(got, [-(target * log_p).sum()], rtol=1e-5)  # 0.11316...
-    # Scores = runtimes + a constant is its minimum (p = q): the gradient vanishes there.
-    at_minimum = tf.Variable([[5.0, 6.0, 0.0, 5.2]])
-    with tf.GradientTape() as tape:
-        value = loss.call(runtimes, at_minimum)
-    np.testing.assert_allclose(tape.gradient(value, at_minimum).numpy(), 0.0, atol=1e-5)
-    np.testing.assert_allclose(value.numpy(), [[-(target * np.log(target)).sum()]], rtol=1e-5)
-
-
 def test_speedup_relevance_by_hand():
     got = losses.speedup_relevance(tf.constant([[2.0, 4.0, -1.0, 1.0]]), 8.0).numpy()
     np.testing.assert_allclose(got, [[4.0, 2.0, -1.0, 8.0]])

@@ -365,14 +365,14 @@ def test_a_range_bound_that_is_not_a_finite_number_is_named(spec, bad, tmp_path,
 def test_inline_grid_round_trips_and_matches_yaml_and_json(tmp_path):
     spec = (
         "model=ResidualSAGE,EarlyJoinSAGE learning_rate=1e-3,0.002 seed=0,1,2 "
-        "losses='ListMLELoss:1,MSE:0.02','SlowdownSoftmax:1,MSE:0.02' "
+        "losses='ListMLELoss:1,MSE:0.02','PairwiseHingeLoss:1,MSE:0.02' "
         'model_kwargs_json={"hidden_dim": 8},{} kwargs.pooling="sum",\'"x y"\' '
         "toy_data=true,false configs=int(4,32)"
     )
     grid = grids.parse_inline(spec)
     assert [a.name for a in grid.axes][:3] == ["model", "lr", "seed"]
     assert grid.axes[1].values == (0.001, 0.002)
-    assert grid.axes[3].values == ("ListMLELoss:1,MSE:0.02", "SlowdownSoftmax:1,MSE:0.02")
+    assert grid.axes[3].values == ("ListMLELoss:1,MSE:0.02", "PairwiseHingeLoss:1,MSE:0.02")
     assert grid.axes[4].values == ('{"hidden_dim": 8}', "{}")
     assert grid.axes[5].values == ("sum", "x y")
     assert grid.axes[6].values == (True, False)
@@ -381,7 +381,7 @@ def test_inline_grid_round_trips_and_matches_yaml_and_json(tmp_path):
         "model": ["ResidualSAGE", "EarlyJoinSAGE"],
         "learning_rate": ["1e-3", 0.002],
         "seed": [0, 1, 2],
-        "losses": ["ListMLELoss:1,MSE:0.02", "SlowdownSoftmax:1,MSE:0.02"],
+        "losses": ["ListMLELoss:1,MSE:0.02", "PairwiseHingeLoss:1,MSE:0.02"],
         "model_kwargs_json": [{"hidden_dim": 8}, {}],
         "kwargs.pooling": ["sum", "x y"],
         "toy_data": [True, False],

@@ -57,44 +57,14 @@ class StandardisedHinge(tf.keras.losses.Loss):
         )
 
 
-def _fastest(y_true: tf.Tensor) -> tf.Tensor:
-    """Each list's fastest real runtime, `[b, 1]` (padding, a negative label, left out)."""
-    big = tf.reduce_max(y_true) + 1.0
-    return tf.reduce_min(tf.where(y_true >= 0, y_true, big), -1, keepdims=True)
-
-
 def speedup_relevance(y_true: tf.Tensor, sharpness: float) -> tf.Tensor:
     """Runtimes `[b, n]` -> relevance `sharpness * best / runtime` (padding stays -1): NDCG's
     gain `2^relevance - 1` grows steeply towards the fastest configs, where the metric looks."""
-    relevance = sharpness * _fastest(y_true) / tf.maximum(y_true, 1e-9)
-    return tf.where(y_true >= 0, relevance, -tf.ones_like(y_true))
-
-
-class SlowdownSoftmax(tf.keras.losses.Loss):
-    """Softmax cross-entropy against a target tempered by each config's slowdown over the
-    list's fastest, so that the loss weighs a mistake by the runtime it costs (ListMLE weighs
-    swapping two near-ties like swapping the fastest config with a slow one). With runtimes
-    `r`, fastest `m`, scores `s` and `t = temperature * m` (all `[b, n]` but `m`, `t`: `[b, 1]`):
-
-        q = softmax(-(r - m) / t),   p = softmax(-s / t),   loss = -sum_i q_i log p_i
-
-    over the real configs. A config 1% slower than the fastest keeps 90% of the fastest's
-    target weight at temperature 0.1, one 50% slower 0.7%. `p` equals `q` exactly where
-    `s = r + c`, so the loss agrees with MSE's anchor of scores to runtimes."""
-
-    def __init__(self, temperature: float = 0.1, **kwargs):
-        super().__init__(**kwargs)
-        self.temperature = temperature
-
-    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        y_true = tf.cast(y_true, y_pred.dtype)
-        valid = y_true >= 0
-        fastest = _fastest(y_true)
-        scale = self.temperature * tf.maximum(fastest, 1e-9)
-        out = tf.constant(-1e9, y_pred.dtype)  # padding's logit: no weight in either softmax
-        target = tf.nn.softmax(tf.where(valid, -(y_true - fastest) / scale, out))
-        log_p = tf.nn.log_softmax(tf.where(valid, -y_pred / scale, out))
-        return -tf.reduce_sum(tf.where(valid, target * log_p, 0.0), -1, keepdims=True)
+    valid = y_true >= 0
+    big = tf.reduce_max(y_true) + 1.0
+    best = tf.reduce_min(tf.where(valid, y_true, big), -1, keepdims=True)
+    relevance = sharpness * best / tf.maximum(y_true, 1e-9)
+    return tf.where(valid, relevance, -tf.ones_like(y_true))
 
 
 class _FastestFirst(tf.keras.losses.Loss):
@@ -116,7 +86,6 @@ LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
     "PairwiseHingeLoss": lambda: ranking.PairwiseHinge(temperature=10),
     "StandardisedHinge": StandardisedHinge,
     "ApproxNDCG": lambda: _FastestFirst(ranking.ApproxNDCG(temperature=0.1)),
-    "SlowdownSoftmax": SlowdownSoftmax,
     "MSE": MaskedMSE,
 }
 
