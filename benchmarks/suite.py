@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -360,8 +361,10 @@ def finished_runs(
     """(family, run) for each finished run of the sweep under `work` whose data root is one of
     `roots` (`{family: data root}`) and whose training flags match `budget` (the suite's
     `--epochs`, `--early_stop`, `--score_candidates`: a run of another budget in the same
-    `--work` is named and left out); unfinished points are named and skipped."""
-    family_of = {str(r): f for f, r in roots.items()}
+    `--work` is named and left out); unfinished points are named and skipped. Roots compare
+    as real paths: a run trained through a link to the same data (a `--work` whose `data`
+    links to another's) counts."""
+    family_of = {os.path.realpath(r): f for f, r in roots.items()}
     for model_dir in sorted((work / "runs").glob("model_*")):
         try:
             run = TrainedRun.open(model_dir)
@@ -371,8 +374,8 @@ def finished_runs(
         other = {k: v for k, v in (budget or {}).items() if getattr(run.train_args, k) != v}
         if other:
             print(f"leaving out {model_dir.name}: trained with another budget ({other})")
-        elif run.train_args.data_root in family_of:
-            yield family_of[run.train_args.data_root], run
+        elif (real := os.path.realpath(run.train_args.data_root)) in family_of:
+            yield family_of[real], run
 
 
 def collect(

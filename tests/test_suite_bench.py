@@ -156,3 +156,23 @@ def test_each_budget_gets_its_own_shuffled_copy(suite, tmp_path):
     # Named from the same parts as the family's own root.
     assert roots[3]["roofline-shuffled"] == tmp_path / "data" / "roofline_3_2_1_0_cap12-shuffled"
     assert roots[4]["roofline-shuffled"] == tmp_path / "data" / "roofline_4_2_1_0-shuffled"
+
+
+def test_a_run_trained_through_a_link_to_the_data_counts(suite, tmp_path, monkeypatch):
+    """Runs of two `--work` folders, one whose `data` links to the other's, tabulate together."""
+    (tmp_path / "a" / "data" / "alt_9").mkdir(parents=True)
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "data").symlink_to(tmp_path / "a" / "data")
+    trained_on = {
+        "model_1": tmp_path / "b" / "data" / "alt_9",  # through the link
+        "model_2": tmp_path / "a" / "data" / "alt_9",
+        "model_3": tmp_path / "a" / "data" / "other",
+    }
+    for name in trained_on:
+        (tmp_path / "b" / "runs" / name).mkdir(parents=True)
+    opened = lambda d: argparse.Namespace(  # noqa: E731  (a run's train args, nothing else)
+        name=d.name, train_args=argparse.Namespace(data_root=str(trained_on[d.name]))
+    )
+    monkeypatch.setattr(suite.TrainedRun, "open", opened)
+    runs = suite.finished_runs(tmp_path / "b", {"alt": tmp_path / "a" / "data" / "alt_9"})
+    assert [(family, run.name) for family, run in runs] == [("alt", "model_1"), ("alt", "model_2")]
