@@ -79,6 +79,12 @@ RECIPES: dict[str, dict[str, object]] = {
     # 40 configs per kernel in a step, not 10: each step orders more of a kernel's configs
     # against each other, the fast ones among them, at about the cost of more configs.
     "configs40": {"configs": 40},
+    # Losses that weigh by the size of the runtime gap, beside upstream's ListMLE (which scores
+    # the order only): ApproxNDCG on speedup gains (a gain that grows steeply towards the
+    # fastest config, as LambdaRank's does), and a pairwise hinge whose margin is the gap
+    # between standardised runtimes.
+    "approxndcg": {"losses": "ListMLELoss:1,ApproxNDCG:1,MSE:0.02"},
+    "zhinge": {"losses": "ListMLELoss:1,StandardisedHinge:1,MSE:0.02"},
 }
 # Models the suite trains besides the classes themselves: label -> (class, model kwargs). Each
 # names every keyword it moves from the class defaults, so that a label means one architecture
