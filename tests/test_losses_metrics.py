@@ -17,7 +17,10 @@ def test_parse_losses_names_the_bad_item():
         losses.parse_losses("MSE:x")
 
 
-@pytest.mark.parametrize("name,results", [("LogMSE", "logmse"), ("LambdaNDCG", "pilot")])
+@pytest.mark.parametrize(
+    "name,results",
+    [("LogMSE", "logmse"), ("LambdaNDCG", "pilot"), ("ApproxNDCG", "small_approxndcg")],
+)
 def test_a_removed_loss_is_refused_in_one_line_naming_its_results(name, results):
     with pytest.raises(FlagError) as info:
         losses.parse_losses(f"ListMLELoss:1,{name}:0.1")
@@ -63,11 +66,6 @@ def test_standardised_hinge_by_hand():
     assert float(loss(tf.constant([[1.0, 3.0]]), tf.constant([[0.0, 0.5]]))) == pytest.approx(1.5)
     assert float(loss(tf.constant([[1.0, 3.0]]), tf.constant([[0.0, 2.5]]))) == 0.0
     assert float(loss(tf.constant([[2.0, 2.0]]), tf.constant([[1.0, 0.0]]))) == 0.0  # a tie
-
-
-def test_speedup_relevance_by_hand():
-    got = losses.speedup_relevance(tf.constant([[2.0, 4.0, -1.0, 1.0]]), 8.0).numpy()
-    np.testing.assert_allclose(got, [[4.0, 2.0, -1.0, 8.0]])
 
 
 def test_top_k_error_by_hand():

@@ -57,35 +57,11 @@ class StandardisedHinge(tf.keras.losses.Loss):
         )
 
 
-def speedup_relevance(y_true: tf.Tensor, sharpness: float) -> tf.Tensor:
-    """Runtimes `[b, n]` -> relevance `sharpness * best / runtime` (padding stays -1): NDCG's
-    gain `2^relevance - 1` grows steeply towards the fastest configs, where the metric looks."""
-    valid = y_true >= 0
-    big = tf.reduce_max(y_true) + 1.0
-    best = tf.reduce_min(tf.where(valid, y_true, big), -1, keepdims=True)
-    relevance = sharpness * best / tf.maximum(y_true, 1e-9)
-    return tf.where(valid, relevance, -tf.ones_like(y_true))
-
-
-class _FastestFirst(tf.keras.losses.Loss):
-    """A `ranking` loss `inner` on `speedup_relevance` labels and `-score` logits."""
-
-    def __init__(self, inner: tf.keras.losses.Loss, sharpness: float = 8.0, **kwargs):
-        super().__init__(**kwargs)
-        self._inner, self._sharpness = inner, sharpness
-
-    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        y_true = tf.cast(y_true, y_pred.dtype)
-        return per_list(self._inner, speedup_relevance(y_true, self._sharpness), -y_pred)
-
-
-# The one table of losses: `--losses` names (upstream's first) -> factories. ApproxNDCG ranks
-# by speedup gains.
+# The one table of losses: `--losses` names (upstream's first) -> factories.
 LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
     "ListMLELoss": lambda: ranking.ListMLE(temperature=10),
     "PairwiseHingeLoss": lambda: ranking.PairwiseHinge(temperature=10),
     "StandardisedHinge": StandardisedHinge,
-    "ApproxNDCG": lambda: _FastestFirst(ranking.ApproxNDCG(temperature=0.1)),
     "MSE": MaskedMSE,
 }
 

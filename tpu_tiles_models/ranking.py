@@ -57,26 +57,6 @@ def _descending_order(
     return _gather(start, _gather(by_key, real_first))
 
 
-def _ndcg_gains(labels: tf.Tensor) -> tf.Tensor:
-    """NDCG's gains `2^label - 1` over `2^max_label` (which NDCG cancels; it keeps large labels
-    from overflowing)."""
-    top = tf.reduce_max(labels, axis=-1, keepdims=True)
-    return tf.pow(2.0, labels - top) - tf.pow(2.0, -top)
-
-
-def _discount(rank: tf.Tensor) -> tf.Tensor:
-    """DCG's rank discount `1 / log2(1 + rank)`."""
-    return math.log(2.0) / tf.math.log1p(rank)
-
-
-def _inverse_ideal_dcg(gains: tf.Tensor) -> tf.Tensor:
-    """`[batch, 1]`: `1 / DCG` of each row's best order (0 where that DCG is 0)."""
-    best_first = tf.sort(gains, direction="DESCENDING")
-    ranks = tf.cast(tf.range(1, tf.shape(gains)[1] + 1), gains.dtype)
-    ideal = tf.reduce_sum(best_first * _discount(ranks), axis=-1, keepdims=True)
-    return tf.math.divide_no_nan(tf.ones_like(ideal), ideal)
-
-
 class _RankingLoss(tf.keras.losses.Loss):
     """A loss of labels and scores `[batch, list_size]`; the scores are divided by `temperature`."""
 
@@ -133,29 +113,6 @@ class PairwiseHinge(_RankingLoss):
         return tf.reduce_sum(
             ordered * tf.nn.relu(1.0 - (scores[:, :, None] - scores[:, None, :])), -1
         )
-
-
-@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class ApproxNDCG(_RankingLoss):
-    """ApproxNDCG (Qin, Liu and Li, Information Retrieval 13, 2010): minus the NDCG of the
-    scores' order with the smooth ranks `r_i = 1 + sum_{real j != i} sigmoid(s_j - s_i)`,
-    `-sum_i G_i / log2(1 + r_i) / maxDCG`; 0 for a list with no positive label."""
-
-    def __init__(self, temperature: float = 0.1, **kwargs):
-        super().__init__(temperature, **kwargs)
-
-    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        labels, scores = self._inputs(y_true, y_pred)
-        valid = _valid(labels)
-        labels = tf.where(valid, labels, tf.zeros_like(labels))
-        both_real = tf.cast(_both(valid), scores.dtype)
-        # sigmoid(s_j - s_i) summed over j, the item itself included (it adds 1/2).
-        beaten_by = tf.sigmoid(scores[:, None, :] - scores[:, :, None]) * both_real
-        ranks = 0.5 + tf.reduce_sum(beaten_by, axis=-1)
-        gains = _ndcg_gains(labels)
-        dcg = tf.reduce_sum(gains * _discount(ranks), axis=-1, keepdims=True)
-        has_gain = tf.reduce_sum(labels, axis=-1, keepdims=True) > 0
-        return -tf.cast(has_gain, scores.dtype) * dcg * _inverse_ideal_dcg(gains)
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
