@@ -68,9 +68,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 # Recipes: named sets of training flags on top of upstream's defaults. "upstream" is the
 # baseline every other recipe must beat on every family. The recipes whose options left the
 # package (`fastfirst`, `toplist`, `logmse`, `lambda`, `softmax`, `mle_softmax`, `approxndcg`,
-# and the head draws `head`, `headtop`, `headbest`, `head1pc`) are gone; their results stay in
-# benchmarks/results/ (docs/choosing.md), and `--no_train` still tabulates their finished runs
-# by name.
+# `zhinge`, and the head draws `head`, `headtop`, `headbest`, `head1pc`) are gone; their
+# results stay in benchmarks/results/ (docs/choosing.md), and `--no_train` still tabulates
+# their finished runs by name.
 RECIPES: dict[str, dict[str, object]] = {
     "upstream": {},
     # Twice upstream's learning rate: whether a model still learning at the last epoch of the
@@ -79,10 +79,6 @@ RECIPES: dict[str, dict[str, object]] = {
     # 40 configs per kernel in a step, not 10: each step orders more of a kernel's configs
     # against each other, the fast ones among them, at about the cost of more configs.
     "configs40": {"configs": 40},
-    # A loss that weighs by the size of the runtime gap, beside upstream's ListMLE (which
-    # scores the order only): a pairwise hinge whose margin is the gap between standardised
-    # runtimes.
-    "zhinge": {"losses": "ListMLELoss:1,StandardisedHinge:1,MSE:0.02"},
 }
 # Models the suite trains besides the classes themselves: label -> (class, model kwargs). Each
 # names every keyword it moves from the class defaults, so that a label means one architecture

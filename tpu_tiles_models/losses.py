@@ -31,37 +31,10 @@ class MaskedMSE(tf.keras.losses.Loss):
         return tf.reduce_sum(squared, -1) / tf.maximum(tf.reduce_sum(valid, -1), 1.0)
 
 
-def _standardise(y_true: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Per-list z-scores of the real entries of `y_true`, and their mask (both `[b, n]`):
-    kernels' runtime spreads differ by orders of magnitude, z-scores put them on one scale."""
-    valid = _valid(y_true)
-    count = tf.maximum(tf.reduce_sum(valid, -1, keepdims=True), 1.0)
-    mean = tf.reduce_sum(valid * y_true, -1, keepdims=True) / count
-    variance = tf.reduce_sum(valid * tf.square(y_true - mean), -1, keepdims=True) / count
-    return valid * (y_true - mean) / tf.sqrt(variance + 1e-12), valid
-
-
-class StandardisedHinge(tf.keras.losses.Loss):
-    """Pairwise hinge with the gap between standardised runtimes `z` as margin: the mean over
-    pairs with `z_i > z_j` of `max(0, (z_i - z_j) - (s_i - s_j))`, so configs far apart in
-    runtime must be far apart in score, and a near tie barely counts."""
-
-    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        y_true = tf.cast(y_true, y_pred.dtype)
-        z, valid = _standardise(y_true)
-        gap = z[:, :, None] - z[:, None, :]  # [b, n, n]: > 0 where i is slower than j
-        pairs = valid[:, :, None] * valid[:, None, :] * tf.cast(gap > 0, y_pred.dtype)
-        violation = tf.nn.relu(gap - (y_pred[:, :, None] - y_pred[:, None, :]))
-        return tf.reduce_sum(pairs * violation, [1, 2]) / tf.maximum(
-            tf.reduce_sum(pairs, [1, 2]), 1.0
-        )
-
-
 # The one table of losses: `--losses` names (upstream's first) -> factories.
 LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
     "ListMLELoss": lambda: ranking.ListMLE(temperature=10),
     "PairwiseHingeLoss": lambda: ranking.PairwiseHinge(temperature=10),
-    "StandardisedHinge": StandardisedHinge,
     "MSE": MaskedMSE,
 }
 

@@ -39,6 +39,7 @@ REMOVED_LOSSES = {
     "LogMSE": "benchmarks/results/suite_logmse.md",
     "LambdaNDCG": "benchmarks/results/suite_pilot.md",
     "ApproxNDCG": "benchmarks/results/suite_small_approxndcg.md",
+    "StandardisedHinge": "benchmarks/results/suite_small_zhinge.md",
 }
 
 
