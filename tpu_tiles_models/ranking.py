@@ -29,14 +29,10 @@ def _valid(labels: tf.Tensor) -> tf.Tensor:
     return labels >= 0
 
 
-def _both(valid: tf.Tensor) -> tf.Tensor:
-    """`[batch, list_size, list_size]`: True for the pairs of two real entries."""
-    return tf.logical_and(valid[:, :, None], valid[:, None, :])
-
-
 def _ordered(labels: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
     """`[batch, list_size, list_size]`: True for the real pairs with label_i > label_j."""
-    return tf.logical_and(labels[:, :, None] > labels[:, None, :], _both(valid))
+    both_real = tf.logical_and(valid[:, :, None], valid[:, None, :])
+    return tf.logical_and(labels[:, :, None] > labels[:, None, :], both_real)
 
 
 def _descending_order(
