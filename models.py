@@ -69,6 +69,7 @@ _MINIMUM = {k: 1 for k in "units hidden_dim op_embed_dim num_layers attention_he
 _MINIMUM |= {"inducing_points": 1, "chunk_size": 1, "num_gnns": 0, "final_mlp_layers": 0}
 _MINIMUM |= {"mlp_layers": 0}
 _SWITCHES = "config_attention default_context directed keep_default_gate default_margin".split()
+_SWITCHES += ["tile_geometry"]
 _ACTIVATIONS = ("relu", "leaky_relu", "gelu", "elu", "selu", "silu", "swish", "tanh", "sigmoid")
 _REDUCTIONS = tuple(sorted(tfgnn.get_registered_reduce_operation_names()))
 
@@ -239,6 +240,87 @@ class LogStretch(_Configured):
     def call(self, x: tf.Tensor) -> tf.Tensor:
         x = tf.cast(x, tf.float32)
         return tf.concat([x, tf.math.asinh(self.scale * x) / math.asinh(self.scale)], axis=-1)
+
+
+# Raw TpuGraphs tile:xla columns the tile geometry reads: a node's 6 shape dims and its
+# layout's minor_to_major, and a config's 6 output-tile bounds.
+SHAPE_COLUMNS = tuple(range(21, 27))
+LAYOUT_COLUMNS = tuple(range(134, 140))
+OUTPUT_BOUND_COLUMNS = tuple(range(8, 14))
+_SLOTS = 6
+
+
+@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
+class TileGeometry(tf.keras.layers.Layer):
+    """How a config's output tile divides each node's shape, dim by dim from the layout's
+    minor-most (the per-dimension config features of the 5th-place "Fast or Slow?" tile
+    solution, here with the tile counts and padding of the TPU's (8, 128) granules):
+
+        s: the node's shape in slot order (slot 0 the minor-most dim), g: granules (128, 8,
+        then 1), u = ceil(s / g), b = clip(bound, 1, u), t = ceil(u / b), e = b g:
+        per slot [log t || s / (t e) || log(e / s)], then [sum log t || prod s / (t e) ||
+        sum log e]; 0 past the node's rank.                          [num_nodes, c, 21]
+
+    The model sees normalised columns (`x = (raw - lo) / (hi - lo)`, constant ones dropped), so
+    where each raw column sits is a weight, `columns` `[18, 3]` (index among the features or
+    -1 for a dropped one, lo, hi), set by `set_columns` (our trainer) and copied with the
+    other weights; at its zeros (upstream's trainer) every shape reads 0 and the features are 0.
+    """
+
+    WIDTH = 3 * _SLOTS + 3
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.columns = self.add_weight(name="raw_columns", shape=(18, 3), initializer="zeros")
+        self.built = True  # its variables exist, though Keras never calls it
+
+    def set_columns(self, columns: Any) -> None:
+        """`columns` `[18, 3]`: (index, lo, hi) of `SHAPE_COLUMNS + LAYOUT_COLUMNS` (node
+        features), then `OUTPUT_BOUND_COLUMNS` (config features)."""
+        self.columns.assign(tf.constant(columns, tf.float32))
+
+    def _raw(self, x: tf.Tensor, columns: tf.Tensor) -> tf.Tensor:
+        """`x` `[..., f]` normalised -> `[..., k]` raw values of `columns` `[k, 3]`."""
+        index, lo, hi = tf.unstack(tf.stop_gradient(columns), axis=1)
+        index = tf.cast(index, tf.int32)
+        picked = tf.gather(x, tf.clip_by_value(index, 0, tf.shape(x)[-1] - 1), axis=-1)
+        return tf.round(lo + tf.where(index >= 0, picked, 0.0) * (hi - lo))
+
+    def kernel_part(self, feats: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """`feats` `[num_nodes, f]` -> (shape, granules, dim of each slot, in rank), `[n, 6]`."""
+        raw = self._raw(feats, self.columns[:12])
+        shape, layout = raw[:, :_SLOTS], tf.cast(raw[:, _SLOTS:], tf.int32)
+        rank = tf.reduce_sum(tf.cast(shape > 0, tf.int32), axis=-1, keepdims=True)
+        slot = tf.range(_SLOTS)[tf.newaxis]
+        in_rank = slot < rank
+        minor_to_major = tf.math.floormod(layout, tf.maximum(rank, 1))
+        seen = tf.one_hot(minor_to_major, _SLOTS) * tf.cast(in_rank, tf.float32)[..., tf.newaxis]
+        counts = tf.reduce_sum(seen, axis=1)  # a layout is a permutation of the rank's dims
+        valid = tf.reduce_all((counts == 1.0) | ~in_rank, axis=-1, keepdims=True)
+        dims = tf.where(in_rank, tf.where(valid, minor_to_major, rank - 1 - slot), slot)
+        granule = tf.where((slot == 0) & (rank >= 1), 128.0, tf.where(slot == 1, 8.0, 1.0))
+        granule = tf.where(in_rank, granule, 1.0)
+        return tf.gather(shape, dims, batch_dims=1), granule, dims, in_rank
+
+    def __call__(self, graph, kernel_part, configs: tf.Tensor) -> tf.Tensor:
+        """`configs` `[batch, c, k]` -> `[num_nodes, c, WIDTH]` (see the class)."""
+        shape, granule, dims, in_rank = kernel_part
+        bounds = _to_ops(graph, self._raw(configs, self.columns[12:]))  # [n, c, 6] by dim
+        bounds = tf.gather(bounds, dims, axis=2, batch_dims=1)  # by slot
+        s, g = tf.maximum(shape, 1.0)[:, tf.newaxis], granule[:, tf.newaxis]
+        units = tf.math.ceil(s / g)
+        tiles = tf.math.ceil(units / tf.clip_by_value(bounds, 1.0, units))
+        extent = tf.clip_by_value(bounds, 1.0, units) * g
+        used, log_tiles, log_extent = s / (tiles * extent), tf.math.log(tiles), tf.math.log(extent)
+        mask = tf.cast(in_rank, tf.float32)[:, tf.newaxis]
+        per_slot = [log_tiles * mask, used * mask, (log_extent - tf.math.log(s)) * mask]
+        whole = [
+            tf.reduce_sum(log_tiles * mask, -1, keepdims=True),
+            tf.reduce_prod(tf.where(mask > 0, used, 1.0), -1, keepdims=True),
+            tf.reduce_sum(log_extent * mask, -1, keepdims=True),
+        ]
+        # 0 times the columns: their gradient is 0, not None, so Adam leaves them as set.
+        return tf.concat(per_slot + whole, axis=-1) + 0.0 * tf.reduce_sum(self.columns)
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
@@ -601,7 +683,8 @@ class ResidualSAGE(_TileRanker):
 
         n(v) = W_in [E op(v) || stretch(x_v)]                          [num_nodes, hidden]
         c_j = MLP(stretch(config_j))                                   [batch, c, hidden]
-        h(v, j) = n(v) + c_j, then num_layers DirectedSAGEBlocks       [num_nodes, c, hidden]
+        h(v, j) = n(v) + c_j [+ W_g TileGeometry(v, j)], then num_layers DirectedSAGEBlocks
+                                                                       [num_nodes, c, hidden]
         e_j = MLP([sum || mean || max over v of LayerNorm(h)(v, j) || c_j])  [batch, c, hidden]
         score_j = MLP(DefaultContext(ConfigSetAttention(e))_j), both blocks optional
 
@@ -624,6 +707,7 @@ class ResidualSAGE(_TileRanker):
         inducing_points: int = 8,
         pooling: Sequence[str] = ("sum", "mean", "max"),
         default_context: bool = True,
+        tile_geometry: bool = False,
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
         default_margin: bool = True,
@@ -643,6 +727,8 @@ class ResidualSAGE(_TileRanker):
         self._attention = ConfigSetAttention(**attention) if config_attention else None
         self._default_context = DefaultContext(**width) if default_context else None
         self._score_head = _mlp([hidden_dim, 1], activation)
+        self.geometry = TileGeometry() if tile_geometry else None
+        self._geometry_in = tf.keras.layers.Dense(hidden_dim) if tile_geometry else None
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
         # The attention mixes a kernel's configs; the default context reads position 0 only,
         # which configs appended as padding leave in place.
@@ -651,11 +737,15 @@ class ResidualSAGE(_TileRanker):
     def encode(self, graph):
         ops, feats = _nodes(graph)
         nodes = tf.concat([self._op_embedding(ops), self._stretch(feats)], axis=-1)
-        return self._node_in(nodes)  # n: [num_nodes, hidden]
+        geometry = self.geometry and self.geometry.kernel_part(feats)
+        return self._node_in(nodes), geometry  # n: [num_nodes, hidden]
 
-    def embed(self, graph, nodes, configs):
+    def embed(self, graph, kernel, configs):
+        nodes, geometry = kernel
         c = _apply(self._config_in, self._stretch(configs))  # [batch, c, hidden]
         h = nodes[:, tf.newaxis, :] + _to_ops(graph, c)  # [num_nodes, c, hidden]
+        if self.geometry is not None:
+            h += self._geometry_in(self.geometry(graph, geometry, configs))
         for block in self._blocks:
             h = block(graph, h)
         pooled = _pool(graph, self._pool_norm(h), self._pooling)  # [batch, c, 3 hidden]

@@ -95,6 +95,8 @@ VARIANTS: dict[str, tuple[str, dict[str, object]]] = {
     ),
     # Twice as wide (64): whether capacity is what limits its order among the fastest configs.
     "ResidualSAGE:hidden64": ("ResidualSAGE", dict(hidden_dim=64)),
+    # Per node and config, how the output tile divides the node's shape (`TileGeometry`).
+    "ResidualSAGE:geometry": ("ResidualSAGE", dict(tile_geometry=True)),
 }
 # The candidate the suite judges: the recommended model by its name alone (its class defaults).
 RECOMMENDED = registry.RECOMMENDED_MODEL

@@ -261,6 +261,25 @@ class FeatureStats:
         ops = np.asarray(opcodes, dtype=np.int32)
         return np.where(ops < self.num_ops, ops, 0).astype(np.int32)
 
+    def raw_columns(self, train: Split, node: Sequence[int], config: Sequence[int]) -> list:
+        """Where each raw column of `node` and then `config` sits among the model's features:
+        `[index, lo, hi]` (raw = lo + x[index] (hi - lo)), or `[-1, value, value]` for a
+        column dropped as constant on `train` (its value there)."""
+        out = []
+        for columns, keep, lo, hi, raw in (
+            (node, self.node_keep, self.node_min, self.node_max, train.node_feat),
+            (config, self.config_keep, self.config_min, self.config_max, train.config_feat),
+        ):
+            position = np.cumsum(keep) - 1
+            for c in columns:
+                if keep[c]:
+                    i = int(position[c])
+                    out.append([float(i), float(lo[i]), float(hi[i])])
+                else:
+                    value = float(raw[0, c]) if len(raw) else 0.0
+                    out.append([-1.0, value, value])
+        return out
+
     def same_features(self, other: FeatureStats) -> bool:
         """Whether `other` turns raw features into the same model inputs (provenance aside)."""
         a, b = self.to_json(), other.to_json()
