@@ -316,7 +316,7 @@ class TileGeometry(tf.keras.layers.Layer):
         per_slot = [log_tiles * mask, used * mask, (log_extent - tf.math.log(s)) * mask]
         whole = [
             tf.reduce_sum(log_tiles * mask, -1, keepdims=True),
-            tf.reduce_prod(tf.where(mask > 0, used, 1.0), -1, keepdims=True),
+            tf.reduce_prod(tf.where(mask > 0, used, 1.0), -1, keepdims=True) * mask[..., :1],
             tf.reduce_sum(log_extent * mask, -1, keepdims=True),
         ]
         # 0 times the columns: their gradient is 0, not None, so Adam leaves them as set.
