@@ -259,12 +259,14 @@ class TileGeometry(tf.keras.layers.Layer):
         s: the node's shape in slot order (slot 0 the minor-most dim), g: granules (128, 8,
         then 1), u = ceil(s / g), b = clip(bound, 1, u), t = ceil(u / b), e = b g:
         per slot [log t || s / (t e) || log(e / s)], then [sum log t || prod s / (t e) ||
-        sum log e]; 0 past the node's rank.                          [num_nodes, c, 21]
+        sum log e]; 0 past the node's rank (and so 1, an empty product, for the whole
+        tile's padding of a rank-0 node).                            [num_nodes, c, 21]
 
     The model sees normalised columns (`x = (raw - lo) / (hi - lo)`, constant ones dropped), so
     where each raw column sits is a weight, `columns` `[18, 3]` (index among the features or
     -1 for a dropped one, lo, hi), set by `set_columns` (our trainer) and copied with the
-    other weights; at its zeros (upstream's trainer) every shape reads 0 and the features are 0.
+    other weights; at its zeros (upstream's trainer) every shape reads 0: the features are
+    constants (0, and 1 for the whole tile's padding).
     """
 
     WIDTH = 3 * _SLOTS + 3
@@ -316,7 +318,7 @@ class TileGeometry(tf.keras.layers.Layer):
         per_slot = [log_tiles * mask, used * mask, (log_extent - tf.math.log(s)) * mask]
         whole = [
             tf.reduce_sum(log_tiles * mask, -1, keepdims=True),
-            tf.reduce_prod(tf.where(mask > 0, used, 1.0), -1, keepdims=True) * mask[..., :1],
+            tf.reduce_prod(tf.where(mask > 0, used, 1.0), -1, keepdims=True),
             tf.reduce_sum(log_extent * mask, -1, keepdims=True),
         ]
         # 0 times the columns: their gradient is 0, not None, so Adam leaves them as set.

@@ -75,10 +75,14 @@ def test_tile_counts_and_padding_slot_by_slot_from_the_minor_most_dim():
     np.testing.assert_allclose(out[1, 0, 6:8], [1000 / 1024, 1.0], rtol=1e-5)
 
 
-def test_at_its_zeros_every_feature_is_0_and_no_gradient_moves_the_columns():
+def test_at_its_zeros_the_features_are_constant_and_no_gradient_moves_the_columns():
     nodes = [[200, 300, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0], [16, 1000, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]]
     zeros = np.zeros((18, 3)).tolist()
-    assert not np.any(_features(nodes, [[5, 2, 0, 0, 0, 0]], zeros))
+    constant = np.zeros(21)
+    constant[19] = 1.0  # the whole tile's padding: an empty product
+    np.testing.assert_array_equal(
+        _features(nodes, [[5, 2, 0, 0, 0, 0]], zeros)[:, 0], [constant] * 2
+    )
     layer = models.TileGeometry()
     layer.set_columns(IDENTITY)
     graph = _graph(np.float32(nodes), np.float32([[5, 2, 0, 0, 0, 0]]))
