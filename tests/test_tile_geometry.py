@@ -119,17 +119,22 @@ def test_raw_columns_locate_kept_columns_and_carry_dropped_constants():
     assert got == [[1, 2, 500], [2, 1, 64], [-1, 7, 7], [0, 1, 32], [-1, 1, 1]]
 
 
-def test_our_trainer_sets_where_the_raw_columns_sit(synth_root, tmp_path):
+@pytest.mark.parametrize("in_ensemble", [False, True])
+def test_our_trainer_sets_where_the_raw_columns_sit(in_ensemble, synth_root, tmp_path):
     from tpu_tiles_models import train
 
-    kwargs = json.dumps({**json.loads(TINY_RESIDUAL), "tile_geometry": True})
+    kwargs = {**json.loads(TINY_RESIDUAL), "tile_geometry": True}
+    model = "ResidualSAGE"
+    if in_ensemble:
+        model, kwargs = "Ensemble", {"members": [{"model": model, "kwargs": kwargs}]}
     result = train.train(
-        tiny_args(synth_root, tmp_path, model="ResidualSAGE", model_kwargs_json=kwargs)
+        tiny_args(synth_root, tmp_path, model=model, model_kwargs_json=json.dumps(kwargs))
     )
     dataset = data.load_dataset(str(synth_root), progress=False)
     node = models.SHAPE_COLUMNS + models.LAYOUT_COLUMNS
     expected = dataset.stats.raw_columns(dataset.train, node, models.OUTPUT_BOUND_COLUMNS)
-    got = result.model.geometry.columns.numpy()
+    trained = result.model.members[0] if in_ensemble else result.model
+    got = trained.geometry.columns.numpy()
     np.testing.assert_allclose(got, np.float32(expected))
     assert np.any(got[:, 0] >= 0)  # shape dims vary on the synthetic kernels: kept columns
 

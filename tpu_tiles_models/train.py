@@ -339,9 +339,13 @@ def _train(
         model.forward(
             data.kernel_graph(dataset.train, 0, dataset.stats), dataset.train.num_configs(0)
         )
-        if getattr(model, "geometry", None) is not None:  # where the raw columns sit
-            columns = module.SHAPE_COLUMNS + module.LAYOUT_COLUMNS, module.OUTPUT_BOUND_COLUMNS
-            model.geometry.set_columns(dataset.stats.raw_columns(dataset.train, *columns))
+        for part in (model, *getattr(model, "members", ())):  # an ensemble's members too
+            if getattr(part, "geometry", None) is not None:  # where the raw columns sit
+                node = module.SHAPE_COLUMNS + module.LAYOUT_COLUMNS
+                columns = dataset.stats.raw_columns(
+                    dataset.train, node, module.OUTPUT_BOUND_COLUMNS
+                )
+                part.geometry.set_columns(columns)
     export.check_space(artifacts, model)  # before the training it would waste
     loop, train_batches, valid_batches, steps = _datasets_and_loop(args, dataset, model, strategy)
     sample = _epoch_sample(args, dataset.valid)
