@@ -269,8 +269,6 @@ class TileGeometry(tf.keras.layers.Layer):
     constants (0, and 1 for the whole tile's padding).
     """
 
-    WIDTH = 3 * _SLOTS + 3
-
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.columns = self.add_weight(name="raw_columns", shape=(18, 3), initializer="zeros")
@@ -305,7 +303,7 @@ class TileGeometry(tf.keras.layers.Layer):
         return tf.gather(shape, dims, batch_dims=1), granule, dims, in_rank
 
     def __call__(self, graph, kernel_part, configs: tf.Tensor) -> tf.Tensor:
-        """`configs` `[batch, c, k]` -> `[num_nodes, c, WIDTH]` (see the class)."""
+        """`configs` `[batch, c, k]` -> `[num_nodes, c, 21]` (see the class)."""
         shape, granule, dims, in_rank = kernel_part
         bounds = _to_ops(graph, self._raw(configs, self.columns[12:]))  # [n, c, 6] by dim
         bounds = tf.gather(bounds, dims, axis=2, batch_dims=1)  # by slot
