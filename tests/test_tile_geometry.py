@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_gnn as tfgnn
-
 from conftest import TINY_RESIDUAL, tiny_args
+
 from tpu_tiles_models import data, registry
 
 models = registry.load_models_module()
