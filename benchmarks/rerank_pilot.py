@@ -44,7 +44,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 
 
 def first_scores(run: TrainedRun, split: str) -> dict[str, np.ndarray]:
-    """`{file name: [configs] scores}` of the first stage on `split`, config 0's margin off."""
+    """`{file name: [configs] scores}` of a run (either stage) on `split`, its margin off."""
     model, dataset = run.load(run.train_args.data_root, split=split, progress=False)
     if getattr(model, "default_margin", None) is not None:
         model.set_default_margin(0.0)
