@@ -275,8 +275,7 @@ class TileGeometry(tf.keras.layers.Layer):
         self.built = True  # its variables exist, though Keras never calls it
 
     def set_columns(self, columns: Any) -> None:
-        """`columns` `[18, 3]`: (index, lo, hi) of `SHAPE_COLUMNS + LAYOUT_COLUMNS` (node
-        features), then `OUTPUT_BOUND_COLUMNS` (config features)."""
+        """(index, lo, hi) of `SHAPE_COLUMNS + LAYOUT_COLUMNS`, then `OUTPUT_BOUND_COLUMNS`."""
         self.columns.assign(tf.constant(columns, tf.float32))
 
     def _raw(self, x: tf.Tensor, columns: tf.Tensor) -> tf.Tensor:

@@ -270,14 +270,10 @@ class FeatureStats:
             (node, self.node_keep, self.node_min, self.node_max, train.node_feat),
             (config, self.config_keep, self.config_min, self.config_max, train.config_feat),
         ):
-            position = np.cumsum(keep) - 1
+            at = np.cumsum(keep) - 1  # a kept column's index among the kept ones
             for c in columns:
-                if keep[c]:
-                    i = int(position[c])
-                    out.append([float(i), float(lo[i]), float(hi[i])])
-                else:
-                    value = float(raw[0, c]) if len(raw) else 0.0
-                    out.append([-1.0, value, value])
+                i, value = int(at[c]), float(raw[0, c])
+                out.append([i, float(lo[i]), float(hi[i])] if keep[c] else [-1, value, value])
         return out
 
     def same_features(self, other: FeatureStats) -> bool:

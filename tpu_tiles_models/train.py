@@ -341,11 +341,8 @@ def _train(
         )
         for part in (model, *getattr(model, "members", ())):  # an ensemble's members too
             if getattr(part, "geometry", None) is not None:  # where the raw columns sit
-                node = module.SHAPE_COLUMNS + module.LAYOUT_COLUMNS
-                columns = dataset.stats.raw_columns(
-                    dataset.train, node, module.OUTPUT_BOUND_COLUMNS
-                )
-                part.geometry.set_columns(columns)
+                columns = module.SHAPE_COLUMNS + module.LAYOUT_COLUMNS, module.OUTPUT_BOUND_COLUMNS
+                part.geometry.set_columns(dataset.stats.raw_columns(dataset.train, *columns))
     export.check_space(artifacts, model)  # before the training it would waste
     loop, train_batches, valid_batches, steps = _datasets_and_loop(args, dataset, model, strategy)
     sample = _epoch_sample(args, dataset.valid)
