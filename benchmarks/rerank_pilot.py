@@ -59,17 +59,16 @@ def candidates(scores: np.ndarray, top: int) -> np.ndarray:
     return np.concatenate([[0], others])
 
 
-def write_candidates(run: TrainedRun, top: int, root: Path) -> dict[str, dict[str, np.ndarray]]:
+def write_candidates(run: TrainedRun, top: int, root: Path) -> dict[str, np.ndarray]:
     """`root/{train,valid,test}`: each kernel with only its candidates' config rows (test as is);
-    returns each valid kernel's candidate rows by file name."""
+    returns the first stage's scores of each valid kernel by file name."""
     source = Path(run.train_args.data_root)
-    picked: dict[str, dict[str, np.ndarray]] = {}
+    scored: dict[str, dict[str, np.ndarray]] = {}
     for split in ("train", "valid"):
         (root / split).mkdir(parents=True, exist_ok=True)
-        picked[split] = {}
-        for name, scores in first_scores(run, split).items():
+        scored[split] = first_scores(run, split)
+        for name, scores in scored[split].items():
             rows = candidates(scores, top)
-            picked[split][name] = rows
             with np.load(source / split / name) as z:
                 arrays = {k: z[k] for k in z.files}
             for key in ("config_feat", "config_runtime", "config_runtime_normalizers"):
@@ -78,7 +77,7 @@ def write_candidates(run: TrainedRun, top: int, root: Path) -> dict[str, dict[st
     (root / "test").mkdir(exist_ok=True)
     for f in sorted((source / "test").glob("*.npz")):
         (root / "test" / f.name).write_bytes(f.read_bytes())
-    return picked["valid"]
+    return scored["valid"]
 
 
 def train_second(a: argparse.Namespace, data_root: Path, out: Path, seed: int) -> Path:
@@ -104,19 +103,18 @@ def train_second(a: argparse.Namespace, data_root: Path, out: Path, seed: int) -
     return next(out.glob("model_*"))
 
 
-def picks(run: TrainedRun, first: TrainedRun, rows: dict[str, np.ndarray]) -> dict[str, float]:
-    """Mean top-1 errors against each valid kernel's fastest config of all."""
-    second = first_scores(run, "valid")
-    source = Path(first.train_args.data_root) / "valid"
-    firsts = first_scores(first, "valid")
+def picks(second: TrainedRun, source: Path, firsts: dict[str, np.ndarray], top: int) -> dict:
+    """Mean top-1 errors on each valid kernel (in `source`) against its fastest config of all;
+    `firsts`: the first stage's scores, which name each kernel's candidates."""
+    seconds = first_scores(second, "valid")
     errors: dict[str, list[float]] = {k: [] for k in ("default", "first", "second", "perfect")}
-    for name, kept in rows.items():
+    for name, first in firsts.items():
         with np.load(source / name) as z:
             runtimes = z["config_runtime"] / z["config_runtime_normalizers"]  # as the suite
-        slowdown = runtimes / runtimes.min() - 1.0
+        slowdown, kept = runtimes / runtimes.min() - 1.0, candidates(first, top)
         errors["default"].append(slowdown[0])
-        errors["first"].append(slowdown[int(np.argmin(firsts[name]))])
-        errors["second"].append(slowdown[kept[int(np.argmin(second[name]))]])
+        errors["first"].append(slowdown[int(np.argmin(first))])
+        errors["second"].append(slowdown[kept[int(np.argmin(seconds[name]))]])
         errors["perfect"].append(slowdown[kept].min())
     return {k: float(np.mean(v)) for k, v in errors.items()}
 
@@ -130,9 +128,10 @@ def main(argv: list[str] | None = None) -> None:
         ta = first.train_args
         tag = f"{Path(ta.data_root).name}_{Path(first_dir).name}_top{a.top}"
         root = work / "data" / tag
-        rows = write_candidates(first, a.top, root)
+        firsts = write_candidates(first, a.top, root)
         second_dir = train_second(a, root, work / "runs" / tag, ta.seed)
-        errors = picks(TrainedRun.open(second_dir), first, rows)
+        source = Path(ta.data_root) / "valid"
+        errors = picks(TrainedRun.open(second_dir), source, firsts, a.top)
         family = Path(ta.data_root).name.split("_")[0]
         first_label = "geometry" if "tile_geometry" in (ta.model_kwargs_json or "") else "bare"
         results.append(dict(family=family, seed=ta.seed, stage1=first_label, **errors))
