@@ -20,15 +20,27 @@ def test_each_pick_of_one_kernel(pick_bound):
     # Config 0 takes 1.2; the model ranks config 3 (1.5) first among the others; config 2 (1.0)
     # is the fastest.
     errors = pick_bound.kernel_errors(np.array([0.0, 0.5, 0.9, 0.1]), [1.2, 2.0, 1.0, 1.5])
-    assert errors == pytest.approx(dict(default=0.2, other=0.5, either=0.2, best_other=0.0))
+    expected = dict(default=0.2, other=0.5, either=0.2, best_other=0.0, other10=0.0)
+    assert errors == pytest.approx(expected)
     # The model's first other is the fastest: the better of the two is it, not config 0.
     errors = pick_bound.kernel_errors(np.array([0.0, 0.5, -1.0, 0.1]), [1.2, 2.0, 1.0, 1.5])
-    assert errors == pytest.approx(dict(default=0.2, other=0.0, either=0.0, best_other=0.0))
+    expected = dict(default=0.2, other=0.0, either=0.0, best_other=0.0, other10=0.0)
+    assert errors == pytest.approx(expected)
+
+
+def test_the_best_of_ten_others_reads_the_models_ten_first_only(pick_bound):
+    # Configs 1..12 take 1.1 + j / 100 but config 12 (1.0); the model ranks them in index
+    # order, so its 10 first others are configs 1..10 and the fastest, config 12, is not among
+    # them: the best of its 10 first others is config 1 (1.11).
+    runtimes = [1.5] + [1.1 + j / 100 for j in range(1, 12)] + [1.0]
+    errors = pick_bound.kernel_errors(np.arange(13, dtype=float), runtimes)
+    assert errors["other10"] == pytest.approx(0.11)
+    assert errors["other"] == pytest.approx(0.11) and errors["best_other"] == 0.0
 
 
 def test_a_kernel_with_one_config_has_no_other(pick_bound):
     errors = pick_bound.kernel_errors(np.array([3.0]), [2.5])
-    assert errors == dict(default=0.0, other=0.0, either=0.0, best_other=0.0)
+    assert errors == dict(default=0.0, other=0.0, either=0.0, best_other=0.0, other10=0.0)
 
 
 def test_the_means_weigh_every_kernel_alike(pick_bound):
@@ -39,7 +51,8 @@ def test_the_means_weigh_every_kernel_alike(pick_bound):
         Scored("b", np.array([0.0, 1.0, 2.0]), np.array([1.0, 1.5, 3.0])),  # default best
     ]
     means = pick_bound.split_errors(scored)
-    assert means == pytest.approx(dict(default=0.5, other=0.25, either=0.0, best_other=0.25))
+    expected = dict(default=0.5, other=0.25, either=0.0, best_other=0.25, other10=0.25)
+    assert means == pytest.approx(expected)
 
 
 def test_the_table_comes_from_the_results_file(pick_bound, tmp_path):
@@ -63,8 +76,8 @@ def test_the_table_comes_from_the_results_file(pick_bound, tmp_path):
     assert table.startswith("`cmd`\n")
     assert (
         "| alt | ResidualSAGE | upstream (2) | 0.100 (1.00x) | 0.070 +- 0.014 (0.70x) | "
-        "0.250 +- 0.071 (2.50x) | 0.040 +- 0.014 (0.40x) | 0.020 (0.20x) |"
-    ) in table
+        "0.250 +- 0.071 (2.50x) | 0.040 +- 0.014 (0.40x) | 0.020 (0.20x) | - |"
+    ) in table  # a results file from before the best of 10 others: '-' in its column
 
 
 def test_it_asks_for_the_suite_first_where_there_is_no_data(pick_bound, tmp_path, capsys):
