@@ -213,6 +213,12 @@ def main(argv: list[str] | None = None) -> None:
             f"python benchmarks/pick_bound.py --work {Path(a.work).name} --families "
             f"{a.families} --models {a.models} --recipes {a.recipes} --seeds {a.seeds} "
             f"--epochs {a.epochs} --score_candidates {a.score_candidates}"
+            # The data's budget flags where they are not the suite's full budget's.
+            + "".join(
+                f" --{k} {getattr(a, k)}"
+                for k in ("train", "valid", "test", "data_seed", "max_configs", "early_stop")
+                if getattr(a, k) != BUDGET[k]
+            )
             + (f" --name {a.name}" if a.name != "pick_bound" else "")
         )
         out.mkdir(parents=True, exist_ok=True)
