@@ -23,8 +23,9 @@ UPSTREAM_MODELS = Path("tpu_graphs/baselines/tiles/models.py")
 # Each model class and its one line in `tpu-tiles models`.
 MODELS: dict[str, str] = {
     "ResidualSAGE": "ours (recommended): residual directed GraphSAGE, early config join, "
-    "sum+mean+max pooling, config 0 read as the compiler's default; cross-config attention "
-    "optional",
+    "sum+mean+max pooling, config 0 read as the compiler's default; keywords config_attention "
+    "and tile_geometry optional (the geometry: lower top-5, above all where config 0 is not "
+    "the default)",
     "ResidualSAGEPlain": "ResidualSAGE as first configured, without attention: 48 wide, no "
     "default context",
     "EarlyJoinSAGE": "paper baseline (upstream's default): config features on every node, "
