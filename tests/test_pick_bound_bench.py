@@ -29,9 +29,9 @@ def test_each_pick_of_one_kernel(pick_bound):
 
 
 def test_the_best_of_ten_others_reads_the_models_ten_first_only(pick_bound):
-    # Configs 1..12 take 1.1 + j / 100 but config 12 (1.0); the model ranks them in index
-    # order, so its 10 first others are configs 1..10 and the fastest, config 12, is not among
-    # them: the best of its 10 first others is config 1 (1.11).
+    # Configs 1..11 take 1.1 + j / 100, config 12 the fastest (1.0); the model ranks them in
+    # index order, so its 10 first others are configs 1..10 and config 12 is not among them:
+    # the best of its 10 first others is config 1 (1.11).
     runtimes = [1.5] + [1.1 + j / 100 for j in range(1, 12)] + [1.0]
     errors = pick_bound.kernel_errors(np.arange(13, dtype=float), runtimes)
     assert errors["other10"] == pytest.approx(0.11)
