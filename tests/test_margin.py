@@ -77,6 +77,26 @@ def test_choose_refuses_a_margin_that_only_fits_noise():
     assert chosen.errors == metrics.top_k_errors(kernels)
 
 
+def test_choose_puts_config_0_first_everywhere_where_the_compilers_pick_does_best():
+    """Config 0 the fastest on 9 kernels in 10, the model's scores unrelated to which: its own
+    pick is a random config, and config 0 everywhere (nothing fitted, so its estimate is
+    exact) beats it and any margin fitted on the other folds."""
+    rng = np.random.default_rng(1)
+    kernels = []
+    for i in range(100):
+        runtimes = rng.uniform(1.2, 2.0, 20)
+        runtimes[0 if i % 10 else 1] = 1.0
+        kernels.append(_kernel(runtimes, rng.normal(size=20)))
+    chosen = margin.choose(kernels)
+    assert chosen.margin == margin.ALWAYS
+    assert chosen.folds == (margin.ALWAYS,) * 100
+    picks = [int(np.argmin(margin.with_margin(s, chosen.margin))) for _, s in kernels]
+    assert picks == [0] * 100
+    config_0 = np.mean([r[0] / r.min() - 1.0 for r, _ in kernels])
+    assert chosen.errors[1] == pytest.approx(config_0)  # the compiler's pick's own error
+    assert chosen.errors[1] < metrics.top_k_errors(kernels)[1]
+
+
 def test_fold_margins_fit_each_fold_on_the_others():
     kernels = _two_kinds(10, bias=3.0)
     folds = margin.fold_margins(kernels)

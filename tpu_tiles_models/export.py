@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
 import tpu_tiles_models
 from tpu_tiles_models import files, formats, interrupts, kaggle, run_file, safe
 from tpu_tiles_models.errors import one_line
+from tpu_tiles_models.margin import ALWAYS
 from tpu_tiles_models.run_file import (
     EXTRAS_KEY,
     IDENTITY_KEY,
@@ -348,6 +349,8 @@ def finish(
         f"wrote {model_dir}\nwrote {run_file}" + (f"\nwrote {results_csv}" if results_csv else "")
     )
     margin = f"config 0's margin {val.margin:.4g}" if val.margin else "no margin for config 0"
+    if val.margin >= ALWAYS:  # the compiler's pick did best on validation
+        margin = "config 0 first on every kernel"
     keep = "config 0 kept in the top 5" if val.chosen else "config 0 not kept in the top 5"
     print(
         f"validation top-k error: {_rounded(val_errors)}; ranked by its rule ({margin}, {keep}; "

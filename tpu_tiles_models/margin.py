@@ -5,6 +5,8 @@ The margin `m` is subtracted from config 0's score (`with_margin`): config 0 com
 `fit` picks the best among quantiles of the gaps and 0 (the smallest `|m|` wins a tie); as in
 sample any margin looks better than it is, `choose` keeps one only where its cross-fitted
 estimate (`FOLDS` folds) beats the model's own top-1, and that estimate is what a run reports.
+`choose` also weighs `ALWAYS`, config 0 first on every kernel: it fits nothing, so its estimate
+is exact, and where it is the lowest the rule's pick is never worse than the compiler's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from tpu_tiles_models import metrics
 
 CANDIDATES = 41  # candidate margins: quantiles 0, 1/40, ..., 1 of the kernels' gaps (and 0)
 FOLDS = 5  # of the cross-fitted estimate; kernel i is in fold i % FOLDS
+# A margin no gap between scores reaches (finite, as the models' weight must be): config 0
+# first on every kernel, the compiler's pick.
+ALWAYS = 1e9
 
 
 def with_margin(scores: np.ndarray, margin: float) -> np.ndarray:
@@ -111,14 +116,21 @@ def fold_margins(
 def choose(
     kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
 ) -> Margin:
-    """The margin fitted on all of `kernels` if its cross-fitted top-1 error beats the model's
-    own (see the module)."""
+    """The lowest top-1 error of three (see the module): no margin (the model's own ranking),
+    the margin fitted on all of `kernels` (its cross-fitted estimate), or `ALWAYS`; a tie
+    keeps the one that fits less (none, then `ALWAYS`)."""
     kernels = list(kernels)
     own = metrics.top_k_errors(kernels, weights=weights)
     folds = fold_margins(kernels, weights)
     crossed = metrics.top_k_errors(
         [(r, with_margin(s, m)) for (r, s), m in zip(kernels, folds)], weights=weights
     )
-    if not crossed[1] < own[1]:
-        return Margin.none(own, len(kernels))
-    return Margin(fit(kernels, weights), crossed, tuple(folds.tolist()))
+    always = metrics.top_k_errors(
+        [(r, with_margin(s, ALWAYS)) for r, s in kernels], weights=weights
+    )
+    best = Margin.none(own, len(kernels))
+    if always[1] < best.errors[1]:
+        best = Margin(ALWAYS, always, (ALWAYS,) * len(kernels))
+    if crossed[1] < best.errors[1]:
+        best = Margin(fit(kernels, weights), crossed, tuple(folds.tolist()))
+    return best
