@@ -162,7 +162,9 @@ def train_second(a: argparse.Namespace, data_root: Path, out: Path, seed: int) -
 def rule_picks(kernels: list[tuple[np.ndarray, np.ndarray]]) -> list[int]:
     """Each kernel's pick by a run's rule, on `(runtimes, scores)` pairs: config 0's margin
     fitted on the other folds (`margin.fold_margins`) where that lowers the mean top-1 error
-    below the scores' own, as `margin.choose` keeps it; else the scores' own pick."""
+    below the scores' own; else the scores' own pick. This is `margin.choose` as it was when
+    the rerank tables were written, before its third choice (`margin.ALWAYS`): kept so that
+    they rerun as written; `margin.choose(kernels).folds` gives today's rule."""
     own = [int(np.argmin(s)) for _, s in kernels]
     folds = margin.fold_margins(kernels)
     crossed = [int(np.argmin(margin.with_margin(s, m))) for (_, s), m in zip(kernels, folds)]

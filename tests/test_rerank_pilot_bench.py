@@ -52,7 +52,7 @@ def test_the_rule_keeps_config_0_within_the_margin_fitted_on_the_other_folds_whe
     assert rerank.rule_picks([large] * 10) == [1] * 10
 
 
-def test_the_train_kernels_are_held_out_in_folds_of_every_kth_name(tmp_path):
+def test_link_split_links_only_the_named_files_to_their_source(tmp_path):
     source = tmp_path / "src"
     (source / "train").mkdir(parents=True)
     for i in range(5):
