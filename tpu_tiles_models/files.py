@@ -143,6 +143,49 @@ def remove_made_dirs(made: Path | None, leaf: str | os.PathLike) -> None:
             return
 
 
+# -- a path read from a file ----------------------------------------------------------------
+
+
+class OutsideError(UserError, ValueError):
+    """A path read from a file (a manifest, a record) leaves the folder that owns it."""
+
+
+def within(folder: str | os.PathLike, name: str, *, where: str, fix: str) -> str:
+    """`folder/name`, for a `name` read from a file that names its files relative to
+    `folder`, the one folder it may act in: so a copied or moved folder never reaches back
+    into the original. A name that is absolute, climbs with `..`, names `folder` itself or
+    leads out through a symbolic link among its folders is an OutsideError, `<where> <name>
+    <why>; <fix>`. The last name is not resolved: a link there is what the caller replaces or
+    removes, never its target."""
+    parts = [p for p in name.split("/") if p not in ("", ".")]
+    if os.path.isabs(name) or is_remote(name):
+        why = f"is an absolute path, not a name in {os.fspath(folder)}"
+    elif ".." in parts:
+        why = f"climbs out of {os.fspath(folder)} with '..'"
+    elif "\0" in name:
+        why = "holds a NUL character"
+    elif not parts:
+        why = f"names {os.fspath(folder)} itself, not a file in it"
+    else:
+        link = None if is_remote(folder) else _link_out(Path(folder), parts[:-1])
+        if link is None:
+            return join(folder, *parts)
+        why = f"leads out of {os.fspath(folder)} through the symbolic link {link}"
+    raise OutsideError(f"{where} {name!r} {why}; {fix}")
+
+
+def _link_out(folder: Path, names: list[str]) -> Path | None:
+    """The first of the nested folders `folder/names[0]/names[1]/...` that resolves outside
+    `folder` (a link), if any."""
+    real, here = os.path.realpath(folder), folder
+    for name in names:
+        here = here / name
+        inner = os.path.realpath(here)
+        if os.path.commonpath([inner, real]) != real:
+            return here
+    return None
+
+
 # -- the one identity of a path ------------------------------------------------------------
 
 
