@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -370,3 +371,102 @@ def test_an_upstream_link_comes_back_as_that_link(upstream_checkout, tmp_path, c
     assert "restored the original link" in capsys.readouterr().out
     assert _links(upstream_checkout) == links and _tree(upstream_checkout) == before
     assert not (upstream_checkout / inst.BACKUP_DIR).exists()
+
+
+# -- issue 58: install owns its checkout ---------------------------------------------------
+
+
+def _forge(root: Path, rel: str, **entry) -> Path:
+    """An installed checkout whose manifest also names `rel` (a hand edit, a classmate's
+    checkout); returns the manifest."""
+    assert cli.main(["install", str(root)]) == 0
+    manifest = root / inst.BACKUP_DIR / inst.MANIFEST
+    content = json.loads(manifest.read_text())
+    content["files"][rel] = {"installed_sha256": "0" * 64, **entry}
+    manifest.write_text(json.dumps(content))
+    return manifest
+
+
+# name in the manifest ({victim}: a file outside the checkout) -> its entry, and why refused
+FORGED = {
+    "absolute_had_original": ("{victim}", dict(had_original=True), "is an absolute path, not a name in {root}"),
+    "dotdot_new_file": ("../victim.txt", dict(had_original=False), "climbs out of {root} with '..'"),
+    "dotdot_link": ("../made_link", dict(had_original=True, link="/"), "climbs out of {root} with '..'"),
+    "through_a_link": ("out/victim.txt", dict(had_original=False), "leads out of {root} through the symbolic link {root}/out"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("force", [False, True])
+@pytest.mark.parametrize("case", sorted(FORGED))
+def test_uninstall_acts_only_inside_the_checkout(case, force, upstream_checkout, capsys):
+    """Defect 1: a manifest entry that is absolute, climbs out with `..` or leads out
+    through a link is refused in one line naming the manifest and the entry; nothing outside
+    the checkout (nor in it) is deleted, replaced or made. Before: the victim was deleted (the
+    absolute "backup" was the file itself), or a link made beside the checkout."""
+    root, outside = upstream_checkout, upstream_checkout.parent
+    victim = outside / "victim.txt"
+    victim.write_text("the user's own file\n")
+    (root / "out").symlink_to(outside)
+    name, entry, why = FORGED[case]
+    name = name.format(victim=victim)
+    manifest = _forge(root, name, **entry)
+    before, around = _tree(root), sorted(os.listdir(outside))
+    capsys.readouterr()
+    code = cli.main(["install", str(root), "--uninstall", *(["--force"] if force else [])])
+    assert (code, capsys.readouterr().err) == (
+        2,
+        f"tpu-tiles install: error: {manifest}: the entry {name!r} {why.format(root=root)}; "
+        f"restore the files by hand from {manifest.parent}\n",
+    )
+    assert victim.read_text() == "the user's own file\n"
+    assert sorted(os.listdir(outside)) == around and _tree(root) == before
+
+
+def test_install_refuses_a_file_it_would_write_through_a_link_out(upstream_checkout, tmp_path):
+    """What install would record, uninstall would refuse: so install writes through no link
+    that leads out of the checkout either (here its tiles package is another checkout's)."""
+    other = tmp_path / "other_tiles"
+    tiles = upstream_checkout / "tpu_graphs/baselines/tiles"
+    tiles.rename(other)
+    tiles.symlink_to(other)
+    before = (other / "models.py").read_bytes()
+    with pytest.raises(InstallError) as err:
+        inst.install(upstream_checkout)
+    assert str(err.value) == (
+        f"{upstream_checkout}: 'tpu_graphs/baselines/tiles/models.py' leads out of "
+        f"{upstream_checkout} through the symbolic link {tiles}; tpu-tiles writes only inside "
+        "ROOT: put the folder itself in place of that link"
+    )
+    assert (other / "models.py").read_bytes() == before
+    assert not (upstream_checkout / inst.BACKUP_DIR).exists()
+
+
+@pytest.mark.parametrize("uninstall", [False, True])
+def test_a_backup_folder_that_is_a_link_is_refused(uninstall, upstream_checkout, tmp_path, capsys):
+    """Defect 4: `ln -s ../elsewhere U/.tpu_tiles_backup; tpu-tiles install U` wrote the
+    backup of upstream's file and the manifest into `elsewhere`, over the user's own file."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "create_kaggle_csv.py").write_text("the user's own script\n")
+    if uninstall:  # an installed checkout whose backup folder was replaced by a link
+        assert cli.main(["install", str(upstream_checkout)]) == 0
+        shutil.copytree(upstream_checkout / inst.BACKUP_DIR, elsewhere, dirs_exist_ok=True)
+        shutil.rmtree(upstream_checkout / inst.BACKUP_DIR)
+    backup = upstream_checkout / inst.BACKUP_DIR
+    backup.symlink_to("../elsewhere")
+    before, there = _tree(upstream_checkout), _tree(elsewhere)
+    capsys.readouterr()
+    code = cli.main(["install", str(upstream_checkout), *(["--uninstall"] if uninstall else [])])
+    assert (code, capsys.readouterr().err) == (
+        2,
+        f"tpu-tiles install: error: {backup} is a symbolic link to ../elsewhere, not the "
+        "checkout's own folder; tpu-tiles keeps its backups and manifest there: move it away "
+        "and rerun\n",
+    )
+    assert _tree(upstream_checkout) == before and _tree(elsewhere) == there
+
+
+def test_a_backup_folder_that_is_a_file_is_refused(upstream_checkout):
+    (upstream_checkout / inst.BACKUP_DIR).write_text("not a folder\n")
+    with pytest.raises(InstallError, match=r"\.tpu_tiles_backup is a file, not the checkout's"):
+        inst.install(upstream_checkout)
