@@ -388,12 +388,21 @@ def _forge(root: Path, rel: str, **entry) -> Path:
 
 
 # name in the manifest ({victim}: a file outside the checkout) -> its entry, and why refused
+OUT = "climbs out of {root} with '..'"
 FORGED = {
-    "absolute_had_original": ("{victim}", dict(had_original=True), "is an absolute path, not a name in {root}"),
-    "dotdot_new_file": ("../victim.txt", dict(had_original=False), "climbs out of {root} with '..'"),
-    "dotdot_link": ("../made_link", dict(had_original=True, link="/"), "climbs out of {root} with '..'"),
-    "through_a_link": ("out/victim.txt", dict(had_original=False), "leads out of {root} through the symbolic link {root}/out"),
-}  # fmt: skip
+    "absolute_had_original": (
+        "{victim}",
+        dict(had_original=True),
+        "is an absolute path, not a name in {root}",
+    ),
+    "dotdot_new_file": ("../victim.txt", dict(had_original=False), OUT),
+    "dotdot_link": ("../made_link", dict(had_original=True, link="/"), OUT),
+    "through_a_link": (
+        "out/victim.txt",
+        dict(had_original=False),
+        "leads out of {root} through the symbolic link {root}/out",
+    ),
+}
 
 
 @pytest.mark.parametrize("force", [False, True])
@@ -430,7 +439,7 @@ def test_install_refuses_a_file_it_would_write_through_a_link_out(upstream_check
     tiles.rename(other)
     tiles.symlink_to(other)
     before = (other / "models.py").read_bytes()
-    with pytest.raises(InstallError) as err:
+    with pytest.raises(inst.files.OutsideError) as err:
         inst.install(upstream_checkout)
     assert str(err.value) == (
         f"{upstream_checkout}: 'tpu_graphs/baselines/tiles/models.py' leads out of "
@@ -466,7 +475,14 @@ def test_a_backup_folder_that_is_a_link_is_refused(uninstall, upstream_checkout,
     assert _tree(upstream_checkout) == before and _tree(elsewhere) == there
 
 
-def test_a_backup_folder_that_is_a_file_is_refused(upstream_checkout):
-    (upstream_checkout / inst.BACKUP_DIR).write_text("not a folder\n")
+def test_a_backup_folder_that_is_a_file_or_a_mount_point_is_refused(upstream_checkout, monkeypatch):
+    backup = upstream_checkout / inst.BACKUP_DIR
+    backup.write_text("not a folder\n")
     with pytest.raises(InstallError, match=r"\.tpu_tiles_backup is a file, not the checkout's"):
         inst.install(upstream_checkout)
+    backup.unlink()
+    backup.mkdir()  # another disk's folder mounted there (needs root: as ismount says so)
+    monkeypatch.setattr(inst.os.path, "ismount", lambda path: Path(path) == backup)
+    with pytest.raises(InstallError, match=r"\.tpu_tiles_backup is a mount point, not the"):
+        inst.install(upstream_checkout)
+    assert not any(backup.iterdir())

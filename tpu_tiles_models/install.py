@@ -6,7 +6,8 @@ records in its ``manifest.json`` the sha256 of what it installed: so a later ins
 our old copy (updated) from the user's edit (refused unless ``force``), and ``uninstall``
 restores the originals and deletes what did not exist before. An upstream symbolic link is
 recorded as where it points and comes back as that link. Both hold the checkout's lock
-(`locks.claim`), so no backup ever holds our own copy.
+(`locks.claim`), so no backup ever holds our own copy, and act only inside the checkout: a
+manifest entry that leaves it, or a backup folder that is not its own, is refused.
 """
 
 from __future__ import annotations
@@ -58,8 +59,15 @@ _MANIFEST_ENTRY = {"installed_sha256": (str,), "had_original": (bool,), "link": 
 
 
 def _load_manifest(root: Path) -> dict:
-    """``{relpath: _MANIFEST_ENTRY}``, empty if there is none."""
+    """``{relpath: _MANIFEST_ENTRY}``, empty if there is none; each relpath a file inside the
+    checkout and inside its backup folder (`_check_inside`)."""
     path = _manifest_path(root)
+    instead = _instead_of_own_folder(path.parent)
+    if instead:
+        raise InstallError(
+            f"{path.parent} is {instead}, not the checkout's own folder; tpu-tiles keeps its "
+            "backups and manifest there: move it away and rerun"
+        )
     if not path.exists():
         return {}
     fix = f"restore the files by hand from {path.parent}"
@@ -70,7 +78,25 @@ def _load_manifest(root: Path) -> dict:
     installed = formats.checked(path, content, {"files": (dict,)}, fix)["files"]
     for rel, entry in installed.items():
         formats.checked(path, entry, _MANIFEST_ENTRY, fix, where=f"files[{rel!r}]")
+        _check_inside(root, rel, f"{path}: the entry", fix)
     return installed
+
+
+def _instead_of_own_folder(folder: Path) -> str:
+    """What stands at ``folder`` instead of a folder of the checkout's own (a link, a file, a
+    mount point: writing there writes elsewhere); '' if nothing does."""
+    if folder.is_symlink():
+        return f"a symbolic link to {os.readlink(folder)}"
+    if folder.exists() and not folder.is_dir():
+        return "a file"
+    return "a mount point" if os.path.ismount(folder) else ""
+
+
+def _check_inside(root: Path, rel: str, where: str, fix: str) -> None:
+    """Raises unless ``rel`` names a file inside ``root`` and inside its backup folder (no
+    absolute path, no `..`, no link out among its folders: `files.within`)."""
+    files.within(root, rel, where=where, fix=fix)
+    files.within(root / BACKUP_DIR, rel, where=where, fix=fix)
 
 
 def _save_manifest(root: Path, installed: dict) -> None:
@@ -135,10 +161,13 @@ def install(
             "tpu-tiles-models from a complete checkout (pip install -e <checkout>)"
         )
     with locks.claim(root, flag="ROOT", command="install"):
+        manifest = _load_manifest(root)  # before changing anything
+        fix = "tpu-tiles writes only inside ROOT: put the folder itself in place of that link"
+        for rel in sources:
+            _check_inside(root, rel, f"{root}:", fix)
         _refuse_folders(root, list(sources))
         rels = [*sources, f"{BACKUP_DIR}/{MANIFEST}"]
-        safe.claim([safe.Output(root / rel, "") for rel in rels])  # before changing anything
-        manifest = _load_manifest(root)
+        safe.claim([safe.Output(root / rel, "") for rel in rels])
         edited = [
             rel
             for rel in _user_modified(root, manifest)
@@ -270,13 +299,12 @@ def uninstall(root: str | os.PathLike[str], *, force: bool = False) -> list[str]
         for rel in sorted(manifest):
             dst, backup = root / rel, root / BACKUP_DIR / rel
             if "link" in manifest[rel]:
-                tmp = safe.hidden_path(dst)  # the link made beside it, renamed over it
-                os.symlink(manifest[rel]["link"], tmp)
+                stage = safe.Stage()  # the link made beside it, renamed over it
                 try:
-                    os.replace(tmp, dst)
-                except BaseException:
-                    tmp.unlink(missing_ok=True)
-                    raise
+                    os.symlink(manifest[rel]["link"], stage.path(dst))
+                    stage.commit()
+                finally:
+                    stage.discard()
                 lines.append(f"restored the original link {dst} -> {manifest[rel]['link']}")
             elif manifest[rel]["had_original"]:
                 if not backup.is_file():
@@ -300,7 +328,7 @@ def _prune_backup_dir(backup_dir: Path) -> list[str]:
     """Removes the now-empty backup tree; reports edited copies kept by ``--force``."""
     kept = sorted(p for p in backup_dir.rglob(f"*{MODIFIED_SUFFIX}") if p.is_file())
     for directory in sorted(backup_dir.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-        if directory.is_dir() and not any(directory.iterdir()):
+        if directory.is_dir() and not directory.is_symlink() and not any(directory.iterdir()):
             directory.rmdir()
     if backup_dir.is_dir() and not any(backup_dir.iterdir()):
         backup_dir.rmdir()
