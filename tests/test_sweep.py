@@ -9,6 +9,7 @@ import gzip
 import json
 import os
 import shlex
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -344,6 +345,97 @@ def test_bookkeeping_of_another_shape_is_one_line(case, first, synth_root, capsy
         "and rerun the sweep"
     )
     assert (out / "sweep.csv").read_bytes() == leaderboard
+
+
+# -- issue 58: a sweep's records name their files inside their own folder ------------------
+
+
+def _ensembles(monkeypatch) -> None:
+    """`ensemble.build_ensemble` writing a stand-in ensemble (a model dir, run file, results
+    CSV) into its folder, named by its members; `run_file.whole_run`: the model dir is there."""
+
+    def build_ensemble(model_dirs, out_dir, *, data_root, cache_dir, progress):
+        name = "_".join(os.path.basename(d)[len("model_") :] for d in model_dirs)
+        made = SimpleNamespace(
+            model_dir=Path(out_dir, f"model_{name}"),
+            run_file=Path(out_dir, f"run_{name}.jsonz"),
+            results_csv=Path(out_dir, f"results_{name}.csv"),
+            val_errors={1: 0.5, 5: 0.25, 10: 0.1},
+        )
+        made.model_dir.mkdir(parents=True)
+        made.run_file.write_bytes(b"run")
+        made.results_csv.write_text("csv")
+        return made
+
+    monkeypatch.setattr(ensemble, "build_ensemble", build_ensemble)
+    monkeypatch.setattr(run_file, "whole_run", lambda model_dir: os.path.isdir(model_dir) or None)
+
+
+def _best(*hashes: str) -> list[SimpleNamespace]:
+    """Ranked ok rows of points with these hashes (their keys too)."""
+    return [SimpleNamespace(ok=True, point=SimpleNamespace(key=h, hash=h)) for h in hashes]
+
+
+BASE = SimpleNamespace(data_root="data", cache_dir="")
+
+
+def test_a_copied_sweep_never_reaches_back_into_the_original(tmp_path, monkeypatch):
+    """Defect 2 as reported: `cp -a SW SW2`, then a sweep into SW2 whose best points differ
+    deleted SW's ensemble (its model dir, run file and results CSV), which SW2's record named
+    by absolute path; and with the same best points it took SW's ensemble for SW2's. Now the
+    record names them inside its own folder: SW2 replaces and reuses its own copies only."""
+    _ensembles(monkeypatch)
+    sw, sw2 = tmp_path / "SW", tmp_path / "SW2"
+    first = sweep._ensemble(_best("a", "b"), 2, str(sw), BASE)
+    target = sw / "ensemble_top2"
+    assert first["dir"] == str(target / "model_a_b")
+    record = json.loads((target / "sweep_ensemble.json").read_text())
+    assert [record[k] for k in ("dir", "run_file", "results_csv")] == [
+        "model_a_b",
+        "run_a_b.jsonz",
+        "results_a_b.csv",
+    ]
+    original = sorted(os.listdir(target))
+    shutil.copytree(sw, sw2, symlinks=True)
+    again = sweep._ensemble(_best("a", "b"), 2, str(sw2), BASE)  # reused: SW2's own copy
+    assert again["dir"] == str(sw2 / "ensemble_top2" / "model_a_b")
+    other = sweep._ensemble(_best("a", "c"), 2, str(sw2), BASE)  # replaced: in SW2 only
+    assert other["dir"] == str(sw2 / "ensemble_top2" / "model_a_c")
+    assert sorted(os.listdir(target)) == original
+    assert sorted(os.listdir(sw2 / "ensemble_top2")) == [
+        "model_a_c",
+        "results_a_c.csv",
+        "run_a_c.jsonz",
+        "sweep_ensemble.json",
+    ]
+
+
+@pytest.mark.parametrize("key, name", [("dir", "{victim}"), ("run_file", "../../victim/x")])
+def test_an_ensemble_record_naming_a_file_outside_its_folder_is_one_line(
+    key, name, tmp_path, monkeypatch
+):
+    """Defect 2, forged (or written by an earlier version, with absolute paths): the record
+    is refused in one line and nothing outside its folder is removed (before: `victim`, a
+    folder outside --out_dir, was deleted whole)."""
+    _ensembles(monkeypatch)
+    victim = tmp_path / "victim"
+    (victim / "x").mkdir(parents=True)
+    sweep._ensemble(_best("a", "b"), 2, str(tmp_path / "SW"), BASE)
+    record = tmp_path / "SW" / "ensemble_top2" / "sweep_ensemble.json"
+    name = name.format(victim=victim)
+    record.write_text(json.dumps(dict(json.loads(record.read_text()), **{key: name})))
+    with pytest.raises(files.OutsideError) as err:
+        sweep._ensemble(_best("a", "c"), 2, str(tmp_path / "SW"), BASE)
+    why = (
+        f"is an absolute path, not a name in {record.parent}"
+        if name.startswith("/")
+        else f"climbs out of {record.parent} with '..'"
+    )
+    assert str(err.value) == (
+        f"{record}: {key!r} {name!r} {why}; it is the sweep's bookkeeping: delete it and rerun "
+        "the sweep"
+    )
+    assert (victim / "x").is_dir()
 
 
 @pytest.mark.parametrize("spec, bad", [("uniform(nan,1)", "nan"), ("loguniform(1e-4,inf)", "inf")])
