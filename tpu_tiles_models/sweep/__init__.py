@@ -2,7 +2,8 @@
 (docs/sweeps.md): `Create | Reshuffle | Map(train_element)`, each point in a fresh child
 process of its worker, so that a crash or an out-of-memory kill is the point's failure only.
 Its bookkeeping in `--out_dir`: sweep/plan.json (the points), sweep/points/<key>.json (each
-outcome), sweep/logs/<key>.log (each output), ensemble_top<k>/sweep_ensemble.json.
+outcome), sweep/logs/<key>.log (each output), ensemble_top<k>/sweep_ensemble.json (which
+names its files inside its own folder, `_ENSEMBLE_FILES`).
 """
 
 from __future__ import annotations
@@ -380,10 +381,11 @@ def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[st
     info.update(dir=str(result.model_dir), run_file=str(result.run_file), top1=errors[1])
     info.update(top5=errors[5], top10=errors[10], score=1.0 - errors[5])
     info["results_csv"] = str(result.results_csv or "")
-    for key in ("dir", "run_file", "results_csv"):  # the ensemble of other members, replaced
+    for key in _ENSEMBLE_FILES:  # the ensemble of other members, replaced
         if previous and previous.get(key) and previous[key] != info[key]:
             files.remove(previous[key])
-    _write_json(record, info)
+    # Its files by name: `target` (build_ensemble's out_dir) holds them all.
+    _write_json(record, dict(info, **{k: files.basename(info[k]) for k in _ENSEMBLE_FILES}))
     return info
 
 
@@ -399,20 +401,29 @@ def _record_path(sweep_dir: str, key: str) -> str:
 _ENSEMBLE_FIELDS: formats.Fields = dict(
     members=(list,), dir=(str,), error=(str,), run_file=(str,), results_csv=(str,)
 ) | {k: formats.NUMBER for k in ("score", "top1", "top5", "top10")}
+# The ensemble record's files, named inside its folder ("" for none): a copied sweep's record
+# names its own copies, and a name that leaves the folder is refused (`files.within`).
+_ENSEMBLE_FILES = ("dir", "run_file", "results_csv")
 _POINT_FIELDS: formats.Fields = dict(
     status=(str,), error=(str,), wall_s=(*formats.NUMBER, type(None))
 )
 
 
 def _read_json(path: str) -> dict | None:
-    """The record's JSON; None if it does not exist or is not whole."""
+    """The record's JSON, an ensemble's files by their paths; None if it does not exist or is
+    not whole."""
     try:
         value = json.loads(files.read_bytes(path))
     except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
         return None
-    fields = _ENSEMBLE_FIELDS if files.basename(path) == "sweep_ensemble.json" else _POINT_FIELDS
+    ensemble = files.basename(path) == "sweep_ensemble.json"
     fix = "it is the sweep's bookkeeping: delete it and rerun the sweep"
-    return formats.checked(path, value, fields, fix)
+    value = formats.checked(path, value, _ENSEMBLE_FIELDS if ensemble else _POINT_FIELDS, fix)
+    folder = os.path.dirname(path)
+    for key in _ENSEMBLE_FILES if ensemble else ():
+        if value[key]:
+            value[key] = files.within(folder, value[key], where=f"{path}: {key!r}", fix=fix)
+    return value
 
 
 def _write_json(path: str, value: Any) -> None:
