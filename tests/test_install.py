@@ -486,3 +486,19 @@ def test_a_backup_folder_that_is_a_file_or_a_mount_point_is_refused(upstream_che
     with pytest.raises(InstallError, match=r"\.tpu_tiles_backup is a mount point, not the"):
         inst.install(upstream_checkout)
     assert not any(backup.iterdir())
+
+
+def test_restoring_a_link_changes_nothing_where_it_points(upstream_checkout, tmp_path):
+    """The link --uninstall puts back is made beside the file and renamed over it, never
+    written or chmodded through: the file it points to (outside the checkout) keeps its mode,
+    whatever mode the installed copy had."""
+    shared = tmp_path / "shared.py"
+    shared.write_bytes(UPSTREAM_MODELS)
+    shared.chmod(0o644)
+    models = upstream_checkout / "tpu_graphs/baselines/tiles/models.py"
+    models.unlink()
+    models.symlink_to(shared)
+    inst.install(upstream_checkout)
+    models.chmod(0o600)
+    inst.uninstall(upstream_checkout)
+    assert os.readlink(models) == str(shared) and file_mode(shared) == 0o644
