@@ -2,7 +2,8 @@
 
 `run_file.read_run` checks the shape once (`run_file.run_info_problem`) for every reader: predict,
 evaluate, ensemble, bundle (which then packs nothing), check and the drop-in
-`tiles_gen_predictions_csv.py`. Each damaged file is valid gzip, so only the check catches it.
+`tiles_gen_predictions_csv.py`. Each damaged file is valid gzip, so only the check catches it;
+a gzip bomb is refused by the one reader of run files' bytes (`formats.run_file_content`).
 """
 
 from __future__ import annotations
@@ -10,11 +11,13 @@ from __future__ import annotations
 import gzip
 import json
 import shutil
+import tracemalloc
+import zlib
 from pathlib import Path
 
 import pytest
 
-from tpu_tiles_models import cli, registry, run_file
+from tpu_tiles_models import cli, formats, registry, run_file
 
 FIX = "it is truncated or corrupt, copy it again from the training --out_dir"
 
@@ -65,8 +68,21 @@ DAMAGES = {
         lambda info: _with(info, lambda i: i["tpu_tiles"]["keep_default"].update(margin=-1e999)),
         "tpu_tiles.keep_default.margin is -Infinity, not a number",
     ),
+    # Before: 34 s and 6.8 GB in evaluate for a 3 MB bomb, and check died of memory.
+    "gzip_bomb": (lambda info: "bomb", "it inflates past 32 MB, more than a run file holds"),
     "folder": (None, None),
 }
+
+
+def gzip_bomb(megabytes: int) -> bytes:
+    """A gzip stream of `megabytes` MB of zeros, about 1 KB a MB, made from one compressed MB
+    repeated (after a full flush the same input compresses to the same bytes). Its trailer's
+    check is that of 3 MB: a bomb is refused before it is reached."""
+    z = zlib.compressobj(9, zlib.DEFLATED, 31)  # 31: gzip's header and trailer
+    mb = bytes(1 << 20)
+    first = z.compress(mb) + z.flush(zlib.Z_FULL_FLUSH)
+    block = z.compress(mb) + z.flush(zlib.Z_FULL_FLUSH)
+    return first + block * (megabytes - 2) + z.compress(mb) + z.flush()
 
 
 def _damage(run_file: Path, how: str) -> str:
@@ -81,6 +97,9 @@ def _damage(run_file: Path, how: str) -> str:
             "the training --out_dir"
         )
     content = make(json.loads(gzip.decompress(run_file.read_bytes())))
+    if content == "bomb":
+        run_file.write_bytes(gzip_bomb(100))
+        return f"{run_file}: not a readable run file ({reason}); {FIX}"
     text = "[" * 100_000 + "]" * 100_000 if content == "deep" else json.dumps(content)
     run_file.write_bytes(gzip.compress(text.encode()))
     return f"{run_file}: not a readable run file ({reason}); {FIX}"
@@ -133,6 +152,29 @@ def test_every_command_names_a_damaged_run_file(
     else:
         assert err == f"{prog}: error: {message}"
     assert not (tmp_path / "out").exists()  # nothing written, bundle packed nothing
+
+
+def test_a_gzip_bomb_is_refused_in_little_memory(tmp_path, monkeypatch):
+    """Every reader of a run file's bytes (`read_run_bytes`; `named_results_csv` for the check
+    that outputs spare other runs' results CSVs) stops at the limit: the peak of memory shows
+    that a bomb of 64 times the limit was not inflated."""
+    monkeypatch.setattr(formats, "RUN_FILE_LIMIT", 10**6)
+    bomb = gzip_bomb(64)
+    path = tmp_path / "run_0.jsonz"
+    path.write_bytes(bomb)
+    tracemalloc.start()
+    try:
+        with pytest.raises(ValueError, match=r"^it inflates past 1 MB, more than a run file"):
+            run_file.read_run_bytes(path)
+        assert formats.named_results_csv(bomb) is None
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert peak < 8 << 20, peak
+    # A run file under the limit reads as before.
+    path.write_bytes(run_file.run_bytes({"args": {"results_csv": "r.csv"}}))
+    assert run_file.read_run_bytes(path) == {"args": {"results_csv": "r.csv"}}
+    assert formats.named_results_csv(path.read_bytes()) == "r.csv"
 
 
 def test_a_good_run_file_has_no_problem(mlp_seeds):

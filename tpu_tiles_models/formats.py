@@ -19,10 +19,11 @@ our JSON files are read through one shape check (`checked`). Standard library on
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import math
 import zlib
-from typing import Any, Mapping
+from typing import IO, Any, Mapping
 
 from tpu_tiles_models.errors import UserError
 
@@ -89,12 +90,30 @@ def curve_hash(name: str) -> str | None:
     return _hash_in(name, *_CURVE)
 
 
+# The most JSON a run file may inflate to: real ones hold KB to a few MB, and a gzip bomb (a
+# few MB that inflate to GB) is refused once this much is out, in this much memory.
+RUN_FILE_LIMIT = 32 * 10**6
+
+
+def run_file_content(stream: IO[bytes]) -> Any:
+    """The JSON of a run file's gzip `stream`, of any shape, inflated as a stream: past
+    `RUN_FILE_LIMIT` bytes it is refused unread. The one reader of run files' bytes. Raises
+    OSError, EOFError, zlib.error, ValueError or RecursionError if it is not whole."""
+    with gzip.GzipFile(fileobj=stream, mode="rb") as inflated:
+        data = inflated.read(RUN_FILE_LIMIT + 1)
+    if len(data) > RUN_FILE_LIMIT:
+        raise ValueError(
+            f"it inflates past {RUN_FILE_LIMIT / 1e6:g} MB, more than a run file holds"
+        )
+    return json.loads(data)
+
+
 def named_results_csv(run_file: bytes) -> str | None:
     """The results CSV a run file's bytes name (upstream's `args.results_csv`), or None when
     they name none or are not a whole run file (`run_file` reads the rest; this is all that
     `files` needs, to keep other commands' outputs off a run's CSV)."""
     try:
-        info = json.loads(gzip.decompress(run_file))
+        info = run_file_content(io.BytesIO(run_file))
     except (OSError, EOFError, zlib.error, ValueError, RecursionError):
         return None
     args = info.get("args") if isinstance(info, dict) else None

@@ -12,6 +12,7 @@ import collections
 import concurrent.futures
 import io
 import itertools
+import math
 import os
 import zipfile
 import zlib
@@ -30,6 +31,9 @@ from tpu_tiles_models.formats import (
 )
 
 TOY_FILES = 100  # upstream's --toy_data keeps the first 100 files of each split
+# The most a kernel file's arrays may take decompressed: real kernels take a few MB at most;
+# a zip bomb (a few MB that inflate to GB) is refused from its zip directory, unread.
+KERNEL_FILE_LIMIT = 256 * 10**6
 
 
 class DataError(UserError, ValueError):
@@ -109,27 +113,61 @@ _ZIP_ERRORS = (OSError, EOFError, zipfile.BadZipFile, zlib.error, KeyError, Valu
 
 
 def read_members(path: str) -> dict[str, bytes]:
-    """The decompressed `.npy` members of `REQUIRED_KEYS` that an npz file has; any other is
-    left packed. Thread-safe: no numpy parsing here (`check_members` does it)."""
+    """The decompressed `.npy` members of `REQUIRED_KEYS` that an npz file has, if their sizes
+    in its zip directory (which bound what is inflated) stay within `KERNEL_FILE_LIMIT`; any
+    other member is left packed. Thread-safe: no numpy parsing here (`check_members` does it)."""
     try:
         with files.open_read(path) as f, zipfile.ZipFile(f) as zf:
-            names = set(zf.namelist())
-            return {k: zf.read(f"{k}.npy") for k in REQUIRED_KEYS if f"{k}.npy" in names}
+            infos = {info.filename: info for info in zf.infolist()}  # a name twice: the last
+            wanted = {k: infos[f"{k}.npy"] for k in REQUIRED_KEYS if f"{k}.npy" in infos}
+            size = sum(info.file_size for info in wanted.values())
+            if size > KERNEL_FILE_LIMIT:
+                raise _fail(
+                    path,
+                    f"its arrays inflate to {files.format_size(size)}, past the "
+                    f"{files.format_size(KERNEL_FILE_LIMIT)} of any real kernel",
+                )
+            return {k: zf.read(info) for k, info in wanted.items()}
+    except DataError:
+        raise
     except _ZIP_ERRORS as err:
         raise _unreadable(path, err) from None
+
+
+_HEADERS = {
+    (1, 0): np.lib.format.read_array_header_1_0,
+    (2, 0): np.lib.format.read_array_header_2_0,
+}
 
 
 def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray]:
-    """Arrays from `read_members` output. One thread only: numpy parses .npy headers with
-    `ast.literal_eval`, which CPython 3.11 can fail on when several threads run it at once
-    ("AST constructor recursion depth mismatch")."""
+    """Arrays from `read_members` output, each only if its `.npy` header's shape and dtype
+    take the bytes its member holds (a header may declare any shape: numpy would allocate it
+    first). One thread only: numpy parses .npy headers with `ast.literal_eval`, which
+    CPython 3.11 can fail on when several threads run it at once ("AST constructor recursion
+    depth mismatch")."""
+    arrays = {}
     try:
-        return {
-            key: np.lib.format.read_array(io.BytesIO(raw), allow_pickle=False)
-            for key, raw in members.items()
-        }
+        for key, raw in members.items():
+            stream = io.BytesIO(raw)
+            version = np.lib.format.read_magic(stream)
+            if version not in _HEADERS:
+                raise ValueError(f"{key}.npy has .npy format version {version}")
+            shape, _, dtype = _HEADERS[version](stream)
+            declared, held = math.prod(shape) * dtype.itemsize, len(raw) - stream.tell()
+            if declared != held:
+                raise _fail(
+                    path,
+                    f"{key} declares shape {shape} of {dtype} ({files.format_size(declared)}), "
+                    f"but its member holds {files.format_size(held)}",
+                )
+            stream.seek(0)
+            arrays[key] = np.lib.format.read_array(stream, allow_pickle=False)
+    except DataError:
+        raise
     except _ZIP_ERRORS as err:
         raise _unreadable(path, err) from None
+    return arrays
 
 
 def _fail(path: str, what: str) -> DataError:
@@ -159,11 +197,13 @@ def _float32(values: np.ndarray) -> np.ndarray:
 
 
 _IN_FLOAT32 = " in float32, the precision models use"
+_SCALABLE = float(np.finfo(np.float32).max) / 2
 
 
 def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> None:
     """`DataError` unless `arrays` is a usable kernel: keys, dtypes, shapes and their
-    agreement, opcode and edge ranges, finite features, at least one config, and runtimes and
+    agreement, opcode and edge ranges, finite features within half float32's range (so that
+    scaling by a column's range cannot overflow), at least one config, and runtimes and
     their ratios (> 0 on train and valid, >= 0 on test), the numbers in float32 as models see
     them. (A train kernel with a single config is valid; `data.load_split` leaves it out.)"""
     missing = [key for key in REQUIRED_KEYS if key not in arrays]
@@ -208,8 +248,20 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
     # Numbers are checked as float32, the precision they are used in: a float64 beyond its
     # range is inf there, and a tiny runtime 0 (the labels are runtime / normalizer).
     for key in ("node_feat", "config_feat"):
-        if not np.isfinite(_float32(arrays[key])).all():
+        values = _float32(arrays[key])
+        if not np.isfinite(values).all():
             raise _fail(path, f"{key} has NaN or infinite values{_IN_FLOAT32}")
+        # Scaling divides by a column's range, max - min over the train split: within half
+        # float32's largest number every range, and every value less min, is finite.
+        beyond = np.abs(values) > _SCALABLE
+        if beyond.any():
+            row, column = np.argwhere(beyond)[0]
+            raise _fail(
+                path,
+                f"{key} column {column} holds {values[row, column]:.4g}; past "
+                f"{_SCALABLE:.2g} in magnitude a column's range (max - min), which scaling "
+                "divides by, overflows float32",
+            )
 
     if c < 1:
         raise _fail(path, "has no configs")

@@ -41,17 +41,24 @@ LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
 
 def parse_losses(spec: str) -> list[tuple[float, tf.keras.losses.Loss]]:
     """(weight, loss) pairs of upstream's `--losses`, e.g. `"ListMLELoss:1,MSE:0.02"` (syntax
-    and weights checked by `train_args.loss_weights`, the names here), or `FlagError`."""
-    weighted = []
-    for name, weight in loss_weights(spec):
+    and weights checked by `train_args.loss_weights`, the names here: each known, once), or
+    `FlagError`."""
+    pairs = loss_weights(spec)
+    names = [name for name, _ in pairs]
+    for name in names:
         if name in REMOVED_LOSSES:
             raise removed(f"--losses: {name}", REMOVED_LOSSES[name])
         if name not in LOSSES:
             raise FlagError(
                 f"--losses: unknown loss {name!r} in {spec!r}; known: {', '.join(LOSSES)}"
             )
-        weighted.append((weight, LOSSES[name]()))
-    return weighted
+        if names.count(name) > 1:
+            total = sum(w for n, w in pairs if n == name)
+            raise FlagError(
+                f"--losses: {name} is given {names.count(name)} times in {spec!r}; give it "
+                f"once, with its weights' sum ({name}:{total:g})"
+            )
+    return [(weight, LOSSES[name]()) for name, weight in pairs]
 
 
 def per_list(loss: tf.keras.losses.Loss, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:

@@ -210,9 +210,11 @@ def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
 
 
 def read_run_bytes(path: str | os.PathLike) -> Any:
-    """The run file's JSON content, of any shape (`run_info_problem` checks it). Raises
-    OSError, EOFError, zlib.error, ValueError or RecursionError if it is not whole."""
-    return json.loads(gzip.decompress(files.read_bytes(path)))
+    """The run file's JSON content, of any shape (`run_info_problem` checks it), read within
+    `formats.RUN_FILE_LIMIT`. Raises OSError, EOFError, zlib.error, ValueError or
+    RecursionError if it is not whole."""
+    with files.open_read(path) as f:
+        return formats.run_file_content(f)
 
 
 def read_run(model_dir: str | Path) -> dict:

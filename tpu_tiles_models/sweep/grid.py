@@ -32,6 +32,9 @@ SET_BY_SWEEP = ("out_dir", "results_csv", "tensorboard", "no_progress")
 # Not in a point's key: where things are cached or shown, and the results CSV named after it.
 NOT_IN_KEY = frozenset({"results_csv", *NOT_IN_HASH})
 EXAMPLE = "e.g. --grid 'lr=1e-3,2e-3 seed=0,1'"
+# The most points a sweep expands (each is a training run): more is a mistake, refused before
+# any point is made (a million took 84 s, then all of memory).
+MAX_POINTS = 10_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,10 +116,12 @@ def _load_file(path: str) -> list[Grid]:
     where = f"--grid {path}"
     try:
         data = files.read_bytes(path)
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError):
-        raise FlagError(
-            f"{where}: no such file; pass a .yaml/.json grid or an inline spec"
-        ) from None
+    except OSError as err:  # what is there instead, as every input names it (`not_a_file`)
+        kind = "" if files.is_remote(path) else files.not_a_file(path)
+        what = {"not found": "no such file", "": f"unreadable ({err.strerror or err})"}.get(
+            kind, f"{kind}, not a grid file"
+        )
+        raise FlagError(f"{where}: {what}; pass a .yaml/.json grid or an inline spec") from None
     try:
         if path.lower().endswith(".json"):
             content = json.loads(data)
@@ -288,7 +293,16 @@ def show(value: Any) -> str:
 def expand(
     grids: Sequence[Grid], base: TrainArgs, *, random_points: int = 0, random_seed: int = 0
 ) -> list[Point]:
-    """The points of `grids` over `base`, without duplicates, in a stable order."""
+    """The points of `grids` over `base`, without duplicates, in a stable order; more than
+    `MAX_POINTS` (counted before any is made) raise `FlagError`."""
+    counts = [_count(grid, random_points) for grid in grids]
+    total = sum(n for n, _ in counts)
+    if total > MAX_POINTS:
+        how = " + ".join(f"({shown})" for _, shown in counts)
+        fix = "lower --random" if random_points else "draw some of them with --random N"
+        raise FlagError(
+            f"--grid: {total:,} points, {how}, past the {MAX_POINTS:,} a sweep runs; {fix}"
+        )
     points: dict[str, Point] = {}
     for index, grid in enumerate(grids):
         if random_points:
@@ -311,9 +325,24 @@ def expand(
     return list(points.values())
 
 
+def _seed_axis(grid: Grid) -> Axis | None:
+    """The axis of seeds that `--random` crosses each draw with, if there is one."""
+    return next((a for a in grid.axes if a.name == SEED_AXIS and not a.range), None)
+
+
+def _count(grid: Grid, random_points: int) -> tuple[int, str]:
+    """How many points `grid` makes (before duplicates go), and how, for a message:
+    `lr 10 x seed 3`, or `--random 5 x 3 seeds`."""
+    if random_points:
+        seeds = len(_seed_axis(grid).values) if _seed_axis(grid) else 1
+        return random_points * seeds, f"--random {random_points:,} x {seeds} seeds"
+    sizes = [len(a.values) for a in grid.axes]
+    return math.prod(sizes), " x ".join(f"{a.name} {n:,}" for a, n in zip(grid.axes, sizes))
+
+
 def _draws(grid: Grid, n: int, rng: random.Random) -> Iterator[dict[str, Any]]:
     """`n` draws of the non-seed axes, each crossed with the seed list if there is one."""
-    seeds = next((a for a in grid.axes if a.name == SEED_AXIS and not a.range), None)
+    seeds = _seed_axis(grid)
     for _ in range(n):
         drawn = {
             a.name: a.range.sample(rng) if a.range else rng.choice(a.values)
