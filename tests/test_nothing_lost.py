@@ -243,6 +243,7 @@ def test_a_commit_killed_is_recovered_from_another_working_folder(
     monkeypatch.chdir(elsewhere)
     export.recover(out)
     assert _hidden(out) == [] and list(elsewhere.iterdir()) == []
+    monkeypatch.chdir(tmp_path)  # where its run file's relative CSV is (`completed_run`)
     info = _assert_whole_and_consistent(out, h, short_test_root)
     written = kaggle.read_predictions_csv(out / "res.csv")
     assert written == {f"tile:xla:{k}": v for k, v in info["test_predictions"].items()}
