@@ -387,23 +387,23 @@ def test_a_stopped_or_failed_bundle_takes_back_what_it_added(mlp_run, tmp_path, 
     assert cli.main(["bundle", "--dir", str(mlp_run.model_dir), "--out", str(finished)]) == 0
     before = _snapshot(finished)
     if fault == "sigterm after the model copy":
-        real_tree = bundle._copy_tree
+        real_tree = files.copy_tree
 
-        def copy_then_sigterm(src, dst):
-            real_tree(src, dst)
+        def copy_then_sigterm(src, dst, **kwargs):
+            real_tree(src, dst, **kwargs)
             signal.raise_signal(signal.SIGTERM)
 
-        monkeypatch.setattr(bundle, "_copy_tree", copy_then_sigterm)
+        monkeypatch.setattr(bundle.files, "copy_tree", copy_then_sigterm)
         status = 143
     else:
-        real_copy = safe.copy_file
+        real_copy = shutil.copyfile
 
         def run_file_disk_full(src, dst, **kwargs):
-            if Path(dst).name.startswith("run_"):
-                raise files.WriteError(f"{dst}: no space left on device")
-            real_copy(src, dst, **kwargs)
+            if safe.place_of(Path(dst)).name.startswith("run_"):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+            return real_copy(src, dst, **kwargs)
 
-        monkeypatch.setattr(safe, "copy_file", run_file_disk_full)
+        monkeypatch.setattr(bundle.shutil, "copyfile", run_file_disk_full)
         status = 2
     assert cli.main(["bundle", "--dir", str(mlp_run.model_dir), "--out", str(out)]) == status
     assert not out.exists()  # the folder it made went too
