@@ -210,20 +210,14 @@ def recover(out_dir: str | os.PathLike) -> None:
 def _results_csv_place(out: str, args: Mapping) -> list[str]:
     """Where the run in local folder `out` put its results CSV: the `results_csv` its run
     file names, if relative then to the folder the run was started in, which `out` shows
-    (`out` ends with the run's `out_dir`); none if remote or not to be told."""
+    (it ends with the run's relative `out_dir`); none if remote or not to be told."""
     csv, given = files.expand(args["results_csv"]), files.expand(args["out_dir"])
-    if not csv or files.is_remote(csv):
+    if not csv or files.is_remote(csv) or os.path.isabs(csv):
+        return [csv] if os.path.isabs(csv) else []
+    here, names = Path(os.path.abspath(out)).parts, Path(os.path.normpath(given)).parts
+    if os.path.isabs(given) or here[len(here) - len(names) :] != names:  # (`..`: never)
         return []
-    if os.path.isabs(csv):
-        return [csv]
-    names = Path(os.path.normpath(given)).parts
-    if os.path.isabs(given) or ".." in names:
-        return []  # the folder it was relative to cannot be told
-    for folder in {os.path.abspath(out), os.path.realpath(out)}:
-        here = Path(folder).parts
-        if here[len(here) - len(names) :] == names:
-            return [os.path.join(*here[: len(here) - len(names)], csv)]
-    return []
+    return [os.path.join(*here[: len(here) - len(names)], csv)]
 
 
 def _refuse_to_replace(args: TrainArgs, paths: RunPaths) -> None:

@@ -277,13 +277,8 @@ def _identities(path: str) -> list[tuple]:
 def _stream(path: str | os.PathLike) -> str:
     """What a local `path` that is written through rather than replaced is ("a named pipe
     (FIFO)", "a device", "a socket"): '' for a regular file, a folder, nothing or a URL."""
-    if files.is_remote(path):
-        return ""
-    try:
-        mode = os.stat(path).st_mode
-    except OSError:
-        return ""
-    return "" if stat.S_ISREG(mode) or stat.S_ISDIR(mode) else files.not_a_file(path)
+    kind = "" if files.is_remote(path) else files.not_a_file(path)
+    return "" if kind in ("not found", "a folder") or kind.startswith("unreadable") else kind
 
 
 def _run_part(path: str, own: str = "") -> str | None:
