@@ -211,7 +211,7 @@ def _results_csv_place(out: str, args: Mapping) -> list[str]:
     """Where the run in local folder `out` put its results CSV: the `results_csv` its run
     file names, if relative then to the folder the run was started in, which `out` shows
     (it ends with the run's relative `out_dir`); none if remote or not to be told."""
-    csv, given = files.expand(args["results_csv"]), files.expand(args["out_dir"])
+    csv, given = (files.expand(str(args.get(key) or "")) for key in ("results_csv", "out_dir"))
     if not csv or files.is_remote(csv) or os.path.isabs(csv):
         return [csv] if os.path.isabs(csv) else []
     here, names = Path(os.path.abspath(out)).parts, Path(os.path.normpath(given)).parts

@@ -223,13 +223,13 @@ def _target(
 
 
 def _check_clashes(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
+    targets = [files.canonical(out.path, what=out.flag) for out in outputs]  # named first
     reads = [(read, _identities(files.canonical(read.path, what=read.what))) for read in inputs]
     seen: dict[tuple, Output] = {}
-    for out in outputs:
+    for out, target in zip(outputs, targets):
         where, fix = f"{out.flag} {files.expand(out.path)}", f"pass another {out.flag}"
         if out.example:
             fix += f" (e.g. {out.example})"
-        target = files.canonical(out.path, what=out.flag)
         me, *above = _identities(target)
         for read, (source, *holding) in reads:
             named = files.expand(read.path)
