@@ -115,16 +115,14 @@ def test_a_dash_is_refused_not_written_as_a_file(tmp_path, monkeypatch, capsys):
     assert not (tmp_path / "-").exists()
 
 
-def test_an_output_that_is_a_link_is_written_at_its_target(tmp_path):
-    """A link is kept and what it points to written (as `open` writes), so `/dev/stdout`
-    (a link) is never replaced by a file."""
-    target = tmp_path / "real.csv"
-    target.write_text("old\n")
-    link = tmp_path / "link.csv"
-    link.symlink_to(target.name)
-    safe.write_bytes(link, b"new\n", flag="--out")
-    assert link.is_symlink() and target.read_text() == "new\n"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.csv", "real.csv"]
+def test_a_process_stream_that_is_a_file_is_written_through(tmp_path):
+    """`--out /dev/stdout` with standard output redirected to a file: a regular file, but
+    named in /dev or /proc; before, staging beside it (in /proc/self/fd) failed, and as root
+    `/dev/stdout` itself would have been replaced by a file."""
+    with open(tmp_path / "log", "w+b") as log:
+        safe.write_bytes(f"/dev/fd/{log.fileno()}", b"ID,TopConfigs\n", flag="--out")
+    assert (tmp_path / "log").read_bytes() == b"ID,TopConfigs\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["log"]
 
 
 # -- 15: an empty flag ----------------------------------------------------------------------

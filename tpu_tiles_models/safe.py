@@ -276,8 +276,12 @@ def _identities(path: str) -> list[tuple]:
 
 def _stream(path: str | os.PathLike) -> str:
     """What a local `path` that is written through rather than replaced is ("a named pipe
-    (FIFO)", "a device", "a socket"): '' for a regular file, a folder, nothing or a URL."""
+    (FIFO)", "a device", "a socket", or "a process's stream": a file named in /dev or /proc,
+    such as /dev/stdout into a file): '' for a regular file, a folder, nothing or a URL."""
     kind = "" if files.is_remote(path) else files.not_a_file(path)
+    if kind == "" and not files.is_remote(path):
+        folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        return "a process's stream" if folder == "/dev" or folder.startswith("/proc/") else ""
     return "" if kind in ("not found", "a folder") or kind.startswith("unreadable") else kind
 
 
@@ -346,14 +350,12 @@ class Stage:
     ) -> Path:
         """Where to write `place`. With `mode`, an empty file made as `open` makes one
         (`mode & ~umask`); without, the writer makes it (a SavedModel's folder, say). A named
-        pipe or a device is written through, as itself; a link, at what it leads to."""
+        pipe or a device is written through, as itself (`_stream`)."""
         remote = files.is_remote(place)
         where = files.named(place if remote else place_of(Path(place)), flag)
         if _stream(place):  # (`claim` refused it as a folder)
             self._named[os.fspath(place)] = (where, flag)
             return Path(place)
-        if not remote and os.path.islink(place):
-            place = os.path.realpath(place)
         _target(place, where, flag, folder=None if mode is None else False)
         if remote:
             self._local = self._local or Path(tempfile.mkdtemp(prefix="tpu_tiles_"))
