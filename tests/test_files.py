@@ -150,6 +150,7 @@ def test_hidden_files_name_their_owner_and_only_dead_owners_are_leftovers(tmp_pa
     left_old = safe.hidden_path(tmp_path / "r.csv", "old")
     left_old.write_text("x")
     left_old = as_dead(left_old)
+    (tmp_path / "r.csv").write_text("y")  # what replaced it (without: it is put back)
     other_host = tmp_path / f".r.csv.ffffff-{dead_pid()}-0123abcd.tmp"  # another machine's
     other_host.write_text("x")
     (tmp_path / ".hidden.tmp").write_text("a user's own hidden file")
@@ -160,7 +161,7 @@ def test_hidden_files_name_their_owner_and_only_dead_owners_are_leftovers(tmp_pa
     assert safe.leftovers(tmp_path, ["r.csv"]) == [found[1]]
     assert safe.remove_leftovers(tmp_path) == [f.path for f in found]
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted(
-        [mine.name, other_host.name, ".hidden.tmp"]
+        [mine.name, other_host.name, ".hidden.tmp", "r.csv"]
     )
 
 

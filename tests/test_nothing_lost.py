@@ -205,6 +205,50 @@ def test_a_rerun_killed_in_its_commit_is_finished_by_the_next_run(
     assert info["test_predictions"] != old_ranking  # the new run's (seed 1's model)
 
 
+def test_a_commit_killed_is_recovered_from_another_working_folder(
+    mlp_run, mlp_seeds, short_test_root, valid_and_test, tmp_path, monkeypatch
+):
+    """Issue 58, defect 6: a run with a relative --out_dir and --results_csv, killed with its
+    old CSV moved aside and its new one not yet in place, recovered by a command run from
+    another folder: before, the staged CSV was looked for under that folder, and both CSVs
+    were deleted. Recovery resolves it from the run's own folder."""
+    monkeypatch.chdir(tmp_path)
+    args = mlp_run.args.replace(out_dir="out", results_csv="out/res.csv", overwrite=True)
+    with export.writing_into(args) as artifacts:
+        _finish(args, mlp_run.model, valid_and_test, artifacts)
+    out, h = tmp_path / "out", args.hash()
+    pid = dead_pid()
+    monkeypatch.setattr(safe, "new_tag", lambda: f"{safe._HOST}-{pid}-0badc0de")
+
+    class Killed(BaseException):
+        pass
+
+    calls, real = [], os.rename
+
+    def rename(src, dst):  # dead from the second on: no undo either
+        calls.append(dst)
+        if len(calls) >= 2:  # the old CSV moved aside, the new one not yet in
+            raise Killed
+        real(src, dst)
+
+    monkeypatch.setattr(os, "rename", rename)
+    monkeypatch.setattr(export.Artifacts, "remove", lambda self: None)  # no cleanup: killed
+    with pytest.raises(Killed):
+        with export.writing_into(args) as artifacts:
+            _finish(args, mlp_seeds[1].model, valid_and_test, artifacts)
+    monkeypatch.undo()
+    assert not (out / "res.csv").exists()  # the old one under a hidden name, the new staged
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    export.recover(out)
+    assert _hidden(out) == [] and list(elsewhere.iterdir()) == []
+    monkeypatch.chdir(tmp_path)  # where its run file's relative CSV is (`completed_run`)
+    info = _assert_whole_and_consistent(out, h, short_test_root)
+    written = kaggle.read_predictions_csv(out / "res.csv")
+    assert written == {f"tile:xla:{k}": v for k, v in info["test_predictions"].items()}
+
+
 def test_a_killed_runs_half_save_is_removed_and_a_running_ones_kept(finished, tmp_path):
     """Defect 5: what a killed run left before its commit (its hidden model folder and CSV)
     goes with the next run into the folder; a running process's hidden files stay."""
@@ -343,23 +387,23 @@ def test_a_stopped_or_failed_bundle_takes_back_what_it_added(mlp_run, tmp_path, 
     assert cli.main(["bundle", "--dir", str(mlp_run.model_dir), "--out", str(finished)]) == 0
     before = _snapshot(finished)
     if fault == "sigterm after the model copy":
-        real_tree = bundle._copy_tree
+        real_tree = files.copy_tree
 
-        def copy_then_sigterm(src, dst):
-            real_tree(src, dst)
+        def copy_then_sigterm(src, dst, **kwargs):
+            real_tree(src, dst, **kwargs)
             signal.raise_signal(signal.SIGTERM)
 
-        monkeypatch.setattr(bundle, "_copy_tree", copy_then_sigterm)
+        monkeypatch.setattr(bundle.files, "copy_tree", copy_then_sigterm)
         status = 143
     else:
-        real_copy = safe.copy_file
+        real_copy = shutil.copyfile
 
         def run_file_disk_full(src, dst, **kwargs):
-            if Path(dst).name.startswith("run_"):
-                raise files.WriteError(f"{dst}: no space left on device")
-            real_copy(src, dst, **kwargs)
+            if safe.place_of(Path(dst)).name.startswith("run_"):
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(dst))
+            return real_copy(src, dst, **kwargs)
 
-        monkeypatch.setattr(safe, "copy_file", run_file_disk_full)
+        monkeypatch.setattr(bundle.shutil, "copyfile", run_file_disk_full)
         status = 2
     assert cli.main(["bundle", "--dir", str(mlp_run.model_dir), "--out", str(out)]) == status
     assert not out.exists()  # the folder it made went too

@@ -106,7 +106,7 @@ def test_parallel_and_serial_write_the_same_files(tmp_path: Path) -> None:
     assert serial["configs"] == parallel["configs"] > 10
     written = _files(tmp_path / "serial")
     assert len(written) == 10 and written == _files(tmp_path / "parallel")
-    assert not list((tmp_path / "parallel").glob(".synth-*"))  # staging renamed away
+    assert not list((tmp_path / "parallel").rglob(".*"))  # every staged kernel put in place
 
 
 def test_a_kernel_is_a_function_of_seed_split_and_index(tmp_path: Path) -> None:
@@ -123,24 +123,17 @@ def test_a_kernel_is_a_function_of_seed_split_and_index(tmp_path: Path) -> None:
     assert set(a) < set(b) and all(a[name] == b[name] for name in a)
 
 
-def test_a_worker_does_not_recreate_a_removed_staging_folder(tmp_path: Path) -> None:
-    job = writer._Job(str(tmp_path / "gone"), 0, ROOFLINE, max_configs=8, min_configs=2)
-    with pytest.raises(FileNotFoundError, match="gone/train is gone"):
-        job.write(("train", 0, "k", (0.3, 0.2, 0.15, 0.35)))
-    assert not (tmp_path / "gone").exists()
-
-
 def test_a_worker_skips_its_kernels_after_ctrl_c(tmp_path: Path) -> None:
     (tmp_path / "train").mkdir()
-    job = writer._Job(str(tmp_path), 0, ROOFLINE, max_configs=8, min_configs=2)
+    job = writer._Job(str(tmp_path), "t", 0, ROOFLINE, max_configs=8, min_configs=2)
     assert job.write(("train", 0, "a", (0.3, 0.2, 0.15, 0.35))) > 0
-    (tmp_path / writer._STOP).touch()
+    job.stop.touch()
     assert job.write(("train", 1, "b", (0.3, 0.2, 0.15, 0.35))) == 0
-    assert [p.name for p in (tmp_path / "train").iterdir()] == ["a.npz"]
+    assert [p.name for p in (tmp_path / "train").iterdir()] == [".a.npz.t.tmp"]
 
 
 def test_shielded_returns_raises_and_restores_the_handler(tmp_path: Path) -> None:
-    stop = tmp_path / writer._STOP
+    stop = tmp_path / "stop"
     with interrupts.deferred():
         handler = signal.getsignal(signal.SIGINT)
         assert writer._shielded(lambda: 42, stop) == 42
@@ -172,7 +165,7 @@ def test_sigterm_to_the_driver_alone_stops_the_pipeline_like_ctrl_c(signum, tmp_
     """SIGTERM or SIGHUP sent to this process only (`kill`, `docker stop`, not a terminal's
     Ctrl-C to the whole group) reaches the processes below it as Ctrl-C: a worker's child
     stops cleanly, the stop marker is written, and the exit status will be 128 + signum."""
-    stop, marker = tmp_path / writer._STOP, tmp_path / "child"
+    stop, marker = tmp_path / "stop", tmp_path / "child"
 
     def pipeline() -> int:
         child = subprocess.Popen([sys.executable, "-c", _CHILD, str(marker)])

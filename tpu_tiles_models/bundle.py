@@ -13,6 +13,7 @@ import filecmp
 import json
 import os
 import shutil
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -54,16 +55,6 @@ def _models_source(models_path: str | os.PathLike | None) -> Path:
         what = "no such models.py" if kind == "not found" else f"{kind}, not a models.py"
         raise BundleError(f"{path}: {what}; pass --models <file or upstream root>")
     return path
-
-
-def _copy_tree(src: Path, dst: Path) -> None:
-    """Copies folder `src` to a hidden name beside `dst`, then renames it into place."""
-    tmp = safe.hidden_path(dst)
-    try:
-        files.copy_tree(src, tmp, flag="--out")
-        tmp.rename(dst)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def _same_content(src: Path, dst: Path) -> bool:
@@ -137,21 +128,16 @@ def make_bundle(
                     f"--out {dst} is already there and is not a copy of {src}; bundle never "
                     "writes over a file it did not make: move it away, or pass another --out"
                 )
-        new = [(src, dst) for src, dst in copies if not os.path.lexists(dst)]
-        made = files.make_dirs(out, flag="--out")
-        try:
-            for i, (src, dst) in enumerate(new):
+        with safe.Stage() as stage:  # put in place together, the run file last
+            stage.make_dirs(out, flag="--out")
+            for i, (src, dst) in enumerate(c for c in copies if not os.path.lexists(c[1])):
                 if i:
                     interrupts.check()
                 if src.is_dir():
-                    _copy_tree(src, dst)
+                    files.copy_tree(src, stage.path(dst, flag="--out"), flag="--out")
                 else:
-                    safe.copy_file(src, dst, flag="--out")
-        except BaseException:  # a stop signal or a failed copy: what this call added goes
-            for _, path in new:
-                files.remove(path)
-            files.remove_made_dirs(made, out)  # and the folders it made, now empty
-            raise
+                    mode = stat.S_IMODE(src.stat().st_mode) & 0o777  # less the umask
+                    shutil.copyfile(src, stage.path(dst, flag="--out", mode=mode))
         return out
 
 

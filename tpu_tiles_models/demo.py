@@ -66,12 +66,13 @@ def add_flags(p: argparse.ArgumentParser) -> None:
 
 def _write_sample(path: Path, test_dir: Path) -> None:
     """A sample_submission.csv for the synthetic test ids, shaped like the real one."""
+    from tpu_tiles_models import safe
     from tpu_tiles_models.formats import TILE_PREFIX
 
     ids = sorted(p.stem for p in test_dir.glob("*.npz"))
     rows = [f"{TILE_PREFIX}{i},0;1;2;3;4" for i in ids]
     rows += [f"layout:xla:default:demo{i},0;1;2" for i in range(LAYOUT_ROWS)]
-    path.write_text("ID,TopConfigs\n" + "\n".join(rows) + "\n")
+    safe.write_bytes(path, ("ID,TopConfigs\n" + "\n".join(rows) + "\n").encode(), flag="--out")
 
 
 def _evaluation_rows(result: dict) -> list[dict]:

@@ -183,8 +183,9 @@ def _entries(folder: str) -> list[str]:
 def recover(out_dir: str | os.PathLike) -> None:
     """Finishes or removes what killed runs left in `out_dir`. One killed while putting its
     artifacts in place left its staged run file, written once every artifact was: they are put
-    in place (an earlier run of the same options replaced, as it would have been). Every other
-    hidden file a killed process left there goes."""
+    in place (an earlier run of the same options replaced, as it would have been), each found
+    from the run's own folder, never the working folder. Every other hidden file a killed
+    process left there goes, but an `.old` copy whose place is empty is put back."""
     out = files.expand(out_dir)
     for left in safe.leftovers(out):
         h = formats.run_file_hash(left.name)
@@ -194,16 +195,29 @@ def recover(out_dir: str | os.PathLike) -> None:
             info = run_file.read_run_bytes(left.path)
             if run_info_problem(info) is not None:
                 continue
-            csv = info["args"]["results_csv"]
+            csv = _results_csv_place(out, info["args"])
         except (OSError, EOFError, zlib.error, ValueError, RecursionError):
             continue  # not whole: the run had not finished; removed below
-        places = [run_file.model_dir_path(out, h), run_file.curve_path(out, h)]
-        if csv and not files.is_remote(csv):
-            places.append(files.expand(csv))
+        places = [run_file.model_dir_path(out, h), run_file.curve_path(out, h), *csv]
         moves = [(safe.hidden_path(p, tag=left.tag), Path(p)) for p in places]
         with contextlib.suppress(OSError):  # another run into the folder finished it first
             safe.put_in_place([*moves, (left.path, Path(run_file.run_file_path(out, h)))])
+        for path in csv:  # its moved-aside copy, now replaced
+            safe.remove_leftovers(os.path.dirname(path), [os.path.basename(path)])
     safe.remove_leftovers(out)
+
+
+def _results_csv_place(out: str, args: Mapping) -> list[str]:
+    """Where the run in local folder `out` put its results CSV: the `results_csv` its run
+    file names, if relative then to the folder the run was started in, which `out` shows
+    (it ends with the run's relative `out_dir`); none if remote or not to be told."""
+    csv, given = (files.expand(str(args.get(key) or "")) for key in ("results_csv", "out_dir"))
+    if not csv or files.is_remote(csv) or os.path.isabs(csv):
+        return [csv] if os.path.isabs(csv) else []
+    here, names = Path(os.path.abspath(out)).parts, Path(os.path.normpath(given)).parts
+    if os.path.isabs(given) or here[len(here) - len(names) :] != names:  # (`..`: never)
+        return []
+    return [os.path.join(*here[: len(here) - len(names)], csv)]
 
 
 def _refuse_to_replace(args: TrainArgs, paths: RunPaths) -> None:

@@ -75,19 +75,12 @@ def format_predictions_csv(rows: Iterable[tuple[str, Sequence[int]]]) -> str:
     return HEADER + "\n" + "\n".join(lines)
 
 
-def _write_atomic(path: PathLike, text: str, flag: str) -> None:
-    with safe.atomic_path(path, flag=flag) as tmp:
-        # newline="" so that '\n' is written as-is on every platform (byte-exact output).
-        with open(tmp, "w", encoding="utf-8", newline="") as out:
-            out.write(text)
-
-
 def write_predictions_csv(
     path: PathLike, rows: Iterable[tuple[str, Sequence[int]]], *, flag: str = "--out"
 ) -> None:
     """Writes :func:`format_predictions_csv` of ``rows`` to ``path`` (chosen by ``flag``)
     atomically."""
-    _write_atomic(path, format_predictions_csv(rows), flag)
+    safe.write_bytes(path, format_predictions_csv(rows).encode("utf-8"), flag=flag)  # as-is
 
 
 def _read_rows(path: PathLike, what: str, help_text: str = "") -> list[tuple[str, str]]:
@@ -246,6 +239,6 @@ def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: Pa
         for i, value in sample
     ]
     text = "".join(f"{line}\n" for line in [HEADER, *(f"{i},{v}" for i, v in merged)])
-    _write_atomic(out_path, text, "--out")  # a trailing newline, like pandas' to_csv
+    safe.write_bytes(out_path, text.encode("utf-8"), flag="--out")  # ends in a newline: pandas
     tile_rows = len(predictions)
     return {"rows": len(merged), "tile_rows": tile_rows, "kept_rows": len(merged) - tile_rows}

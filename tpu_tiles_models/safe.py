@@ -84,10 +84,17 @@ def leftovers(folder: str | os.PathLike, names: Iterable[str] | None = None) -> 
 
 
 def remove_leftovers(folder: str | os.PathLike, names: Iterable[str] | None = None) -> list[Path]:
-    """Removes what killed processes left in `folder` (`leftovers`); returns their paths."""
-    gone = [found.path for found in leftovers(folder, names)]
-    for path in gone:
-        files.remove(path)
+    """Removes what killed processes left in `folder` (`leftovers`); returns their paths. An
+    `.old` copy whose place is empty (a commit killed between moving it aside and putting the
+    new one in) is the only one: it is put back, not removed."""
+    gone = []
+    for found in leftovers(folder, names):
+        place = found.path.with_name(found.name)
+        if found.kind == "old" and not os.path.lexists(place):
+            os.rename(found.path, place)
+            continue
+        files.remove(found.path)
+        gone.append(found.path)
     return gone
 
 
@@ -140,12 +147,27 @@ def claim(outputs: Sequence[Output], inputs: Sequence[Input] = ()) -> None:
     training curve or the results CSV its run file names (OutputError); then each output's
     place (a folder where a file goes or the reverse, a file among its parents, a name too
     long, a folder a probe file cannot be written to, too little free space; WriteError).
-    Then removes what killed processes left beside each output (and in a folder output)."""
+    Then removes what killed processes left beside each output (and in a folder output).
+    A named pipe or a device is written through where it is (`Stage.path`), never replaced:
+    nothing to try there; as a folder output it is refused, as are an empty flag and `-`."""
+    for out in outputs:
+        what = "folder" if out.folder else "file"
+        if not os.fspath(out.path):
+            raise FlagError(f"{out.flag} is empty; pass the path of the {what} to write")
+        if os.fspath(out.path) == "-":
+            raise FlagError(
+                f"{out.flag} -: standard output is not written to (the command's own lines go "
+                "there); pass a file path, or a named pipe to stream it"
+            )
     _check_clashes(outputs, inputs)
     probed: set[Path] = set()
     for out in outputs:
         path, flag = files.expand(out.path), out.flag
-        where = files.named(path, flag)
+        where, kind = files.named(path, flag), _stream(path)
+        if kind and out.folder:
+            raise WriteError(f"{where} is {kind}, not a folder; pass {files.another(flag)}")
+        if kind:
+            continue
         base = None if out.best_effort else _target(path, where, flag, folder=out.folder)
         if base is not None and base not in probed:  # permission bits do not tell: try it
             probe = hidden_path(base / "tpu-tiles-probe")  # if killed here: removable
@@ -201,29 +223,29 @@ def _target(
 
 
 def _check_clashes(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
-    seen: dict[str, Output] = {}
-    for out in outputs:
+    targets = [files.canonical(out.path, what=out.flag) for out in outputs]  # named first
+    reads = [(read, _identities(files.canonical(read.path, what=read.what))) for read in inputs]
+    seen: dict[tuple, Output] = {}
+    for out, target in zip(outputs, targets):
         where, fix = f"{out.flag} {files.expand(out.path)}", f"pass another {out.flag}"
         if out.example:
             fix += f" (e.g. {out.example})"
-        target = files.canonical(out.path, what=out.flag)
-        for read in inputs:
-            source, named = files.canonical(read.path, what=read.what), files.expand(read.path)
-            if _same(target, source):
+        me, *above = _identities(target)
+        for read, (source, *holding) in reads:
+            named = files.expand(read.path)
+            if me == source:
                 why = f"is the {read.what} {named}; writing it would destroy that input"
-            elif read.folder and _inside(target, source):
+            elif read.folder and source in above:
                 why = f"is in the {read.what} {named}; writing there would change what this "
                 why += "command reads"
-            elif _inside(source, target) and not out.adds_to:
+            elif me in holding and not out.adds_to:
                 why = f"holds the {read.what} {named}; writing it would destroy that input"
             else:
                 continue
             raise OutputError(f"{where} {why}, so {fix}")
-        if target in seen and seen[target] != out and not (out.adds_to and seen[target].adds_to):
-            raise OutputError(
-                f"{where} is also {seen[target].flag}; one file cannot be both, so {fix}"
-            )
-        seen[target] = out
+        if me in seen and seen[me] != out and not (out.adds_to and seen[me].adds_to):
+            raise OutputError(f"{where} is also {seen[me].flag}; one file cannot be both, so {fix}")
+        seen[me] = out
         part = None if out.artifact or files.is_remote(target) else _run_part(target, out.run)
         if part:
             raise OutputError(
@@ -232,18 +254,35 @@ def _check_clashes(outputs: Sequence[Output], inputs: Sequence[Input]) -> None:
             )
 
 
-def _inside(path: str, folder: str) -> bool:
-    if files.is_remote(path) or files.is_remote(folder):
-        return path.startswith(folder + "/")
-    return path != folder and os.path.commonpath([path, folder]) == folder
+def _identities(path: str) -> list[tuple]:
+    """What canonical `path` and each folder above it are, nearest first, told apart by
+    identity rather than spelling (a hard link, a bind mount): the device and inode of what
+    exists, with the names below the nearest existing folder of what does not yet. A URL's
+    are its spellings."""
+    if files.is_remote(path):
+        parts = path.split("/")
+        return [("/".join(parts[:i]),) for i in range(len(parts), 2, -1)]
+    chain, ids = [Path(path), *Path(path).parents], []
+    base: tuple = ()
+    for place in reversed(chain):  # from the root down: a missing folder holds nothing
+        try:
+            st = os.stat(place)
+            base = (st.st_dev, st.st_ino)
+        except OSError:
+            base = (*(base or (os.fspath(place.parent),)), place.name)
+        ids.append(base)
+    return ids[::-1]
 
 
-def _same(a: str, b: str) -> bool:
-    """Whether canonical paths `a` and `b` are one file: one path, or hard links."""
-    try:
-        return a == b or os.path.samefile(a, b)
-    except OSError:  # one of them does not exist (yet), or is remote
-        return False
+def _stream(path: str | os.PathLike) -> str:
+    """What a local `path` that is written through rather than replaced is ("a named pipe
+    (FIFO)", "a device", "a socket", or "a process's stream": a file named in /dev or /proc,
+    such as /dev/stdout into a file): '' for a regular file, a folder, nothing or a URL."""
+    kind = "" if files.is_remote(path) else files.not_a_file(path)
+    if kind == "" and not files.is_remote(path):
+        folder = os.path.realpath(os.path.dirname(os.path.abspath(path)))
+        return "a process's stream" if folder == "/dev" or folder.startswith("/proc/") else ""
+    return "" if kind in ("not found", "a folder") or kind.startswith("unreadable") else kind
 
 
 def _run_part(path: str, own: str = "") -> str | None:
@@ -276,13 +315,29 @@ def _run_part(path: str, own: str = "") -> str | None:
 
 class Stage:
     """Outputs written under hidden names beside their places (one tag for all; a remote one
-    in a local folder), put in place together by `commit`, removed by `discard`."""
+    in a local folder), put in place together by `commit`, removed by `discard`. As a context
+    manager: committed when the block succeeds, discarded if it fails or a stop signal came
+    meanwhile; a write or a rename that fails is a WriteError naming the output and its flag,
+    never the hidden name."""
 
     def __init__(self) -> None:
         self.tag = new_tag()
         self.moves: list[tuple[Path, Path | str]] = []  # (where written, its place)
         self.made: list[tuple[Path, Path]] = []  # (topmost folder made, the folder made)
         self._local: Path | None = None
+        self._named: dict[str, tuple[str, str | None]] = {}  # path -> (place named, flag)
+
+    def __enter__(self) -> Stage:
+        return self
+
+    def __exit__(self, kind: type | None, err: BaseException | None, tb: object) -> None:
+        try:
+            if kind is None:
+                self.commit()
+            elif isinstance(err, OSError) and not isinstance(err, UserError):
+                self._one_line(err)
+        finally:
+            self.discard()
 
     def make_dirs(self, folder: str | os.PathLike, *, flag: str | None, where: str = "") -> None:
         """`files.make_dirs`; `discard` removes what it made, if still empty."""
@@ -294,9 +349,13 @@ class Stage:
         self, place: str | os.PathLike, *, flag: str | None = None, mode: int | None = None
     ) -> Path:
         """Where to write `place`. With `mode`, an empty file made as `open` makes one
-        (`mode & ~umask`); without, the writer makes it (a SavedModel's folder, say)."""
+        (`mode & ~umask`); without, the writer makes it (a SavedModel's folder, say). A named
+        pipe or a device is written through, as itself (`_stream`)."""
         remote = files.is_remote(place)
         where = files.named(place if remote else place_of(Path(place)), flag)
+        if _stream(place):  # (`claim` refused it as a folder)
+            self._named[os.fspath(place)] = (where, flag)
+            return Path(place)
         _target(place, where, flag, folder=None if mode is None else False)
         if remote:
             self._local = self._local or Path(tempfile.mkdtemp(prefix="tpu_tiles_"))
@@ -305,6 +364,7 @@ class Stage:
         else:
             self.make_dirs(Path(place).parent, flag=flag, where=where)
             tmp = hidden_path(place, tag=self.tag)
+        self._named[os.fspath(tmp)] = self._named[os.fspath(place)] = (where, flag)
         if mode is not None:
             try:  # the kernel applies the umask (and a default ACL) to `mode`
                 os.close(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode))
@@ -317,10 +377,29 @@ class Stage:
         """Puts every output in place (`put_in_place`), in the order staged; a stop signal that
         came while they were written stops here, with nothing in place."""
         interrupts.check()
-        with interrupts.critical():
-            put_in_place(self.moves)
+        try:
+            with interrupts.critical():
+                put_in_place(self.moves)
+        except OSError as err:
+            self._one_line(err)
+            raise
         self.moves, self.made = [], []
         self.discard()
+
+    def _one_line(self, err: OSError) -> None:
+        """Raises `err` as a WriteError naming the output it is about (what was written, in
+        it, its place or the copy moved aside), or the first output if it is about the place
+        (a full or read-only disk); returns if neither."""
+        for name in (err.filename, err.filename2):
+            for path in () if name is None else (Path(name), *Path(name).parents):
+                found = self._named.get(os.fspath(path)) or self._named.get(
+                    os.fspath(place_of(path))
+                )
+                if found:
+                    raise files.cannot_write(found[0], err, flag=found[1]) from err
+        if err.errno in files.STORAGE_ERRNOS and self._named:
+            where, flag = next(iter(self._named.values()))
+            raise files.cannot_write(where, err, flag=flag) from err
 
     def discard(self) -> None:
         """Removes what was written (nothing once committed) and the folders made for it."""
@@ -384,25 +463,9 @@ def atomic_paths(
     targets: Sequence[tuple[str | os.PathLike, str | None]], *, mode: int = 0o666
 ) -> Iterator[list[Path]]:
     """Yields an empty hidden file beside each `(path, flag)`; puts them all in place when the
-    block succeeds, none if it fails or a stop signal came meanwhile. A write that fails is a
-    WriteError naming the path and its flag, never the hidden name."""
-    stage = Stage()
-    try:
-        tmps = [stage.path(path, flag=flag, mode=mode) for path, flag in targets]
-        yield tmps
-        stage.commit()
-    except OSError as err:
-        if isinstance(err, UserError):
-            raise
-        names = {os.fspath(n) for n in (err.filename, err.filename2) if n is not None}
-        hit = [i for i, (tmp, _) in enumerate(stage.moves) if os.fspath(tmp) in names]
-        if not hit and err.errno not in files.STORAGE_ERRNOS:
-            raise
-        path, flag = targets[hit[0] if hit else 0]
-        place = path if files.is_remote(path) else place_of(Path(path))
-        raise files.cannot_write(files.named(place, flag), err, flag=flag) from err
-    finally:
-        stage.discard()
+    block succeeds, none if it fails or a stop signal came meanwhile (a `Stage`)."""
+    with Stage() as stage:
+        yield [stage.path(path, flag=flag, mode=mode) for path, flag in targets]
 
 
 @contextlib.contextmanager

@@ -91,8 +91,9 @@ def write(
     axes = list(dict.fromkeys(a for r in rows for a in r.point.values))  # first seen first
     paths = {ext: files.join(out_dir, f"sweep.{ext}") for ext in FILES}
     texts = (_csv(rows, axes).encode(), _markdown(rows, axes, out_dir, ensemble).encode())
-    for ext, data in zip(FILES, (*texts, _png(rows, axes))):
-        safe.write_bytes(paths[ext], data, flag="--out_dir")
+    with safe.atomic_paths([(paths[ext], "--out_dir") for ext in FILES]) as tmps:  # together
+        for tmp, data in zip(tmps, (*texts, _png(rows, axes))):
+            tmp.write_bytes(data)
     _hparams(files.expand(tensorboard), rows, axes)
     return dict(paths, tensorboard=files.expand(tensorboard))
 

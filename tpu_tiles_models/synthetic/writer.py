@@ -9,7 +9,6 @@ import io
 import json
 import math
 import os
-import shutil
 import threading
 import warnings
 import zipfile
@@ -43,8 +42,6 @@ _CHUNK = 16
 _ZIP_TIME = (1980, 1, 1, 0, 0, 0)
 
 Item = tuple[str, int, str, tuple[float, ...]]  # (split, index, tile id, kind weights)
-# In the staging folder: written on Ctrl-C; Beam workers then skip their remaining kernels.
-_STOP = ".stop"
 T = TypeVar("T")
 
 
@@ -128,8 +125,8 @@ def _split_plan(counts: dict[str, int], seed: int, test_ids: list[str] | None) -
 
 
 def _write_npz(path: Path, arrays: dict[str, np.ndarray]) -> None:
-    """`np.savez`'s layout with a fixed timestamp, written atomically."""
-    with safe.atomic_path(path) as tmp, zipfile.ZipFile(tmp, "w", allowZip64=True) as z:
+    """`np.savez`'s layout with a fixed timestamp."""
+    with zipfile.ZipFile(path, "w", allowZip64=True) as z:
         for key, value in arrays.items():
             member = zipfile.ZipInfo(f"{key}.npy", date_time=_ZIP_TIME)
             with z.open(member, "w", force_zip64=True) as f:
@@ -216,12 +213,12 @@ def generate(
 ) -> dict[str, Any]:
     """Writes a data set `out_dir/{train,valid,test}/<tile_id>.npz`; test runtimes are zeros.
 
-    The kernels go to a hidden folder in `out_dir`, renamed into place when all are done, so an
-    error or Ctrl-C leaves `out_dir` as it was. Kernel `i` of a split has its own generator
-    seeded with `(seed, split, i)`: the files do not depend on `num_workers` (1: this process;
-    more: a Beam pipeline; None: `default_workers`). `max_configs` None is
-    `autotuner.MAX_CONFIGS`; `test_ids_from` (a sample_submission.csv) sets the test split's
-    ids. Returns the counts and settings `tpu-tiles synth` prints.
+    Each kernel is written under a hidden name beside its place and all are put in place when
+    all are done (`safe.Stage`), so an error or Ctrl-C leaves `out_dir` as it was. Kernel `i`
+    of a split has its own generator seeded with `(seed, split, i)`: the files do not depend on
+    `num_workers` (1: this process; more: a Beam pipeline; None: `default_workers`).
+    `max_configs` None is `autotuner.MAX_CONFIGS`; `test_ids_from` (a sample_submission.csv)
+    sets the test split's ids. Returns the counts and settings `tpu-tiles synth` prints.
     """
     maker = get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
@@ -258,48 +255,29 @@ def generate(
         inputs = [safe.Input(test_ids_from, "--test_ids_from file")] if test_ids_from else []
         outs = [safe.Output(out, "OUT", folder=True, adds_to=True)]
         outs += [safe.Output(out / split, "OUT", folder=True) for split in SPLITS]
-        safe.claim(outs, inputs)  # before any kernel; removes killed runs' staging folders
-        made = files.make_dirs(out, flag="OUT")
-        staging = safe.hidden_path(out / "synth")
-        staging.mkdir()
-        try:
-            job = _Job(str(staging), seed, maker, max_configs, min_configs)
-            plan = _split_plan(counts, seed, test_ids)
+        safe.claim(outs, inputs)  # before any kernel; removes what killed runs left there
+        plan = _split_plan(counts, seed, test_ids)
+        with safe.Stage() as stage:  # each kernel beside its place, all put in place at the end
+            job = _Job(str(out), stage.tag, seed, maker, max_configs, min_configs)
             for split in SPLITS:
-                (staging / split).mkdir()
+                stage.make_dirs(out / split, flag="OUT")
+            tmps = [stage.path(job.place(item), flag="OUT") for item in plan]
             interrupts.check()  # a Ctrl-C while the plan was made
-            with _progress_bar(staging, len(plan), progress):
-                if workers > 1:
-                    total_configs = _write_in_beam(job, plan, workers)
-                else:
-                    total_configs = 0
-                    for item in plan:
-                        total_configs += job.write(item)
-                        interrupts.check()  # the command line's Ctrl-C: stop between kernels
-            interrupts.check()
-            for path in old:  # replaced by the complete new set, by renames only
+            try:
+                with _progress_bar(tmps, progress):
+                    if workers > 1:
+                        total_configs = _write_in_beam(job, plan, workers)
+                    else:
+                        total_configs = 0
+                        for item in plan:
+                            total_configs += job.write(item)
+                            interrupts.check()  # the command line's Ctrl-C: between kernels
+            finally:
+                files.remove(job.stop)
+        new = {job.place(item) for item in plan}
+        for path in old:  # the replaced set's other kernels
+            if path not in new:
                 path.unlink(missing_ok=True)
-            for split in SPLITS:
-                src, dst = staging / split, out / split
-                if dst.is_dir() and not any(dst.iterdir()):
-                    dst.rmdir()
-                if not dst.exists():
-                    os.replace(src, dst)
-                    continue
-                for path in src.iterdir():  # a split folder that holds other files of the user's
-                    os.replace(path, dst / path.name)
-                src.rmdir()
-        except BaseException as err:
-            shutil.rmtree(staging, ignore_errors=True)
-            files.remove_made_dirs(made, out)
-            if isinstance(err, files.WriteError):  # name the folder given, not the staging one
-                if isinstance(err.__cause__, OSError):
-                    raise files.cannot_write(f"OUT {out}", err.__cause__, flag="OUT") from None
-                raise files.WriteError(
-                    f"cannot write OUT {out} ({err}); free some space or pass another OUT"
-                ) from None
-            raise
-        staging.rmdir()
         usable, valid = usable_valid_kernels(out), counts["valid"]
         if usable < UPSTREAM_BATCH:  # upstream's trainer would get no validation batch
             fix = f"--valid {max(2 * UPSTREAM_BATCH, 2 * valid)} or more"
@@ -334,18 +312,29 @@ def default_workers(kernels: int) -> int:
 @dataclass(frozen=True)
 class _Job:
     """What every kernel of one `generate` call shares (Beam pickles it: the family's
-    functions by module name, so a worker needs no registry)."""
+    functions by module name, so a worker needs no registry): each kernel is written under
+    the hidden name of `safe.Stage` `tag` beside its place in `root`."""
 
     root: str
+    tag: str
     seed: int
     family: Family
     max_configs: int | None
     min_configs: int
 
+    @property
+    def stop(self) -> Path:
+        """Written on Ctrl-C; the workers then skip their remaining kernels."""
+        return safe.hidden_path(Path(self.root, "synth-stop"), tag=self.tag)
+
+    def place(self, item: Item) -> Path:
+        split, _, tile_id, _ = item
+        return Path(self.root, split, f"{tile_id}.npz")
+
     def write(self, item: Item) -> int:
         """Makes kernel `item` from its own generator and writes it; returns its configs."""
-        split, i, tile_id, weights = item
-        if Path(self.root, _STOP).exists():  # Ctrl-C: the run will be removed
+        split, i, _, weights = item
+        if self.stop.exists():  # Ctrl-C: the run will be removed
             return 0
         rng = np.random.default_rng([self.seed, SPLITS.index(split), i, 1])
         arrays = self.family.make_kernel(
@@ -355,28 +344,25 @@ class _Job:
             max_configs=self.max_configs,
             min_configs=self.min_configs,
         )
-        folder = Path(self.root, split)
-        if not folder.is_dir():  # the run was abandoned and its staging folder removed
-            raise FileNotFoundError(f"{folder} is gone")
-        _write_npz(folder / f"{tile_id}.npz", arrays)
+        _write_npz(safe.hidden_path(self.place(item), tag=self.tag), arrays)
         return len(arrays["config_feat"])
 
 
 @contextlib.contextmanager
-def _progress_bar(root: Path, total: int, show: bool) -> Iterator[None]:
-    """A progress bar of the kernels written under `root`, counted by a thread (Beam's workers
+def _progress_bar(paths: list[Path], show: bool) -> Iterator[None]:
+    """A progress bar of the kernels written at `paths`, counted by a thread (Beam's workers
     write them in other processes)."""
     if not show:
         yield
         return
     from tqdm import tqdm
 
-    with tqdm(total=total, desc="synthetic kernels", unit="kernel") as bar:
+    with tqdm(total=len(paths), desc="synthetic kernels", unit="kernel") as bar:
         done = threading.Event()
 
         def poll() -> None:
             while not done.wait(0.5):
-                bar.update(len(existing_npz(root)) - bar.n)
+                bar.update(sum(map(os.path.exists, paths)) - bar.n)
 
         thread = threading.Thread(target=poll, daemon=True)
         thread.start()
@@ -385,7 +371,7 @@ def _progress_bar(root: Path, total: int, show: bool) -> Iterator[None]:
         finally:
             done.set()
             thread.join()
-            bar.update(len(existing_npz(root)) - bar.n)
+            bar.update(sum(map(os.path.exists, paths)) - bar.n)
 
 
 def _write_chunk(chunk: str, job: _Job) -> int:
@@ -421,7 +407,7 @@ def _write_in_beam(job: _Job, plan: list[Item], workers: int) -> int:
             | "Spread" >> beam.Reshuffle()
             | "Write" >> beam.Map(_write_chunk, job=job)
         )
-        result = _shielded(pipeline.run, Path(job.root, _STOP))
+        result = _shielded(pipeline.run, job.stop)
         result.wait_until_finish()
         query = result.metrics().query(MetricsFilter().with_name("configs"))
     return int(sum(c.committed for c in query["counters"]))
