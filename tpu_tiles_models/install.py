@@ -299,16 +299,8 @@ def uninstall(root: str | os.PathLike[str], *, force: bool = False) -> list[str]
         for rel in sorted(manifest):
             dst, backup = root / rel, root / BACKUP_DIR / rel
             if "link" in manifest[rel]:
-                # The link made beside it, renamed over it. Not through `safe.Stage`: its
-                # `put_in_place` gives a staged file the mode of the one it replaces, which
-                # for a link is a chmod of where it points (outside the checkout, perhaps).
-                tmp = safe.hidden_path(dst)
-                os.symlink(manifest[rel]["link"], tmp)
-                try:
-                    os.replace(tmp, dst)
-                except BaseException:
-                    tmp.unlink(missing_ok=True)
-                    raise
+                with safe.Stage() as stage:  # the link made beside it, renamed over it
+                    os.symlink(manifest[rel]["link"], stage.path(dst))
                 lines.append(f"restored the original link {dst} -> {manifest[rel]['link']}")
             elif manifest[rel]["had_original"]:
                 if not backup.is_file():

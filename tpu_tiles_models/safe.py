@@ -433,7 +433,8 @@ def put_in_place(moves: Sequence[tuple[Path, Path | str]]) -> None:
                     done.append((tmp, place, None))
                 continue
             place = Path(place)
-            if place.is_file() and tmp.is_file():  # as `open(place, "w")`: its own mode
+            # As `open(place, "w")`: its own mode; never a staged link's (chmod follows it).
+            if place.is_file() and tmp.is_file() and not tmp.is_symlink():
                 os.chmod(tmp, stat.S_IMODE(place.stat().st_mode))
             if i == len(moves) - 1:
                 os.replace(tmp, place)
