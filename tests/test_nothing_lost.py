@@ -243,7 +243,8 @@ def test_a_commit_killed_is_recovered_from_another_working_folder(
     monkeypatch.chdir(elsewhere)
     export.recover(out)
     assert _hidden(out) == [] and list(elsewhere.iterdir()) == []
-    monkeypatch.chdir(tmp_path)  # where its run file's relative CSV is (`completed_run`)
+    # Whole, seen from that other folder too: `completed_run` finds the relative CSV from the
+    # run's own folder, as recovery does.
     info = _assert_whole_and_consistent(out, h, short_test_root)
     written = kaggle.read_predictions_csv(out / "res.csv")
     assert written == {f"tile:xla:{k}": v for k, v in info["test_predictions"].items()}

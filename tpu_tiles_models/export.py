@@ -195,7 +195,7 @@ def recover(out_dir: str | os.PathLike) -> None:
             info = run_file.read_run_bytes(left.path)
             if run_info_problem(info) is not None:
                 continue
-            csv = _results_csv_place(out, info["args"])
+            csv = run_file.results_csv_place(out, info["args"])
         except (OSError, EOFError, zlib.error, ValueError, RecursionError):
             continue  # not whole: the run had not finished; removed below
         places = [run_file.model_dir_path(out, h), run_file.curve_path(out, h), *csv]
@@ -205,19 +205,6 @@ def recover(out_dir: str | os.PathLike) -> None:
         for path in csv:  # its moved-aside copy, now replaced
             safe.remove_leftovers(os.path.dirname(path), [os.path.basename(path)])
     safe.remove_leftovers(out)
-
-
-def _results_csv_place(out: str, args: Mapping) -> list[str]:
-    """Where the run in local folder `out` put its results CSV: the `results_csv` its run
-    file names, if relative then to the folder the run was started in, which `out` shows
-    (it ends with the run's relative `out_dir`); none if remote or not to be told."""
-    csv, given = (files.expand(str(args.get(key) or "")) for key in ("results_csv", "out_dir"))
-    if not csv or files.is_remote(csv) or os.path.isabs(csv):
-        return [csv] if os.path.isabs(csv) else []
-    here, names = Path(os.path.abspath(out)).parts, Path(os.path.normpath(given)).parts
-    if os.path.isabs(given) or here[len(here) - len(names) :] != names:  # (`..`: never)
-        return []
-    return [os.path.join(*here[: len(here) - len(names)], csv)]
 
 
 def _refuse_to_replace(args: TrainArgs, paths: RunPaths) -> None:

@@ -283,9 +283,25 @@ def whole_run(model_dir: str | os.PathLike) -> dict | None:
     ):
         return None
     csv = info["args"]["results_csv"]
-    if "test_predictions" in info and csv and not files.isfile(files.expand(csv)):
-        return None
+    if "test_predictions" in info and csv:
+        # Found from the run's own folder, not the working folder (a relative --results_csv).
+        places = results_csv_place(os.path.dirname(os.fspath(model_dir)), info["args"])
+        if not files.isfile(places[0] if places else files.expand(csv)):
+            return None
     return info
+
+
+def results_csv_place(out: str, args: Mapping) -> list[str]:
+    """Where the run in local folder `out` put its results CSV: the `results_csv` its run
+    file names, if relative then to the folder the run was started in, which `out` shows
+    (it ends with the run's relative `out_dir`); none if remote or not to be told."""
+    csv, given = (files.expand(str(args.get(key) or "")) for key in ("results_csv", "out_dir"))
+    if not csv or files.is_remote(csv) or os.path.isabs(csv):
+        return [csv] if os.path.isabs(csv) else []
+    here, names = Path(os.path.abspath(out)).parts, Path(os.path.normpath(given)).parts
+    if os.path.isabs(given) or here[len(here) - len(names) :] != names:  # (`..`: never)
+        return []
+    return [os.path.join(*here[: len(here) - len(names)], csv)]
 
 
 def run_inputs(model_dir: str | os.PathLike, flag: str = "--dir") -> list[safe.Input]:
