@@ -69,7 +69,6 @@ _MINIMUM = {k: 1 for k in "units hidden_dim op_embed_dim num_layers attention_he
 _MINIMUM |= {"inducing_points": 1, "chunk_size": 1, "num_gnns": 0, "final_mlp_layers": 0}
 _MINIMUM |= {"mlp_layers": 0}
 _SWITCHES = "default_context directed keep_default_gate default_margin".split()
-_SWITCHES += ["tile_geometry"]
 _ACTIVATIONS = ("relu", "leaky_relu", "gelu", "elu", "selu", "silu", "swish", "tanh", "sigmoid")
 _REDUCTIONS = tuple(sorted(tfgnn.get_registered_reduce_operation_names()))
 
@@ -86,6 +85,8 @@ def _check(owner: str, values: dict[str, Any]) -> None:
             raise ValueError(f"{owner}: {name}={value!r} is not an activation: {_ACTIVATIONS}")
         if name == "config_attention" and (value not in SET_CONTEXTS or type(value) is int):
             raise ValueError(f"{owner}: config_attention={value!r} is not one of {SET_CONTEXTS}")
+        if name == "tile_geometry" and not (isinstance(value, bool) or _is_column_map(value)):
+            raise ValueError(f"{owner}: tile_geometry must be true, false or {_MAP}, got {value!r}")
         if name == "combine" and value not in COMBINE_METHODS:
             raise ValueError(f"{owner}: combine={value!r} is not one of {COMBINE_METHODS}")
         if name == "members" and (not isinstance(value, (list, tuple)) or not value):
@@ -94,6 +95,26 @@ def _check(owner: str, values: dict[str, Any]) -> None:
             if not isinstance(part, str) or set(part.split("|")) - set(_REDUCTIONS):
                 message = f"is not a TF-GNN reduction: {_REDUCTIONS} or several joined by '|'"
                 raise ValueError(f"{owner}: {name}={value!r} {message}")
+
+
+_MAP = '{"widths": [node, config], "columns": 18 x [index or -1, lo, hi]}'  # `TileGeometry`'s
+
+
+def _is_column_map(value: Any) -> bool:
+    """Whether `value` is a column map (`_MAP`), each index within its part's width."""
+    try:
+        widths, rows = value["widths"], value["columns"]
+        width = [widths[0]] * 12 + [widths[1]] * 6  # node columns, then config columns
+        return (
+            set(value) == {"widths", "columns"}
+            and len(widths) == 2
+            and all(type(w) is int and w >= 1 for w in widths)
+            and len(rows) == len(width)
+            and all(type(i) is int and -1 <= i < w for (i, _, _), w in zip(rows, width))
+            and all(math.isfinite(x) for _, lo, hi in rows for x in (lo, hi))
+        )
+    except (TypeError, KeyError, IndexError, ValueError):
+        return False
 
 
 # --- Functions of the GraphTensor (no variables) ------------------------------------------------
@@ -253,7 +274,7 @@ _SLOTS = 6
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class TileGeometry(tf.keras.layers.Layer):
+class TileGeometry(_Configured):
     """How a config's output tile divides each node's shape, dim by dim from the layout's
     minor-most (the per-dimension config features of the 5th-place "Fast or Slow?" tile
     solution, here with the tile counts and padding of the TPU's (8, 128) granules):
@@ -265,20 +286,23 @@ class TileGeometry(tf.keras.layers.Layer):
         tile's padding of a rank-0 node).                            [num_nodes, c, 21]
 
     The model sees normalised columns (`x = (raw - lo) / (hi - lo)`, constant ones dropped), so
-    where each raw column sits is a weight, `columns` `[18, 3]` (index among the features or
-    -1 for a dropped one, lo, hi), set by `set_columns` (our trainer) and copied with the
-    other weights; at its zeros (upstream's trainer) every shape reads 0: the features are
-    constants (0, and 1 for the whole tile's padding).
+    where each raw column sits is the column map: `columns` `[18, 3]`, (index among the
+    features or -1 for a dropped one, lo, hi) of `SHAPE_COLUMNS + LAYOUT_COLUMNS`, then of
+    `OUTPUT_BOUND_COLUMNS`, for features `widths` (node, config) wide (`tpu-tiles columns`
+    prints it for a data set). It is a weight (its gradient 0), so the course's in-order copy
+    restores it; without `columns` (runs that stored it only there) it starts at 0, where
+    every shape reads 0 and the features are constants.
+    Call: `kernel_part(graph)`, then `(graph, kernel_part, configs)` (below).
     """
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.columns = self.add_weight(name="raw_columns", shape=(18, 3), initializer="zeros")
-        self.built = True  # its variables exist, though Keras never calls it
+    CONFIG = ("widths",)
 
-    def set_columns(self, columns: Any) -> None:
-        """(index, lo, hi) of `SHAPE_COLUMNS + LAYOUT_COLUMNS`, then `OUTPUT_BOUND_COLUMNS`."""
-        self.columns.assign(tf.constant(columns, tf.float32))
+    def __init__(self, *, columns: Any = None, widths: Sequence[int] | None = None, **kwargs):
+        super().__init__(**kwargs)
+        init = "zeros" if columns is None else tf.keras.initializers.Constant(columns)
+        self.columns = self.add_weight(name="raw_columns", shape=(18, 3), initializer=init)
+        self.widths = None if widths is None else list(widths)
+        self.built = True  # its variables exist, though Keras never calls it
 
     def _raw(self, x: tf.Tensor, columns: tf.Tensor) -> tf.Tensor:
         """`x` `[..., f]` normalised -> `[..., k]` raw values of `columns` `[k, 3]`."""
@@ -287,8 +311,18 @@ class TileGeometry(tf.keras.layers.Layer):
         picked = tf.gather(x, tf.clip_by_value(index, 0, tf.shape(x)[-1] - 1), axis=-1)
         return tf.round(lo + tf.where(index >= 0, picked, 0.0) * (hi - lo))
 
-    def kernel_part(self, feats: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        """`feats` `[num_nodes, f]` -> (shape, granules, dim of each slot, in rank), `[n, 6]`."""
+    def kernel_part(self, graph: tfgnn.GraphTensor) -> tuple[tf.Tensor, ...]:
+        """(shape, granules, dim of each slot, in rank) of each node, `[num_nodes, 6]`;
+        `ValueError` naming the widths where the features are not those of the map."""
+        feats = _nodes(graph)[1]
+        got = [feats.shape[-1], graph.node_sets["config"]["feats"].shape[-1]]
+        if self.widths is not None and got != self.widths:
+            raise ValueError(
+                f"TileGeometry: the column map is for {self.widths[0]} node and "
+                f"{self.widths[1]} config feature columns, the data has {got[0]} and {got[1]}; "
+                "print this data's map with `tpu-tiles columns DATA_ROOT` (same --configs, "
+                "--toy_data) and pass it as tile_geometry"
+            )
         raw = self._raw(feats, self.columns[:12])
         shape, layout = raw[:, :_SLOTS], tf.cast(raw[:, _SLOTS:], tf.int32)
         rank = tf.reduce_sum(tf.cast(shape > 0, tf.int32), axis=-1, keepdims=True)
@@ -742,7 +776,7 @@ class ResidualSAGE(_TileRanker):
         inducing_points: int = 8,
         pooling: Sequence[str] = ("sum", "mean", "max"),
         default_context: bool = True,
-        tile_geometry: bool = False,
+        tile_geometry: bool | dict = False,
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
         default_margin: bool = True,
@@ -763,7 +797,8 @@ class ResidualSAGE(_TileRanker):
         self._attention = ConfigSetAttention(**attention) if config_attention else None
         self._default_context = DefaultContext(**width) if default_context else None
         self._score_head = _mlp([hidden_dim, 1], activation)
-        self.geometry = TileGeometry() if tile_geometry else None
+        geometry = tile_geometry if isinstance(tile_geometry, dict) else {}  # true: no map
+        self.geometry = TileGeometry(**geometry) if tile_geometry else None
         self._geometry_in = tf.keras.layers.Dense(hidden_dim) if tile_geometry else None
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
         # The attention mixes a kernel's configs; the default context reads position 0 only,
@@ -774,7 +809,7 @@ class ResidualSAGE(_TileRanker):
     def encode(self, graph):
         ops, feats = _nodes(graph)
         nodes = tf.concat([self._op_embedding(ops), self._stretch(feats)], axis=-1)
-        geometry = self.geometry and self.geometry.kernel_part(feats)
+        geometry = self.geometry and self.geometry.kernel_part(graph)
         return self._node_in(nodes), geometry  # n: [num_nodes, hidden]
 
     def embed(self, graph, kernel, configs):
