@@ -865,6 +865,14 @@ class _Baseline(_TileRanker):
         ops, feats = _nodes(graph)
         return self._op_embedding(ops), feats
 
+    def _early_join(self, graph: tfgnn.GraphTensor, dense: Any, *, neighbours: bool) -> tuple:
+        """Early join's `encode`: `EarlyJoin` of the model's first layer `dense`, and its
+        once-per-kernel part of `[E op || config || x]`."""
+        ops, feats = self._node_parts(graph)
+        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
+        join = EarlyJoin(dense, widths, neighbours=neighbours)
+        return join, join.node_part(graph, ops, feats)
+
     def _late_join(self, graph: tfgnn.GraphTensor) -> tf.Tensor:
         """Late join's `encode`: `reduction_v GNN([E op || x])(v)` `[batch, hidden]`."""
         x = self._gnn(graph, tf.concat(self._node_parts(graph), axis=-1))
@@ -921,13 +929,10 @@ class EarlyJoinSAGE(_SAGEBaseline):
     """
 
     def encode(self, graph):
-        ops, feats = self._node_parts(graph)
         first = self._gnn_layers[0] if self._gnn_layers else None
-        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
-        join = EarlyJoin(first and first.dense, widths, neighbours=True)
         if first:
-            first.built = True  # its variables exist, though Keras never calls it
-        return join, join.node_part(graph, ops, feats)
+            first.built = True  # its variables exist (`EarlyJoin` builds them), though unused
+        return self._early_join(graph, first and first.dense, neighbours=True)
 
     def embed(self, graph, kernel, configs):
         join, node_part = kernel
@@ -995,10 +1000,7 @@ class EarlyJoinResGCN(_ResGCNBaseline):
     first layer split by `EarlyJoin`."""
 
     def encode(self, graph):
-        ops, feats = self._node_parts(graph)
-        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
-        join = EarlyJoin(self._prenet[0], widths, neighbours=False)
-        return join, join.node_part(graph, ops, feats)
+        return self._early_join(graph, self._prenet[0], neighbours=False)
 
     def embed(self, graph, kernel, configs):
         join, node_part = kernel
