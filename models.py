@@ -68,8 +68,7 @@ _plain = tf.autograph.experimental.do_not_convert
 _MINIMUM = {k: 1 for k in "units hidden_dim op_embed_dim num_layers attention_heads".split()}
 _MINIMUM |= {"inducing_points": 1, "chunk_size": 1, "num_gnns": 0, "final_mlp_layers": 0}
 _MINIMUM |= {"mlp_layers": 0}
-_SWITCHES = "config_attention default_context directed keep_default_gate default_margin".split()
-_SWITCHES += ["tile_geometry"]
+_SWITCHES = "default_context directed keep_default_gate default_margin".split()
 _ACTIVATIONS = ("relu", "leaky_relu", "gelu", "elu", "selu", "silu", "swish", "tanh", "sigmoid")
 _REDUCTIONS = tuple(sorted(tfgnn.get_registered_reduce_operation_names()))
 
@@ -84,6 +83,10 @@ def _check(owner: str, values: dict[str, Any]) -> None:
             raise ValueError(f"{owner}: {name} must be true or false, got {value!r}")
         if name in ("activation", "hidden_activation") and value not in _ACTIVATIONS:
             raise ValueError(f"{owner}: {name}={value!r} is not an activation: {_ACTIVATIONS}")
+        if name == "config_attention" and (value not in SET_CONTEXTS or type(value) is int):
+            raise ValueError(f"{owner}: config_attention={value!r} is not one of {SET_CONTEXTS}")
+        if name == "tile_geometry" and not (isinstance(value, bool) or _is_column_map(value)):
+            raise ValueError(f"{owner}: tile_geometry must be true, false or {_MAP}, got {value!r}")
         if name == "combine" and value not in COMBINE_METHODS:
             raise ValueError(f"{owner}: combine={value!r} is not one of {COMBINE_METHODS}")
         if name == "members" and (not isinstance(value, (list, tuple)) or not value):
@@ -92,6 +95,26 @@ def _check(owner: str, values: dict[str, Any]) -> None:
             if not isinstance(part, str) or set(part.split("|")) - set(_REDUCTIONS):
                 message = f"is not a TF-GNN reduction: {_REDUCTIONS} or several joined by '|'"
                 raise ValueError(f"{owner}: {name}={value!r} {message}")
+
+
+_MAP = '{"widths": [node, config], "columns": 18 x [index or -1, lo, hi]}'  # `TileGeometry`'s
+
+
+def _is_column_map(value: Any) -> bool:
+    """Whether `value` is a column map (`_MAP`), each index within its part's width."""
+    try:
+        widths, rows = value["widths"], value["columns"]
+        width = [widths[0]] * 12 + [widths[1]] * 6  # node columns, then config columns
+        return (
+            set(value) == {"widths", "columns"}
+            and len(widths) == 2
+            and all(type(w) is int and w >= 1 for w in widths)
+            and len(rows) == len(width)
+            and all(type(i) is int and -1 <= i < w for (i, _, _), w in zip(rows, width))
+            and all(math.isfinite(x) for _, lo, hi in rows for x in (lo, hi))
+        )
+    except (TypeError, KeyError, IndexError, ValueError):
+        return False
 
 
 # --- Functions of the GraphTensor (no variables) ------------------------------------------------
@@ -251,7 +274,7 @@ _SLOTS = 6
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class TileGeometry(tf.keras.layers.Layer):
+class TileGeometry(_Configured):
     """How a config's output tile divides each node's shape, dim by dim from the layout's
     minor-most (the per-dimension config features of the 5th-place "Fast or Slow?" tile
     solution, here with the tile counts and padding of the TPU's (8, 128) granules):
@@ -263,20 +286,23 @@ class TileGeometry(tf.keras.layers.Layer):
         tile's padding of a rank-0 node).                            [num_nodes, c, 21]
 
     The model sees normalised columns (`x = (raw - lo) / (hi - lo)`, constant ones dropped), so
-    where each raw column sits is a weight, `columns` `[18, 3]` (index among the features or
-    -1 for a dropped one, lo, hi), set by `set_columns` (our trainer) and copied with the
-    other weights; at its zeros (upstream's trainer) every shape reads 0: the features are
-    constants (0, and 1 for the whole tile's padding).
+    where each raw column sits is the column map: `columns` `[18, 3]`, (index among the
+    features or -1 for a dropped one, lo, hi) of `SHAPE_COLUMNS + LAYOUT_COLUMNS`, then of
+    `OUTPUT_BOUND_COLUMNS`, for features `widths` (node, config) wide (`tpu-tiles columns`
+    prints it for a data set). It is a weight (its gradient 0), so the course's in-order copy
+    restores it; without `columns` (runs that stored it only there) it starts at 0, where
+    every shape reads 0 and the features are constants.
+    Call: `kernel_part(graph)`, then `(graph, kernel_part, configs)` (below).
     """
 
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.columns = self.add_weight(name="raw_columns", shape=(18, 3), initializer="zeros")
-        self.built = True  # its variables exist, though Keras never calls it
+    CONFIG = ("widths",)
 
-    def set_columns(self, columns: Any) -> None:
-        """(index, lo, hi) of `SHAPE_COLUMNS + LAYOUT_COLUMNS`, then `OUTPUT_BOUND_COLUMNS`."""
-        self.columns.assign(tf.constant(columns, tf.float32))
+    def __init__(self, *, columns: Any = None, widths: Sequence[int] | None = None, **kwargs):
+        super().__init__(**kwargs)
+        init = "zeros" if columns is None else tf.keras.initializers.Constant(columns)
+        self.columns = self.add_weight(name="raw_columns", shape=(18, 3), initializer=init)
+        self.widths = None if widths is None else list(widths)
+        self.built = True  # its variables exist, though Keras never calls it
 
     def _raw(self, x: tf.Tensor, columns: tf.Tensor) -> tf.Tensor:
         """`x` `[..., f]` normalised -> `[..., k]` raw values of `columns` `[k, 3]`."""
@@ -285,8 +311,18 @@ class TileGeometry(tf.keras.layers.Layer):
         picked = tf.gather(x, tf.clip_by_value(index, 0, tf.shape(x)[-1] - 1), axis=-1)
         return tf.round(lo + tf.where(index >= 0, picked, 0.0) * (hi - lo))
 
-    def kernel_part(self, feats: tf.Tensor) -> tuple[tf.Tensor, ...]:
-        """`feats` `[num_nodes, f]` -> (shape, granules, dim of each slot, in rank), `[n, 6]`."""
+    def kernel_part(self, graph: tfgnn.GraphTensor) -> tuple[tf.Tensor, ...]:
+        """(shape, granules, dim of each slot, in rank) of each node, `[num_nodes, 6]`;
+        `ValueError` naming the widths where the features are not those of the map."""
+        feats = _nodes(graph)[1]
+        got = [feats.shape[-1], graph.node_sets["config"]["feats"].shape[-1]]
+        if self.widths is not None and got != self.widths:
+            raise ValueError(
+                f"TileGeometry: the column map is for {self.widths[0]} node and "
+                f"{self.widths[1]} config feature columns, the data has {got[0]} and {got[1]}; "
+                "print this data's map with `tpu-tiles columns DATA_ROOT` (same --configs, "
+                "--toy_data) and pass it as tile_geometry"
+            )
         raw = self._raw(feats, self.columns[:12])
         shape, layout = raw[:, :_SLOTS], tf.cast(raw[:, _SLOTS:], tf.int32)
         rank = tf.reduce_sum(tf.cast(shape > 0, tf.int32), axis=-1, keepdims=True)
@@ -351,38 +387,71 @@ class DirectedSAGEBlock(_Configured):
         return h + self._out(self._act(self._self(z) + producers + consumers))
 
 
+# `ResidualSAGE`'s `config_attention`: none, the block as first written (ungated: what runs
+# that recorded `true` were trained with), the gated block, the gated block on each config alone.
+SET_CONTEXTS = (False, True, "gated", "alone")
+# LayerScale's first value of each gate (Touvron et al., ICCV 2021: 0.1 for up to 18 blocks).
+GATE_INIT = 0.1
+
+
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class ConfigSetAttention(_Configured):
     """Lets the configs of one kernel see each other (induced set attention, Lee et al.):
 
     `s = MHA(P, z)` (learned points `P` `[num_points, units]` summarise the configs, `z =
-    LayerNorm(h)`), `h <- h + MHA(z, s)`, `h <- h + FFN(LayerNorm(h))`. Memory grows as
+    LayerNorm(h)`), `h <- h + a * MHA(z, s)`, `h <- h + f * FFN(LayerNorm(h))`. Memory grows as
     configs x points, so a 6000-config kernel runs at once, and the softmax averages keep their
     scale whether 10 configs are sampled (training) or all are scored.
+      * `gated`: `a`, `f` per-channel gates from `GATE_INIT` (LayerScale, Touvron et al., ICCV
+        2021), so the branches start small instead of adding Glorot-scaled noise into the
+        residual, and FFN is two layers (4 units wide, then units, GELU between);
+        otherwise (the block as first written, for runs that recorded it) `a = f = 1` and FFN
+        is one GELU layer.
+      * `alone`: each config is a set of its own (the same weights; no other config seen).
     Call: `h` `[batch, num_configs, units]` -> the same shape.
     """
 
-    CONFIG = ("units", "num_heads", "num_points")
+    CONFIG = ("units", "num_heads", "num_points", "gated", "alone")
 
-    def __init__(self, *, units: int, num_heads: int = 4, num_points: int = 8, **kwargs):
+    def __init__(
+        self,
+        *,
+        units: int,
+        num_heads: int = 4,
+        num_points: int = 8,
+        gated: bool = False,
+        alone: bool = False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if units % num_heads:
             raise ValueError(f"ConfigSetAttention: units={units} not divisible by num_heads")
         self.units, self.num_heads, self.num_points = units, num_heads, num_points
+        self.gated, self.alone = bool(gated), bool(alone)
         self._points = self.add_weight(
             name="inducing_points", shape=[num_points, units], initializer="glorot_uniform"
         )
+        self._gates = [1.0, 1.0]  # the first block's: none (its variables must not change)
+        if gated:
+            init = tf.keras.initializers.Constant(GATE_INIT)
+            self._gates = [self.add_weight(name=n, shape=[units], initializer=init) for n in "af"]
         self._norm_in = tf.keras.layers.LayerNormalization()
         self._summarise = tf.keras.layers.MultiHeadAttention(num_heads, units // num_heads)
         self._broadcast = tf.keras.layers.MultiHeadAttention(num_heads, units // num_heads)
         self._norm_out = tf.keras.layers.LayerNormalization()
-        self._ffn = tf.keras.layers.Dense(units, activation="gelu")
+        self._ffn = (
+            _mlp([4 * units, units], "gelu") if gated else [tf.keras.layers.Dense(units, "gelu")]
+        )
 
     def call(self, h: tf.Tensor) -> tf.Tensor:
+        shape = tf.shape(h)
+        if self.alone:  # [batch * num_configs, 1, units]: sets of one
+            h = tf.reshape(h, [-1, 1, self.units])
         z = self._norm_in(h)
         points = tf.tile(self._points[tf.newaxis], [tf.shape(h)[0], 1, 1])
-        h = h + self._broadcast(z, self._summarise(points, z))
-        return h + self._ffn(self._norm_out(h))
+        h = h + self._gates[0] * self._broadcast(z, self._summarise(points, z))
+        h = h + self._gates[1] * _apply(self._ffn, self._norm_out(h))
+        return tf.reshape(h, shape) if self.alone else h
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
@@ -687,9 +756,10 @@ class ResidualSAGE(_TileRanker):
         e_j = MLP([sum || mean || max over v of LayerNorm(h)(v, j) || c_j])  [batch, c, hidden]
         score_j = MLP(DefaultContext(ConfigSetAttention(e))_j), both blocks optional
 
-    `activation` is a Keras activation's name. Its defaults are the benchmark suite's
-    recommendation (docs/choosing.md); runs record their resolved keywords, so a later default
-    changes later runs only.
+    `config_attention`: one of `SET_CONTEXTS` (`ConfigSetAttention`: `true` ungated, "gated",
+    "alone" gated with no other config seen). `activation` is a Keras activation's name. Its
+    defaults are the benchmark suite's recommendation (docs/choosing.md); runs record their
+    resolved keywords, so a later default changes later runs only.
     """
 
     def __init__(
@@ -701,12 +771,12 @@ class ResidualSAGE(_TileRanker):
         num_layers: int = 3,
         op_embed_dim: int = 32,
         activation: str = "gelu",
-        config_attention: bool = False,
+        config_attention: bool | str = False,
         attention_heads: int = 4,
         inducing_points: int = 8,
         pooling: Sequence[str] = ("sum", "mean", "max"),
         default_context: bool = True,
-        tile_geometry: bool = False,
+        tile_geometry: bool | dict = False,
         chunk_size: int = DEFAULT_CHUNK,
         keep_default_gate: bool = True,
         default_margin: bool = True,
@@ -723,20 +793,23 @@ class ResidualSAGE(_TileRanker):
         self._pool_norm = tf.keras.layers.LayerNormalization()
         self._readout = _mlp([hidden_dim, hidden_dim], activation)
         attention = dict(units=hidden_dim, num_heads=attention_heads, num_points=inducing_points)
+        attention.update(gated=isinstance(config_attention, str), alone=config_attention == "alone")
         self._attention = ConfigSetAttention(**attention) if config_attention else None
         self._default_context = DefaultContext(**width) if default_context else None
         self._score_head = _mlp([hidden_dim, 1], activation)
-        self.geometry = TileGeometry() if tile_geometry else None
+        geometry = tile_geometry if isinstance(tile_geometry, dict) else {}  # true: no map
+        self.geometry = TileGeometry(**geometry) if tile_geometry else None
         self._geometry_in = tf.keras.layers.Dense(hidden_dim) if tile_geometry else None
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
         # The attention mixes a kernel's configs; the default context reads position 0 only,
         # which configs appended as padding leave in place.
-        self.independent_configs, self.default_first = not config_attention, default_context
+        self.independent_configs = config_attention in (False, "alone")
+        self.default_first = default_context
 
     def encode(self, graph):
         ops, feats = _nodes(graph)
         nodes = tf.concat([self._op_embedding(ops), self._stretch(feats)], axis=-1)
-        geometry = self.geometry and self.geometry.kernel_part(feats)
+        geometry = self.geometry and self.geometry.kernel_part(graph)
         return self._node_in(nodes), geometry  # n: [num_nodes, hidden]
 
     def embed(self, graph, kernel, configs):
@@ -791,6 +864,14 @@ class _Baseline(_TileRanker):
         """(opcode embeddings `[num_nodes, op_embed_dim]`, node features `[num_nodes, f]`)."""
         ops, feats = _nodes(graph)
         return self._op_embedding(ops), feats
+
+    def _early_join(self, graph: tfgnn.GraphTensor, dense: Any, *, neighbours: bool) -> tuple:
+        """Early join's `encode`: `EarlyJoin` of the model's first layer `dense`, and its
+        once-per-kernel part of `[E op || config || x]`."""
+        ops, feats = self._node_parts(graph)
+        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
+        join = EarlyJoin(dense, widths, neighbours=neighbours)
+        return join, join.node_part(graph, ops, feats)
 
     def _late_join(self, graph: tfgnn.GraphTensor) -> tf.Tensor:
         """Late join's `encode`: `reduction_v GNN([E op || x])(v)` `[batch, hidden]`."""
@@ -848,13 +929,10 @@ class EarlyJoinSAGE(_SAGEBaseline):
     """
 
     def encode(self, graph):
-        ops, feats = self._node_parts(graph)
         first = self._gnn_layers[0] if self._gnn_layers else None
-        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
-        join = EarlyJoin(first and first.dense, widths, neighbours=True)
         if first:
-            first.built = True  # its variables exist, though Keras never calls it
-        return join, join.node_part(graph, ops, feats)
+            first.built = True  # its variables exist (`EarlyJoin` builds them), though unused
+        return self._early_join(graph, first and first.dense, neighbours=True)
 
     def embed(self, graph, kernel, configs):
         join, node_part = kernel
@@ -922,10 +1000,7 @@ class EarlyJoinResGCN(_ResGCNBaseline):
     first layer split by `EarlyJoin`."""
 
     def encode(self, graph):
-        ops, feats = self._node_parts(graph)
-        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
-        join = EarlyJoin(self._prenet[0], widths, neighbours=False)
-        return join, join.node_part(graph, ops, feats)
+        return self._early_join(graph, self._prenet[0], neighbours=False)
 
     def embed(self, graph, kernel, configs):
         join, node_part = kernel

@@ -233,3 +233,22 @@ def test_a_run_recorded_before_the_rule_still_reloads(missing, synth_root, tmp_p
         assert rebuilt.keeps_default is None and run.keeps_default_in(rebuilt) is True
     for a, b in zip(rebuilt.trainable_variables, model.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
+
+
+def test_a_geometry_run_given_the_printed_map_reranks_by_the_course_procedure(synth_root, tmp_path):
+    """As an upstream user trains it: ResidualSAGE with the gated set context and the map
+    `tpu-tiles columns` prints, passed in `--model_kwargs_json`. The course's reload (the
+    SavedModel, a fresh build from that JSON, the in-order copy) ranks the test split as the
+    run did, and the saved map is the printed one."""
+    ds = data.load_dataset(synth_root, splits=("train",), min_train_configs=4, progress=False)
+    column_map = registry.column_map(ds.stats, ds.train)
+    kwargs = {"hidden_dim": 8, "num_layers": 1, "config_attention": "gated"}
+    kwargs["tile_geometry"] = column_map
+    result = train.train(
+        tiny_args(synth_root, tmp_path, model="ResidualSAGE", model_kwargs_json=json.dumps(kwargs))
+    )
+    course = course_top5(str(result.model_dir), str(synth_root))["top5"]
+    stored = _stored(result)["test_predictions"]
+    assert course == {tile: top[:5] for tile, top in stored.items()}
+    saved = TrainedRun.open(result.model_dir).saved_model.geometry.columns.numpy()
+    np.testing.assert_array_equal(saved, np.float32(column_map["columns"]))

@@ -125,6 +125,16 @@ def _ensemble(a: argparse.Namespace) -> None:
     )
 
 
+def _columns(a: argparse.Namespace) -> None:
+    from tpu_tiles_models import data, files, registry
+
+    how = dict(min_train_configs=a.configs, toy_data=a.toy_data, progress=not a.no_progress)
+    train = data.load_dataset(
+        files.expand(a.data_root), cache_dir=a.cache_dir or None, splits=("train",), **how
+    )
+    print(json.dumps({"tile_geometry": registry.column_map(train.stats, train.train)}))
+
+
 def _models(a: argparse.Namespace) -> None:
     from tpu_tiles_models import registry
 
@@ -293,6 +303,18 @@ def build_parser() -> _Parser:
         "the whole journey on synthetic data, in a few minutes",
     )
     demo.add_flags(p)
+
+    p = command(
+        "columns",
+        _columns,
+        "the tile geometry's column map for a data root as upstream's preprocessing sees it: "
+        "--model_kwargs_json for ResidualSAGE, upstream's trainer or ours",
+    )
+    p.add_argument("data_root", nargs="?", default=defaults.data_root(), help="the data root")
+    p.add_argument("--configs", type=int, default=10, help="upstream's --configs (its default)")
+    p.add_argument("--toy_data", action="store_true", help="upstream's --toy_data")
+    p.add_argument("--cache_dir", default=defaults.CACHE_DIR, help=defaults.CACHE_DIR_HELP)
+    p.add_argument("--no_progress", action="store_true", help="no progress bars (logs, CI)")
 
     p = command("models", _models, "list the model classes and the recommended one")
     p.add_argument(

@@ -24,8 +24,8 @@ UPSTREAM_MODELS = Path("tpu_graphs/baselines/tiles/models.py")
 MODELS: dict[str, str] = {
     "ResidualSAGE": "ours (recommended): residual directed GraphSAGE, early config join, "
     "sum+mean+max pooling, config 0 read as the compiler's default; keywords config_attention "
-    "and tile_geometry optional (the geometry: lower top-5, above all where config 0 is not "
-    "the default)",
+    '(true, "gated" or "alone") and tile_geometry (the map tpu-tiles columns prints; '
+    "lower top-5, above all where config 0 is not the default) optional",
     "ResidualSAGEPlain": "ResidualSAGE as first configured, without attention: 48 wide, no "
     "default context",
     "EarlyJoinSAGE": "paper baseline (upstream's default): config features on every node, "
@@ -222,6 +222,38 @@ def build_model(
     if changed:
         raise FlagError(_policy_set(f"{where}: building {name}", changed[0], ""))
     return model
+
+
+def column_map(stats: Any, train: Any, module: ModuleType | None = None) -> dict:
+    """Where the raw columns `TileGeometry` reads sit among the features that `stats` (a
+    `data.FeatureStats` fitted on the `data.Split` `train`) makes: its `tile_geometry` keyword,
+    `{"widths": [node, config], "columns": [[index or -1, lo, hi], ...]}`."""
+    module = module or load_models_module()
+    node = module.SHAPE_COLUMNS + module.LAYOUT_COLUMNS
+    columns = stats.raw_columns(train, node, module.OUTPUT_BOUND_COLUMNS)
+    return {"widths": [stats.node_width, stats.config_width], "columns": columns}
+
+
+def with_column_map(name: str, kwargs: Mapping[str, Any], make_map: Callable[[], dict]) -> dict:
+    """`kwargs` with `tile_geometry: true` (an `Ensemble`'s members' too) given the data's
+    column map `make_map()` (`column_map`, made only if asked for): how our trainer builds the
+    geometry. A map given that is not the data's is a `FlagError`."""
+    made: list[dict] = []
+
+    def fill(_: str, k: Mapping[str, Any]) -> dict:
+        given = k.get("tile_geometry")
+        if given is True or isinstance(given, dict):
+            made[:] = made or [make_map()]
+            if given not in (True, made[0]):
+                raise FlagError(
+                    "--model_kwargs_json: tile_geometry is not this data's column map; pass "
+                    "true, or the map `tpu-tiles columns DATA_ROOT` prints (same --configs, "
+                    "--toy_data)"
+                )
+            return {**k, "tile_geometry": made[0]}
+        return dict(k)
+
+    return _each_member(name, fill(name, kwargs), fill)
 
 
 # Copies of every parameter that training holds: weights, gradients and Adam's two moments.

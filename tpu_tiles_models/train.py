@@ -331,18 +331,20 @@ def _train(
         progress=progress,
     )
     interrupts.check()
+    # `tile_geometry: true` built with this data's column map, as `tpu-tiles columns` prints it.
+    kwargs = registry.with_column_map(
+        args.model,
+        registry.parse_model_kwargs(args.model_kwargs_json),
+        lambda: registry.column_map(dataset.stats, dataset.train, module),
+    )
     with strategy.scope(), registry.parameter_limit(args.model, args.model_kwargs_json):
         model = registry.build_model(
-            args.model, args.configs, dataset.num_ops, args.model_kwargs_json, module
+            args.model, args.configs, dataset.num_ops, json.dumps(kwargs), module
         )
         # All variables from one eager forward, as the course script builds them.
         model.forward(
             data.kernel_graph(dataset.train, 0, dataset.stats), dataset.train.num_configs(0)
         )
-        for part in (model, *getattr(model, "members", ())):  # an ensemble's members too
-            if getattr(part, "geometry", None) is not None:  # where the raw columns sit
-                columns = module.SHAPE_COLUMNS + module.LAYOUT_COLUMNS, module.OUTPUT_BOUND_COLUMNS
-                part.geometry.set_columns(dataset.stats.raw_columns(dataset.train, *columns))
     export.check_space(artifacts, model)  # before the training it would waste
     loop, train_batches, valid_batches, steps = _datasets_and_loop(args, dataset, model, strategy)
     sample = _epoch_sample(args, dataset.valid)
@@ -421,9 +423,7 @@ def _train(
     elif candidates.kept:  # none: every epoch's score was NaN; keep the last weights
         _assign(model, candidates.kept[0][2])
     extras["best_epoch"] = best_epoch
-    extras[run_file.MODEL_KWARGS_KEY] = registry.resolved_kwargs(
-        args.model, registry.parse_model_kwargs(args.model_kwargs_json), module
-    )
+    extras[run_file.MODEL_KWARGS_KEY] = registry.resolved_kwargs(args.model, kwargs, module)
     final = scoring.final_scores(
         model, dataset, test_mode=args.test_mode, scorer=scorer, val=best_val, progress=progress
     )
