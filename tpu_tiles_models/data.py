@@ -122,8 +122,11 @@ def load_split(
     paths = split_files(root, split, toy_data=toy_data)
     cache_path = None
     if cache_dir is not None:
-        # Keyed by each file's absolute path (or URL), size and mtime, and the options.
-        stamp = [[files.canonical(p), *files.size_and_mtime(p)] for p in paths]
+        # Keyed by each file's path (or URL), size and mtime, and the options. The paths'
+        # one spelling (`files.canonical`) taken once, for their folder: per file it took
+        # longer than reading a warm cache.
+        folder = files.canonical(os.path.dirname(paths[0]))
+        stamp = [[files.join(folder, os.path.basename(p)), *files.size_and_mtime(p)] for p in paths]
         key = dict(
             v=_CACHE_VERSION, files=stamp, min_configs=min_configs, toy=toy_data, skip_bad=skip_bad
         )
