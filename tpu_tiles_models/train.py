@@ -22,6 +22,7 @@ from tpu_tiles_models import (
     files,
     formats,
     interrupts,
+    margin,
     metrics,
     ranking,
     registry,
@@ -102,10 +103,10 @@ SMOOTH_TOP_K = 50  # `--select_by=top50`: the configs its measure averages
 
 def _val_score(
     model, split, stats, sample: scoring.KernelSample, progress, scorer, select_by: str
-) -> tuple[float, float, scoring.KeepDefault]:
+) -> tuple[float, float, margin.KeepDefault]:
     """On `sample`'s valid kernels (weighted: estimates for the whole split): the model's own
     Kaggle-form score, the selection key (the score, 1 - mean top-`SMOOTH_TOP_K` error with
-    `top50`, NaN with `opa`) and the errors both ways (`scoring.KeepDefault`)."""
+    `top50`, NaN with `opa`) and the errors both ways (`margin.KeepDefault`)."""
     scored = scoring.score_split(
         model,
         split,
@@ -119,8 +120,8 @@ def _val_score(
         who="the model in training",
         fix=DIVERGED_FIX,
     )
-    measured = scoring.KeepDefault.measure(
-        scored, sample.weights, fit_margin=scoring.carries_margin(model)
+    measured = margin.KeepDefault.measure(
+        scoring.pairs(scored), sample.weights, fit_margin=margin.carries_margin(model)
     )
     score = key = 1.0 - measured.errors[5]
     if select_by == "top50":
@@ -156,7 +157,7 @@ class _Candidates:
 
 def _choose(
     candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer, select_by: str
-) -> tuple[int, list[np.ndarray], scoring.KeepDefault, dict[int, float]]:
+) -> tuple[int, list[np.ndarray], margin.KeepDefault, dict[int, float]]:
     """Scores each candidate on all of valid; returns the best one's (epoch, weights, errors
     both ways) and each candidate's key by epoch."""
     results = []
