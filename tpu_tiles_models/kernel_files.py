@@ -75,7 +75,8 @@ def _check_names(directory: str) -> None:
     folder = os.fsencode(directory)
     with os.scandir(folder) as found:  # a link is known from the listing, without a stat
         entries = sorted((e.name, e.is_symlink()) for e in found if e.name.endswith(b".npz"))
-    for name, link in [(b"", os.path.islink(folder)), *entries]:
+    suspects = [(name, link) for name, link in entries if link or not name.isascii()]
+    for name, link in [(b"", os.path.islink(folder)), *suspects]:
         path = os.path.join(folder, name) if name else folder
         shown = path.decode("utf-8", "backslashreplace")  # its bytes as \xff, not a crash
         if shown != os.fsdecode(path):
@@ -155,16 +156,15 @@ def runtime_ratios(runtimes: np.ndarray, normalizers: np.ndarray) -> np.ndarray:
 
 
 def _float32(values: np.ndarray) -> np.ndarray:
-    """`values` in float32, the precision models use: beyond its range inf, below it 0 (no
-    copy when they already are float32)."""
+    """`values` in float32, the precision models use: beyond its range inf, below it 0."""
     with np.errstate(over="ignore"):  # the inf is the answer, for validation to refuse
-        return np.asarray(values).astype(np.float32, copy=False)
+        return np.asarray(values).astype(np.float32)
 
 
 def _as_models_see(values: np.ndarray) -> np.ndarray:
-    """What validation checks of `values`: integers as they are (every int64 is finite in
-    float32 and keeps its sign there), others in float32 (`_float32`)."""
-    return values if values.dtype.kind in "iu" else _float32(values)
+    """What validation checks of `values`: float32 and integers as they are (every int64 is
+    finite in float32 and keeps its sign there), other floats in float32 (`_float32`)."""
+    return values if values.dtype.kind in "iu" or values.dtype == np.float32 else _float32(values)
 
 
 _IN_FLOAT32 = " in float32, the precision models use"
