@@ -33,7 +33,8 @@ from tpu_tiles_models import cache, files, interrupts, kernel_files, safe
 from tpu_tiles_models.formats import CONFIG_FEAT_DIM, NODE_FEAT_DIM, REQUIRED_KEYS, SPLITS
 from tpu_tiles_models.kernel_files import DataError, runtime_ratios, split_files, tile_id_of
 
-# 2: the `cache` module's compressed format; 3: numbers validated in float32, known members
+# 2: the `cache` module's compressed format; 3: numbers validated in float32, known members.
+# A number is never reused: raise it when what is cached, or how it is keyed, changes.
 _CACHE_VERSION = 3
 _SHOWN_NAMES = 3  # how many bad file names a skip_bad warning lists
 

@@ -127,6 +127,11 @@ def evaluate_dirs(
     `overall` to a row (`_row`, and `RATIO`); `kept_rows` are the model's with config 0 kept
     among its 5 first; `run_keep_default` says which of the two it ranks by
     (`TrainedRun.keeps_default_in`).
+
+    Raises:
+      EvaluateError: no model directory in `dirs`.
+      ExportError, DataError: a model or a valid file that cannot be read.
+      FlagError: an output that clashes with an input.
     """
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))

@@ -285,8 +285,15 @@ def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
 
 
 def train(args: TrainArgs) -> export.TrainResult:
-    """Trains, validates, ranks the test split and writes upstream's artifacts; bad options or
-    data raise a one-line `UserError`, and leave nothing behind."""
+    """Trains, validates, ranks the test split and writes upstream's artifacts.
+
+    Raises (each a one-line `UserError`, leaving nothing behind):
+      FlagError: options that do not go together, or an output that clashes with an input.
+      DataError: a data file no model can read (named, with the fix).
+      RunExistsError: a finished run of these options, without `--overwrite`.
+      BusyError: another process writing the same run.
+      DivergedError, NonFiniteScores: the loss or the scores are no longer finite.
+    """
     args = args.resolved()
     paths = run_file.RunPaths.of(args)  # the run's places and hash, worked out once
     files.require_local(args.models, flag="--models")  # Python imports local files only

@@ -267,8 +267,13 @@ def main(argv: Sequence[str] | None = None) -> SweepSummary:
 
 
 def run(args: SweepArgs) -> SweepSummary:
-    """Expands the grid, trains the missing points, writes the leaderboard; raises SweepFailed
-    when some points failed or did not run (after writing it). A dry run only reads."""
+    """Expands the grid, trains the missing points, writes the leaderboard. A dry run only
+    reads.
+
+    Raises:
+      FlagError: a bad grid or option, or an `--out_dir` that clashes with an input.
+      SweepFailed: some points failed or did not run (after the leaderboard is written).
+    """
     if args.dry_run:
         return _run(args)
     with locks.claim(args.out_dir, flag="--out_dir", command="sweep"):
