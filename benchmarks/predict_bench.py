@@ -13,9 +13,9 @@ Run by hand (not a test):
 5. Peak RSS of a fresh process scoring one 6000-config kernel, ours and the course's.
 6. The prediction command as a user runs it (`tiles_gen_predictions_csv.py`, a fresh process)
    on an upstream-trained EarlyJoinSAGE (`--command_kernels` test kernels), on a fresh data
-   cache and then a warm one; with `--against COMMIT`, that commit's script too, in a git
-   worktree of it, the two interleaved (`--command_repeats` rounds) and their medians shown
-   with the load average, as CPUs shared with other jobs drift.
+   cache and then a warm one; with `--against COMMIT[,COMMIT]`, those commits' scripts too,
+   each in a git worktree, all interleaved (`--command_repeats` rounds) and their medians
+   shown with the load average, as CPUs shared with other jobs drift.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--skip_rss", action="store_true", help="skip the 6000-config RSS runs")
     p.add_argument("--skip_scoring", action="store_true", help="skip steps 3-4 (in process)")
     p.add_argument("--skip_command", action="store_true", help="skip the prediction command")
-    p.add_argument("--against", default="", help="a commit whose prediction command to time too")
+    p.add_argument("--against", default="", help="commits (comma-separated) to time there too")
     p.add_argument("--command_kernels", type=int, default=400, help="test kernels (command)")
     p.add_argument("--command_configs", type=int, default=40, help="configs per kernel at most")
     p.add_argument("--command_repeats", type=int, default=5, help="rounds, medians reported")
@@ -293,18 +293,23 @@ def _command_lines(args: argparse.Namespace, work: Path) -> list[str]:
         n, configs = args.command_kernels, args.command_configs
         synthetic.generate(root, train=7 * n, valid=n, test=n, max_configs=configs, progress=False)
     model_dir = upstream_run(root, work / f"upstream_run_{root.name}")
-    checkouts = {"this tree": REPO}
-    old = Path(tempfile.mkdtemp(prefix="predict_bench_old_")) / "checkout"
-    if args.against:
-        git = ["git", "-C", str(REPO)]
-        subprocess.run([*git, "worktree", "add", "--detach", str(old), args.against], check=True)
-        checkouts[args.against] = old
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], text=True, capture_output=True
+    ).stdout.strip()
+    checkouts = {f"this tree ({head})": REPO}
+    temp = Path(tempfile.mkdtemp(prefix="predict_bench_old_"))
+    git = ["git", "-C", str(REPO)]
+    for commit in filter(None, args.against.split(",")):
+        checkouts[commit] = temp / commit
+        subprocess.run(
+            [*git, "worktree", "add", "--detach", str(temp / commit), commit], check=True
+        )
     times: dict[tuple[str, str], list[float]] = {}
     loads = [os.getloadavg()[0]]
     try:
         for i in range(args.command_repeats):
-            for name, checkout in checkouts.items():
-                cache = work / f"cache_{i}_{len(times)}"
+            for n, (name, checkout) in enumerate(checkouts.items()):
+                cache = work / f"cache_{i}_{n}"
                 for state in ("fresh", "warm"):
                     out = work / f"predictions_{state}.csv"
                     seconds = _predict_seconds(checkout, model_dir, root, cache, out)
@@ -312,8 +317,9 @@ def _command_lines(args: argparse.Namespace, work: Path) -> list[str]:
                 shutil.rmtree(cache)
             loads.append(os.getloadavg()[0])
     finally:
-        if args.against:
-            subprocess.run([*git, "worktree", "remove", "--force", str(old)], check=True)
+        for checkout in list(checkouts.values())[1:]:
+            subprocess.run([*git, "worktree", "remove", "--force", str(checkout)], check=True)
+        shutil.rmtree(temp)
     kernels = sum(1 for _ in (root / "test").glob("*.npz"))
     lines = [
         f"`{SCRIPT}` on an upstream-trained EarlyJoinSAGE ({kernels} test kernels; all three "
