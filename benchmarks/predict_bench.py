@@ -166,7 +166,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.rss_child:
         rss_child(args)
         return
-    work = Path(args.work or tempfile.mkdtemp(prefix="predict_bench_"))
+    work = Path(args.work or tempfile.mkdtemp(prefix="predict_bench_")).resolve()
     command = " ".join(["python benchmarks/predict_bench.py", *(argv or sys.argv[1:])])
     lines = [f"`{command}` ({os.cpu_count()} cores)"]
     if not args.skip_scoring:
