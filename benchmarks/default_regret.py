@@ -7,7 +7,7 @@ every validation kernel:
 - `default`: config 0's top-1 error; `half`: how few kernels hold half of it;
 - `either`: per kernel the better of config 0 and the model's first other config (the bound
   of any rule choosing between them, as `pick_bound.py`); `rule`: the run's rule as a run
-  trained today fits it (`scoring.KeepDefault`: config 0's margin cross-fitted on the
+  trained today fits it (`margin.KeepDefault`: config 0's margin cross-fitted on the
   validation kernels, or config 0 first everywhere);
 - `margin bound`: the best a margin for config 0 (the rule) could do, its threshold on that
   preference (below) fitted on the very kernels it is scored on: an optimistic bound;
@@ -43,7 +43,7 @@ import numpy as np
 from pick_bound import _write, kernel_errors  # one kernel's picks; a results file whole
 from suite import BUDGETS, RESULTS, family_roots, finished_runs, label_of, mean_std, seed_list
 
-from tpu_tiles_models import scoring, synthetic
+from tpu_tiles_models import margin, scoring, synthetic
 
 SLOW = 0.2  # config 0's top-1 error above which a kernel counts as one where it is slow
 SHARES = (0.0, 0.02, 0.05, 0.1, 0.15, 0.2, 0.3)  # of kernels `switch` may move off config 0
@@ -208,7 +208,7 @@ def measure(a: argparse.Namespace) -> list[dict]:
         other = np.array([e["other"] for e in errors])
         gap = np.array([s.scores[0] - np.min(s.scores[1:]) for s in scored])
         slowdown = np.array([predicted[family][n] for n in names])
-        rule = scoring.KeepDefault.measure(scored, None, fit_margin=True).rule[1]
+        rule = margin.KeepDefault.measure(scoring.pairs(scored), None, fit_margin=True).rule[1]
         rows.append(
             dict(
                 family=family,

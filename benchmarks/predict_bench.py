@@ -11,6 +11,11 @@ Run by hand (not a test):
 4. Ours: `scoring.score_split`, cold (tracing included) and warm (later passes).
    Timings keep the best of `--repeats` passes: CPUs shared with other jobs are noisy.
 5. Peak RSS of a fresh process scoring one 6000-config kernel, ours and the course's.
+6. The prediction command as a user runs it (`tiles_gen_predictions_csv.py`, a fresh process)
+   on an upstream-trained EarlyJoinSAGE (`--command_kernels` test kernels), on a fresh data
+   cache and then a warm one; with `--against COMMIT[,COMMIT]`, those commits' scripts too,
+   each in a git worktree, all interleaved (`--command_repeats` rounds) and their medians
+   shown with the load average, as CPUs shared with other jobs drift.
 """
 
 from __future__ import annotations
@@ -19,6 +24,8 @@ import argparse
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,9 +35,12 @@ from pathlib import Path
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
 import numpy as np  # noqa: E402
-import tensorflow as tf  # noqa: E402
 
+# The package before TensorFlow: it makes `tf.keras` Keras 2.
 from tpu_tiles_models import data, registry, scoring, synthetic  # noqa: E402
+
+# isort: split
+import tensorflow as tf  # noqa: E402
 
 TOP = 5
 BIG_CONFIGS = 6000
@@ -46,6 +56,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--work", default="", help="folder for the synthetic data (default: temp)")
     p.add_argument("--repeats", type=int, default=2, help="timings keep the best of these")
     p.add_argument("--skip_rss", action="store_true", help="skip the 6000-config RSS runs")
+    p.add_argument("--skip_scoring", action="store_true", help="skip steps 3-4 (in process)")
+    p.add_argument("--skip_command", action="store_true", help="skip the prediction command")
+    p.add_argument("--against", default="", help="commits (comma-separated) to time there too")
+    p.add_argument("--command_kernels", type=int, default=400, help="test kernels (command)")
+    p.add_argument("--command_configs", type=int, default=40, help="configs per kernel at most")
+    p.add_argument("--command_repeats", type=int, default=5, help="rounds, medians reported")
     p.add_argument("--out", default=str(RESULTS / "predict_bench.md"), help="results file")
     # Internal: the RSS child process.
     p.add_argument("--rss_child", default="", help=argparse.SUPPRESS)
@@ -150,27 +166,36 @@ def main(argv: list[str] | None = None) -> None:
     if args.rss_child:
         rss_child(args)
         return
-    work = Path(args.work or tempfile.mkdtemp(prefix="predict_bench_"))
+    work = Path(args.work or tempfile.mkdtemp(prefix="predict_bench_")).resolve()
+    command = " ".join(["python benchmarks/predict_bench.py", *(argv or sys.argv[1:])])
+    lines = [f"`{command}` ({os.cpu_count()} cores)"]
+    if not args.skip_scoring:
+        lines += ["", *_scoring_lines(args, work)]
+    if not args.skip_rss:
+        lines += ["", *_rss_lines(args, work)]
+    if not args.skip_command:
+        lines += ["", *_command_lines(args, work)]
+    print("\n".join(lines))
+    out = Path(args.out)
+    out.write_text("\n".join(lines) + "\n")
+    print(f"wrote {out}")
+
+
+def _scoring_lines(args: argparse.Namespace, work: Path) -> list[str]:
+    """Steps 1-4: the course procedure and `score_split`, in this process."""
     root = work / f"set_{args.kernels}_{args.max_configs}"
     if not root.exists():
         synthetic.generate(
-            root,
-            train=20,
-            valid=4,
-            test=args.kernels,
-            max_configs=args.max_configs,
-            progress=False,
+            root, train=20, valid=4, test=args.kernels, max_configs=args.max_configs, progress=False
         )
     ds = data.load_dataset(root, progress=False)
     model = build_model(args, ds)
     n, configs = len(ds.test), int(ds.test.config_counts().sum())
-    command = " ".join(["python benchmarks/predict_bench.py", *(argv or sys.argv[1:])])
     lines = [
-        f"`{command}` ({args.model} {args.model_kwargs_json}; {n} test kernels, {configs} "
-        f"configs; {os.cpu_count()} cores, load average {os.getloadavg()[0]:.1f} at the start)",
+        f"{args.model} {args.model_kwargs_json}; {n} test kernels, {configs} configs; load "
+        f"average {os.getloadavg()[0]:.1f} at the start:",
         "",
     ]
-
     course_s, course = timed(course_rank, model, ds, repeats=args.repeats)
     scorer = scoring.kernel_scorer(model)
     cold_s, ours = timed(our_rank, model, ds, scorer)
@@ -184,13 +209,7 @@ def main(argv: list[str] | None = None) -> None:
         ("ours, warm", warm_s),
     ):
         lines.append(f"| {name} | {s:.2f} | {n / s:.1f} | {course_s / s:.1f}x |")
-    lines += ["", f"Same top-5 on {agree}/{n} kernels."]
-    if not args.skip_rss:
-        lines += ["", *_rss_lines(args, work)]
-    print("\n".join(lines))
-    out = Path(args.out)
-    out.write_text("\n".join(lines) + "\n")
-    print(f"wrote {out}")
+    return lines + ["", f"Same top-5 on {agree}/{n} kernels."]
 
 
 def _rss_lines(args: argparse.Namespace, work: Path) -> list[str]:
@@ -217,6 +236,106 @@ def _rss_lines(args: argparse.Namespace, work: Path) -> list[str]:
         lines.append(
             f"| {method} | {r['peak_mb']:.0f} | {r['process_peak_mb']:.0f} | {r['seconds']:.2f} |"
         )
+    return lines
+
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = "tiles_gen_predictions_csv.py"
+# Upstream's models carry no ranking rule: so is the model its trainer hands in.
+UPSTREAM_KWARGS = {"keep_default_gate": False, "default_margin": False}
+
+
+def upstream_run(root: Path, out: Path) -> Path:
+    """An EarlyJoinSAGE trained one epoch on `root`, as upstream's trainer leaves it: its run
+    file without our extras (so prediction refits the statistics on every split, as for a
+    run of upstream's), renamed to that content's hash. Returns its model folder."""
+    from tpu_tiles_models import run_file, train
+    from tpu_tiles_models.train_args import TrainArgs
+
+    if out.exists():
+        return next(out.glob("model_*"))
+    trained = out.with_name(out.name + "_ours")
+    kwargs = json.dumps(UPSTREAM_KWARGS)
+    args = TrainArgs(
+        model="EarlyJoinSAGE",
+        model_kwargs_json=kwargs,
+        epochs=1,
+        data_root=str(root),
+        out_dir=str(trained),
+        cache_dir="",
+        no_progress=True,
+    )
+    result = train.train(args)
+    info = run_file.read_run(result.model_dir)
+    del info[run_file.EXTRAS_KEY]
+    out.mkdir(parents=True)
+    written = run_file.write_run(out, info)
+    model_dir = out / ("model_" + written.stem.split("_", 1)[1])
+    shutil.copytree(result.model_dir, model_dir)
+    shutil.rmtree(trained)
+    return model_dir
+
+
+def _predict_seconds(checkout: Path, model_dir: Path, root: Path, cache: Path, out: Path) -> float:
+    """Wall seconds of `checkout`'s prediction command in a fresh process (its own package:
+    the script's folder comes first on sys.path)."""
+    cmd = [sys.executable, str(checkout / SCRIPT), f"--dir={model_dir}", f"--data_root={root}"]
+    cmd += [f"--cache_dir={cache}", f"--out={out}", "--no_progress"]
+    start = time.perf_counter()
+    subprocess.run(cmd, check=True, cwd=out.parent, capture_output=True)
+    return time.perf_counter() - start
+
+
+def _command_lines(args: argparse.Namespace, work: Path) -> list[str]:
+    """Step 6: the prediction command, fresh and warm cache, here and at `--against`."""
+    root = work / f"command_set_{args.command_kernels}_{args.command_configs}"
+    if not root.exists():  # as TpuGraphs: 7 train kernels for 1 test, most of them small
+        n, configs = args.command_kernels, args.command_configs
+        synthetic.generate(root, train=7 * n, valid=n, test=n, max_configs=configs, progress=False)
+    model_dir = upstream_run(root, work / f"upstream_run_{root.name}")
+    head = subprocess.run(
+        ["git", "-C", str(REPO), "rev-parse", "--short", "HEAD"], text=True, capture_output=True
+    ).stdout.strip()
+    checkouts = {f"this tree ({head})": REPO}
+    temp = Path(tempfile.mkdtemp(prefix="predict_bench_old_"))
+    git = ["git", "-C", str(REPO)]
+    for commit in filter(None, args.against.split(",")):
+        checkouts[commit] = temp / commit
+        subprocess.run(
+            [*git, "worktree", "add", "--detach", str(temp / commit), commit], check=True
+        )
+    times: dict[tuple[str, str], list[float]] = {}
+    loads = [os.getloadavg()[0]]
+    try:
+        for i in range(args.command_repeats):
+            for n, (name, checkout) in enumerate(checkouts.items()):
+                cache = work / f"cache_{i}_{n}"
+                for state in ("fresh", "warm"):
+                    out = work / f"predictions_{state}.csv"
+                    seconds = _predict_seconds(checkout, model_dir, root, cache, out)
+                    times.setdefault((name, state), []).append(seconds)
+                shutil.rmtree(cache)
+            loads.append(os.getloadavg()[0])
+    finally:
+        for checkout in list(checkouts.values())[1:]:
+            subprocess.run([*git, "worktree", "remove", "--force", str(checkout)], check=True)
+        shutil.rmtree(temp)
+    kernels = sum(1 for _ in (root / "test").glob("*.npz"))
+    lines = [
+        f"`{SCRIPT}` on an upstream-trained EarlyJoinSAGE ({kernels} test kernels; all three "
+        f"splits loaded, as for upstream's runs), {args.command_repeats} interleaved rounds, "
+        f"median (min-max) seconds; load average {min(loads):.1f}-{max(loads):.1f} "
+        "(1-minute, sampled between rounds):",
+        "",
+        "| code | fresh cache | warm cache |",
+        "|---|---|---|",
+    ]
+    for name in checkouts:
+        cells = []
+        for state in ("fresh", "warm"):
+            t = times[(name, state)]
+            cells.append(f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f})")
+        lines.append(f"| {name} | {' | '.join(cells)} |")
     return lines
 
 

@@ -2,7 +2,7 @@
 rescored on their validation kernels after a change to `margin.choose`.
 
 Each run's model scores every config of every validation kernel with its margin off; then
-`scoring.KeepDefault.measure` chooses the rule as training does (`fit_margin`), and its
+`margin.KeepDefault.measure` chooses the rule as training does (`fit_margin`), and its
 errors are set beside the run file's `val_rule`. Nothing is trained.
 
     python benchmarks/rule_rescore.py --runs WORK/runs --name rule_rescore_small
@@ -37,7 +37,7 @@ def rescore(run: TrainedRun) -> dict:
     model, ds = run.load(ta.data_root, split="valid", progress=False)
     model.set_default_margin(0.0)
     scored = scoring.score_split(model, ds.valid, ds.stats, progress=False)
-    now = scoring.KeepDefault.measure(scored, None, fit_margin=True)
+    now = margin.KeepDefault.measure(scoring.pairs(scored), None, fit_margin=True)
     then = run.extras["keep_default"]
     return dict(
         family=Path(ta.data_root).name.split("_")[0],

@@ -25,7 +25,7 @@ from tpu_tiles_models import (
     export,
     formats,
     kaggle,
-    metrics,
+    margin,
     predict,
     registry,
     run_file,
@@ -40,11 +40,11 @@ def _always_keep(original):
     """`KeepDefault.measure` with `chosen` forced on, and a margin that moves config 0 first
     on about half the kernels: validation 'chose' both parts of the rule."""
 
-    def measure(scored, weights=None, *, fit_margin=False):
-        gaps = [s.scores[0] - s.scores[1:].min() for s in scored if len(s.scores) > 1]
+    def measure(kernels, weights=None, *, fit_margin=False):
+        gaps = [s[0] - s[1:].min() for _, s in kernels if len(s) > 1]
         forced = float(np.median(gaps)) if fit_margin else 0.0
         return dataclasses.replace(
-            original(scored, weights, fit_margin=fit_margin), chosen=True, margin=forced
+            original(kernels, weights, fit_margin=fit_margin), chosen=True, margin=forced
         )
 
     return measure
@@ -54,7 +54,7 @@ def _always_keep(original):
 def kept_runs(synth_root, tmp_path_factory):
     """Two tiny MLP runs (seeds 0, 1) and their ensemble, each with config 0 kept."""
     patch = pytest.MonkeyPatch()
-    patch.setattr(scoring.KeepDefault, "measure", _always_keep(scoring.KeepDefault.measure))
+    patch.setattr(margin.KeepDefault, "measure", _always_keep(margin.KeepDefault.measure))
     try:
         out = tmp_path_factory.mktemp("kept")
         runs = [
@@ -104,16 +104,16 @@ def test_the_course_procedure_ranks_as_the_run_did(which, kept_runs, synth_root)
 
 
 def test_the_gate_follows_the_rule_of_the_metric():
-    """`forward` with the gate on ranks exactly as `metrics.keep_default` on `config_scores`,
+    """`forward` with the gate on ranks exactly as `margin.keep_default` on `config_scores`,
     ties included (stable, in index order)."""
     rng = np.random.default_rng(0)
     module = registry.load_models_module()
-    assert module.KEEP_DEFAULT_TOP == metrics.KEEP_TOP
+    assert module.KEEP_DEFAULT_TOP == margin.KEEP_TOP
     for n in (1, 3, 5, 6, 40):
         scores = rng.integers(0, 4, size=(3, n)).astype(np.float32)  # many ties
         places = module.keep_default_places(tf.constant(scores)).numpy()
         for row, got in zip(scores, places):
-            np.testing.assert_array_equal(got, metrics.keep_default(row))
+            np.testing.assert_array_equal(got, margin.keep_default(row))
 
 
 def test_predict_follows_the_model_unless_told(kept_runs, synth_root, tmp_path):
@@ -144,7 +144,7 @@ def test_an_ensemble_applies_its_own_rule_not_its_members(kept_runs, synth_root)
     np.testing.assert_allclose(model.config_scores(graph, n).numpy()[0], shifted, atol=1e-6)
     np.testing.assert_array_equal(
         model.forward(graph, n).numpy()[0],
-        metrics.keep_default(model.config_scores(graph, n).numpy()[0]),
+        margin.keep_default(model.config_scores(graph, n).numpy()[0]),
     )
     model.set_keeps_default(False)
     np.testing.assert_array_equal(

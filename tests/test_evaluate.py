@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import data, evaluate, export, metrics, run_file, scoring
+from tpu_tiles_models import data, evaluate, export, margin, metrics, run_file, scoring
 
 TINY_ID = "tiny_bench_0000"  # benchmark "tiny_bench": one valid kernel with < 5 configs
 MODELS = ("ResidualSAGE", "MLP")
@@ -151,7 +151,7 @@ def test_baselines_and_config_0_kept(two_runs, eval_root, result):
     assert result["baselines"]["default"][evaluate.OVERALL]["top1"] == pytest.approx(default_top1)
     for r, m in zip(two_runs, result["models"]):
         scored = _direct_scores(r, eval_root)
-        kept = metrics.top_k_errors((s.runtimes, metrics.keep_default(s.scores)) for s in scored)
+        kept = metrics.top_k_errors((s.runtimes, margin.keep_default(s.scores)) for s in scored)
         row, plain = m["kept_rows"][evaluate.OVERALL], m["rows"][evaluate.OVERALL]
         assert row["top5"] == pytest.approx(kept[5], abs=1e-9)
         assert row["top1"] == pytest.approx(plain["top1"], abs=1e-9)  # its top 1 stays

@@ -28,8 +28,10 @@ def _run(tile: float, ns: float, *, default=False, error=False) -> dict:
 
 
 def _fixture(path: Path, kernels: list[list[dict]], normalisers: list[float]) -> Path:
-    doc = {"kernels": [{"name": f"k{i}", "normalizer_default_ns": n, "runs": runs}
-                       for i, (runs, n) in enumerate(zip(kernels, normalisers))]}  # fmt: skip
+    pairs = enumerate(zip(kernels, normalisers))
+    doc = {
+        "kernels": [{"name": f"k{i}", "normalizer_default_ns": n, "runs": r} for i, (r, n) in pairs]
+    }
     path.write_text(json.dumps(doc))
     return path
 

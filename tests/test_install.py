@@ -337,8 +337,8 @@ def test_two_installs_at_once_keep_upstreams_original(upstream_checkout):
     argv = [sys.executable, "-m", "tpu_tiles_models.cli", "install", str(upstream_checkout)]
     env = dict(os.environ, PYTHONPATH=str(Path(inst.__file__).parents[1]))
     for _ in range(2):
-        runs = [subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-                for _ in range(2)]  # fmt: skip
+        pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        runs = [subprocess.Popen(argv, env=env, **pipes) for _ in range(2)]
         codes = sorted(p.wait() for p in runs)
         assert codes in ([0, 0], [0, 2]), [p.stderr.read() for p in runs]
         backup = upstream_checkout / inst.BACKUP_DIR / "tpu_graphs/baselines/tiles/models.py"

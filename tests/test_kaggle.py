@@ -514,12 +514,16 @@ def test_script_out_folder_fails_without_a_stray_file(submission_dir, monkeypatc
 @pytest.mark.parametrize(
     "mode, message",
     [
-        ("tpu_tiles_models",
-         "--out preds/k.csv: preds is a file, not a folder; pass another --out"),
-        ("standalone",
-         "cannot write --out preds/k.csv (a folder on its path is a file); pass another --out"),
+        (
+            "tpu_tiles_models",
+            "--out preds/k.csv: preds is a file, not a folder; pass another --out",
+        ),
+        (
+            "standalone",
+            "cannot write --out preds/k.csv (a folder on its path is a file); pass another --out",
+        ),
     ],
-)  # fmt: skip
+)
 def test_script_out_under_a_file_is_one_line(submission_dir, monkeypatch, capsys, mode, message):
     (submission_dir / "preds").write_text("keep")
     before = sorted(os.listdir(submission_dir))

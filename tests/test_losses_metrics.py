@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tpu_tiles_models import losses, metrics
+from tpu_tiles_models import losses, margin, metrics
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -173,15 +173,15 @@ def test_default_baseline_ranks_config_0_first_then_at_random():
 
 def test_keep_default_takes_the_kth_place_and_keeps_the_rest_in_order():
     scores = np.array([9.0, 0.0, 1.0, 2.0, 3.0, 4.0, 5.0])  # config 0 ranked last
-    kept = metrics.keep_default(scores, k=3)
+    kept = margin.keep_default(scores, k=3)
     assert np.argsort(kept).tolist() == [1, 2, 0, 3, 4, 5, 6]
     # Already inside the top k: the ranking is unchanged.
     inside = np.array([1.0, 0.0, 2.0, 3.0])
-    assert np.argsort(metrics.keep_default(inside, k=3)).tolist() == [1, 0, 2, 3]
+    assert np.argsort(margin.keep_default(inside, k=3)).tolist() == [1, 0, 2, 3]
     # k larger than the kernel, and a one-config kernel.
-    assert np.argsort(metrics.keep_default(scores, k=10)).tolist() == np.argsort(scores).tolist()
-    assert metrics.keep_default(np.array([5.0])).tolist() == [0.0]
+    assert np.argsort(margin.keep_default(scores, k=10)).tolist() == np.argsort(scores).tolist()
+    assert margin.keep_default(np.array([5.0])).tolist() == [0.0]
     runtimes = np.array([1.0, 5.0, 5.0, 5.0, 5.0, 5.0, 5.0])  # config 0 is the best
     assert metrics.kernel_top_k_error(runtimes, scores, 5) == 4.0
-    assert metrics.kernel_top_k_error(runtimes, metrics.keep_default(scores), 5) == 0.0
-    assert metrics.kernel_top_k_error(runtimes, metrics.keep_default(scores), 1) == 4.0
+    assert metrics.kernel_top_k_error(runtimes, margin.keep_default(scores), 5) == 0.0
+    assert metrics.kernel_top_k_error(runtimes, margin.keep_default(scores), 1) == 4.0

@@ -121,11 +121,11 @@ def test_keep_default_measures_the_margin_then_the_keep_rule():
         scoring.Scored(str(i), s.astype(np.float32), r)
         for i, (r, s) in enumerate(_two_kinds(40, 3))
     ]
-    measured = scoring.KeepDefault.measure(scored, fit_margin=True)
+    measured = margin.KeepDefault.measure(scoring.pairs(scored), fit_margin=True)
     assert measured.errors[1] == pytest.approx(0.5)
     assert measured.margin != 0.0 and measured.margin_errors[1] == 0.0
     assert measured.rule == measured.margin_errors  # config 0 already in every top 5
-    blind = scoring.KeepDefault.measure(scored)
+    blind = margin.KeepDefault.measure(scoring.pairs(scored))
     assert blind.margin == 0.0 and blind.margin_errors == blind.errors
     record = measured.to_json()
     assert record["margin"] == measured.margin and record["val_rule"]["1"] == 0.0

@@ -254,7 +254,7 @@ def _kill_the_training_of(seed: int, done: threading.Event) -> threading.Thread:
             for pid in pipelines._descendants(os.getpid()):
                 with contextlib.suppress(OSError, ValueError, KeyError):
                     argv = Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")
-                    spec = argv[argv.index(sweep.CHILD) + 1]
+                    spec = argv[argv.index(sweep.pipeline.CHILD) + 1]
                     if json.loads(Path(spec).read_text())["seed"] == seed:
                         os.kill(pid, signal.SIGKILL)
                         return
@@ -571,14 +571,16 @@ def test_extra_flags_split_into_train_flags_and_beam_options():
 
 def test_direct_runner_defaults_to_multi_processing_on_every_core():
     a = argparse.Namespace(runner="DirectRunner", num_workers=None)
-    options = sweep.pipeline_options(a, []).get_all_options()
+    options = sweep.pipeline.pipeline_options(a, []).get_all_options()
     assert options["direct_running_mode"] == "multi_processing"
     assert options["direct_num_workers"] == len(os.sched_getaffinity(0))
     a.num_workers = 3
-    options = sweep.pipeline_options(a, ["--direct_running_mode=in_memory"]).get_all_options()
+    options = sweep.pipeline.pipeline_options(
+        a, ["--direct_running_mode=in_memory"]
+    ).get_all_options()
     assert (options["direct_running_mode"], options["direct_num_workers"]) == ("in_memory", 3)
     a = argparse.Namespace(runner="FlinkRunner", num_workers=4)
-    options = sweep.pipeline_options(a, ["--flink_master=h:8081"]).get_all_options()
+    options = sweep.pipeline.pipeline_options(a, ["--flink_master=h:8081"]).get_all_options()
     assert (options["runner"], options["num_workers"], options["flink_master"]) == (
         "FlinkRunner",
         4,
@@ -594,19 +596,19 @@ def test_dask_runner_is_named_short_and_trains_one_point_a_task():
 
     train, beam = sweep.split_argv(["--dask_client_address", "127.0.0.1:8786", "--seed=1"])
     assert (train, beam) == (["--seed=1"], ["--dask_client_address", "127.0.0.1:8786"])
-    sweep.check_runner("DaskRunner")
+    sweep.pipeline.check_runner("DaskRunner")
     a = argparse.Namespace(runner="DaskRunner", num_workers=None)
-    options = sweep.pipeline_options(a, beam)
+    options = sweep.pipeline.pipeline_options(a, beam)
     dask = options.view_as(DaskOptions)
     assert (dask.address, dask.partition_size, dask.npartitions) == ("127.0.0.1:8786", 1, None)
     assert options.get_all_options()["runner"] == "apache_beam.runners.dask.dask_runner.DaskRunner"
-    dask = sweep.pipeline_options(a, ["--dask_npartitions=3"]).view_as(DaskOptions)
+    dask = sweep.pipeline.pipeline_options(a, ["--dask_npartitions=3"]).view_as(DaskOptions)
     assert (dask.partition_size, dask.npartitions) == (None, 3)
 
 
 def test_unknown_runner_and_sweep_level_mistakes_are_flag_errors(tmp_path):
     with pytest.raises(FlagError, match="--runner Nope: not a Beam runner"):
-        sweep.check_runner("Nope")
+        sweep.pipeline.check_runner("Nope")
     with pytest.raises(FlagError, match="--results_csv is named per point"):
         sweep.base_args(["--results_csv=x.csv"], str(tmp_path))
     with pytest.raises(FlagError, match=r"--grid .*missing.yaml: no such file"):

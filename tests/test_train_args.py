@@ -156,10 +156,9 @@ def test_our_options_at_their_defaults_keep_upstreams_hash():
     base = TrainArgs(epochs=2, results_csv="/o/r.csv")
     up = base.upstream_args()
     upstream = hashlib.md5(json.dumps(up, sort_keys=True).encode()).hexdigest()
-    explicit = TrainArgs.from_argv(
-        ["--epochs=2", "--results_csv=/o/r.csv", "--seed=0", "--lr_schedule=cosine",
-         "--data_root=~/data/tpugraphs/npz/tile/xla", "--notoy_data", "--select_by=score"]
-    )  # fmt: skip
+    given = "--epochs=2 --results_csv=/o/r.csv --seed=0 --lr_schedule=cosine --notoy_data"
+    given += " --data_root=~/data/tpugraphs/npz/tile/xla --select_by=score"
+    explicit = TrainArgs.from_argv(given.split())
     where = base.replace(cache_dir="", no_progress=True, tensorboard="/tb", overwrite=True)
     assert base.identity() == explicit.identity() == where.identity() == {}
     assert base.hash() == explicit.hash() == where.hash() == upstream == args_hash(up)

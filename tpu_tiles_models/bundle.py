@@ -80,6 +80,10 @@ def make_bundle(
     Refuses a model without its matching run file or with non-finite feature statistics, a
     models.py that cannot rebuild it, and an `out_dir` holding another model or anything that
     is not a copy of what it would write (exact copies there are left as they are).
+
+    Raises:
+      BundleError: one of those refusals.
+      ExportError: a model folder or run file missing, damaged or of another model.
     """
     out = Path(files.canonical(out_dir, what="--out"))
     source = _models_source(models_path)
@@ -312,8 +316,12 @@ def check_bundle(
     cache_dir: str | None = None,
     progress: bool = True,
 ) -> CheckReport:
-    """Verifies a bundle the way a grader would (the module docstring's steps); a wrong
-    `data_root` raises `kernel_files.DataError`: the check could not run."""
+    """Verifies a bundle the way a grader would (the module docstring's steps). A failed step
+    is a row of the report (`CheckReport.raise_for_failure` raises `BundleError`).
+
+    Raises:
+      DataError: a wrong `data_root`: the check could not run.
+    """
     bundle = Path(files.canonical(bundle_dir, what="the hand-in folder"))
     root = os.path.expanduser(os.fspath(data_root))
     cache = os.path.expanduser(cache_dir) if cache_dir else None

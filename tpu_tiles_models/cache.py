@@ -17,7 +17,7 @@ from typing import IO, Any
 import numpy as np
 import zstandard
 
-FORMAT = "tpu_tiles_models.cache/1"
+FORMAT = "tpu_tiles_models.cache/1"  # must not change unless the layout does (then /2)
 FRAME_BYTES = 8 << 20  # raw bytes per frame: bounds a reader's extra memory and a thread's work
 LEVEL = 1  # zstd's fastest standard level; higher levels gain 1-2% here at 2x the time
 _META = "meta.json"

@@ -1,33 +1,21 @@
-"""`tpu-tiles`: the command line of the package. Each subcommand is a thin front end.
-
-Here the promises of docs/reliability.md's first section are kept: one line and exit status 2
-for a `UserError` (any other exception is our bug and keeps its traceback), 128 + the signal's
-number for a stop signal (`interrupts`), 141 for a closed standard output.
+"""`tpu-tiles`: the command line of the package. Each subcommand is a thin front end; the
+process it runs in (streams, signals, exit statuses: docs/reliability.md's first section) is
+`process`'s.
 """
 
 from __future__ import annotations
 
 import argparse
-import atexit
-import contextlib
-import errno
 import json
 import os
-import signal
 import sys
-import threading
-import time
-import warnings
 from typing import Callable
 
 # Before anything imports TensorFlow: its C++ start-up logging (CUDA plugin registration,
 # oneDNN, TensorRT) would otherwise come before our own output. A user's setting wins.
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from tpu_tiles_models import defaults, interrupts, tf_start  # noqa: E402  (after the logging setting)
-from tpu_tiles_models.errors import UserError, one_line  # noqa: E402
-
-EXIT_USER_ERROR = 2
+from tpu_tiles_models import defaults, process  # noqa: E402  (after the logging setting)
 
 
 def _train(a: argparse.Namespace) -> None:
@@ -159,7 +147,7 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str):
         text = " ".join(message.split())
-        self.exit(EXIT_USER_ERROR, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
+        self.exit(process.EXIT_USER_ERROR, f"{self.prog}: error: {text} (see {self.prog} --help)\n")
 
 
 class _HelpFormatter(argparse.RawDescriptionHelpFormatter):
@@ -327,200 +315,19 @@ def build_parser() -> _Parser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    closed = _standard_streams()  # before anything prints, argparse's --help included
+    closed = process.standard_streams()  # before anything prints, argparse's --help included
     parser = build_parser()
     args, extra = parser.parse_known_args(argv)
     if extra and args.command not in _ABSL_COMMANDS:  # the subcommand's, which has the flags
         args.parser.error(f"unrecognized arguments: {' '.join(extra)}")
     args.extra = extra
-    # Run as a program (argv None), a stop signal after the work still gets its one line.
-    then = _stopped_when_done(args.command) if argv is None else None
-    if then:
-        # The last exit handler to run: after it the interpreter puts back the default
-        # handlers (death without a word), so a signal then is ignored and the status stands.
-        atexit.register(_ignore_stop_signals)
-    status = _run(args, _Output(sys.stdout, closed=1 in closed), then)
-    if argv is None:
-        _end_lingering_threads(args.command, status)
-    return status
-
-
-def _run(args: argparse.Namespace, stdout: _Output, then: Callable | None) -> int:
-    """Runs the command; its exit status."""
-    command = args.command
-
-    def warn(message, category, filename, lineno, file=None, line=None) -> None:
-        text = " ".join(str(message).split())  # one line, without the source line
-        print(f"tpu-tiles {command}: warning: {text}", file=file or sys.stderr)
-
-    try:
-        with contextlib.ExitStack() as stack:  # (no parenthesized `with`: Python 3.9)
-            stack.enter_context(interrupts.deferred(then=then))
-            stack.enter_context(warnings.catch_warnings())
-            stack.enter_context(contextlib.redirect_stdout(stdout))
-            stack.enter_context(contextlib.redirect_stderr(_Output(sys.stderr)))
-            warnings.showwarning = warn
-            if command not in _NO_TENSORFLOW:
-                tf_start.load_tensorflow()
-            args.fn(args)
-            stdout.flush()
-            if interrupts.noted():  # after its last safe point: what it wrote is whole
-                _say(f"tpu-tiles {command}: {_how()} {_WHEN_DONE}")
-                return interrupts.exit_status()
-    except KeyboardInterrupt:
-        _say(f"tpu-tiles {command}: {_how()}; removed what this run had started")
-        return interrupts.exit_status()
-    except UserError as e:
-        _say(f"tpu-tiles {command}: error: {' '.join(str(e).split())}")
-        return EXIT_USER_ERROR
-    # A user's models.py failing while it runs (a `forward` that raises, or calls sys.exit(),
-    # which would end the command without a word): its fault, one line naming its line.
-    except (Exception, SystemExit) as e:
-        from tpu_tiles_models import registry
-
-        where = registry.fault_site(e)
-        if where is None:
-            raise
-        reason = registry.exit_call(e) if isinstance(e, SystemExit) else one_line(e)
-        _say(f"tpu-tiles {command}: error: {where}: {reason}; fix the file")
-        return EXIT_USER_ERROR
-    return stdout.status(command)
-
-
-def _end_lingering_threads(command: str, status: int) -> None:
-    """Exits with `status` at once, after the exit handlers, when threads that are not daemons
-    outlive the work by a second, naming them: the package starts none, so they are user
-    code's (a models.py's), and the interpreter would wait for them forever."""
-    deadline = time.monotonic() + 1.0
-    left = []
-    for thread in threading.enumerate():
-        if thread is threading.main_thread() or thread.daemon:
-            continue
-        thread.join(max(0.0, deadline - time.monotonic()))
-        if thread.is_alive():
-            left.append(thread.name)
-    if not left:
-        return
-    _say(
-        f"tpu-tiles {command}: warning: its work done, it stopped {len(left)} thread(s) that "
-        f"this package did not start ({', '.join(left)}; a models.py's?), which would have "
-        "kept it running"
+    return process.run(
+        f"tpu-tiles {args.command}",
+        lambda: args.fn(args),
+        tensorflow=args.command not in _NO_TENSORFLOW,
+        program=argv is None,
+        stdout_closed=1 in closed,
     )
-    atexit._run_exitfuncs()  # what the interpreter would run at exit, before it waits for them
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(status)
-
-
-# What a stop signal that came once the work was done says: nothing was removed.
-_WHEN_DONE = "after it had finished; its outputs are complete"
-
-
-def _how() -> str:
-    return "interrupted" if interrupts.name() == "SIGINT" else f"stopped by {interrupts.name()}"
-
-
-def _stopped_when_done(command: str) -> Callable[[int, object], None]:
-    """The stop signals' handler once `main`'s work is done: one line, the signal's status."""
-
-    def stop(signum: int, frame: object) -> None:
-        interrupts.note(signum)
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-        _say(f"tpu-tiles {command}: {_how()} {_WHEN_DONE}")
-        os._exit(interrupts.exit_status())
-
-    return stop
-
-
-def _ignore_stop_signals() -> None:
-    for signum in interrupts.STOP_SIGNALS:
-        signal.signal(signum, signal.SIG_IGN)
-
-
-def _standard_streams() -> list[int]:
-    """Points each closed standard file descriptor (`>&-`) at os.devnull, with a Python stream,
-    so that no file the command opens takes its number (where a print or TensorFlow's logging
-    would then write); returns those it did."""
-    closed = []
-    for fd in (0, 1, 2):
-        try:
-            os.fstat(fd)
-        except OSError:
-            null = os.open(os.devnull, os.O_RDWR)
-            if null != fd:
-                os.dup2(null, fd)
-                os.close(null)
-            closed.append(fd)
-    if sys.stdout is None or 1 in closed:
-        sys.stdout = open(1, "w", closefd=False)  # noqa: SIM115  (the process's own)
-    if sys.stderr is None or 2 in closed:
-        sys.stderr = open(2, "w", closefd=False)  # noqa: SIM115
-    return closed
-
-
-class _Output:
-    """`sys.stdout` or `sys.stderr` for one command: after a failed write (`| head`, a full
-    disk, a closed stream) the rest of the output is dropped, so the command runs on and writes
-    every file; a character the terminal's encoding lacks is written escaped (`\\xe9`)."""
-
-    def __init__(self, stream, *, closed: bool = False) -> None:
-        self._stream = stream
-        self._closed = closed  # reopened on os.devnull: the first write fails
-        self.error: OSError | None = None
-
-    def write(self, text: str) -> int:
-        if self._closed and text and self.error is None:
-            self.error = OSError(errno.EBADF, "it is closed")
-        if self.error is None:
-            try:
-                self._stream.write(text)
-            except UnicodeEncodeError:
-                enc = getattr(self._stream, "encoding", None) or "ascii"
-                self.write(text.encode(enc, "backslashreplace").decode(enc))
-            except OSError as err:
-                self._failed(err)
-        return len(text)
-
-    def flush(self) -> None:
-        if self.error is None:
-            try:
-                self._stream.flush()
-            except OSError as err:
-                self._failed(err)
-
-    def __getattr__(self, name: str):
-        return getattr(self._stream, name)
-
-    def _failed(self, err: OSError) -> None:
-        self.error = err
-        # What is still buffered would fail again when the interpreter exits, with a
-        # traceback-like "Exception ignored" and status 120: send it nowhere instead.
-        with contextlib.suppress(Exception):
-            devnull = os.open(os.devnull, os.O_WRONLY)
-            os.dup2(devnull, self._stream.fileno())
-            os.close(devnull)
-
-    def status(self, command: str) -> int:
-        """The exit status once the command succeeded: 0, 141 for a reader that stopped
-        reading (as SIGPIPE), or 2 with one line for any other failed write."""
-        if self.error is None:
-            return 0
-        if self.error.errno == errno.EPIPE:
-            return 128 + 13  # SIGPIPE's number on every POSIX system
-        reason = self.error.strerror or type(self.error).__name__
-        _say(
-            f"tpu-tiles {command}: error: cannot write to standard output ({reason}); the "
-            "files it writes are complete; send the output where it can be written"
-        )
-        return EXIT_USER_ERROR
-
-
-def _say(line: str) -> None:
-    """Prints to stderr; after SIGHUP the terminal may be gone, which must not hide the exit."""
-    with contextlib.suppress(OSError):
-        print(line, file=sys.stderr, flush=True)
 
 
 if __name__ == "__main__":

@@ -139,7 +139,12 @@ def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
 
 def run(a: DemoArgs) -> None:
     """`tpu-tiles demo`: synthetic data, two models trained and evaluated, the test split
-    ranked and merged into a Kaggle submission, all under `a.out`; prints the figures."""
+    ranked and merged into a Kaggle submission, all under `a.out`; prints the figures.
+
+    Raises:
+      FlagError: a bad `--train` or `--sample`.
+      UserError: any step's, as that command says it.
+    """
     import tensorflow as tf
 
     from tpu_tiles_models import evaluate, files, kaggle, predict, run_file, safe, synthetic, train

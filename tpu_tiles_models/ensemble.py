@@ -113,7 +113,13 @@ def build_ensemble(
     progress: bool = True,
 ) -> export.TrainResult:
     """Writes the ensemble of `model_dirs` (runs trained on the same data) into `out_dir`, as
-    `tpu-tiles ensemble`'s flags say; returns its artifacts and errors."""
+    `tpu-tiles ensemble`'s flags say; returns its artifacts and errors.
+
+    Raises:
+      EnsembleError: fewer than two different runs of ours on the same data, or a bad
+        `combine`.
+      ExportError: a member that cannot be read, or (`RunExistsError`) a finished ensemble.
+    """
     if not model_dirs:
         raise EnsembleError("no runs given; pass --dirs model_<h1>,model_<h2>[,...]")
     runs = [TrainedRun.open(d) for d in model_dirs]
@@ -175,7 +181,11 @@ def train_seeds(
 ) -> list[export.TrainResult]:
     """`tpu-tiles train --seeds 0,1,2 [--ensemble]`: one complete run per seed, then their
     ensemble (its result last); an explicit `--results_csv` gets a `_seed<s>` suffix per run,
-    and `_ensemble` for the ensemble."""
+    and `_ensemble` for the ensemble.
+
+    Raises:
+      UserError: as `train.train` and `build_ensemble`.
+    """
 
     def csv_of(tag: str) -> str:
         stem, ext = os.path.splitext(args.results_csv)

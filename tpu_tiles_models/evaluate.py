@@ -17,7 +17,7 @@ from typing import Any, Sequence
 import numpy as np
 import tqdm
 
-from tpu_tiles_models import files, formats, metrics, registry, run_file, safe, scoring
+from tpu_tiles_models import files, formats, margin, metrics, registry, run_file, safe, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.kernel_files import benchmark_of
 from tpu_tiles_models.runs import TrainedRun
@@ -94,7 +94,7 @@ def summarize(
     return _by_benchmark(
         scored,
         lambda group: _errors_row(
-            [(s.runtimes, scoring.ranking(s.scores, keep_default)) for s in group]
+            [(s.runtimes, margin.ranking(s.scores, keep_default)) for s in group]
         ),
     )
 
@@ -127,6 +127,11 @@ def evaluate_dirs(
     `overall` to a row (`_row`, and `RATIO`); `kept_rows` are the model's with config 0 kept
     among its 5 first; `run_keep_default` says which of the two it ranks by
     (`TrainedRun.keeps_default_in`).
+
+    Raises:
+      EvaluateError: no model directory in `dirs`.
+      ExportError, DataError: a model or a valid file that cannot be read.
+      FlagError: an output that clashes with an input.
     """
     model_dirs = expand_dirs(dirs)
     root = os.path.expanduser(os.fspath(data_root))

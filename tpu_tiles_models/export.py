@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, Protocol, Sequence
 import tpu_tiles_models
 from tpu_tiles_models import files, formats, interrupts, kaggle, run_file, safe
 from tpu_tiles_models.errors import one_line
-from tpu_tiles_models.margin import ALWAYS
 from tpu_tiles_models.run_file import (
     EXTRAS_KEY,
     IDENTITY_KEY,
@@ -44,7 +43,7 @@ if TYPE_CHECKING:
 class FinalScores(Protocol):
     """What `finish` writes of `scoring.FinalScores` (scoring is not imported here)."""
 
-    val: Any  # `scoring.KeepDefault`: its errors, rule and margin
+    val: Any  # `margin.KeepDefault`: its errors, rule and margin
     test_errors: dict[int, float] | None
     test_ranks: dict[str, list[int]] | None
 
@@ -349,12 +348,8 @@ def finish(
     print(
         f"wrote {model_dir}\nwrote {run_file}" + (f"\nwrote {results_csv}" if results_csv else "")
     )
-    margin = f"config 0's margin {val.margin:.4g}" if val.margin else "no margin for config 0"
-    if val.margin >= ALWAYS:  # the compiler's pick did best on validation
-        margin = "config 0 first on every kernel"
-    keep = "config 0 kept in the top 5" if val.chosen else "config 0 not kept in the top 5"
     print(
-        f"validation top-k error: {_rounded(val_errors)}; ranked by its rule ({margin}, {keep}; "
+        f"validation top-k error: {_rounded(val_errors)}; ranked by its rule ({val.describe()}; "
         f"the margin cross-fitted): {_rounded(val.rule or val.kept)}"
     )
     return TrainResult(args, model_dir, run_file, results_csv, val_errors, model)

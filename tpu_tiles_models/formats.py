@@ -45,6 +45,7 @@ TILE_PREFIX = "tile:xla:"  # a kernel's Kaggle id is TILE_PREFIX + its tile id
 
 # -- a training run's artifacts --------------------------------------------------------------
 
+# Must not change: upstream's names, which graders and the course script look for.
 _MODEL_DIR = "model_"
 _RUN_FILE = ("run_", ".jsonz")
 _CURVE = ("train_curve_", ".png")

@@ -144,7 +144,12 @@ def install(
     root: str | os.PathLike[str], *, force: bool = False, source_dir: Path | None = None
 ) -> list[str]:
     """Copies our drop-in files (from ``source_dir``, default `default_source_dir`) into the
-    checkout ``root``; returns a line per action. ``force`` replaces the user's edits, kept."""
+    checkout ``root``; returns a line per action. ``force`` replaces the user's edits, kept.
+
+    Raises:
+      InstallError: ``root`` is not an upstream checkout, or holds edits (without ``force``).
+      BusyError: another install or uninstall of ``root`` is running.
+    """
     root = Path(files.canonical(root, what="ROOT"))
     missing = [m for m in CHECKOUT_MARKERS if not (root / m).exists()]
     if missing:
@@ -280,7 +285,12 @@ def _undo_record(root: Path, rel: str, before: dict) -> None:
 
 def uninstall(root: str | os.PathLike[str], *, force: bool = False) -> list[str]:
     """Restores the files ``install`` replaced and removes the ones it created; refuses
-    (unless ``force``) to discard edits made since. Returns one line per action."""
+    (unless ``force``) to discard edits made since. Returns one line per action.
+
+    Raises:
+      InstallError: nothing of ours is installed there, or edits (without ``force``).
+      BusyError: another install or uninstall of ``root`` is running.
+    """
     root = Path(files.canonical(root, what="ROOT"))
     with locks.claim(root, flag="ROOT", command="install"):
         manifest = _load_manifest(root)

@@ -55,7 +55,7 @@ def deferred(*, then: Callable[[int, Any], None] | None = None) -> Iterator[None
     """Within the block, a stop signal is noted and raised at the next `check()` (main
     thread only, where Python runs signal handlers). When it ends the signals get `then`
     (default: their handlers before), so that no moment is left in which a signal kills the
-    process without a word (`cli.main`'s, once its work is done)."""
+    process without a word (`process.run`'s, once its work is done)."""
     _pressed.clear()
     _received.clear()
     previous = {s: signal.signal(s, _on_signal) for s in STOP_SIGNALS}

@@ -228,6 +228,10 @@ def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: Pa
     unless the predictions pass :func:`validate_predictions`, and never over an input.
 
     Returns ``{"rows": rows written, "tile_rows": rows replaced, "kept_rows": rows copied}``.
+
+    Raises:
+      KaggleError: an input that is not the file it should be (named, with the row).
+      FlagError: ``--out`` that is an input or cannot be written.
     """
     _check_out(out_path, {"--sample": sample_path, "--inputcsv": predictions_path})
     sample = _read_rows(sample_path, "sample submission", SAMPLE_HELP)

@@ -77,12 +77,15 @@ def _check_names(directory: str) -> None:
     """Raises `DataError` for a local split folder, or a `*.npz` entry of it, that no reader
     can open: a path that is not UTF-8 (TensorFlow's paths are) or a link to nothing."""
     folder = os.fsencode(directory)
-    names = sorted(n for n in os.listdir(folder) if n.endswith(b".npz"))
-    for path in [folder, *(os.path.join(folder, n) for n in names)]:
+    with os.scandir(folder) as found:  # a link is known from the listing, without a stat
+        entries = sorted((e.name, e.is_symlink()) for e in found if e.name.endswith(b".npz"))
+    suspects = [(name, link) for name, link in entries if link or not name.isascii()]
+    for name, link in [(b"", os.path.islink(folder)), *suspects]:
+        path = os.path.join(folder, name) if name else folder
         shown = path.decode("utf-8", "backslashreplace")  # its bytes as \xff, not a crash
         if shown != os.fsdecode(path):
             raise DataError(f"{shown}: its path is not UTF-8, which no reader opens; rename it")
-        if os.path.islink(path) and not os.path.exists(path):
+        if link and not os.path.exists(path):
             target = os.readlink(path).decode(errors="backslashreplace")
             raise DataError(
                 f"{shown}: a link to {target}, which does not exist; point it at the kernel's "
@@ -196,6 +199,12 @@ def _float32(values: np.ndarray) -> np.ndarray:
         return np.asarray(values).astype(np.float32)
 
 
+def _as_models_see(values: np.ndarray) -> np.ndarray:
+    """What validation checks of `values`: float32 and integers as they are (every int64 is
+    finite in float32 and keeps its sign there), other floats in float32 (`_float32`)."""
+    return values if values.dtype.kind in "iu" or values.dtype == np.float32 else _float32(values)
+
+
 _IN_FLOAT32 = " in float32, the precision models use"
 _SCALABLE = float(np.finfo(np.float32).max) / 2
 
@@ -248,7 +257,7 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
     # Numbers are checked as float32, the precision they are used in: a float64 beyond its
     # range is inf there, and a tiny runtime 0 (the labels are runtime / normalizer).
     for key in ("node_feat", "config_feat"):
-        values = _float32(arrays[key])
+        values = _as_models_see(arrays[key])
         if not np.isfinite(values).all():
             raise _fail(path, f"{key} has NaN or infinite values{_IN_FLOAT32}")
         # Scaling divides by a column's range, max - min over the train split: within half
@@ -265,9 +274,13 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
 
     if c < 1:
         raise _fail(path, "has no configs")
-    runtimes = {k: _float32(arrays[k]) for k in ("config_runtime", "config_runtime_normalizers")}
-    ratios = runtime_ratios(arrays["config_runtime"], arrays["config_runtime_normalizers"])
-    runtimes["config_runtime / config_runtime_normalizers"] = ratios
+    keys = ("config_runtime", "config_runtime_normalizers")
+    runtimes = {k: _as_models_see(arrays[k]) for k in keys}
+    # Two positive int64s' ratio lies within float32's range (TpuGraphs' runtimes are int64):
+    # only a float runtime or normalizer can make the label inf or 0 alone.
+    if any(arrays[k].dtype.kind not in "iu" for k in keys):
+        ratios = runtime_ratios(arrays["config_runtime"], arrays["config_runtime_normalizers"])
+        runtimes["config_runtime / config_runtime_normalizers"] = ratios
     for key, values in runtimes.items():
         if not np.isfinite(values).all() or values.min() < 0:
             raise _fail(path, f"{key} has negative, NaN or infinite values{_IN_FLOAT32}")

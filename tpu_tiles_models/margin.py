@@ -1,18 +1,25 @@
-"""Config 0's margin: how much to favour the compiler's default, fitted on validation (numpy).
+"""Config 0's rule, in one place (numpy): how a ranking favours the compiler's default.
 
-The margin `m` is subtracted from config 0's score (`with_margin`): config 0 comes first where
-`gap = score[0] - min(score[1:]) <= m`, so each candidate's top-1 error is a vectorised sum.
-`fit` picks the best among quantiles of the gaps and 0 (the smallest `|m|` wins a tie); as in
-sample any margin looks better than it is, `choose` keeps one only where its cross-fitted
-estimate (`FOLDS` folds) beats the model's own top-1, and that estimate is what a run reports.
-`choose` also weighs `ALWAYS`, config 0 first on every kernel: it fits nothing, so its estimate
-is exact, and where it is the lowest the rule's pick is never worse than the compiler's.
+models.py's `RankingRule` is its TensorFlow twin, the part a model hands in; this module is
+the rest: applying it in numpy, choosing it on validation, reading and setting it on a model.
+Two parts, applied in turn to a kernel's scores (lower = faster):
+- the margin `m`, subtracted from config 0's score (`with_margin`): config 0 comes first where
+  `gap = score[0] - min(score[1:]) <= m`, so each candidate's top-1 error is a vectorised sum;
+- the gate: config 0 kept among the first `KEEP_TOP` places (`keep_default`, bit for bit
+  models.py's `keep_default_places`).
+`fit` picks the best margin among quantiles of the gaps and 0 (the smallest `|m|` wins a tie);
+as in sample any margin looks better than it is, `choose` keeps one only where its
+cross-fitted estimate (`FOLDS` folds) beats the model's own top-1, and that estimate is what a
+run reports. `choose` also weighs `ALWAYS`, config 0 first on every kernel: it fits nothing,
+so its estimate is exact, and where it is the lowest the rule's pick is never worse than the
+compiler's. `KeepDefault.measure` then opens the gate where that lowers the top-5 error.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -23,6 +30,11 @@ FOLDS = 5  # of the cross-fitted estimate; kernel i is in fold i % FOLDS
 # A margin no gap between scores reaches (finite, as the models' weight must be): config 0
 # first on every kernel, the compiler's pick.
 ALWAYS = 1e9
+# The gate keeps config 0 among this many first places: the 5 the Kaggle metric reads
+# (models.py's KEEP_DEFAULT_TOP, which a test holds equal).
+KEEP_TOP = 5
+
+Kernels = Sequence[tuple[np.ndarray, np.ndarray]]  # (runtimes, scores) `[num_configs]` each
 
 
 def with_margin(scores: np.ndarray, margin: float) -> np.ndarray:
@@ -32,8 +44,27 @@ def with_margin(scores: np.ndarray, margin: float) -> np.ndarray:
     return out
 
 
+def keep_default(scores: np.ndarray, k: int = KEEP_TOP) -> np.ndarray:
+    """Each config's place (0 = fastest, float64, usable as scores `[num_configs]`) in `scores`'
+    ranking with config 0 among its `k` first: where it is not, it takes the `k`-th place, the
+    `k - 1` first picks stay and the rest move down one."""
+    order = np.argsort(np.asarray(scores), kind="stable")
+    place = int(np.flatnonzero(order == metrics.DEFAULT_CONFIG)[0])
+    if place >= k:
+        rest = np.delete(order, place)
+        order = np.concatenate([rest[: k - 1], [metrics.DEFAULT_CONFIG], rest[k - 1 :]])
+    ranks = np.empty(len(order))
+    ranks[order] = np.arange(len(order))
+    return ranks
+
+
+def ranking(scores: np.ndarray, keep: bool = False) -> np.ndarray:
+    """The scores to rank by: `scores`, or with the gate (`keep`) `keep_default`'s."""
+    return keep_default(scores) if keep else scores
+
+
 def _gaps_and_picks(
-    kernels: Sequence[tuple[np.ndarray, np.ndarray]],
+    kernels: Kernels,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per kernel: the gap, and the top-1 errors of config 0 and of the model's best other
     config (a one-config kernel: gap -inf, config 0 either way)."""
@@ -71,9 +102,7 @@ def _fit(gaps, default, other, weights) -> float:
     return float(tied[np.argmin(np.abs(tied))])
 
 
-def fit(
-    kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
-) -> float:
+def fit(kernels: Kernels, weights: Sequence[float] | None = None) -> float:
     """The margin with the lowest (weighted) mean top-1 error on `(runtimes, scores)` pairs."""
     gaps, default, other = _gaps_and_picks(kernels)
     return _fit(gaps, default, other, None if weights is None else np.asarray(weights))
@@ -94,9 +123,7 @@ class Margin:
         return cls(0.0, errors, (0.0,) * count)
 
 
-def fold_margins(
-    kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
-) -> np.ndarray:
+def fold_margins(kernels: Kernels, weights: Sequence[float] | None = None) -> np.ndarray:
     """`[kernels]`: each kernel's margin fitted on the other folds (kernel i in fold
     i % `FOLDS`; 0.0 where there is no other)."""
     kernels = list(kernels)
@@ -113,9 +140,7 @@ def fold_margins(
     return out
 
 
-def choose(
-    kernels: Sequence[tuple[np.ndarray, np.ndarray]], weights: Sequence[float] | None = None
-) -> Margin:
+def choose(kernels: Kernels, weights: Sequence[float] | None = None) -> Margin:
     """The lowest top-1 error of three (see the module): no margin (the model's own ranking),
     the margin fitted on all of `kernels` (its cross-fitted estimate), or `ALWAYS`; a tie
     keeps the one that fits less (none, then `ALWAYS`)."""
@@ -134,3 +159,87 @@ def choose(
     if crossed[1] < best.errors[1]:
         best = Margin(fit(kernels, weights), crossed, tuple(folds.tolist()))
     return best
+
+
+def _errors(kernels: Kernels, weights, *, keep: bool = False) -> dict[int, float]:
+    return metrics.top_k_errors(((r, ranking(s, keep)) for r, s in kernels), weights=weights)
+
+
+@dataclass(frozen=True)
+class KeepDefault:
+    """The rule a validation split chooses, and its top-k errors (`to_json`: the run file's
+    record): `errors` the model's own, `margin` config 0's (0.0 where it does not pay) and
+    `margin_errors` cross-fitted with it, `chosen` whether the gate then lowers the top-5
+    error (`kept`), `rule` the whole rule's, `shifted` the margin's alone (fitted on every
+    kernel). `forward`: the figure of the ranking `forward` hands in, the run file's
+    `final_error.val`.
+    """
+
+    chosen: bool
+    errors: dict[int, float]
+    kept: dict[int, float]
+    margin: float = 0.0
+    margin_errors: dict[int, float] | None = None
+    rule: dict[int, float] | None = None
+    shifted: dict[int, float] | None = None
+
+    @property
+    def forward(self) -> dict[int, float]:
+        """The errors of ranking by the margin and, where chosen, config 0 kept in the top 5."""
+        return self.kept if self.chosen else (self.shifted or self.errors)
+
+    @classmethod
+    def measure(
+        cls, kernels: Kernels, weights: Sequence[float] | None = None, *, fit_margin: bool = False
+    ) -> KeepDefault:
+        """Every way on `kernels`; with `fit_margin`, config 0's margin is fitted too."""
+        kernels = list(kernels)
+        plain = _errors(kernels, weights)
+        fitted = choose(kernels, weights) if fit_margin else Margin.none(plain, len(kernels))
+        shifted = [(r, with_margin(s, fitted.margin)) for r, s in kernels]
+        own, kept = _errors(shifted, weights), _errors(shifted, weights, keep=True)
+        chosen = kept[5] < own[5]
+        rule = fitted.errors
+        if chosen:  # the margin's cross-fitted ranking, then config 0 kept in the top 5
+            folds = zip(kernels, fitted.folds)
+            rule = _errors([(r, with_margin(s, m)) for (r, s), m in folds], weights, keep=True)
+        return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule, own)
+
+    def to_json(self) -> dict:
+        out = dict(chosen=self.chosen, val=self.errors, val_kept=self.kept, margin=self.margin)
+        out.update(val_margin=self.margin_errors, val_rule=self.rule)
+        return {  # error tables keyed by "1", "5", "10"; a table not measured left out
+            key: {str(k): e for k, e in value.items()} if isinstance(value, dict) else value
+            for key, value in out.items()
+            if value is not None
+        }
+
+    def describe(self) -> str:
+        """The rule in words, as training's last line says it."""
+        margin = f"config 0's margin {self.margin:.4g}" if self.margin else "no margin for config 0"
+        if self.margin >= ALWAYS:  # the compiler's pick did best on validation
+            margin = "config 0 first on every kernel"
+        keep = "config 0 kept in the top 5" if self.chosen else "config 0 not kept in the top 5"
+        return f"{margin}, {keep}"
+
+    def put_into(self, model: Any) -> KeepDefault:
+        """Sets the rule's weights of `model` (models.py's; the margin only where it carries
+        one, `carries_margin`); returns the record of what `model` now ranks by: without a
+        gate config 0 is never kept, as graders rank by `forward`."""
+        if self.margin:  # only fitted for a model that carries one
+            model.set_default_margin(model.default_margin + self.margin)
+        if rule_of(model) is None:
+            return dataclasses.replace(self, chosen=False, rule=self.margin_errors or self.errors)
+        model.set_keeps_default(self.chosen)
+        return self
+
+
+def rule_of(model: Any) -> bool | None:
+    """Whether `model`'s own ranking keeps config 0 in the top 5 (its gate); None for a model
+    that carries no gate (upstream's, older runs of ours)."""
+    return getattr(model, "keeps_default", None)
+
+
+def carries_margin(model: Any) -> bool:
+    """Whether `model` carries config 0's margin (a `default_margin` weight)."""
+    return getattr(model, "default_margin", None) is not None

@@ -1,7 +1,7 @@
 """Ranking quality of predicted scores against measured runtimes (numpy; lower score = faster).
 
 The top-k error is upstream's `top_error_performance`; the Kaggle tile score is `1 - top-5
-error`. Every comparison takes its baselines (`BASELINES`) and `keep_default` from here.
+error`. Every comparison takes its baselines (`BASELINES`) from here; config 0's rule is `margin`'s.
 """
 
 from __future__ import annotations
@@ -15,8 +15,6 @@ TOP_KS = (1, 5, 10)
 # The compiler's default config in every kernel, as inferred (upstream's fixture runs it first;
 # models trained on the real data put index 0 in their top 5 for 48-60% of valid kernels).
 DEFAULT_CONFIG = 0
-# `keep_default` keeps config 0 among this many picks: the 5 the Kaggle metric reads.
-KEEP_TOP = 5
 # The rankings every comparison shows beside the models (see `baseline_scores`).
 BASELINES = ("random", "default")
 
@@ -71,20 +69,6 @@ def mean_top_k_error(
 def kaggle_score(top5_error: float) -> float:
     """The competition's tile score from the mean top-5 error: `1 - error` (higher is better)."""
     return 1.0 - top5_error
-
-
-def keep_default(scores: np.ndarray, k: int = KEEP_TOP) -> np.ndarray:
-    """Each config's place (0 = fastest, float64, usable as scores `[num_configs]`) in `scores`'
-    ranking with config 0 among its `k` first: where it is not, it takes the `k`-th place, the
-    `k - 1` first picks stay and the rest move down one."""
-    order = np.argsort(np.asarray(scores), kind="stable")
-    place = int(np.flatnonzero(order == DEFAULT_CONFIG)[0])
-    if place >= k:
-        rest = np.delete(order, place)
-        order = np.concatenate([rest[: k - 1], [DEFAULT_CONFIG], rest[k - 1 :]])
-    ranks = np.empty(len(order))
-    ranks[order] = np.arange(len(order))
-    return ranks
 
 
 def baseline_scores(num_configs: int, baseline: str, rng: np.random.Generator) -> np.ndarray:

@@ -32,7 +32,14 @@ def predict_to_csv(
     progress: bool = True,
 ) -> tuple[Path, int]:
     """Ranks every test kernel of `data_root` with the run of `model_dir` and writes `out`,
-    `ID,TopConfigs` rows, as `tpu-tiles predict`'s flags say; returns its path and row count."""
+    `ID,TopConfigs` rows, as `tpu-tiles predict`'s flags say; returns its path and row count.
+
+    Raises:
+      FlagError: a bad `--top_k` or `--keep_default`, or `out` clashing with an input.
+      ExportError: a model folder or run file missing, damaged or of another model.
+      DataError: a test file no model can read.
+      NonFiniteScores: the model scores a config NaN or infinite.
+    """
     if top_k < 1:
         raise FlagError(f"--top_k must be at least 1, got {top_k}")
     if keep_default not in KEEP_DEFAULT_MODES:

@@ -355,6 +355,7 @@ def recommended_kwargs(module: ModuleType | None = None) -> dict:
 
 # Class defaults that changed, by class: what a run file written before runs recorded their
 # resolved keywords meant by leaving them out (ResidualSAGE's until the suite's recommendation).
+# Must not change (only grow): those run files rebuild their models from these values.
 EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {
     "ResidualSAGE": {"hidden_dim": 48, "config_attention": True, "default_context": False},
 }
@@ -362,7 +363,8 @@ EARLIER_DEFAULTS: dict[str, dict[str, Any]] = {
 
 # Keywords our classes gained after runs began recording theirs, each with the value that
 # builds a model as before (a run file that leaves one out was trained without it): the ranking
-# rule's variables, which the course's in-order copy would otherwise miss.
+# rule's variables, which the course's in-order copy would otherwise miss. Must not change
+# (only grow): older run files rebuild their models from these values.
 ADDED_KEYWORDS: dict[str, Any] = {"keep_default_gate": False, "default_margin": False}
 
 

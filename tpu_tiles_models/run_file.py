@@ -27,7 +27,7 @@ EXTRAS_KEY = "tpu_tiles"
 # file's name can be checked against its content (`run_info_hash`).
 IDENTITY_KEY = "identity"
 # Under EXTRAS_KEY: the ranking rule the run's validation chose, with its errors every way
-# (`scoring.KeepDefault.to_json`).
+# (`margin.KeepDefault.to_json`).
 KEEP_DEFAULT_KEY = "keep_default"
 # Under EXTRAS_KEY: every keyword the model was built with, class defaults included
 # (`registry.resolved_kwargs`), so that a later change of a default does not change how the run

@@ -18,7 +18,7 @@ from typing import Any, Iterator
 
 import tensorflow as tf
 
-from tpu_tiles_models import data, files, formats, registry, run_file, scoring
+from tpu_tiles_models import data, files, formats, margin, registry, run_file
 from tpu_tiles_models.errors import FlagError, one_line
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -231,15 +231,15 @@ class TrainedRun:
 
     @property
     def keep_default(self) -> bool | None:
-        """Whether its validation chose to keep config 0 in the top 5 (`scoring.KeepDefault`);
+        """Whether its validation chose to keep config 0 in the top 5 (`margin.KeepDefault`);
         None when the run file does not say (upstream's runs, older ones of ours)."""
         record = self.extras.get(run_file.KEEP_DEFAULT_KEY)
         return bool(record["chosen"]) if record else None
 
     def keeps_default_in(self, model: tf.keras.Model) -> bool | None:
         """Whether `model` (built from this run) ranks with config 0 kept in the top 5: its own
-        rule (`scoring.rule_of`), else the run file's `keep_default` (older runs of ours)."""
-        own = scoring.rule_of(model)
+        rule (`margin.rule_of`), else the run file's `keep_default` (older runs of ours)."""
+        own = margin.rule_of(model)
         return self.keep_default if own is None else own
 
     @property

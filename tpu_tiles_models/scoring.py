@@ -6,7 +6,6 @@ model that scores any config NaN or infinite is refused here (`NonFiniteScores`)
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from dataclasses import dataclass
 from typing import Iterable, Iterator, Sequence
@@ -59,20 +58,9 @@ GROUP_PADDING = 1.25
 
 
 def own_scores(model: tf.keras.Model):
-    """The model's `forward` without its keep-default rule (which whoever ranks applies,
-    `rule_of`): our models' `config_scores` (margin applied), upstream's `forward`."""
+    """The model's `forward` without its keep-default gate (which whoever ranks applies,
+    `margin.rule_of`): our models' `config_scores` (margin applied), upstream's `forward`."""
     return getattr(model, "config_scores", None) or model.forward
-
-
-def rule_of(model: tf.keras.Model) -> bool | None:
-    """Whether `model`'s own ranking keeps config 0 in the top 5; None for a model that carries
-    no rule (upstream's, older runs of ours)."""
-    return getattr(model, "keeps_default", None)
-
-
-def carries_margin(model: tf.keras.Model) -> bool:
-    """Whether `model` carries config 0's margin (a `default_margin` weight)."""
-    return getattr(model, "default_margin", None) is not None
 
 
 def _score(model: tf.keras.Model, iterator: Iterator, *, dynamic: bool):
@@ -241,9 +229,9 @@ def stratified_sample(
     return KernelSample(indices, tuple(chosen[i] for i in indices), max_configs)
 
 
-def ranking(scores: np.ndarray, keep_default: bool = False) -> np.ndarray:
-    """The scores to rank by: `scores`, or with `keep_default` `metrics.keep_default`'s."""
-    return metrics.keep_default(scores) if keep_default else scores
+def pairs(scored: Iterable[Scored]) -> list[tuple[np.ndarray, np.ndarray]]:
+    """`(runtimes, scores)` of each kernel: what `metrics` and `margin` take."""
+    return [(s.runtimes, s.scores) for s in scored]
 
 
 def errors(
@@ -251,75 +239,13 @@ def errors(
 ) -> dict[int, float]:
     """Mean top-1/5/10 errors (weighted by `weights`, one per kernel) of scored kernels; with
     `keep_default`, of the rankings with config 0 kept among the 5 first."""
-    pairs = ((s.runtimes, ranking(s.scores, keep_default)) for s in scored)
-    return metrics.top_k_errors(pairs, weights=weights)
-
-
-@dataclass(frozen=True)
-class KeepDefault:
-    """The ranking rule a validation split chooses, and its top-k errors (`to_json`: the run
-    file's record): `errors` the model's own, `margin` config 0's (0.0 where it does not pay)
-    and `margin_errors` cross-fitted with it, `chosen` whether keeping config 0 in the top 5
-    then lowers the top-5 error (`kept`), `rule` the whole rule's, `shifted` the margin's
-    alone (fitted on every kernel). `forward`: the figure of the ranking `forward` hands in,
-    the run file's `final_error.val`.
-    """
-
-    chosen: bool
-    errors: dict[int, float]
-    kept: dict[int, float]
-    margin: float = 0.0
-    margin_errors: dict[int, float] | None = None
-    rule: dict[int, float] | None = None
-    shifted: dict[int, float] | None = None
-
-    @property
-    def forward(self) -> dict[int, float]:
-        """The errors of ranking by the margin and, where chosen, config 0 kept in the top 5."""
-        return self.kept if self.chosen else (self.shifted or self.errors)
-
-    @classmethod
-    def measure(
-        cls,
-        scored: list[Scored],
-        weights: Sequence[float] | None = None,
-        *,
-        fit_margin: bool = False,
-    ) -> KeepDefault:
-        """Every way on `scored`; with `fit_margin`, config 0's margin is fitted too."""
-        plain = errors(scored, weights)
-        pairs = [(s.runtimes, s.scores) for s in scored]
-        fitted = (
-            margin.choose(pairs, weights) if fit_margin else margin.Margin.none(plain, len(pairs))
-        )
-        shifted = [
-            Scored(s.tile_id, margin.with_margin(s.scores, fitted.margin), s.runtimes)
-            for s in scored
-        ]
-        own, kept = errors(shifted, weights), errors(shifted, weights, keep_default=True)
-        chosen = kept[5] < own[5]
-        rule = fitted.errors
-        if chosen:  # the margin's cross-fitted ranking, then config 0 kept in the top 5
-            folds = zip(pairs, fitted.folds)
-            kept_ranks = [
-                (r, metrics.keep_default(margin.with_margin(s, m))) for (r, s), m in folds
-            ]
-            rule = metrics.top_k_errors(kept_ranks, weights=weights)
-        return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule, own)
-
-    def to_json(self) -> dict:
-        out = dict(chosen=self.chosen, val=self.errors, val_kept=self.kept, margin=self.margin)
-        out.update(val_margin=self.margin_errors, val_rule=self.rule)
-        return {  # error tables keyed by "1", "5", "10"; a table not measured left out
-            key: {str(k): e for k, e in value.items()} if isinstance(value, dict) else value
-            for key, value in out.items()
-            if value is not None
-        }
+    ranked = ((s.runtimes, margin.ranking(s.scores, keep_default)) for s in scored)
+    return metrics.top_k_errors(ranked, weights=weights)
 
 
 def _top(scores: np.ndarray, k: int, keep_default: bool) -> list[int]:
     """The k lowest-score indices (with `keep_default`, config 0 kept among the 5 first)."""
-    return np.argsort(ranking(scores, keep_default), kind="stable")[:k].tolist()
+    return np.argsort(margin.ranking(scores, keep_default), kind="stable")[:k].tolist()
 
 
 def upstream_top(scores: np.ndarray, k: int, *, keep_default: bool = False) -> list[int]:
@@ -343,7 +269,7 @@ class FinalScores:
     """A finished model's validation record, and the test split's errors (`metrics` mode) or
     upstream's top-`kaggle.UPSTREAM_TOP` ranking per kernel (`predictions` mode)."""
 
-    val: KeepDefault
+    val: margin.KeepDefault
     test_errors: dict[int, float] | None = None
     test_ranks: dict[str, list[int]] | None = None
 
@@ -354,7 +280,7 @@ def final_scores(
     *,
     test_mode: str,
     scorer: KernelScorer | None = None,
-    val: KeepDefault | None = None,
+    val: margin.KeepDefault | None = None,
     progress: bool = True,
 ) -> FinalScores:
     """The final validation on all of valid (unless `val`, the best epoch's, is given), its
@@ -363,17 +289,11 @@ def final_scores(
     score = functools.partial(score_split, model, scorer=scorer, progress=progress)
     if val is None:
         scored = score(dataset.valid, dataset.stats, desc="valid")
-        val = KeepDefault.measure(scored, fit_margin=carries_margin(model))
-    if val.margin:  # only fitted for a model that carries one (`carries_margin`)
-        model.set_default_margin(model.default_margin + val.margin)
-    if rule_of(model) is None:  # without a gate config 0 is never kept: graders use `forward`
-        val = dataclasses.replace(val, chosen=False, rule=val.margin_errors or val.errors)
-    else:
-        model.set_keeps_default(val.chosen)
-    final = FinalScores(val)
+        val = margin.KeepDefault.measure(pairs(scored), fit_margin=margin.carries_margin(model))
+    final = FinalScores(val.put_into(model))
     if dataset.test is not None and len(dataset.test):
         scored = score(dataset.test, dataset.stats, desc="test")
-        keep = bool(rule_of(model))
+        keep = bool(margin.rule_of(model))
         if test_mode == "metrics":
             final.test_errors = errors(scored)
         else:

@@ -22,6 +22,7 @@ from tpu_tiles_models import (
     files,
     formats,
     interrupts,
+    margin,
     metrics,
     ranking,
     registry,
@@ -102,10 +103,10 @@ SMOOTH_TOP_K = 50  # `--select_by=top50`: the configs its measure averages
 
 def _val_score(
     model, split, stats, sample: scoring.KernelSample, progress, scorer, select_by: str
-) -> tuple[float, float, scoring.KeepDefault]:
+) -> tuple[float, float, margin.KeepDefault]:
     """On `sample`'s valid kernels (weighted: estimates for the whole split): the model's own
     Kaggle-form score, the selection key (the score, 1 - mean top-`SMOOTH_TOP_K` error with
-    `top50`, NaN with `opa`) and the errors both ways (`scoring.KeepDefault`)."""
+    `top50`, NaN with `opa`) and the errors both ways (`margin.KeepDefault`)."""
     scored = scoring.score_split(
         model,
         split,
@@ -119,8 +120,8 @@ def _val_score(
         who="the model in training",
         fix=DIVERGED_FIX,
     )
-    measured = scoring.KeepDefault.measure(
-        scored, sample.weights, fit_margin=scoring.carries_margin(model)
+    measured = margin.KeepDefault.measure(
+        scoring.pairs(scored), sample.weights, fit_margin=margin.carries_margin(model)
     )
     score = key = 1.0 - measured.errors[5]
     if select_by == "top50":
@@ -156,7 +157,7 @@ class _Candidates:
 
 def _choose(
     candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer, select_by: str
-) -> tuple[int, list[np.ndarray], scoring.KeepDefault, dict[int, float]]:
+) -> tuple[int, list[np.ndarray], margin.KeepDefault, dict[int, float]]:
     """Scores each candidate on all of valid; returns the best one's (epoch, weights, errors
     both ways) and each candidate's key by epoch."""
     results = []
@@ -284,8 +285,15 @@ def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
 
 
 def train(args: TrainArgs) -> export.TrainResult:
-    """Trains, validates, ranks the test split and writes upstream's artifacts; bad options or
-    data raise a one-line `UserError`, and leave nothing behind."""
+    """Trains, validates, ranks the test split and writes upstream's artifacts.
+
+    Raises (each a one-line `UserError`, leaving nothing behind):
+      FlagError: options that do not go together, or an output that clashes with an input.
+      DataError: a data file no model can read (named, with the fix).
+      RunExistsError: a finished run of these options, without `--overwrite`.
+      BusyError: another process writing the same run.
+      DivergedError, NonFiniteScores: the loss or the scores are no longer finite.
+    """
     args = args.resolved()
     paths = run_file.RunPaths.of(args)  # the run's places and hash, worked out once
     files.require_local(args.models, flag="--models")  # Python imports local files only

@@ -22,6 +22,7 @@ from tpu_tiles_models.errors import FlagError
 
 DEFAULT_LOSSES = "ListMLELoss:1,MSE:0.02"
 # Where our options that shape a run go in the hashed dict (absent when all are at defaults).
+# Must not change: it is inside every run's hash, so finished runs would no longer be found.
 HASH_KEY = "tpu_tiles"
 # Options that only say where things are cached or shown, or how a rerun treats an earlier
 # run: two runs that differ only in these are the same run (same hash).
@@ -59,6 +60,7 @@ def removed(what: str, results: str) -> FlagError:
 MAX_SEED = 2**32 - 1
 
 # Upstream's `TrainArgs` fields in its order, and the name each has here (= our flag name).
+# Must not change: upstream's hash of them names every run's files.
 UPSTREAM_FIELDS = {
     field: {"batch_size": "batch", "learning_rate": "lr"}.get(field, field)
     for field in (
@@ -350,7 +352,8 @@ def loss_weights(spec: str) -> list[tuple[str, float]]:
 
 def args_hash(upstream_args: Mapping[str, Any], identity: Mapping[str, Any] | None = None) -> str:
     """md5 hex of `json.dumps(args, sort_keys=True)` over upstream's 15 fields (upstream's
-    `compute_hash`), with `identity` under `HASH_KEY` if it is not empty."""
+    `compute_hash`), with `identity` under `HASH_KEY` if it is not empty. Must not change:
+    the hash names every run's files, so a finished run is found (and reused) by it."""
     missing = [f for f in UPSTREAM_FIELDS if f not in upstream_args]
     if missing:
         raise ValueError(f"args lack upstream fields: {', '.join(missing)}")

@@ -243,6 +243,11 @@ def inspect_root(
         - `features`: `node_feat` and `config_feat`, each `Columns.summary`'s.
       - `program_overlap`: per pair of splits read (`"train-valid"`, ...), `count` and the
         sorted `programs` in both.
+
+    Raises:
+      InspectError: no data root or split folder there.
+      FlagError: a bad option.
+      DataError: a bad file, without `skip_bad`.
     """
     if not (math.isfinite(tail_sigmas) and tail_sigmas > 0):  # nan would flag no column
         raise FlagError(f"--tail_sigmas must be a finite number above 0, got {tail_sigmas}")

@@ -1,6 +1,5 @@
 """`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable
-(docs/sweeps.md): `Create | Reshuffle | Map(train_element)`, each point in a fresh child
-process of its worker, so that a crash or an out-of-memory kill is the point's failure only.
+(docs/sweeps.md): its options, the command, and its records; the pipeline is `pipeline`'s.
 Its bookkeeping in `--out_dir`: sweep/plan.json (the points), sweep/points/<key>.json (each
 outcome), sweep/logs/<key>.log (each output), ensemble_top<k>/sweep_ensemble.json (which
 names its files inside its own folder, `_ENSEMBLE_FILES`).
@@ -13,22 +12,12 @@ import contextlib
 import dataclasses
 import json
 import os
-import signal
-import socket
-import subprocess
-import sys
-import tempfile
-import threading
-import time
-import traceback
-from pathlib import Path
 from typing import Any, Sequence
 
 from tpu_tiles_models import (
     export,
     files,
     formats,
-    interrupts,
     locks,
     pipelines,
     registry,
@@ -36,22 +25,12 @@ from tpu_tiles_models import (
     safe,
 )
 from tpu_tiles_models.errors import FlagError, UserError, one_line
-from tpu_tiles_models.sweep import leaderboard
-from tpu_tiles_models.sweep.grid import Point, expand, parse_grid
+from tpu_tiles_models.sweep import leaderboard, pipeline
+from tpu_tiles_models.sweep.grid import expand, parse_grid
 from tpu_tiles_models.sweep.leaderboard import Row
 from tpu_tiles_models.train_args import BOOLEAN_FLAGS, TrainArgs, flag_named
 
 ISOLATIONS = ("process", "none")
-DASK_RUNNER = "apache_beam.runners.dask.dask_runner.DaskRunner"  # not among Beam's short names
-# Set in a worker once a point was interrupted: it starts no other. Workers elsewhere see
-# the driver's Ctrl-C through the file `sweep/STOP`.
-STOPPED = threading.Event()
-# A point's child process: trains the TrainArgs in file argv[1], writes its outcome to argv[2].
-CHILD = (
-    "import sys; from tpu_tiles_models.sweep import child_main; sys.exit(child_main(*sys.argv[1:]))"
-)
-# A child's exit status when a stop signal (Ctrl-C, SIGTERM, SIGHUP) stopped it cleanly.
-INTERRUPTED_STATUSES = frozenset(128 + int(s) for s in interrupts.STOP_SIGNALS)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -162,15 +141,12 @@ def _check_beam_argv(beam_argv: list[str]) -> None:
         _, unknown = parser.parse_known_args(beam_argv)
     flags = [t.split("=")[0] for t in unknown if t.startswith("-")]
     if flags and flags[0].startswith("--dask_"):
-        raise FlagError(f"{flags[0]} needs Dask; {_DASK_EXTRA}")
+        raise FlagError(f"{flags[0]} needs Dask; {pipeline.DASK_EXTRA}")
     if flags:
         raise FlagError(
             f"unknown flag {flags[0]}: neither a `tpu-tiles train` flag "
             "(tpu-tiles train --help) nor an Apache Beam pipeline option"
         )
-
-
-_DASK_EXTRA = "install it with: pip install 'tpu-tiles-models[dask]'"
 
 
 def base_args(train_argv: list[str], out_dir: str) -> TrainArgs:
@@ -187,50 +163,6 @@ def base_args(train_argv: list[str], out_dir: str) -> TrainArgs:
     # Paths may be remote (gs://), not --models: a Python file every point imports.
     files.require_local(base.models, flag="--models")
     return base
-
-
-def _runner(name: str) -> str:
-    return DASK_RUNNER if name.lower().removesuffix("runner") == "dask" else name
-
-
-def pipeline_options(a: SweepArgs | argparse.Namespace, beam_argv: Sequence[str]):
-    """Beam's options: the user's, the runner, and our defaults: on the DirectRunner
-    multi-processing with `--num_workers` processes, quiet workers; on Dask one point a task
-    (Beam's default puts 128 elements in a task, so one worker would train them all)."""
-    from apache_beam.options.pipeline_options import PipelineOptions
-
-    given = {t.lstrip("-").split("=")[0] for t in beam_argv if t.startswith("--")}
-    runner = _runner(a.runner)
-    extra: dict[str, Any] = {"runner": runner}
-    if runner.lower().removesuffix("runner") == "direct":
-        defaults = dict(
-            direct_running_mode="multi_processing",
-            direct_num_workers=a.num_workers or pipelines.cores(),
-            default_sdk_harness_log_level="ERROR",
-        )
-        extra.update({k: v for k, v in defaults.items() if k not in given})
-    elif a.num_workers and "num_workers" not in given:
-        extra["num_workers"] = a.num_workers
-    if runner == DASK_RUNNER and not given & {"dask_npartitions", "dask_partition_size"}:
-        extra["partition_size"] = 1  # DaskOptions' dest for --dask_partition_size
-    return PipelineOptions(list(beam_argv), **extra)
-
-
-def check_runner(name: str) -> None:
-    """Fails, in one line, unless Beam has a runner of this name (its extras installed)."""
-    try:
-        with pipelines.quiet_beam():
-            from apache_beam.runners.runner import create_runner
-
-            create_runner(_runner(name))
-    except ImportError as e:
-        hint = f"; {_DASK_EXTRA}" if _runner(name) == DASK_RUNNER else ""
-        raise FlagError(f"--runner {name}: {one_line(e)}{hint}") from None
-    except (ValueError, AttributeError):
-        raise FlagError(
-            f"--runner {name}: not a Beam runner; use DirectRunner, DaskRunner, DataflowRunner, "
-            "FlinkRunner, SparkRunner or PortableRunner"
-        ) from None
 
 
 # -- the command ------------------------------------------------------------------------------
@@ -268,8 +200,13 @@ def main(argv: Sequence[str] | None = None) -> SweepSummary:
 
 
 def run(args: SweepArgs) -> SweepSummary:
-    """Expands the grid, trains the missing points, writes the leaderboard; raises SweepFailed
-    when some points failed or did not run (after writing it). A dry run only reads."""
+    """Expands the grid, trains the missing points, writes the leaderboard. A dry run only
+    reads.
+
+    Raises:
+      FlagError: a bad grid or option, or an `--out_dir` that clashes with an input.
+      SweepFailed: some points failed or did not run (after the leaderboard is written).
+    """
     if args.dry_run:
         return _run(args)
     with locks.claim(args.out_dir, flag="--out_dir", command="sweep"):
@@ -299,14 +236,14 @@ def _run(args: SweepArgs) -> SweepSummary:
             print(f"  {'todo' if p.key in todo_keys else 'done'}  {p.key}  {p.describe()}")
         return SweepSummary([], 0, len(points) - len(todo), {})
     if todo:
-        check_runner(args.runner)
+        pipeline.check_runner(args.runner)
     plan = dict(grid=args.grid, random=args.random, random_seed=args.random_seed)
     plan.update(base=base.to_argv())
     plan["points"] = [
         dict(key=p.key, hash=p.hash, values=p.values, flags=p.args.to_argv()) for p in points
     ]
     _write_json(files.join(sweep_dir, "plan.json"), plan)
-    error = _train_points(todo, sweep_dir, args, len(points)) if todo else ""
+    error = pipeline.train_points(todo, sweep_dir, args, len(points), _BOOKS) if todo else ""
     records = [_read_json(_record_path(sweep_dir, p.key)) for p in points]
     infos = [run_file.completed_run(out_dir, p.hash) for p in points]
     rows = leaderboard.rank_rows(list(map(leaderboard.leaderboard_row, points, infos, records)))
@@ -389,7 +326,7 @@ def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[st
     return info
 
 
-# -- the pipeline -----------------------------------------------------------------------------
+# -- its records ------------------------------------------------------------------------------
 
 
 def _record_path(sweep_dir: str, key: str) -> str:
@@ -431,165 +368,5 @@ def _write_json(path: str, value: Any) -> None:
     safe.write_bytes(path, text.encode(), flag="--out_dir")
 
 
-def _train_points(todo: Sequence[Point], sweep_dir: str, args: SweepArgs, total: int) -> str:
-    """Runs the pipeline over `todo`, printing a line per finished point; returns the
-    pipeline's error ('' if it finished)."""
-    options = pipeline_options(args, args.beam_argv)
-    for p in todo:  # outcomes of earlier attempts: these points are tried again
-        files.remove(_record_path(sweep_dir, p.key))
-    STOPPED.clear()
-    stop = files.join(sweep_dir, "STOP")
-    files.remove(stop)
-    elements = [json.dumps(dict(key=p.key, args=p.args.to_dict())) for p in todo]
-
-    def pipeline() -> None:
-        with pipelines.quiet_beam():
-            import apache_beam as beam
-
-            with beam.Pipeline(options=options) as p:
-                # Reshuffle: a distributed runner would fuse every point onto one worker.
-                spread = p | "Points" >> beam.Create(elements) | "Spread" >> beam.Reshuffle()
-                train = beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
-                _ = spread | "Train" >> train
-
-    def on_ctrl_c(previous) -> None:  # running points get it too (children, or `previous`)
-        safe.write_bytes(stop, b"")
-        what = "Ctrl-C" if not interrupts.noted() else interrupts.name()
-        print(f"sweep: {what}: no new point starts; running points stop at a safe point")
-        signal.signal(signal.SIGINT, previous)  # a second Ctrl-C is handled as usual
-        if not interrupts.noted() and callable(previous):
-            if previous is not signal.default_int_handler:
-                previous(signal.SIGINT, None)
-
-    done = threading.Event()
-    progress = threading.Thread(target=_progress, args=(todo, sweep_dir, total, done))
-    error, pressed = "", False
-    progress.start()
-    try:
-        pressed = pipelines.run_shielded(pipeline, on_ctrl_c)[1]
-    except Exception as e:  # a failed job: record what is missing, keep what finished
-        error = one_line(e)
-    finally:
-        done.set()
-        progress.join()
-        files.remove(stop)
-    if pressed or STOPPED.is_set():
-        raise KeyboardInterrupt
-    return error
-
-
-def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading.Event) -> None:
-    """A line per finished point (from its outcome record) until `done`."""
-    points, seen, failed = {p.key: p for p in todo}, set(), 0
-    interval = 15.0 if files.is_remote(sweep_dir) else 2.0
-    finished = False
-    while not finished:
-        finished = done.wait(interval)
-        for path in sorted(files.glob(_record_path(sweep_dir, "*"))):
-            key = os.path.basename(path)[: -len(".json")]
-            record = _read_json(path) if key in points and key not in seen else None
-            if record is None:
-                continue
-            seen.add(key)
-            is_failed = record["status"] == "failed"
-            failed += is_failed
-            what = record["error"] if is_failed else f"{record.get('wall_s', 0):.0f} s"
-            print(
-                f"sweep: [{total - len(points) + len(seen)}/{total}] {record['status']:<7} "
-                f"{points[key].describe()}  {what}  ({failed} failed)",
-                flush=True,
-            )
-
-
-def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
-    """The pipeline's step, on a worker: trains one point (JSON `{"key", "args"}`) unless it
-    is complete meanwhile, and records its outcome (unless interrupted)."""
-    point = json.loads(element)
-    args, key = TrainArgs.from_dict(point["args"]), point["key"]
-    record = dict(key=key, hash=args.hash(), host=socket.gethostname(), pid=os.getpid())
-    if STOPPED.is_set() or files.exists(files.join(sweep_dir, "STOP")):
-        return dict(record, status="interrupted", error="not started: the sweep was interrupted")
-    export.recover(args.out_dir)  # a killed attempt at this or another point
-    if run_file.completed_run(args.out_dir, record["hash"]) is not None:
-        record.update(status="skipped", error="")  # finished meanwhile (another sweep)
-    else:
-        export.remove_unfinished(args)
-        start = time.time()
-        log = files.join(sweep_dir, "logs", f"{key}.log")
-        outcome = _train_in_child(args, log) if isolation == "process" else _train_here(args)
-        record.update(outcome, wall_s=round(time.time() - start, 2), finished=time.time())
-        if outcome["status"] == "interrupted":
-            STOPPED.set()
-            return record
-    _write_json(_record_path(sweep_dir, key), record)
-    return record
-
-
-def _train_here(args: TrainArgs) -> dict:
-    """Trains in this process; any exception (not Ctrl-C) is a failed outcome."""
-    from tpu_tiles_models import train
-
-    try:
-        train.train(args)
-    except KeyboardInterrupt:
-        return dict(status="interrupted", error="interrupted")
-    except Exception as e:  # failures are data: the sweep goes on with the other points
-        return dict(status="failed", error=one_line(e), traceback=traceback.format_exc())
-    return dict(status="ok", error="")
-
-
-def _train_in_child(args: TrainArgs, log_path: str) -> dict:
-    """Trains in a fresh Python process whose output goes to `log_path`. It shares this
-    process group, so a terminal's Ctrl-C reaches it (the worker ignores it)."""
-    with tempfile.TemporaryDirectory(prefix="tpu_tiles_point_") as tmp:
-        spec, outcome_path = Path(tmp, "args.json"), Path(tmp, "outcome.json")
-        spec.write_text(json.dumps(args.to_dict()))
-        remote = files.is_remote(log_path)
-        local_log = Path(tmp, "train.log") if remote else Path(files.expand(log_path))
-        local_log.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONUNBUFFERED="1")
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-        with open(local_log, "wb") as log:
-            command = [sys.executable, "-c", CHILD, str(spec), str(outcome_path)]
-            proc = subprocess.Popen(
-                command, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env
-            )
-            while True:
-                try:
-                    code = proc.wait()
-                    break
-                except KeyboardInterrupt:  # the child got it too and is cleaning up
-                    STOPPED.set()
-        if remote:
-            safe.write_bytes(log_path, local_log.read_bytes())
-        outcome = _read_json(str(outcome_path))
-    if code in INTERRUPTED_STATUSES:
-        return dict(status="interrupted", error="interrupted")
-    if outcome is not None:
-        return outcome
-    why = f"exited with status {code}"
-    if code < 0:
-        name = signal.Signals(-code).name if -code in signal.valid_signals() else str(-code)
-        why = f"was killed by {name}" + (" (out of memory?)" if -code == signal.SIGKILL else "")
-    return dict(status="failed", error=f"the training process {why}; see {log_path}")
-
-
-def child_main(spec: str, outcome_path: str) -> int:
-    """A point's child process (`CHILD`)."""
-    args = TrainArgs.from_dict(json.loads(Path(spec).read_text()))
-    with interrupts.deferred():  # SIGINT arrives ignored (see run_shielded): handle it here
-        # A Ctrl-C to this child when its worker dies (a SIGTERM to the whole process group
-        # kills the workers; their children must not train on unwatched). Linux only.
-        with contextlib.suppress(OSError, AttributeError):
-            import ctypes
-
-            if ctypes.CDLL(None).prctl(1, int(signal.SIGINT)) == 0 and os.getppid() == 1:
-                interrupts.note(signal.SIGINT)  # 1: PR_SET_PDEATHSIG; the worker died before it
-        outcome = _train_here(args)
-    if outcome["status"] == "interrupted":
-        print(f"{interrupts.name()}: removed what this point had started", file=sys.stderr)
-        return interrupts.exit_status()
-    if outcome.get("traceback"):
-        print(outcome["traceback"], file=sys.stderr)
-    Path(outcome_path).write_text(json.dumps(outcome))
-    return 0 if outcome["status"] == "ok" else 1
+# What the pipeline keeps of each point (`pipeline.Bookkeeping`).
+_BOOKS = pipeline.Bookkeeping(_record_path, _read_json, _write_json)

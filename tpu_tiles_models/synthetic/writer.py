@@ -219,6 +219,10 @@ def generate(
     `num_workers` (1: this process; more: a Beam pipeline; None: `default_workers`).
     `max_configs` None is `autotuner.MAX_CONFIGS`; `test_ids_from` (a sample_submission.csv)
     sets the test split's ids. Returns the counts and settings `tpu-tiles synth` prints.
+
+    Raises:
+      FlagError: a bad count, seed, size or family, or `out_dir` clashing with an input.
+      DataSetExistsError: `out_dir` holds a data set already, without `overwrite`.
     """
     maker = get_family(family)
     counts = {"train": train, "valid": valid, "test": test}
