@@ -200,14 +200,18 @@ def _reopened(model_dir: str, run_path: str, results_csv: str | None):
     as the run file records them, its model rebuilt the course's way (`TrainedRun.load`). Every
     worker reads the shared runs this way, the one that trained them too, so that no test sees
     the trainer's in-memory model on one worker and a rebuilt one on the other."""
-    from tpu_tiles_models import run_file, runs
+    from tpu_tiles_models import data, run_file, runs
     from tpu_tiles_models.export import TrainResult
     from tpu_tiles_models.train_args import TrainArgs
 
     info = run_file.read_run(model_dir)
     args = TrainArgs.from_dict(info[run_file.EXTRAS_KEY]["train_args"])
     errors = {int(k): v for k, v in info["final_error"]["val"].items()}
-    model, _ = runs.TrainedRun.open(model_dir).load(args.data_root, split="valid", progress=False)
+    model, ds = runs.TrainedRun.open(model_dir).load(args.data_root, split="valid", progress=False)
+    # Keras saves only a model called like a training batch, as the trained one was: one
+    # kernel with `configs` sampled configs.
+    largest, rng = int(ds.valid.config_counts().argmax()), np.random.default_rng(0)
+    model(data.kernel_graph(ds.valid, largest, ds.stats, num_configs=args.configs, rng=rng))
     csv = Path(results_csv) if results_csv else None
     return TrainResult(args, Path(model_dir), Path(run_path), csv, errors, model)
 
