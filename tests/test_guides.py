@@ -20,10 +20,10 @@ MAX_LINES = {
     "layout.md": 70,
     "models.md": 180,
     "multi_gpu.md": 25,
-    "reliability.md": 75,
+    "reliability.md": 110,
     "sweeps.md": 100,
     "synthetic.md": 340,
-    "training.md": 120,
+    "training.md": 140,
 }
 
 
