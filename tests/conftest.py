@@ -1,11 +1,14 @@
 """Shared fixtures: small synthetic TpuGraphs-format data sets and tiny trained runs, made once
-per session and shared read-only by the test files (training is the slow part of the suite),
-and how the tests are shared out between two workers."""
+per session by whichever pytest-xdist worker asks first and read by every worker (training is
+the slow part of the suite), and the test tiers (pytest.ini's markers)."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
+import fcntl
 import importlib.util
+import json
 import os
 import shutil
 import stat
@@ -14,6 +17,7 @@ import sys
 import warnings
 from pathlib import Path
 from types import ModuleType
+from typing import Any, Callable, Iterator
 
 import numpy as np
 import pytest
@@ -59,17 +63,53 @@ def benchmark_families() -> ModuleType:
         sys.path.remove(folder)
 
 
+def _session_folder(tmp_path_factory) -> Path:
+    """The folder every process of this test session can read: with pytest-xdist the parent of
+    the worker's base temp (xdist's documented recipe for session data), else the base temp."""
+    base = tmp_path_factory.getbasetemp()
+    return base.parent if os.environ.get("PYTEST_XDIST_WORKER") else base
+
+
+@contextlib.contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    """An exclusive flock on `path` for the block: the other workers wait for it."""
+    with open(path, "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def made_once(tmp_path_factory, name: str, make: Callable[[Path], Any]) -> tuple[Path, Any]:
+    """`<session folder>/<name>/`, filled by `make(folder)` in the first process of the session
+    that asks, under a file lock (the others wait, then read it); and what `make` returned
+    (JSON), the same in every process. A process that failed midway leaves no `.done`, so the
+    next one starts the folder again."""
+    shared = _session_folder(tmp_path_factory)
+    folder, done = shared / name, shared / f"{name}.done"
+    with _locked(shared / f"{name}.lock"):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            done.write_text(json.dumps(make(folder)))
+        return folder, json.loads(done.read_text())
+
+
 @pytest.fixture(scope="session")
 def synth_root(tmp_path_factory) -> Path:
     """The tiny synthetic tile:xla tree, {train,valid,test}/*.npz with zero test runtimes,
     shared read-only."""
     from tpu_tiles_models import synthetic
 
-    root = tmp_path_factory.mktemp("synth")
-    with warnings.catch_warnings():  # 8 valid kernels: too few for upstream's trainer, on purpose
-        warnings.simplefilter("ignore", synthetic.ValidationSplitWarning)
-        synthetic.generate(root, train=24, valid=8, test=6, seed=0, max_configs=48, progress=False)
-    return root
+    def make(root: Path) -> None:
+        with warnings.catch_warnings():  # 8 valid kernels: too few for upstream's trainer
+            warnings.simplefilter("ignore", synthetic.ValidationSplitWarning)
+            synthetic.generate(
+                root, train=24, valid=8, test=6, seed=0, max_configs=48, progress=False
+            )
+
+    return made_once(tmp_path_factory, "synth", make)[0]
 
 
 def truncate_configs(path: Path, keep: int) -> None:
@@ -84,12 +124,14 @@ def truncate_configs(path: Path, keep: int) -> None:
 @pytest.fixture(scope="session")
 def short_test_root(synth_root, tmp_path_factory) -> Path:
     """synth_root with two test kernels cut to 3 and 1 configs."""
-    root = tmp_path_factory.mktemp("short_test")
-    shutil.copytree(synth_root, root, dirs_exist_ok=True)
-    test_files = sorted((root / "test").glob("*.npz"))
-    for i, keep in SHORT_KERNELS.items():
-        truncate_configs(test_files[i], keep)
-    return root
+
+    def make(root: Path) -> None:
+        shutil.copytree(synth_root, root, dirs_exist_ok=True)
+        test_files = sorted((root / "test").glob("*.npz"))
+        for i, keep in SHORT_KERNELS.items():
+            truncate_configs(test_files[i], keep)
+
+    return made_once(tmp_path_factory, "short_test", make)[0]
 
 
 def tiny_args(data_root: Path, out_dir: Path, **changes):
@@ -147,29 +189,59 @@ def tiny_cli(data_root: Path, out_dir: Path, *extra: str) -> list[str]:
     ]
 
 
+def _places(result) -> list[str | None]:
+    """What `_reopened` needs of a TrainResult to open it again: its three paths."""
+    csv = str(result.results_csv) if result.results_csv else None
+    return [str(result.model_dir), str(result.run_file), csv]
+
+
+def _reopened(model_dir: str, run_path: str, results_csv: str | None):
+    """The TrainResult of a finished run, from its files: its arguments and validation errors
+    as the run file records them, its model rebuilt the course's way (`TrainedRun.load`). Every
+    worker reads the shared runs this way, the one that trained them too, so that no test sees
+    the trainer's in-memory model on one worker and a rebuilt one on the other."""
+    from tpu_tiles_models import data, run_file, runs
+    from tpu_tiles_models.export import TrainResult
+    from tpu_tiles_models.train_args import TrainArgs
+
+    info = run_file.read_run(model_dir)
+    args = TrainArgs.from_dict(info[run_file.EXTRAS_KEY]["train_args"])
+    errors = {int(k): v for k, v in info["final_error"]["val"].items()}
+    model, ds = runs.TrainedRun.open(model_dir).load(args.data_root, split="valid", progress=False)
+    # Keras saves only a model called like a training batch, as the trained one was: one
+    # kernel with `configs` sampled configs.
+    largest, rng = int(ds.valid.config_counts().argmax()), np.random.default_rng(0)
+    model(data.kernel_graph(ds.valid, largest, ds.stats, num_configs=args.configs, rng=rng))
+    csv = Path(results_csv) if results_csv else None
+    return TrainResult(args, Path(model_dir), Path(run_path), csv, errors, model)
+
+
 @pytest.fixture(scope="session")
 def residual_run(synth_root, tmp_path_factory):
     """A tiny ResidualSAGE without attention, 2 epochs on synth_root (its own out_dir)."""
     from tpu_tiles_models import train
 
-    out = tmp_path_factory.mktemp("residual_run")
-    return train.train(
-        tiny_args(synth_root, out, model="ResidualSAGE", model_kwargs_json=TINY_RESIDUAL, epochs=2)
-    )
+    def make(out: Path) -> list[str | None]:
+        kwargs = dict(model="ResidualSAGE", model_kwargs_json=TINY_RESIDUAL, epochs=2)
+        return _places(train.train(tiny_args(synth_root, out, **kwargs)))
+
+    return _reopened(*made_once(tmp_path_factory, "residual_run", make)[1])
 
 
 @pytest.fixture(scope="session")
 def mlp_seeds(short_test_root, tmp_path_factory) -> list:
     """`train --seeds=0,1 --ensemble`: two tiny MLPs, 1 epoch on short_test_root, and their
     ensemble, all in one out_dir (`--results_csv` is given, so each seed's gets a suffix).
-    Seed 0 is `mlp_run`; test_train reruns seed 1 in place, so no other test reads seed 1."""
+    Seed 0 is `mlp_run`. Read-only, like every shared run: tests on other workers read it at
+    the same time."""
     from tpu_tiles_models import ensemble
 
-    out = tmp_path_factory.mktemp("mlp_seeds")
-    args = tiny_args(short_test_root, out, model="MLP", model_kwargs_json=TINY_MLP)
-    return ensemble.train_seeds(
-        args.replace(results_csv=str(out / "results.csv")), [0, 1], ensemble=True
-    )
+    def make(out: Path) -> list[list[str | None]]:
+        args = tiny_args(short_test_root, out, model="MLP", model_kwargs_json=TINY_MLP)
+        args = args.replace(results_csv=str(out / "results.csv"))
+        return [_places(r) for r in ensemble.train_seeds(args, [0, 1], ensemble=True)]
+
+    return [_reopened(*p) for p in made_once(tmp_path_factory, "mlp_seeds", make)[1]]
 
 
 @pytest.fixture(scope="session")
@@ -265,57 +337,24 @@ def sample_submission() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# Two workers (pytest-xdist: `-n 2 --dist loadgroup --no-loadscope-reorder` in pytest.ini)
+# Tiers and workers (pytest.ini: `-n auto --dist loadfile -m "not slow and not bench"`)
 # ---------------------------------------------------------------------------------------------
-# Training is the slow part, and a worker makes a module fixture again whenever it comes back
-# to that module. So a test file is one work unit (group), every test that uses the shared
-# trained runs is in one more ("trained_runs": trained once), an `xdist_group` mark joins tests
-# of several files. The longest units are handed out first, so that no long one is left for
-# the end: "trained_runs", then those that hold a `slow` test, then the rest in file order.
-
-SHARED_RUNS = {"residual_run", "mlp_seeds"}
-SHARED_GROUP = "trained_runs"
+# A test file is one work unit (its module fixtures are made once); the shared runs above are
+# made once for all workers. More workers than this mostly add TensorFlow imports.
+MAX_WORKERS = 8
+BENCHMARK_TESTS = Path(__file__).resolve().parent / "benchmarks"
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "slow: one of the slowest tests; handed out first")
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """`-n auto`: one worker per core this process may run on, at most MAX_WORKERS."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return max(1, min(cores or 1, MAX_WORKERS))
 
 
-def _group(item: pytest.Item) -> str:
-    mark = item.get_closest_marker("xdist_group")
-    if mark:
-        return mark.args[0]
-    return SHARED_GROUP if SHARED_RUNS & set(item.fixturenames) else item.path.stem
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the xdist_group marks
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by marker
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not hasattr(config, "workerinput"):
-        return  # one process: file order keeps each module's tests together
-    groups = {item: _group(item) for item in items}
-    slow = {groups[item] for item in items if item.get_closest_marker("slow")}
-    first = {}
-    for index, item in enumerate(items):
-        first.setdefault(groups[item], index)
-        item.add_marker(pytest.mark.xdist_group(groups[item]))
-    # Each unit's tests together and in file order (a stable sort).
-    rank = {SHARED_GROUP: 0, **{group: 1 for group in slow - {SHARED_GROUP}}}
-    items.sort(key=lambda item: (rank.get(groups[item], 2), first[groups[item]]))
-
-
-@pytest.hookimpl(trylast=True, specname="pytest_collection_modifyitems")
-def pytest_collection_modifyitems_naming_groups(
-    config: pytest.Config, items: list[pytest.Item]
-) -> None:
-    """xdist 3.8 tells its scheduler a test's group by renaming it `<nodeid>@<group>`, through
-    an attribute pytest 9 no longer reads (pytest-xdist#1386): the groups were ignored and
-    every test handed out alone. The same name, through the structured id pytest 9 reads."""
-    if not getattr(config.option, "loadgroup", False) or not hasattr(config, "workerinput"):
-        return
+    """Every test under tests/benchmarks/ is in the `bench` tier."""
     for item in items:
-        if "@" not in item.nodeid and hasattr(item, "_id"):
-            from _pytest.nodeid import NodeId  # pytest >= 9
-
-            item._id = NodeId.parse(
-                f"{item.nodeid}@{item.get_closest_marker('xdist_group').args[0]}"
-            )
+        if BENCHMARK_TESTS in item.path.parents:
+            item.add_marker(pytest.mark.bench)

@@ -266,12 +266,14 @@ def test_closed_standard_streams_cost_no_file(redirects, code, stdout, stderr, m
         assert proc.stderr == stderr
 
 
+@pytest.mark.slow
 def test_models_with_stdout_closed_is_one_line():
     proc = _in_shell(">&-", ["models"], stderr=subprocess.PIPE)
     assert proc.returncode == 2
     assert proc.stderr == _closed_stdout("models")
 
 
+@pytest.mark.slow
 def test_a_broken_stderr_costs_no_file(predicted, tmp_path):
     """Progress bars into a pipe whose reader has gone (`2>&1 | head` when head has exited):
     the prediction is written all the same, and said on stdout."""

@@ -21,9 +21,12 @@ from conftest import REPO
 OTHER_PYTHON = os.environ.get("TPU_TILES_OTHER_PYTHON", "")
 RELOAD = REPO / "tests" / "course_reload.py"
 
-pytestmark = pytest.mark.skipif(
-    not OTHER_PYTHON, reason="TPU_TILES_OTHER_PYTHON names no other stack's Python"
-)
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(
+        not OTHER_PYTHON, reason="TPU_TILES_OTHER_PYTHON names no other stack's Python"
+    ),
+]
 
 
 def _run(python: str, *argv: str) -> str:

@@ -393,6 +393,7 @@ THREADS = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("when", sorted(THREADS))
 def test_a_thread_a_models_file_starts_does_not_keep_predict_alive(
     when, mlp_run, short_test_root, tmp_path

@@ -324,6 +324,7 @@ def _expected_from(job: dict[str, Any]) -> dict[str, list[int]]:
     return _expected_top5(run_info, _config_counts(job["data_root"]))
 
 
+@pytest.mark.slow
 def test_model_from_train_subset_predicts_on_full_data(scripts):
     """Trained on 5 train kernels (like --toy_data): its stored statistics make it reload."""
     data_root, subset = scripts["data_root"], scripts["subset"]
@@ -341,6 +342,7 @@ def test_model_from_train_subset_predicts_on_full_data(scripts):
     assert kaggle.read_predictions_csv(out) == _expected_from(scripts)
 
 
+@pytest.mark.slow
 def test_script_in_upstream_root(scripts):
     proc, checkout = scripts["in_root"]
     assert proc.returncode == 0, proc.stderr
@@ -350,6 +352,7 @@ def test_script_in_upstream_root(scripts):
     assert kaggle.read_predictions_csv(out) == _expected_from(scripts)
 
 
+@pytest.mark.slow
 def test_script_uses_the_checkouts_models_py(scripts):
     """The checkout's models.py, not ours, defines the classes: one without MLP fails."""
     proc, models = scripts["without_mlp"]
@@ -363,6 +366,7 @@ def test_script_uses_the_checkouts_models_py(scripts):
     )
 
 
+@pytest.mark.slow
 def test_script_standalone(scripts):
     proc, alone = scripts["standalone"]
     assert proc.returncode == 0, proc.stderr
@@ -373,6 +377,7 @@ def test_script_standalone(scripts):
     )
 
 
+@pytest.mark.slow
 def test_script_without_the_package(tmp_path):
     """-S hides site-packages (and the editable install); the copy sits away from the repo."""
     copy = tmp_path / SCRIPT.name

@@ -51,6 +51,7 @@ def test_models_prints_the_recommendation_in_a_stable_form(capsys):
     assert list(out["models"]) == list(registry.MODELS)
 
 
+@pytest.mark.bench  # a test of benchmarks/suite.py
 def test_the_suite_judges_the_model_by_its_name():
     suite = load_benchmark("suite")
     assert suite.RECOMMENDED == registry.RECOMMENDED_MODEL

@@ -264,6 +264,7 @@ def _kill_the_training_of(seed: int, done: threading.Event) -> threading.Thread:
     return thread
 
 
+@pytest.mark.slow
 def test_failed_and_killed_points_are_recorded_and_the_others_go_on(first, synth_root, tmp_path):
     """Why each point trains in a child process of its worker (`--isolation process`, the
     default): a point's training process killed outright (here SIGKILL, as out of memory) is

@@ -160,6 +160,7 @@ _CHILD = (
 )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP])
 def test_sigterm_to_the_driver_alone_stops_the_pipeline_like_ctrl_c(signum, tmp_path: Path) -> None:
     """SIGTERM or SIGHUP sent to this process only (`kill`, `docker stop`, not a terminal's

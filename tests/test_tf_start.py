@@ -44,6 +44,7 @@ def test_asking_for_tensorflows_logs_keeps_them(monkeypatch, capfd):
     assert capfd.readouterr().err == NOTICES[1]
 
 
+@pytest.mark.slow
 def test_a_process_that_loads_tensorflow_this_way_prints_nothing_on_stderr():
     code = (
         "from tpu_tiles_models import tf_start; tf_start.load_tensorflow(); "
@@ -73,6 +74,7 @@ def _tpu_tiles(argv: list[str], env: dict[str, str], cwd: Path) -> subprocess.Co
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_KERAS_2_BUILT_IN, reason="TensorFlow < 2.16 has Keras 2 built in")
 @pytest.mark.parametrize("value", ["0", "false"])
 def test_a_keras_3_setting_fails_only_the_commands_that_need_tensorflow(value, tmp_path):
@@ -96,6 +98,7 @@ def test_a_keras_3_setting_fails_only_the_commands_that_need_tensorflow(value, t
     )
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_KERAS_2_BUILT_IN, reason="TensorFlow < 2.16 has Keras 2 built in")
 def test_a_keras_3_setting_fails_a_librarys_import_of_tensorflow_in_one_line():
     """In Python too, the package imports and its TensorFlow-free modules work; the first

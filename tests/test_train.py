@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import tiny_cli
+from conftest import TINY_MLP, tiny_args, tiny_cli
 
 from tpu_tiles_models import cli, data, export, run_file, scoring, train, train_args
 
@@ -142,12 +142,16 @@ def test_results_csv_matches_test_predictions(residual_run):
     }
 
 
-def test_a_rerun_is_refused_and_replaces_its_run_only_with_overwrite(mlp_seeds):
+def test_a_rerun_is_refused_and_replaces_its_run_only_with_overwrite(
+    mlp_seeds, short_test_root, tmp_path
+):
     """The same options again (same hash) are refused before any work, the finished run
     untouched; with --overwrite the new run replaces it once finished. Other options (the
-    other seed's results_csv) have another hash. Seed 1's run is read by no other test."""
-    other, first = mlp_seeds[0], mlp_seeds[1]
-    assert other.model_dir != first.model_dir  # results_csv differs, so the hash differs
+    other seed's results_csv) have another hash. (Its own run: the shared ones are read by
+    other workers meanwhile.)"""
+    assert mlp_seeds[0].model_dir != mlp_seeds[1].model_dir  # results_csv differs: the hash
+    args = tiny_args(short_test_root, tmp_path, model="MLP", model_kwargs_json=TINY_MLP)
+    first = train.train(args.replace(results_csv=str(tmp_path / "results.csv")))
     before = first.run_file.read_bytes()
     with pytest.raises(export.RunExistsError, match=r"pass --run_id=<tag> .* or --overwrite"):
         train.train(first.args)

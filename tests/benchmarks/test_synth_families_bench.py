@@ -48,7 +48,7 @@ def test_a_child_process_finds_the_families_and_no_benchmark_script(tmp_path: Pa
     no benchmark script's name shadows a module of that name there (benchmarks/bottleneck.py
     once hid pandas' `bottleneck` and broke TensorFlow's import in a training child)."""
     scripts = sorted(p.stem for p in (REPO / "benchmarks").glob("*.py"))
-    assert {"suite", "families", "synth", "config_bottleneck"} <= set(scripts)
+    assert {"suite", "families", "synth", "journeys"} <= set(scripts)
     child = (
         "import importlib.util, sys\n"
         "import synth_families\n"

@@ -13,7 +13,7 @@ from conftest import load_benchmark
 
 from tpu_tiles_models.synthetic.writer import read_test_ids
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 README = (REPO / "README.md").read_text(encoding="utf-8")
 
 journeys = load_benchmark("journeys")
