@@ -271,6 +271,8 @@ def shuffle_configs(source: Path, target: Path, seed: int = 0) -> None:
     staging = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     for split in ("train", "valid", "test"):
+        if not (source / split).is_dir():  # a held-out set holds its test split alone
+            continue
         (staging / split).mkdir(parents=True)
         for i, path in enumerate(sorted((source / split).glob("*.npz"))):
             with np.load(path) as npz:
