@@ -68,7 +68,7 @@ _plain = tf.autograph.experimental.do_not_convert
 _MINIMUM = {k: 1 for k in "units hidden_dim op_embed_dim num_layers attention_heads".split()}
 _MINIMUM |= {"inducing_points": 1, "chunk_size": 1, "num_gnns": 0, "final_mlp_layers": 0}
 _MINIMUM |= {"mlp_layers": 0}
-_SWITCHES = "config_attention default_context directed keep_default_gate default_margin".split()
+_SWITCHES = "default_context directed keep_default_gate default_margin".split()
 _SWITCHES += ["tile_geometry"]
 _ACTIVATIONS = ("relu", "leaky_relu", "gelu", "elu", "selu", "silu", "swish", "tanh", "sigmoid")
 _REDUCTIONS = tuple(sorted(tfgnn.get_registered_reduce_operation_names()))
@@ -84,6 +84,8 @@ def _check(owner: str, values: dict[str, Any]) -> None:
             raise ValueError(f"{owner}: {name} must be true or false, got {value!r}")
         if name in ("activation", "hidden_activation") and value not in _ACTIVATIONS:
             raise ValueError(f"{owner}: {name}={value!r} is not an activation: {_ACTIVATIONS}")
+        if name == "config_attention" and (value not in SET_CONTEXTS or type(value) is int):
+            raise ValueError(f"{owner}: config_attention={value!r} is not one of {SET_CONTEXTS}")
         if name == "combine" and value not in COMBINE_METHODS:
             raise ValueError(f"{owner}: combine={value!r} is not one of {COMBINE_METHODS}")
         if name == "members" and (not isinstance(value, (list, tuple)) or not value):
@@ -351,38 +353,71 @@ class DirectedSAGEBlock(_Configured):
         return h + self._out(self._act(self._self(z) + producers + consumers))
 
 
+# `ResidualSAGE`'s `config_attention`: none, the block as first written (ungated: what runs
+# that recorded `true` were trained with), the gated block, the gated block on each config alone.
+SET_CONTEXTS = (False, True, "gated", "alone")
+# LayerScale's first value of each gate (Touvron et al., ICCV 2021: 0.1 for up to 18 blocks).
+GATE_INIT = 0.1
+
+
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class ConfigSetAttention(_Configured):
     """Lets the configs of one kernel see each other (induced set attention, Lee et al.):
 
     `s = MHA(P, z)` (learned points `P` `[num_points, units]` summarise the configs, `z =
-    LayerNorm(h)`), `h <- h + MHA(z, s)`, `h <- h + FFN(LayerNorm(h))`. Memory grows as
+    LayerNorm(h)`), `h <- h + a * MHA(z, s)`, `h <- h + f * FFN(LayerNorm(h))`. Memory grows as
     configs x points, so a 6000-config kernel runs at once, and the softmax averages keep their
     scale whether 10 configs are sampled (training) or all are scored.
+      * `gated`: `a`, `f` per-channel gates from `GATE_INIT` (LayerScale, Touvron et al., ICCV
+        2021), so the branches start small instead of adding Glorot-scaled noise into the
+        residual, and FFN is two layers (4 units wide, then units, GELU between);
+        otherwise (the block as first written, for runs that recorded it) `a = f = 1` and FFN
+        is one GELU layer.
+      * `alone`: each config is a set of its own (the same weights; no other config seen).
     Call: `h` `[batch, num_configs, units]` -> the same shape.
     """
 
-    CONFIG = ("units", "num_heads", "num_points")
+    CONFIG = ("units", "num_heads", "num_points", "gated", "alone")
 
-    def __init__(self, *, units: int, num_heads: int = 4, num_points: int = 8, **kwargs):
+    def __init__(
+        self,
+        *,
+        units: int,
+        num_heads: int = 4,
+        num_points: int = 8,
+        gated: bool = False,
+        alone: bool = False,
+        **kwargs,
+    ):
         super().__init__(**kwargs)
         if units % num_heads:
             raise ValueError(f"ConfigSetAttention: units={units} not divisible by num_heads")
         self.units, self.num_heads, self.num_points = units, num_heads, num_points
+        self.gated, self.alone = bool(gated), bool(alone)
         self._points = self.add_weight(
             name="inducing_points", shape=[num_points, units], initializer="glorot_uniform"
         )
+        self._gates = [1.0, 1.0]  # the first block's: none (its variables must not change)
+        if gated:
+            init = tf.keras.initializers.Constant(GATE_INIT)
+            self._gates = [self.add_weight(name=n, shape=[units], initializer=init) for n in "af"]
         self._norm_in = tf.keras.layers.LayerNormalization()
         self._summarise = tf.keras.layers.MultiHeadAttention(num_heads, units // num_heads)
         self._broadcast = tf.keras.layers.MultiHeadAttention(num_heads, units // num_heads)
         self._norm_out = tf.keras.layers.LayerNormalization()
-        self._ffn = tf.keras.layers.Dense(units, activation="gelu")
+        self._ffn = (
+            _mlp([4 * units, units], "gelu") if gated else [tf.keras.layers.Dense(units, "gelu")]
+        )
 
     def call(self, h: tf.Tensor) -> tf.Tensor:
+        shape = tf.shape(h)
+        if self.alone:  # [batch * num_configs, 1, units]: sets of one
+            h = tf.reshape(h, [-1, 1, self.units])
         z = self._norm_in(h)
         points = tf.tile(self._points[tf.newaxis], [tf.shape(h)[0], 1, 1])
-        h = h + self._broadcast(z, self._summarise(points, z))
-        return h + self._ffn(self._norm_out(h))
+        h = h + self._gates[0] * self._broadcast(z, self._summarise(points, z))
+        h = h + self._gates[1] * _apply(self._ffn, self._norm_out(h))
+        return tf.reshape(h, shape) if self.alone else h
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
@@ -687,9 +722,10 @@ class ResidualSAGE(_TileRanker):
         e_j = MLP([sum || mean || max over v of LayerNorm(h)(v, j) || c_j])  [batch, c, hidden]
         score_j = MLP(DefaultContext(ConfigSetAttention(e))_j), both blocks optional
 
-    `activation` is a Keras activation's name. Its defaults are the benchmark suite's
-    recommendation (docs/choosing.md); runs record their resolved keywords, so a later default
-    changes later runs only.
+    `config_attention`: one of `SET_CONTEXTS` (`ConfigSetAttention`: `true` ungated, "gated",
+    "alone" gated with no other config seen). `activation` is a Keras activation's name. Its
+    defaults are the benchmark suite's recommendation (docs/choosing.md); runs record their
+    resolved keywords, so a later default changes later runs only.
     """
 
     def __init__(
@@ -701,7 +737,7 @@ class ResidualSAGE(_TileRanker):
         num_layers: int = 3,
         op_embed_dim: int = 32,
         activation: str = "gelu",
-        config_attention: bool = False,
+        config_attention: bool | str = False,
         attention_heads: int = 4,
         inducing_points: int = 8,
         pooling: Sequence[str] = ("sum", "mean", "max"),
@@ -723,6 +759,7 @@ class ResidualSAGE(_TileRanker):
         self._pool_norm = tf.keras.layers.LayerNormalization()
         self._readout = _mlp([hidden_dim, hidden_dim], activation)
         attention = dict(units=hidden_dim, num_heads=attention_heads, num_points=inducing_points)
+        attention.update(gated=isinstance(config_attention, str), alone=config_attention == "alone")
         self._attention = ConfigSetAttention(**attention) if config_attention else None
         self._default_context = DefaultContext(**width) if default_context else None
         self._score_head = _mlp([hidden_dim, 1], activation)
@@ -731,7 +768,8 @@ class ResidualSAGE(_TileRanker):
         self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
         # The attention mixes a kernel's configs; the default context reads position 0 only,
         # which configs appended as padding leave in place.
-        self.independent_configs, self.default_first = not config_attention, default_context
+        self.independent_configs = config_attention in (False, "alone")
+        self.default_first = default_context
 
     def encode(self, graph):
         ops, feats = _nodes(graph)

@@ -383,6 +383,54 @@ def test_default_context_reads_position_0_and_learns_nothing_fixed(kernels):
     np.testing.assert_allclose(swapped[swap], base, atol=1e-5)
 
 
+@pytest.mark.parametrize("value", [1, "yes", None])
+def test_config_attention_takes_its_set_contexts_only(value):
+    with pytest.raises(ValueError, match="config_attention=.* is not one of"):
+        models.ResidualSAGE(CONFIGS, 121, config_attention=value)
+
+
+def test_gated_set_context_starts_small_and_alone_sees_no_other_config(kernels):
+    """The gated block's gates start at GATE_INIT and at 0 leave `h` as it is; its FFN is two
+    layers. "alone" has the same variables and scores a config as if it were the only one;
+    "gated" reads the others (config 0's score moves when the others change)."""
+    graph = kernels[1]
+    n = num_configs_of(graph)
+    built = {
+        v: build("ResidualSAGE", num_configs=n, config_attention=v) for v in ("gated", "alone")
+    }
+    for model in built.values():
+        model.forward(graph, n)
+    gated, alone = built["gated"], built["alone"]
+    assert shapes(gated) == shapes(alone)
+    block = gated._attention
+    np.testing.assert_array_equal(
+        np.stack(block._gates), np.full([2, 16], models.GATE_INIT, np.float32)
+    )
+    assert [d.kernel.shape.as_list() for d in block._ffn] == [[16, 64], [64, 16]]
+    ungated = build("ResidualSAGE", num_configs=n, config_attention=True)
+    ungated.forward(graph, n)
+    extra = [("a:0", [16]), ("f:0", [16]), ("kernel:0", [64, 16]), ("bias:0", [16])]
+    assert len(shapes(gated)) == len(shapes(ungated)) + len(extra)
+    copy_in_order(alone, gated)
+    h = tf.random.stateless_normal([2, 5, 16], seed=[1, 2])
+    shut = models.ConfigSetAttention(units=16, gated=True)
+    shut(h)
+    for gate in shut._gates:
+        gate.assign(tf.zeros([16]))
+    np.testing.assert_array_equal(shut(h).numpy(), h.numpy())
+
+    other = _with_configs_in_order(graph, np.minimum(np.arange(n), 1))  # all but 0 as config 1
+    for gate in block._gates:  # open, so that what the attention reads shows
+        gate.assign(tf.ones([16]))
+    copy_in_order(alone, gated)
+    for model, sees in ((gated, True), (alone, False)):
+        base, moved = (model.raw_scores(g, n).numpy()[0] for g in (graph, other))
+        assert (abs(moved[0] - base[0]) > 1e-5 * max(1.0, abs(base[0]))) == sees
+        from tpu_tiles_models import scoring
+
+        assert scoring.kernel_scorer(model).grouped == (not sees)
+
+
 def _kernel_with_6000_configs(stats) -> tuple:
     """A 12-node kernel with 6000 configs: the config count is the point, not the graph."""
     rng = np.random.default_rng(0)
