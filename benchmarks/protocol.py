@@ -62,10 +62,20 @@ _BARE = {"hidden_dim": 32, "config_attention": False}
 ARMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "bare32": ("ResidualSAGE", _BARE, {}),
     "w48": ("ResidualSAGE", dict(_BARE, hidden_dim=48), {}),
-    # The old, ungated attention (ConfigSetAttention as it was), at both widths.
-    "att32": ("ResidualSAGE", dict(_BARE, config_attention=True), {}),
+    # The gated set context (LayerScale gates on both branches), and its ablation: the same
+    # block on each config by itself (same parameters, no other config seen).
+    "gated32": ("ResidualSAGE", dict(_BARE, config_attention="gated"), {}),
+    "self32": ("ResidualSAGE", dict(_BARE, config_attention="alone"), {}),
+    "gated48": ("ResidualSAGE", dict(_BARE, config_attention="gated", hidden_dim=48), {}),
+    # The ungated block as first written, 48 wide (issue 60's set A figures).
     "att48": ("ResidualSAGE", dict(_BARE, config_attention=True, hidden_dim=48), {}),
-    "bare32x3": ("ResidualSAGE", _BARE, {"epochs": 3}),  # "epochs": a multiple of the budget's
+    # Trained longer: "epochs" is a multiple of the budget's.
+    "bare32x3": ("ResidualSAGE", _BARE, {"epochs": 3}),
+    "gated48x3": (
+        "ResidualSAGE",
+        dict(_BARE, config_attention="gated", hidden_dim=48),
+        {"epochs": 3},
+    ),
 }
 
 
@@ -125,7 +135,7 @@ class Comparison:
 
     arm: str
     family: str
-    column: str  # "top5", "top1_rule", ...
+    column: str  # "top5" or "top1": of each run's own ranking (its rule); "top5_scores"
     reference_mean: float
     difference: float  # arm - reference, mean over kernels and draws
     low: float
@@ -167,7 +177,7 @@ def margin_of(c: Comparison) -> float | None:
     """The non-inferiority margin of a comparison (None: none applies)."""
     if c.column == "top5":
         return MARGIN_TOP5 * c.reference_mean
-    if c.column == "top1_rule" and c.family in DEFAULT_FIRST:
+    if c.column == "top1" and c.family in DEFAULT_FIRST:
         return MARGIN_TOP1
     return None
 
@@ -336,7 +346,6 @@ def child(spec_path: str) -> None:
     by its scores and by its own rule; writes the spec's `out` JSON."""
     spec = json.loads(Path(spec_path).read_text())
     from tpu_tiles_models import data, scoring, train
-    from tpu_tiles_models.run_file import RunPaths
     from tpu_tiles_models.runs import TrainedRun
     from tpu_tiles_models.train_args import TrainArgs
 
@@ -364,27 +373,34 @@ def child(spec_path: str) -> None:
 
     data.load_dataset, train._Candidates.offer = loading, offered
     try:
-        train.train(args)
+        trained = train.train(args)
     finally:
         data.load_dataset, train._Candidates.offer = load, offer
-    run = TrainedRun.open(RunPaths.of(args.resolved()).model_dir)
+    run = TrainedRun.open(trained.model_dir)
     model, dataset = run.load(heldout, split="test", progress=False)
     scored = scoring.score_split(model, dataset.test, dataset.stats, progress=False)
     rule = bool(run.keeps_default_in(model))
-    plain, ruled = kernel_errors(scored), kernel_errors(scored, keep_default=rule)
+    ruled = kernel_errors(scored, keep_default=rule)  # its margin and gate: what it ranks
+    margin = float(getattr(model, "default_margin", None) or 0.0)
+    for s in scored:  # `own_scores` took config 0's margin off: the scores alone put it back
+        s.scores = s.scores.copy()
+        s.scores[0] += margin
+    plain = kernel_errors(scored)
     extras = run.extras
     steps_per_epoch = train._steps(seen["dataset"].train, args, 1, 1)
-    default = kernel_errors([scoring.Scored(s.tile_id, np.arange(len(s.runtimes)), s.runtimes)
-                             for s in scored])
+    default = kernel_errors(
+        [scoring.Scored(s.tile_id, np.arange(len(s.runtimes)), s.runtimes) for s in scored]
+    )
     result = dict(
         run=Path(run.model_dir).name,
         tile_ids=[s.tile_id for s in scored],
-        top1=plain["top1"],
-        top5=plain["top5"],
-        top1_rule=ruled["top1"],
-        top5_rule=ruled["top5"],
+        top1=ruled["top1"],
+        top5=ruled["top5"],
+        top1_scores=plain["top1"],
+        top5_scores=plain["top5"],
         top1_default=default["top1"],
         rule_keeps_default=rule,
+        margin=margin,
         epochs=len(extras.get("epoch_cpu_seconds", [])),
         best_epoch=extras.get("best_epoch"),
         steps_per_epoch=steps_per_epoch,
@@ -407,13 +423,14 @@ def run_points(a: argparse.Namespace, roots: dict[tuple[str, int], Path], work: 
                 out = score_path(work, arm, family, draw, seed)
                 if not out.exists():
                     todo.append((arm, family, draw, seed, root, out))
-    # Breadth first: every arm's first draw and seed before any second, so a partial run
-    # already pairs every arm with the reference.
-    todo.sort(key=lambda t: (t[2], t[3], t[1], t[0]))
+    # Seed 0 first, then arm by arm in `--arms` order, each on every draw and family: a
+    # partial run already pairs the first arms with the reference on both draws.
+    arms = a.arms.split(",")
+    todo.sort(key=lambda t: (t[3], arms.index(t[0]), t[2], t[1]))
     print(f"{len(todo)} runs to train", flush=True)
     running: list[tuple[subprocess.Popen, str, float]] = []
     (work / "logs").mkdir(parents=True, exist_ok=True)
-    for n, (arm, family, draw, seed, root, out) in enumerate(todo):
+    for n, (arm, _, _, seed, root, out) in enumerate(todo):
         while len(running) >= a.jobs:
             running = _reap(running)
         spec = dict(
@@ -493,12 +510,12 @@ def run_table(scores: dict) -> list[str]:
     for (arm, family, _, _), r in scores.items():
         groups[arm, family].append(r)
     lines = [
-        "| family | arm | runs | epochs | steps | top-1 | top-1 by rule | top-1 by rule / "
-        "config 0 | top-5 | CPU s/run | curve: top-5 at epoch |",
+        "| family | arm | runs | epochs | steps | top-1 | top-1 / config 0 | top-5 | top-5 by "
+        "scores alone | CPU s/run | curve: top-5 by scores at epoch |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for (arm, family), rs in sorted(groups.items(), key=lambda t: (t[0][1], t[0][0])):
-        mean = lambda k: float(np.mean([np.mean(r[k]) for r in rs]))  # noqa: E731
+        mean = lambda k, rs=rs: float(np.mean([np.mean(r[k]) for r in rs]))  # noqa: E731
         default = mean("top1_default")
         epochs = sorted({r["epochs"] for r in rs})
         steps = sorted({r["epochs"] * r["steps_per_epoch"] for r in rs})
@@ -509,9 +526,9 @@ def run_table(scores: dict) -> list[str]:
         curve = ", ".join(f"{e}: {np.mean(v):.3f}" for e, v in sorted(by_epoch.items()))
         lines.append(
             f"| {family} | {arm} | {len(rs)} | {'/'.join(map(str, epochs))} | "
-            f"{'/'.join(map(str, steps))} | {mean('top1'):.4f} | {mean('top1_rule'):.4f} | "
-            f"{mean('top1_rule') / default if default else float('nan'):.2f} | "
-            f"{mean('top5'):.4f} | {np.mean([cpu_at(r, r['epochs']) for r in rs]):.0f} | "
+            f"{'/'.join(map(str, steps))} | {mean('top1'):.4f} | "
+            f"{mean('top1') / default if default else float('nan'):.2f} | {mean('top5'):.4f} | "
+            f"{mean('top5_scores'):.4f} | {np.mean([cpu_at(r, r['epochs']) for r in rs]):.0f} | "
             f"{curve} |"
         )
     return lines
@@ -525,7 +542,7 @@ def comparisons(scores: dict, reference: str, arms: Sequence[str]) -> list[Compa
         if arm == reference:
             continue
         for family in families:
-            for column in ("top5", "top1_rule"):
+            for column in ("top5", "top1"):
                 mine = errors_of(scores, arm, family, column)
                 ref = errors_of(scores, reference, family, column)
                 if paired_differences(mine, ref):
@@ -534,35 +551,45 @@ def comparisons(scores: dict, reference: str, arms: Sequence[str]) -> list[Compa
 
 
 def matched_cpu(scores: dict, reference: str, arms: Sequence[str]) -> list[str]:
-    """Each arm's finished runs against the reference's curve at the same training CPU: top-5
-    per kernel, paired, with the bootstrap interval (a reference curve must reach the arm's
-    CPU: the reference trained longer)."""
+    """Each arm against the reference at the same training CPU seconds, top-5 per kernel,
+    paired, with the bootstrap interval: the cheaper run finished (selected, as trained)
+    against the costlier one's held-out curve at the epoch nearest the same CPU (the weights
+    of that epoch, mid-schedule, ranked by their scores alone), per draw and seed."""
     lines = []
     families = sorted({f for (_, f, _, _) in scores})
     for arm in arms:
         if arm == reference:
             continue
         for family in families:
-            cpu = {
-                (d, s): cpu_at(r, r["epochs"])
-                for (a, f, d, s), r in scores.items()
-                if (a, f) == (arm, family)
+            runs = {
+                name: {(d, s): r for (a, f, d, s), r in scores.items() if (a, f) == (name, family)}
+                for name in (arm, reference)
             }
-            ref = matched_cpu_errors(scores, reference, family, cpu)
-            mine = errors_of(scores, arm, family, "top5")
+            pairs = sorted(set(runs[arm]) & set(runs[reference]))
+            if not pairs:
+                continue
+            cpu = {
+                n: float(np.mean([cpu_at(r, r["epochs"]) for r in runs[n].values()])) for n in runs
+            }
+            cheap, dear = (arm, reference) if cpu[arm] <= cpu[reference] else (reference, arm)
+            at = {k: cpu_at(runs[cheap][k], runs[cheap][k]["epochs"]) for k in pairs}
+            curve = matched_cpu_errors(scores, dear, family, at)
+            finished = errors_of(scores, cheap, family, "top5_scores")  # as the curve ranks
+            mine, ref = (finished, curve) if cheap == arm else (curve, finished)
             if not paired_differences(mine, ref):
                 continue
             c = compare(arm, family, "top5 at matched CPU", mine, ref)
             lines.append(
-                f"| {arm} | {family} | {np.mean(list(cpu.values())):.0f} | "
-                f"{c.reference_mean:.4f} | {c.difference:+.4f} | {c.low:+.4f} to {c.high:+.4f} |"
+                f"| {arm} | {family} | {cpu[arm]:.0f} | {cpu[reference]:.0f} | {dear}'s curve "
+                f"at {cpu[cheap]:.0f} s | {c.reference_mean:.4f} | {c.difference:+.4f} | "
+                f"{c.low:+.4f} to {c.high:+.4f} |"
             )
     if not lines:
         return []
     return [
-        f"| arm | family | arm's CPU s/run | {reference}'s curve top-5 there | difference | "
-        f"{LEVEL:.0%} interval |",
-        "|---|---|---|---|---|---|",
+        f"| arm | family | arm's CPU s/run | {reference}'s | compared | {reference}'s top-5 "
+        f"| arm - {reference} | {LEVEL:.0%} interval |",
+        "|---|---|---|---|---|---|---|---|",
         *lines,
     ]
 
@@ -577,9 +604,10 @@ def markdown(a: argparse.Namespace, scores: dict, command: str) -> str:
         f"{a.max_configs or 'all'} configs), data seeds {a.data_seeds}, training seeds "
         f"{a.seeds}, {a.epochs} epochs x the arm's multiple (early stop {a.early_stop}); every "
         f"figure on {a.heldout} held-out test kernels per draw that neither selection nor the "
-        "rule saw. steps: optimiser steps (usable train kernels // batch x epochs). top-1 by "
-        "rule: each run's own ranking with config 0's rule fitted on validation; / config 0: "
-        "over config 0's own top-1 error. Curve: held-out top-5 of the weights at that epoch "
+        "rule saw. steps: optimiser steps (usable train kernels // batch x epochs). top-1, top-5: "
+        "each run's own ranking (its config 0 margin and gate, fitted on validation); / "
+        "config 0: over config 0's own top-1 error; by scores alone: without the margin and "
+        "gate. Curve: held-out top-5 of the weights at that epoch "
         f"(before selection, ranked by scores alone), every {a.curve_every} epochs. CPU s/run: "
         "the training epochs' process CPU seconds.",
         "",
@@ -588,21 +616,23 @@ def markdown(a: argparse.Namespace, scores: dict, command: str) -> str:
         f"Paired per-kernel differences against {a.reference} (mean over kernels and draws of "
         f"the per-kernel error, each the mean over seeds), {LEVEL:.0%} intervals from a "
         f"bootstrap over draws and kernels ({BOOTSTRAP} resamples); the decision rule's "
-        f"margins: top-5 {MARGIN_TOP5:.0%} of {a.reference}'s, top-1 by rule +{MARGIN_TOP1} "
+        f"margins: top-5 {MARGIN_TOP5:.0%} of {a.reference}'s, top-1 +{MARGIN_TOP1} "
         f"where config 0 is the compiler's default ({', '.join(DEFAULT_FIRST)}).",
         "",
         *verdict_table(cs, a.reference),
     ]
-    matched = matched_cpu(scores, a.long_reference or a.reference, arms)
-    if matched:
-        parts += [
-            "",
-            f"At matched training CPU: each arm's finished runs against "
-            f"{a.long_reference or a.reference}'s held-out curve at the epoch nearest the same "
-            "CPU seconds (same draw and seed):",
-            "",
-            *matched,
-        ]
+    for reference in dict.fromkeys([a.reference, *filter(None, a.long_reference.split(","))]):
+        matched = matched_cpu(scores, reference, arms)
+        if matched:
+            parts += [
+                "",
+                f"At matched training CPU seconds against {reference}: the cheaper run "
+                "finished against the costlier one's held-out curve at the epoch nearest the "
+                "same CPU (that epoch's weights, mid-schedule, ranked by their scores alone; "
+                "same draw and seed), top-5 per kernel, paired:",
+                "",
+                *matched,
+            ]
     return "\n".join(parts) + "\n"
 
 
@@ -613,7 +643,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--arms", default="bare32,att48", help=f"some of {', '.join(ARMS)}")
     p.add_argument("--reference", default="bare32", help="the arm the others are paired with")
     p.add_argument(
-        "--long_reference", default="", help="the arm whose curve gives matched-CPU figures"
+        "--long_reference",
+        default="",
+        help="more arms (comma-separated) to compare every arm with at matched CPU seconds",
     )
     p.add_argument("--data_seeds", default="0,1")
     p.add_argument("--seeds", default="0,1")
@@ -663,8 +695,9 @@ def main(argv: Sequence[str] | None = None) -> None:
     (out / f"{a.name}.md").write_text(text)
     summary = dict(
         command=command,
-        runs={"__".join(map(str, k)): {x: v[x] for x in v if x != "curve"} for k, v in
-              scores.items()},
+        runs={
+            "__".join(map(str, k)): {x: v[x] for x in v if x != "curve"} for k, v in scores.items()
+        },
         comparisons=[c.__dict__ for c in comparisons(scores, a.reference, a.arms.split(","))],
     )
     (out / f"{a.name}.json").write_text(json.dumps(summary, indent=1))

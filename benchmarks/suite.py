@@ -223,26 +223,16 @@ def budget_text(a: argparse.Namespace) -> str:
     )
 
 
-def family_roots(a: argparse.Namespace, work: Path) -> dict[str, Path]:
-    """Where `make_data` puts each family's data set under `work` (`{family: data root}`),
-    with `--shuffled` (where `a` has it) the shuffled copies too; nothing is made. A root's
-    name holds every budget figure its data depend on, a shuffled copy's its family root's:
-    two budgets under one `--work` never share (and reuse) one another's data."""
+def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
+    """One data set per family under `work/data`, and with `--shuffled` (where `a` has it) its
+    shuffled copy, reused when present: `{family: data root}`. A root's name holds every
+    budget figure its data depend on, a shuffled copy's its family root's: two budgets under
+    one `--work` never share (and reuse) one another's data."""
     roots = {}
     for family in a.families.split(","):
         name = f"{family}_{a.train}_{a.valid}_{a.test}_{a.data_seed}"
         name += f"_cap{a.max_configs}" if a.max_configs else ""
-        roots[family] = work / "data" / name
-        if getattr(a, "shuffled", False):
-            roots[family + SHUFFLED] = work / "data" / (name + SHUFFLED)
-    return roots
-
-
-def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
-    """One data set per family, and with `--shuffled` its shuffled copy (reused when present)."""
-    roots = family_roots(a, work)
-    for family in a.families.split(","):
-        root = roots[family]
+        root = roots[family] = work / "data" / name
         if not (root / "test").is_dir():
             start = time.perf_counter()
             synthetic.generate(
@@ -256,9 +246,10 @@ def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
                 progress=False,
             )
             print(f"{family}: generated in {time.perf_counter() - start:.0f} s", flush=True)
-        shuffled = roots.get(family + SHUFFLED)
-        if shuffled is not None and not (shuffled / "valid").is_dir():
-            shuffle_configs(root, shuffled)
+        if getattr(a, "shuffled", False):
+            shuffled = roots[family + SHUFFLED] = work / "data" / (name + SHUFFLED)
+            if not (shuffled / "valid").is_dir():
+                shuffle_configs(root, shuffled)
     return roots
 
 

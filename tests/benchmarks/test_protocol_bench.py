@@ -66,27 +66,27 @@ def test_the_decision_rule(protocol):
     ok = [
         c("archetype", "top5", 0.10, -0.03, -0.01),
         c("archetype-shuffled", "top5", 0.12, -0.02, -0.001),
-        # Margins: top-5 10% of the reference's (0.005 here), top-1 by rule +0.003 where
+        # Margins: top-5 10% of the reference's (0.005 here), top-1 +0.003 where
         # config 0 is the compiler's default.
         c("alt", "top5", 0.05, -0.01, 0.005),
-        c("alt", "top1_rule", 0.14, -0.01, 0.003),
+        c("alt", "top1", 0.14, -0.01, 0.003),
         c("alt-shuffled", "top5", 0.20, -0.01, 0.019),
         # No top-1 margin where config 0 is not the default (archetype, shuffled copies).
-        c("archetype", "top1_rule", 0.3, 0.0, 0.05),
-        c("alt-shuffled", "top1_rule", 0.5, 0.0, 0.05),
+        c("archetype", "top1", 0.3, 0.0, 0.05),
+        c("alt-shuffled", "top1", 0.5, 0.0, 0.05),
     ]
     assert protocol.decide(ok) == {"new": "CHANGE"}
     worse = [
         ok[0],
         c("archetype-shuffled", "top5", 0.12, -0.02, 0.001),  # the interval holds 0
         c("alt", "top5", 0.05, -0.01, 0.0051),
-        c("alt", "top1_rule", 0.14, -0.01, 0.0031),
+        c("alt", "top1", 0.14, -0.01, 0.0031),
     ]
     (verdict,) = protocol.decide(worse).values()
     assert verdict == (
         "KEEP: top-5 on archetype-shuffled not lower (interval -0.0200 to +0.0010); "
         "top5 on alt may be worse by +0.0051 (margin 0.0050); "
-        "top1_rule on alt may be worse by +0.0031 (margin 0.0030)"
+        "top1 on alt may be worse by +0.0031 (margin 0.0030)"
     )
     (missing,) = protocol.decide([ok[0]]).values()
     assert missing == "KEEP: no top-5 comparison on archetype-shuffled"
