@@ -34,6 +34,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -263,18 +264,23 @@ def write_heldout(root: Path, family: str, seed: int, kernels: int, max_configs:
     counts = {"train": 0, "valid": 0, "test": kernels}
     maker = families.get_family(family)
     staging = out.with_name(f".{out.name}.tmp")
-    (staging / "test").mkdir(parents=True, exist_ok=True)
-    for split, i, tile_id, weights in writer._split_plan(counts, seed, None):
-        rng = np.random.default_rng([seed, SPLITS.index(split), i, 1])  # as writer._Job.write
-        arrays = maker.make_kernel(
-            rng, kind_weights=weights, labelled=True, max_configs=max_configs or None
-        )
-        made = root / "test" / f"{tile_id}.npz"
-        if made.exists():
-            with np.load(made) as z:
-                if not np.array_equal(z["config_feat"], arrays["config_feat"]):
-                    raise RuntimeError(f"{made}: not the kernel the generator makes again")
-        np.savez(staging / "test" / f"{tile_id}.npz", **arrays)
+    shutil.rmtree(staging, ignore_errors=True)  # a run stopped half-way
+    (staging / "test").mkdir(parents=True)
+    try:
+        for split, i, tile_id, weights in writer._split_plan(counts, seed, None):
+            rng = np.random.default_rng([seed, SPLITS.index(split), i, 1])  # as _Job.write
+            arrays = maker.make_kernel(
+                rng, kind_weights=weights, labelled=True, max_configs=max_configs or None
+            )
+            made = root / "test" / f"{tile_id}.npz"
+            if made.exists():
+                with np.load(made) as z:
+                    if not np.array_equal(z["config_feat"], arrays["config_feat"]):
+                        raise RuntimeError(f"{made}: not the kernel the generator makes again")
+            np.savez(staging / "test" / f"{tile_id}.npz", **arrays)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     staging.rename(out)
     return out
 

@@ -5,6 +5,7 @@ a default (the protocol itself trains by hand)."""
 from __future__ import annotations
 
 import importlib.util
+import shutil
 import sys
 from pathlib import Path
 
@@ -106,3 +107,31 @@ def test_the_verdict_table_says_when_an_interval_does_not_tell(protocol):
     assert lines[3].endswith("| -0.0200 to -0.0100 | 0.0100 | lower |")
     assert lines[4].endswith("| 0.0050 | higher; may be worse than the margin |")
     assert lines[-1].startswith("- new as the default (against bare32): KEEP: top-5 on archetype")
+
+
+def test_the_heldout_split_is_the_test_split_with_its_runtimes(protocol, tmp_path):
+    from tpu_tiles_models import synthetic
+
+    root = tmp_path / "roofline"
+    synthetic.generate(
+        root, train=2, valid=2, test=3, seed=4, max_configs=20, family="roofline", progress=False
+    )
+    heldout = protocol.write_heldout(root, "roofline", seed=4, kernels=5, max_configs=20)
+    assert heldout == tmp_path / "roofline.heldout"
+    made = sorted(p.name for p in (heldout / "test").glob("*.npz"))
+    shipped = sorted(p.name for p in (root / "test").glob("*.npz"))
+    assert len(made) == 5 and set(shipped) <= set(made)
+    for name in made:
+        with np.load(heldout / "test" / name) as z:
+            assert np.all(z["config_runtime"] > 0)  # labelled
+            if name in shipped:
+                with np.load(root / "test" / name) as t:
+                    assert not np.any(t["config_runtime"])  # the data set's test: zeros
+                    for key in ("config_feat", "node_feat", "config_runtime_normalizers"):
+                        np.testing.assert_array_equal(z[key], t[key])
+    # Kept when present; made with other flags than the data set's, refused.
+    assert protocol.write_heldout(root, "roofline", seed=4, kernels=5, max_configs=20) == heldout
+    shutil.rmtree(heldout)
+    with pytest.raises(RuntimeError, match="not the kernel the generator makes again"):
+        protocol.write_heldout(root, "roofline", seed=4, kernels=5, max_configs=3)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["roofline"]  # nothing half-made
