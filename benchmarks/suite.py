@@ -33,8 +33,12 @@ Writes `benchmarks/results/suite.csv` (one row per run), `suite.md` (mean +- std
 family, model and recipe, with the selection rule's verdict) and `suite.png` (`--name` names
 them otherwise).
 
-The selection rule (docs/choosing.md): a recipe or model default becomes the recommendation
-only if it beats the alternative on every family by more than one std across seeds.
+The selection rule here is the old one (docs/choosing.md): a recipe or model default became
+the recommendation only if it beat the alternative on every family by more than one std
+across seeds, on the validation kernels. Its verdicts stand for the results files it wrote
+(`suite*.md`); a default now changes by `benchmarks/protocol.py`'s rule (held-out test
+kernels, two draws of each family, paired per-kernel intervals), which reuses this script's
+data sets and shuffled copies.
 """
 
 from __future__ import annotations
