@@ -603,19 +603,23 @@ def matched_cpu(scores: dict, reference: str, arms: Sequence[str]) -> list[str]:
 def markdown(a: argparse.Namespace, scores: dict, command: str) -> str:
     arms = a.arms.split(",")
     cs = comparisons(scores, a.reference, arms)
+    draws = sorted({k[2] for k in scores})
+    seeds = sorted({k[3] for k in scores})
+    kernels = sorted({len(r["top5"]) for r in scores.values()})
     parts = [
         f"`{command}`",
         "",
         f"{a.train} train / {a.valid} valid kernels per family and draw (at most "
-        f"{a.max_configs or 'all'} configs), data seeds {a.data_seeds}, training seeds "
-        f"{a.seeds}, {a.epochs} epochs x the arm's multiple (early stop {a.early_stop}); every "
-        f"figure on {a.heldout} held-out test kernels per draw that neither selection nor the "
-        "rule saw. steps: optimiser steps (usable train kernels // batch x epochs). top-1, top-5: "
-        "each run's own ranking (its config 0 margin and gate, fitted on validation); / "
-        "config 0: over config 0's own top-1 error; by scores alone: without the margin and "
-        "gate. Curve: held-out top-5 of the weights at that epoch "
+        f"{a.max_configs or 'all'} configs), data seeds (draws) {draws}, training seeds "
+        f"{seeds} (what finished: see runs), {a.epochs} epochs x the arm's multiple (early stop "
+        f"{a.early_stop}), {a.score_candidates} candidate epochs rescored on validation; every "
+        f"figure on {'/'.join(map(str, kernels))} held-out test kernels per draw that neither "
+        "selection nor the rule saw. steps: optimiser steps (usable train kernels // batch x "
+        "epochs). top-1, top-5: each run's own ranking (its config 0 margin and gate, fitted "
+        "on validation); / config 0: over config 0's own top-1 error; by scores alone: "
+        "without the margin and gate. Curve: held-out top-5 of the weights at that epoch "
         f"(before selection, ranked by scores alone), every {a.curve_every} epochs. CPU s/run: "
-        "the training epochs' process CPU seconds.",
+        "the training epochs' process CPU seconds (the machine shared with other work).",
         "",
         *run_table(scores),
         "",
