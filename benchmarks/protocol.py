@@ -136,7 +136,9 @@ class Comparison:
 
     arm: str
     family: str
-    column: str  # "top5" or "top1": of each run's own ranking (its rule); "top5_scores"
+    # "top5", "top1": of each run's own ranking (its rule); "top5_last": its last epoch's
+    # weights before selection, by scores alone (the curve's last point)
+    column: str
     reference_mean: float
     difference: float  # arm - reference, mean over kernels and draws
     low: float
@@ -477,7 +479,11 @@ def load_scores(work: Path) -> dict[tuple[str, str, int, int], dict]:
     out = {}
     for path in sorted((work / "scores").glob("*.json")):
         arm, family, draw, seed = path.stem.split("__")
-        out[arm, family, int(draw[1:]), int(seed[1:])] = json.loads(path.read_text())
+        r = json.loads(path.read_text())
+        last = r["curve"][-1] if r["curve"] else None
+        if last is not None and last["epoch"] == r["epochs"]:  # the last epoch's weights
+            r["top5_last"] = last["top5"]
+        out[arm, family, int(draw[1:]), int(seed[1:])] = r
     return out
 
 
@@ -485,7 +491,7 @@ def errors_of(scores: dict, arm: str, family: str, column: str) -> dict[int, dic
     """`{draw: {seed: [kernels]}}` per-kernel errors of one arm on one family."""
     out: dict[int, dict[int, np.ndarray]] = defaultdict(dict)
     for (a, f, draw, seed), r in scores.items():
-        if (a, f) == (arm, family):
+        if (a, f) == (arm, family) and column in r:
             out[draw][seed] = np.asarray(r[column], np.float64)
     return dict(out)
 
@@ -548,7 +554,7 @@ def comparisons(scores: dict, reference: str, arms: Sequence[str]) -> list[Compa
         if arm == reference:
             continue
         for family in families:
-            for column in ("top5", "top1"):
+            for column in ("top5", "top1", "top5_last"):
                 mine = errors_of(scores, arm, family, column)
                 ref = errors_of(scores, reference, family, column)
                 if paired_differences(mine, ref):
@@ -619,7 +625,9 @@ def markdown(a: argparse.Namespace, scores: dict, command: str) -> str:
         "on validation); / config 0: over config 0's own top-1 error; by scores alone: "
         "without the margin and gate. Curve: held-out top-5 of the weights at that epoch "
         f"(before selection, ranked by scores alone), every {a.curve_every} epochs. CPU s/run: "
-        "the training epochs' process CPU seconds (the machine shared with other work).",
+        "the training epochs' process CPU seconds (the machine shared with other work). "
+        "In the comparisons, top5_last: the last epoch's weights, before selection, by their "
+        "scores alone (no decision reads it).",
         "",
         *run_table(scores),
         "",
