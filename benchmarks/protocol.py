@@ -711,10 +711,20 @@ def main(argv: Sequence[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(a, scores, command)
     (out / f"{a.name}.md").write_text(text)
+    per_kernel = ("top1", "top5", "top1_scores", "top5_scores", "top1_default", "top5_last")
     summary = dict(
         command=command,
+        # Per run its means over the held-out kernels (the per-kernel figures stay in the
+        # work folder's scores/, which `--tabulate` reads).
         runs={
-            "__".join(map(str, k)): {x: v[x] for x in v if x != "curve"} for k, v in scores.items()
+            "__".join(map(str, k)): {
+                **{x: v[x] for x in v if x not in (*per_kernel, "curve", "tile_ids")},
+                **{x: float(np.mean(v[x])) for x in per_kernel if x in v},
+                "curve": [
+                    dict(epoch=p["epoch"], top5=float(np.mean(p["top5"]))) for p in v["curve"]
+                ],
+            }
+            for k, v in scores.items()
         },
         comparisons=[c.__dict__ for c in comparisons(scores, a.reference, a.arms.split(","))],
     )
