@@ -26,7 +26,7 @@ from . import archetype
 from .archetype import Core
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def core_of(seed: int) -> tuple[Core, bool]:
     """The core of data seed `seed` (drawn), and whether its log is the autotuner's (odd
     seeds) or 12-400 random tiles (even seeds)."""
