@@ -33,8 +33,12 @@ Writes `benchmarks/results/suite.csv` (one row per run), `suite.md` (mean +- std
 family, model and recipe, with the selection rule's verdict) and `suite.png` (`--name` names
 them otherwise).
 
-The selection rule (docs/choosing.md): a recipe or model default becomes the recommendation
-only if it beats the alternative on every family by more than one std across seeds.
+The selection rule here is the old one (docs/choosing.md): a recipe or model default became
+the recommendation only if it beat the alternative on every family by more than one std
+across seeds, on the validation kernels. Its verdicts stand for the results files it wrote
+(`suite*.md`); a default now changes by `benchmarks/protocol.py`'s rule (held-out test
+kernels, two draws of each family, paired per-kernel intervals), which reuses this script's
+data sets and shuffled copies.
 """
 
 from __future__ import annotations
@@ -223,26 +227,16 @@ def budget_text(a: argparse.Namespace) -> str:
     )
 
 
-def family_roots(a: argparse.Namespace, work: Path) -> dict[str, Path]:
-    """Where `make_data` puts each family's data set under `work` (`{family: data root}`),
-    with `--shuffled` (where `a` has it) the shuffled copies too; nothing is made. A root's
-    name holds every budget figure its data depend on, a shuffled copy's its family root's:
-    two budgets under one `--work` never share (and reuse) one another's data."""
+def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
+    """One data set per family under `work/data`, and with `--shuffled` (where `a` has it) its
+    shuffled copy, reused when present: `{family: data root}`. A root's name holds every
+    budget figure its data depend on, a shuffled copy's its family root's: two budgets under
+    one `--work` never share (and reuse) one another's data."""
     roots = {}
     for family in a.families.split(","):
         name = f"{family}_{a.train}_{a.valid}_{a.test}_{a.data_seed}"
         name += f"_cap{a.max_configs}" if a.max_configs else ""
-        roots[family] = work / "data" / name
-        if getattr(a, "shuffled", False):
-            roots[family + SHUFFLED] = work / "data" / (name + SHUFFLED)
-    return roots
-
-
-def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
-    """One data set per family, and with `--shuffled` its shuffled copy (reused when present)."""
-    roots = family_roots(a, work)
-    for family in a.families.split(","):
-        root = roots[family]
+        root = roots[family] = work / "data" / name
         if not (root / "test").is_dir():
             start = time.perf_counter()
             synthetic.generate(
@@ -256,9 +250,10 @@ def make_data(a: argparse.Namespace, work: Path) -> dict[str, Path]:
                 progress=False,
             )
             print(f"{family}: generated in {time.perf_counter() - start:.0f} s", flush=True)
-        shuffled = roots.get(family + SHUFFLED)
-        if shuffled is not None and not (shuffled / "valid").is_dir():
-            shuffle_configs(root, shuffled)
+        if getattr(a, "shuffled", False):
+            shuffled = roots[family + SHUFFLED] = work / "data" / (name + SHUFFLED)
+            if not (shuffled / "valid").is_dir():
+                shuffle_configs(root, shuffled)
     return roots
 
 
@@ -271,6 +266,8 @@ def shuffle_configs(source: Path, target: Path, seed: int = 0) -> None:
     staging = target.with_name(f".{target.name}.tmp")
     shutil.rmtree(staging, ignore_errors=True)
     for split in ("train", "valid", "test"):
+        if not (source / split).is_dir():  # a held-out set holds its test split alone
+            continue
         (staging / split).mkdir(parents=True)
         for i, path in enumerate(sorted((source / split).glob("*.npz"))):
             with np.load(path) as npz:

@@ -5,6 +5,7 @@ apart."""
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from collections import Counter
@@ -21,8 +22,9 @@ from tpu_tiles_models.synthetic import features
 
 FAMILIES = benchmark_families()
 NAMES = [f.name for f in FAMILIES.FAMILIES]
-# The families whose config 0 is the compiler's default (`archetype`'s is an ordinary tile).
-DEFAULT_FIRST = [name for name in NAMES if name != "archetype"]
+# The families whose config 0 is the compiler's default (`archetype`'s is an ordinary tile,
+# and so is `drawn`'s on even data seeds).
+DEFAULT_FIRST = [name for name in NAMES if name not in ("archetype", "drawn")]
 pytestmark = pytest.mark.filterwarnings("ignore::tpu_tiles_models.synthetic.ValidationSplitWarning")
 # As `test_synthetic.FROZEN_DIGESTS` (alt re-frozen with roofline when their runtimes got the
 # real spread; inference frozen when it was added), and unchanged by their move out of the
@@ -32,12 +34,13 @@ FROZEN_DIGESTS = {
     "fusion": "a05423fe2418babd187e1f57c7d50bf6f20df785a927dc9f4f58781ae9907707",
     "inference": "168d67b2f48cbe62f7478fd88a7aecb48dc57cc059e7a04443eaef97808ef886",
     "archetype": "66da069dcf0bd6e0c51cb45611ada78579ae424b9556e65e1d8dca84e7eccc20",
+    "drawn": "bba369f2279ac081b79a71e7101ab650f55d93968afa6f6e68703b686eb72dd7",
 }
 
 
 def test_the_families_are_registered_in_the_suites_order() -> None:
-    assert NAMES == ["alt", "fusion", "inference", "archetype"] == list(FROZEN_DIGESTS)
-    assert list(synthetic.FAMILIES)[:5] == ["roofline", *NAMES]
+    assert NAMES == ["alt", "fusion", "inference", "archetype", "drawn"] == list(FROZEN_DIGESTS)
+    assert list(synthetic.FAMILIES)[:6] == ["roofline", *NAMES]
     assert all(synthetic.get_family(f.name) is f for f in FAMILIES.FAMILIES)
 
 
@@ -95,7 +98,9 @@ def test_config_zero_is_the_default(ranked_roots: dict[str, Path], family: str) 
     package.check_config_zero_is_the_default(ranked_roots[family])
 
 
-@pytest.mark.parametrize("family", NAMES)
+# `drawn`'s cost model is its data seed's, which `Family.runtime` is not given (seed 0's):
+# `test_drawn_draws_a_core_and_a_log_per_data_seed` checks it with the seed.
+@pytest.mark.parametrize("family", [name for name in NAMES if name != "drawn"])
 def test_rank_is_predictable_from_features(ranked_roots: dict[str, Path], family: str) -> None:
     package.check_rank_is_predictable_from_features(ranked_roots[family], family)
 
@@ -127,7 +132,7 @@ def test_every_family_is_deterministic_per_seed(
 
 
 def test_families_differ_on_the_same_seed(tiny_roots: dict[str, Path]) -> None:
-    assert len({_tree_digest(root) for root in tiny_roots.values()}) == len(tiny_roots) == 5
+    assert len({_tree_digest(root) for root in tiny_roots.values()}) == len(tiny_roots) == 6
 
 
 def test_cost_models_disagree_on_some_kernels(synth_root: Path) -> None:
@@ -281,16 +286,41 @@ def test_archetype_pads_operands_to_8_by_128() -> None:
     assert np.median(padded[short] / plain[short]) > 1.1
 
 
-def test_archetype_spills_past_the_scratchpad(monkeypatch) -> None:
+def test_archetype_spills_past_the_scratchpad() -> None:
     arch, cfg = _archetype_matmul((8, 128))
     archetype = FAMILIES.archetype
     runtime, ws = archetype.cost(arch, cfg)
     spills = ws > archetype.VMEM
     assert 10 <= spills.sum() < len(cfg) - 10
-    monkeypatch.setattr(archetype, "VMEM", 1e12)  # a scratchpad nothing overflows
-    roomy = archetype.cost(arch, cfg)[0]
+    roomy_core = dataclasses.replace(archetype.CORE, vmem=1e12)  # nothing overflows it
+    roomy = archetype.cost(arch, cfg, roomy_core)[0]
     np.testing.assert_array_equal(roomy[~spills], runtime[~spills])
     assert np.all(roomy[spills] < runtime[spills] / 1.2)  # no overlap, and the excess moved
+
+
+def test_drawn_draws_a_core_and_a_log_per_data_seed() -> None:
+    drawn = FAMILIES.drawn
+    (core0, auto0), (core1, auto1) = drawn.core_of(0), drawn.core_of(1)
+    assert core0 != core1 and (auto0, auto1) == (False, True)  # odd seeds: the autotuner's log
+    assert drawn.core_of(0) == (core0, auto0)  # a function of the seed alone
+    for seed in (0, 1):
+        rng = np.random.default_rng([seed, 0, 3, 1])  # as `generate` seeds train kernel 3
+        assert drawn.data_seed(rng) == seed
+        k = drawn.make_kernel(rng)
+        measured = k["config_runtime"] / k["config_runtime_normalizers"]
+        exact = drawn.runtime(
+            k["node_feat"], k["node_opcode"], k["edge_index"], k["config_feat"], seed=seed
+        )
+        # Its runtimes are its seed's core's, up to the measurement noise (a few %).
+        ratio = k["config_runtime"] / exact
+        assert np.all(np.abs(np.log(ratio / np.median(ratio))) < 0.1)
+        if seed == 1:  # the autotuner's log: config 0 the compiler's default, the normaliser
+            assert abs(measured[0] - 1.0) < 0.1
+    # The same kernel graph on the other seed's core costs otherwise.
+    other = drawn.runtime(
+        k["node_feat"], k["node_opcode"], k["edge_index"], k["config_feat"], seed=0
+    )
+    assert not np.allclose(other, exact)
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,9 @@ how kernels are built and how a tile changes runtime (docs/synthetic.md):
   operand cache and a smooth capacity penalty;
 - `fusion` (`fusion`, its graphs `fusion_graphs`, its search space `fusion_space`): chains of
   fused op groups, every node tiled and padded, compute and memory phases;
-- `inference` (`inference`): the same fusions in an inference graph's mix, on a v4i-like core.
+- `inference` (`inference`): the same fusions in an inference graph's mix, on a v4i-like core;
+- `archetype` (`archetype`): the same fusions, (8, 128) padding, halos, spills, random logs;
+- `drawn` (`drawn`): archetype's, on a core and a log drawn per data seed.
 
 Users get `roofline` alone; a benchmark script puts benchmarks/lib on `sys.path`, imports this
 package and then names these families like the package's own:
@@ -23,7 +25,7 @@ from pathlib import Path
 
 from tpu_tiles_models.synthetic.families import Family, register
 
-from . import alt, archetype, fusion, fusion_space, inference
+from . import alt, archetype, drawn, fusion, fusion_space, inference
 
 # `generate`'s worker processes (Apache Beam's) unpickle these families' functions by module
 # name, so they must find this package as this process did: through PYTHONPATH, which they
@@ -61,6 +63,12 @@ FAMILIES = (
         "config 0 ordinary",
         archetype.make_kernel,
         archetype.runtime,
+    ),
+    Family(
+        "drawn",
+        "archetype's kernels and cost model on a core and a log drawn per data seed",
+        drawn.make_kernel,
+        drawn.runtime,
     ),
 )
 for _family in FAMILIES:

@@ -78,6 +78,26 @@ BF16_SHARE = 0.3
 
 
 @dataclass(frozen=True)
+class Core:
+    """The constants the cost model reads (rates per nanosecond, bytes): `CORE` is this
+    family's; the `drawn` family draws its own per data seed."""
+
+    vmem: float = VMEM
+    compile_limit: float = COMPILE_LIMIT
+    hbm: float = HBM
+    mxu_bf16: float = MXU_BF16
+    mxu_f32: float = MXU_F32
+    vpu: float = VPU
+    step_ns: float = STEP_NS
+    launch_ns: float = LAUNCH_NS
+    sublanes: int = SUBLANES
+    lanes: int = LANES
+
+
+CORE = Core()
+
+
+@dataclass(frozen=True)
 class Operand:
     """A tiled operand as it sits in HBM.
 
@@ -94,13 +114,14 @@ class Operand:
     pad: np.ndarray
     nbytes: float
     axes: np.ndarray
+    row: int = SUBLANES  # a one-dim operand's sublane row
 
     def tile_bytes(self, ext: np.ndarray) -> np.ndarray:
         """`[c]` bytes of tiles with extents `ext` `[c, rank]`, clipped to the operand and
-        padded to its granules (a one-dim operand fills one sublane row of `SUBLANES`)."""
+        padded to its granules (a one-dim operand fills one sublane row of `row`)."""
         ext = np.minimum(ext, self.dims)
         padded = np.prod(np.ceil(ext / self.pad) * self.pad, axis=1)
-        return padded * self.nbytes * (SUBLANES if len(self.dims) == 1 else 1)
+        return padded * self.nbytes * (self.row if len(self.dims) == 1 else 1)
 
 
 @dataclass(frozen=True)
@@ -117,9 +138,10 @@ class Archetype:
 
 
 def read_archetype(
-    node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: np.ndarray
+    node_feat: np.ndarray, node_opcode: np.ndarray, edge_index: np.ndarray, core: Core = CORE
 ) -> Archetype:
-    """A kernel's `Archetype`, from its npz arrays only."""
+    """A kernel's `Archetype`, from its npz arrays only; its operands padded to `core`'s
+    sublanes and lanes (where the layout's granules are 8 and 128)."""
     geom = kernel_geometry(node_feat, node_opcode, edge_index)
     opc = np.asarray(node_opcode).astype(np.int64)
     operands = operand_lists(len(opc), np.asarray(edge_index))
@@ -139,7 +161,9 @@ def read_archetype(
     def operand(i: int, axes: np.ndarray | None = None) -> Operand:
         dims = dims_of(node_feat, i)
         axes = np.full(len(dims), -1) if axes is None else axes
-        return Operand(dims, granules(node_feat, i, len(dims)), max(float(ebytes[i]), 1.0), axes)
+        pad = granules(node_feat, i, len(dims))
+        pad = np.where(pad == LANES, core.lanes, np.where(pad == SUBLANES, core.sublanes, pad))
+        return Operand(dims, pad, max(float(ebytes[i]), 1.0), axes, core.sublanes)
 
     def side_axes(i: int) -> np.ndarray:
         """The output dim each dim of parameter `i` follows: the same position (through a
@@ -183,8 +207,9 @@ def _up(x: np.ndarray, granule: int) -> np.ndarray:
     return np.ceil(x / granule) * granule
 
 
-def cost(a: Archetype, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """`[c]` noise-free runtimes (ns) and working sets (bytes) of config rows `[c, 24]`."""
+def cost(a: Archetype, cfg: np.ndarray, core: Core = CORE) -> tuple[np.ndarray, np.ndarray]:
+    """`[c]` noise-free runtimes (ns) and working sets (bytes) of config rows `[c, 24]` on
+    `core`."""
     g, n = a.geom, len(cfg)
     rank = len(g.out_dims)
     units = -(-g.out_dims // g.granule)
@@ -212,10 +237,11 @@ def cost(a: Archetype, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         if a.depthwise:  # one channel per group: multiply-adds on the VPU, not the MXU
             vpu = vpu + 2.0 * out_elems * kh * kw
         else:
-            flops = 2.0 * _up(rows, SUBLANES) * _up(th * tw * ci, LANES) * _up(co, LANES) * passes
+            sub, lane = core.sublanes, core.lanes
+            flops = 2.0 * _up(rows, sub) * _up(th * tw * ci, lane) * _up(co, lane) * passes
     elif g.kind == "dot":
         lhs, rhs = a.main
-        kc = np.minimum(np.maximum(cfg[:, CFG_KERNEL] * LANES, LANES), g.cin)
+        kc = np.minimum(np.maximum(cfg[:, CFG_KERNEL] * LANES, LANES), g.cin)  # the format's
         passes = np.ceil(g.cin / kc)
         lead = [ext[:, d] for d in range(rank - 2)]  # batch dims
         lhs_ext = np.column_stack([*lead, ext[:, -2], kc]) if rank >= 2 else kc[:, None]
@@ -223,7 +249,8 @@ def cost(a: Archetype, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         rhs_ext = np.column_stack([*rhs_lead, kc, ext[:, -1]])
         per_pass = lhs.tile_bytes(lhs_ext) + rhs.tile_bytes(rhs_ext)
         rows = np.prod(ext[:, :-1], axis=1)
-        flops = 2.0 * _up(rows, SUBLANES) * _up(kc, LANES) * _up(ext[:, -1], LANES) * passes
+        sub, lane = core.sublanes, core.lanes
+        flops = 2.0 * _up(rows, sub) * _up(kc, lane) * _up(ext[:, -1], lane) * passes
     elif g.kind == "reduce":
         (x,) = a.main
         in_rank = len(x.dims)
@@ -241,13 +268,13 @@ def cost(a: Archetype, cfg: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     out = out_elems * g.out_bytes
     accumulator = np.where(passes > 1, 4.0 * out_elems, 0.0)
     ws = 2.0 * (per_pass + side + out) + accumulator
-    peak = MXU_F32 if g.main_bytes >= 4 else MXU_BF16
-    comp = flops / peak + vpu / VPU
-    mem = (per_pass * passes + side + out) / HBM
-    spill = np.maximum(ws - VMEM, 0.0)
-    per_tile = np.where(spill > 0, comp + mem + 2.0 * spill / HBM, np.maximum(comp, mem))
-    first = (per_pass + side) / HBM  # the pipeline's first fetch, with nothing to hide under
-    return tiles * (per_tile + STEP_NS) + first + LAUNCH_NS, ws
+    peak = core.mxu_f32 if g.main_bytes >= 4 else core.mxu_bf16
+    comp = flops / peak + vpu / core.vpu
+    mem = (per_pass * passes + side + out) / core.hbm
+    spill = np.maximum(ws - core.vmem, 0.0)
+    per_tile = np.where(spill > 0, comp + mem + 2.0 * spill / core.hbm, np.maximum(comp, mem))
+    first = (per_pass + side) / core.hbm  # the pipeline's first fetch, nothing to hide under
+    return tiles * (per_tile + core.step_ns) + first + core.launch_ns, ws
 
 
 def _side_ext(op: Operand, ext: np.ndarray) -> np.ndarray:
@@ -267,7 +294,7 @@ def compiler_view(a: Archetype) -> Archetype:
     return replace(a, sides=sides)
 
 
-def _space(a: Archetype, meta: dict) -> autotuner.Space:
+def _space(a: Archetype, meta: dict, core: Core = CORE) -> autotuner.Space:
     """A kernel's tile grid (the package's options and config rows) under this cost model: the
     tiles that compile, and the compiler's estimate (`compiler_view`)."""
     opts = choices(a.geom, meta)
@@ -276,11 +303,11 @@ def _space(a: Archetype, meta: dict) -> autotuner.Space:
     return autotuner.Space(
         opts,
         lambda points: config_rows(a.geom, meta, points),
-        lambda rows: cost(a, rows),
-        COMPILE_LIMIT * VMEM,
+        lambda rows: cost(a, rows, core),
+        core.compile_limit * core.vmem,
         compiler_start(a.geom, meta, opts),
         lambda points: tried(points, units, MAX_STEPS),
-        lambda rows: cost(blind, rows)[0],
+        lambda rows: cost(blind, rows, core)[0],
     )
 
 
@@ -299,9 +326,25 @@ def _sample(space: autotuner.Space, a: Archetype, want: int, rng: np.random.Gene
     points = np.stack([np.asarray(c)[i] for c, i in zip(space.choices, idx)], axis=1)
     points = points[space.tries(points)]
     rows = space.rows(points)
-    runtime, ws = cost(a, rows)
+    runtime, ws = space.cost(rows)
     ok = np.flatnonzero(ws <= space.vmem)[:want]
     return points[ok], rows[ok], runtime[ok]
+
+
+def _draw(rng: np.random.Generator, odds: np.ndarray, core: Core):
+    """One kernel drawn from `rng`: its graph arrays, `Archetype` and tile grid on `core`."""
+    kind = list(KERNEL_KINDS)[rng.choice(4, p=odds / odds.sum())]
+    nodes = int(np.clip(np.round(34.0 * np.exp(0.65 * rng.standard_normal())), 2, MAX_NODES))
+    if rng.random() < 0.06:  # a parameter and an op or two
+        nodes = int(rng.integers(2, 8))
+    dtype = "bf16" if rng.random() < BF16_SHARE else "f32"
+    g = Graph(int(rng.choice(4, p=LAYOUT_STYLES)), rng, SWAPPED_INPUTS)
+    meta = KERNEL_KINDS[kind](g, nodes - 1, dtype, rng)
+    finish(g, meta["root"], rng)
+    node_feat, node_opcode, edge_index = g.arrays()
+    arch = read_archetype(node_feat, node_opcode, edge_index, core)
+    graph = dict(node_feat=node_feat, node_opcode=node_opcode, edge_index=edge_index)
+    return graph, arch, _space(arch, meta, core)
 
 
 def make_kernel(
@@ -311,25 +354,32 @@ def make_kernel(
     max_configs: int | None = None,
     min_configs: int = 2,
     labelled: bool = True,
+    core: Core = CORE,
+    autotuned: bool = False,
 ) -> dict[str, np.ndarray]:
-    """One `archetype` kernel's six npz arrays (`families.KernelMaker`): at most
-    `max_configs` configs (`MAX_LOGGED` when None), at least `min_configs`."""
+    """One `archetype` kernel's six npz arrays (`families.KernelMaker`) on `core`: at most
+    `max_configs` configs (`MAX_LOGGED` when None), at least `min_configs`. `autotuned`: logged
+    as the other families' (`autotuner.draw_kernel`: up to thousands of configs, config 0 the
+    compiler's default) instead of 12 to 400 random tiles."""
     odds = np.asarray(KIND_WEIGHTS if kind_weights is None else kind_weights, np.float64)
+    if autotuned:
+
+        def draw() -> tuple[dict[str, np.ndarray], autotuner.Space]:
+            graph, _, space = _draw(rng, odds, core)
+            return graph, space
+
+        return autotuner.draw_kernel(
+            draw,
+            rng,
+            max_configs=max_configs,
+            min_configs=min_configs,
+            labelled=labelled,
+        )
     cap = MAX_LOGGED if max_configs is None else max_configs
     want = round(MIN_CONFIGS * (MAX_LOGGED / MIN_CONFIGS) ** rng.random())
     want = max(min(want, cap), min_configs)
     for attempt in range(DRAWS):
-        kind = list(KERNEL_KINDS)[rng.choice(4, p=odds / odds.sum())]
-        nodes = int(np.clip(np.round(34.0 * np.exp(0.65 * rng.standard_normal())), 2, MAX_NODES))
-        if rng.random() < 0.06:  # a parameter and an op or two
-            nodes = int(rng.integers(2, 8))
-        dtype = "bf16" if rng.random() < BF16_SHARE else "f32"
-        g = Graph(int(rng.choice(4, p=LAYOUT_STYLES)), rng, SWAPPED_INPUTS)
-        meta = KERNEL_KINDS[kind](g, nodes - 1, dtype, rng)
-        finish(g, meta["root"], rng)
-        node_feat, node_opcode, edge_index = g.arrays()
-        arch = read_archetype(node_feat, node_opcode, edge_index)
-        space = _space(arch, meta)
+        graph, arch, space = _draw(rng, odds, core)
         points, rows, runtime = _sample(space, arch, want, rng)
         if len(points) >= min(MIN_CONFIGS, want) or (attempt == DRAWS - 1 and len(points)):
             break
@@ -342,14 +392,12 @@ def make_kernel(
     order = np.concatenate([np.arange(distinct), rng.integers(distinct, size=total - distinct)])
     order = rng.permutation(order)
     default = autotuner.compiler_default(space, fallback=points)
-    base = float(cost(arch, space.rows(default[None, :]))[0][0])
+    base = float(space.cost(space.rows(default[None, :]))[0][0])
     sigma = float(np.clip(0.004 * math.exp(0.9 * rng.standard_normal()), 3e-4, 0.02))
     measured = runtime[order] * np.exp(sigma * rng.standard_normal(len(order)))
     normaliser = base * np.exp(sigma * rng.standard_normal(len(order)))
     return {
-        "node_feat": node_feat,
-        "node_opcode": node_opcode,
-        "edge_index": edge_index,
+        **graph,
         "config_feat": rows[order].astype(np.float32),
         "config_runtime": np.maximum(np.round(measured), 1).astype(np.int64) * int(labelled),
         "config_runtime_normalizers": np.maximum(np.round(normaliser), 1).astype(np.int64),
