@@ -276,14 +276,18 @@ def upstream_run(root: Path, out: Path) -> Path:
     return model_dir
 
 
-def _predict_seconds(checkout: Path, model_dir: Path, root: Path, cache: Path, out: Path) -> float:
-    """Wall seconds of `checkout`'s prediction command in a fresh process (its own package:
-    the script's folder comes first on sys.path)."""
+def _predict_seconds(
+    checkout: Path, model_dir: Path, root: Path, cache: Path, out: Path
+) -> tuple[float, float]:
+    """(wall, CPU) seconds of `checkout`'s prediction command in a fresh process (its own
+    package: the script's folder comes first on sys.path). CPU time (user + system, all its
+    threads) moves less than wall time with other jobs' load."""
     cmd = [sys.executable, str(checkout / SCRIPT), f"--dir={model_dir}", f"--data_root={root}"]
     cmd += [f"--cache_dir={cache}", f"--out={out}", "--no_progress"]
-    start = time.perf_counter()
+    before, start = resource.getrusage(resource.RUSAGE_CHILDREN), time.perf_counter()
     subprocess.run(cmd, check=True, cwd=out.parent, capture_output=True)
-    return time.perf_counter() - start
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
 
 
 def _command_lines(args: argparse.Namespace, work: Path) -> list[str]:
@@ -304,7 +308,7 @@ def _command_lines(args: argparse.Namespace, work: Path) -> list[str]:
         subprocess.run(
             [*git, "worktree", "add", "--detach", str(temp / commit), commit], check=True
         )
-    times: dict[tuple[str, str], list[float]] = {}
+    times: dict[tuple[str, str], list[tuple[float, float]]] = {}
     loads = [os.getloadavg()[0]]
     try:
         for i in range(args.command_repeats):
@@ -324,17 +328,17 @@ def _command_lines(args: argparse.Namespace, work: Path) -> list[str]:
     lines = [
         f"`{SCRIPT}` on an upstream-trained EarlyJoinSAGE ({kernels} test kernels; all three "
         f"splits loaded, as for upstream's runs), {args.command_repeats} interleaved rounds, "
-        f"median (min-max) seconds; load average {min(loads):.1f}-{max(loads):.1f} "
-        "(1-minute, sampled between rounds):",
+        f"median (min-max) seconds, wall and CPU (user + system); load average "
+        f"{min(loads):.1f}-{max(loads):.1f} (1-minute, sampled between rounds):",
         "",
-        "| code | fresh cache | warm cache |",
-        "|---|---|---|",
+        "| code | fresh cache, wall | fresh, CPU | warm cache, wall | warm, CPU |",
+        "|---|---|---|---|---|",
     ]
     for name in checkouts:
         cells = []
         for state in ("fresh", "warm"):
-            t = times[(name, state)]
-            cells.append(f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f})")
+            for t in zip(*times[(name, state)]):
+                cells.append(f"{statistics.median(t):.2f} ({min(t):.2f}-{max(t):.2f})")
         lines.append(f"| {name} | {' | '.join(cells)} |")
     return lines
 
