@@ -134,42 +134,27 @@ def _config_features(graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> 
 
 
 @_plain
-def _adjacency(graph: tfgnn.GraphTensor, receivers: Sequence[str]) -> tf.sparse.SparseTensor:
-    """`[num_nodes, num_nodes]` with a 1 at (v, u) for each `feed` edge with v at one of its
-    `receivers` ends and u at the other (both ends given: each edge counts both ways)."""
+def _neighbours(
+    graph: tfgnn.GraphTensor, h: tf.Tensor, receivers=BOTH_WAYS, *, mean: bool = False
+) -> tf.Tensor:
+    """`S h`: each node's sum of `h` `[num_nodes, ...]` over its `feed` neighbours, producers
+    (receiver SOURCE), consumers (TARGET) or, by default, both; with `mean`, their mean (0
+    without any). `S` is a sparse `[num_nodes, num_nodes]` matrix applied to `h` as
+    `[num_nodes, prod(...)]`: a third of the cost of one message per edge on `[n, c, d]`."""
     adjacency = graph.edge_sets["feed"].adjacency
     ends = {tfgnn.SOURCE: adjacency.source, tfgnn.TARGET: adjacency.target}
     pairs = [tf.stack([ends[r], ends[tfgnn.reverse_tag(r)]], axis=1) for r in receivers]
-    indices = tf.cast(tf.concat(pairs, axis=0), tf.int64)
+    indices = tf.cast(tf.concat(pairs, axis=0), tf.int64)  # (v, u): v receives from u
     n = tf.cast(graph.node_sets["op"].total_size, tf.int64)
-    return tf.sparse.SparseTensor(indices, tf.ones([tf.shape(indices)[0]]), tf.stack([n, n]))
-
-
-@_plain
-def _matmul_rows(adjacency: tf.sparse.SparseTensor, h: tf.Tensor) -> tf.Tensor:
-    """`adjacency @ h` on `h` `[num_nodes, ...]`: one sparse-dense product on
-    `[num_nodes, prod(...)]`, a third of the cost of one message per edge on `[n, c, d]`."""
+    weights = tf.ones([tf.shape(indices)[0]])
+    if mean:
+        count = tf.math.unsorted_segment_sum(weights, indices[:, 0], n)
+        weights = tf.gather(1.0 / count, indices[:, 0])  # every row gathered has count >= 1
+    s = tf.sparse.SparseTensor(indices, weights, tf.stack([n, n]))
     flat = tf.reshape(h, tf.stack([tf.shape(h)[0], -1]))
-    out = tf.reshape(tf.sparse.sparse_dense_matmul(adjacency, flat), tf.shape(h))
+    out = tf.reshape(tf.sparse.sparse_dense_matmul(s, flat), tf.shape(h))
     out.set_shape(h.shape)
     return out
-
-
-@_plain
-def _neighbour_sum(graph: tfgnn.GraphTensor, h: tf.Tensor, receivers=BOTH_WAYS) -> tf.Tensor:
-    """`S h`: each node's sum of `h` `[num_nodes, ...]` over its `feed` neighbours, producers
-    (receiver SOURCE), consumers (TARGET) or, by default, both."""
-    return _matmul_rows(_adjacency(graph, receivers), h)
-
-
-@_plain
-def _neighbour_mean(graph: tfgnn.GraphTensor, h: tf.Tensor, receiver: str) -> tf.Tensor:
-    """Mean of `h` over producers (receiver SOURCE) or consumers (TARGET); 0 without any."""
-    adjacency = _adjacency(graph, (receiver,))
-    rows = adjacency.indices[:, 0]
-    count = tf.math.unsorted_segment_sum(adjacency.values, rows, adjacency.dense_shape[0])
-    weights = tf.gather(1.0 / count, rows)  # every row gathered has count >= 1
-    return _matmul_rows(adjacency.with_values(weights), h)
 
 
 @_plain
@@ -194,18 +179,11 @@ def _per_config(x: tf.Tensor, num_configs: tf.Tensor) -> tf.Tensor:
 
 
 @_plain
-def _times(x: tf.Tensor, w: tf.Tensor) -> tf.Tensor:
-    """`x` `[..., d]` times `w` `[d, u]` -> `[..., u]`, as one 2-D product (a Dense's kernel)."""
-    flat = tf.matmul(tf.reshape(x, [-1, x.shape[-1]]), w)
-    out = tf.reshape(flat, tf.concat([tf.shape(x)[:-1], [w.shape[-1]]], axis=0))
-    out.set_shape(x.shape[:-1].concatenate([w.shape[-1]]))
-    return out
-
-
-@_plain
 def _in_chunks(embed: Callable, configs: tf.Tensor, size: int) -> tf.Tensor:
     """`embed` (`[batch, c, d]` -> `[batch, c, e]`, each config on its own) on at most `size`
     configs at a time: equal chunks, the last one padded and its padding dropped."""
+    if configs.shape[1] is not None and configs.shape[1] <= size:
+        return embed(configs)  # one chunk (a training batch): no loop
     batch, n = tf.shape(configs)[0], tf.shape(configs)[1]
     num_chunks = (n + size - 1) // size
     chunk = (n + num_chunks - 1) // num_chunks
@@ -245,24 +223,16 @@ class _Configured(tf.keras.layers.Layer):
         return {**super().get_config(), **{k: getattr(self, k) for k in self.CONFIG}}
 
 
-@tf.keras.utils.register_keras_serializable(package="tpu_tiles")
-class LogStretch(_Configured):
+@_plain
+def _stretch(x: tf.Tensor, scale: float = 1e4) -> tf.Tensor:
     """`x` `[..., d]` -> `[x || asinh(scale x) / asinh(scale)]` `[..., 2d]`.
 
     Upstream min-max scales every column to [0, 1], which squashes heavy-tailed columns (shape
     products reach 1e9) to about zero for all but the largest kernels; the stretch gives their
     small values back a usable range.
     """
-
-    CONFIG = ("scale",)
-
-    def __init__(self, *, scale: float = 1e4, **kwargs):
-        super().__init__(**kwargs)
-        self.scale = float(scale)
-
-    def call(self, x: tf.Tensor) -> tf.Tensor:
-        x = tf.cast(x, tf.float32)
-        return tf.concat([x, tf.math.asinh(self.scale * x) / math.asinh(self.scale)], axis=-1)
+    x = tf.cast(x, tf.float32)
+    return tf.concat([x, tf.math.asinh(scale * x) / math.asinh(scale)], axis=-1)
 
 
 # Raw TpuGraphs tile:xla columns the tile geometry reads: a node's 6 shape dims and its
@@ -382,8 +352,8 @@ class DirectedSAGEBlock(_Configured):
 
     def call(self, graph: tfgnn.GraphTensor, h: tf.Tensor) -> tf.Tensor:
         z = self._norm(h)
-        producers = self._prod(_neighbour_mean(graph, z, tfgnn.SOURCE))
-        consumers = self._cons(_neighbour_mean(graph, z, tfgnn.TARGET))
+        producers = self._prod(_neighbours(graph, z, [tfgnn.SOURCE], mean=True))
+        consumers = self._cons(_neighbours(graph, z, [tfgnn.TARGET], mean=True))
         return h + self._out(self._act(self._self(z) + producers + consumers))
 
 
@@ -498,14 +468,14 @@ class BidirectionalSAGELayer(_Configured):
         self, *, units: int, activation: str = "leaky_relu", l2_regularization=BASELINE_L2, **kw
     ):
         super().__init__(**kw)
-        _check("BidirectionalSAGELayer", {"units": units, "activation": activation})
+        _check(type(self).__name__, locals())
         self.units, self.activation, self.l2_regularization = units, activation, l2_regularization
         self.dense = _mlp([units], None, l2_regularization)[0]  # W and b
 
     def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
         w_neighbours, w_own = _row_blocks(self.dense, [x.shape[-1]] * 2)
-        pre = _neighbour_sum(graph, _times(x, w_neighbours)) + _times(x, w_own) + self.dense.bias
-        return self.finish(pre)
+        neighbours = _neighbours(graph, tf.tensordot(x, w_neighbours, axes=1))
+        return self.finish(neighbours + tf.tensordot(x, w_own, axes=1) + self.dense.bias)
 
     def finish(self, pre_activation: tf.Tensor) -> tf.Tensor:
         """`l2_normalize(act(.))` of `W [S x || x] + b`."""
@@ -536,7 +506,7 @@ class ResidualGCNLayer(_Configured):
         **kwargs,
     ):
         super().__init__(**kwargs)
-        _check("ResidualGCNLayer", dict(units=units, mlp_layers=mlp_layers, activation=activation))
+        _check(type(self).__name__, locals())
         self.units, self.mlp_layers, self.activation = units, mlp_layers, activation
         self.directed, self.l2_regularization = bool(directed), l2_regularization
         self._act = getattr(tf.nn, activation)
@@ -546,11 +516,11 @@ class ResidualGCNLayer(_Configured):
 
     def call(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
         y = self._act(x)
-        into = _neighbour_sum(graph, tf.ones(tf.stack([tf.shape(y)[0], 1])), [tfgnn.TARGET])
+        into = _neighbours(graph, tf.ones(tf.stack([tf.shape(y)[0], 1])), [tfgnn.TARGET])
         degree = tf.reshape(1.0 + into, [-1] + [1] * (y.shape.rank - 1))  # rows of A + I
-        forward = (_neighbour_sum(graph, y, [tfgnn.TARGET]) + y) / degree  # P y
+        forward = (_neighbours(graph, y, [tfgnn.TARGET]) + y) / degree  # P y
         scaled = y / degree
-        reverse = _neighbour_sum(graph, scaled, [tfgnn.SOURCE]) + scaled  # P^T y
+        reverse = _neighbours(graph, scaled, [tfgnn.SOURCE]) + scaled  # P^T y
         if self.directed:
             f_fwd, f_rev, f_self = self._fs
             return x + _apply(f_fwd, forward) + _apply(f_rev, reverse) + _apply(f_self, y)
@@ -595,10 +565,10 @@ class EarlyJoin:
             w_l, _, w_r = self.blocks
             return tf.matmul(left, w_l) + tf.matmul(right, w_r) + self.dense.bias, None
         sl, _, sr, ol, _, or_ = self.blocks
-        sums = [_neighbour_sum(graph, left), _neighbour_sum(graph, right)]
+        sums = [_neighbours(graph, left), _neighbours(graph, right)]
         parts = tf.concat([*sums, left, right], axis=-1)
         node = tf.matmul(parts, tf.concat([sl, sr, ol, or_], axis=0)) + self.dense.bias
-        return node, _neighbour_sum(graph, tf.ones_like(left[:, :1]))
+        return node, _neighbours(graph, tf.ones_like(left[:, :1]))
 
     def __call__(self, graph: tfgnn.GraphTensor, node_part: tuple, configs: tf.Tensor) -> tf.Tensor:
         """`configs` `[batch, c, d]` -> pre-activations `[num_nodes, c, units]` (or the join)."""
@@ -661,21 +631,6 @@ class RankingRule(tf.keras.layers.Layer):
             return scores
         return scores - self.margin * tf.one_hot(0, tf.shape(scores)[-1], dtype=scores.dtype)
 
-    def value(self, name: str) -> float | None:
-        """The weight `name` ("gate" or "margin") as a float; None without it."""
-        weight = getattr(self, name)
-        return None if weight is None else float(weight.numpy())
-
-    def assign(self, name: str, value: float, *, owner: str) -> None:
-        """Sets the weight `name` of `owner`'s rule; `ValueError` without it or if not finite."""
-        weight = getattr(self, name)
-        if weight is None:
-            keyword = "keep_default_gate" if name == "gate" else "default_margin"
-            raise ValueError(f"{owner} was built with {keyword}=false")
-        if not math.isfinite(value):
-            raise ValueError(f"{owner}: the {name} must be finite, got {value}")
-        weight.assign(value)
-
     def rank(self, scores: tf.Tensor) -> tf.Tensor:
         """`[batch, n]` scores with the margin -> what `forward` returns."""
         if self.gate is None:
@@ -684,8 +639,25 @@ class RankingRule(tf.keras.layers.Layer):
 
 
 class _Ranker(tf.keras.Model):
-    """A model that ranks whole kernels: its `raw_scores`, then `self.rule` (set last by its
-    constructor, so that the rule's variables come last)."""
+    """A model that ranks whole kernels: `raw_scores(graph, num_configs)` `[batch,
+    num_configs]`, then its `RankingRule`, which each constructor adds after every other layer
+    (`_add_rule`) so that the rule's variables come last. `call` scores a training batch,
+    `num_configs` configs per kernel."""
+
+    def __init__(
+        self, num_configs: int, *, keep_default_gate: bool = True, default_margin: bool = True
+    ):
+        _check(type(self).__name__, locals())
+        super().__init__()
+        self._num_configs = int(num_configs)
+        self._rule_switches = (keep_default_gate, default_margin)
+
+    def _add_rule(self) -> None:
+        gate, margin = self._rule_switches
+        self.rule = RankingRule(keep_default_gate=gate, default_margin=margin)
+
+    def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
+        return self.rule.tie(self.raw_scores(graph, self._num_configs))
 
     @_plain
     def config_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
@@ -698,45 +670,48 @@ class _Ranker(tf.keras.Model):
         on, each config's place. `num_configs` may be an int or a scalar tensor."""
         return self.rule.rank(self.config_scores(graph, num_configs))
 
-    # The rule's settings (None: built without that weight); setting one the model was built
-    # without, or a margin that is not finite, is a `ValueError`.
+    # The rule's settings (None: built without that weight).
     @property
     def default_margin(self) -> float | None:
-        return self.rule.value("margin")
+        return None if self.rule.margin is None else float(self.rule.margin.numpy())
 
     def set_default_margin(self, margin: float) -> None:
-        self.rule.assign("margin", margin, owner=type(self).__name__)
+        self._set_rule("margin", margin)
 
     @property
     def keeps_default(self) -> bool | None:  # whether `forward` keeps config 0 in the top 5
-        return None if self.rule.gate is None else self.rule.value("gate") > 0.5
+        return None if self.rule.gate is None else float(self.rule.gate.numpy()) > 0.5
 
     def set_keeps_default(self, keep: bool) -> None:
-        self.rule.assign("gate", 1.0 if keep else 0.0, owner=type(self).__name__)
+        self._set_rule("gate", 1.0 if keep else 0.0)
+
+    def _set_rule(self, name: str, value: float) -> None:
+        """Sets the rule's weight `name`; `ValueError` if built without it or if not finite."""
+        weight, owner = getattr(self.rule, name), type(self).__name__
+        if weight is None:
+            keyword = "keep_default_gate" if name == "gate" else "default_margin"
+            raise ValueError(f"{owner} was built with {keyword}=false")
+        if not math.isfinite(value):
+            raise ValueError(f"{owner}: the {name} must be finite, got {value}")
+        weight.assign(value)
 
 
 class _TileRanker(_Ranker):
-    """One model: `encode`, `embed`, `head` (see the module); `call`, and `forward` in chunks
-    of `chunk_size` configs. `num_ops`: 1 + the largest opcode id, at most `OPCODE_VOCAB`.
-    `independent_configs`: a config's score ignores the others (so padding is harmless);
-    `default_first`: position 0 is read as the compiler's default."""
+    """One model: `encode`, `embed`, `head` (see the module), `forward`'s configs embedded
+    `chunk_size` at a time. Every model's keywords: `chunk_size` and the rule's
+    (`keep_default_gate`, `default_margin`). `num_ops`: 1 + the largest opcode id, at most
+    `OPCODE_VOCAB`. `independent_configs`: a config's score ignores the others (so padding is
+    harmless); `default_first`: position 0 is read as the compiler's default."""
 
     independent_configs = True
     default_first = False
 
-    def __init__(self, num_configs: int, num_ops: int, chunk_size: int):
-        super().__init__()
+    def __init__(self, num_configs: int, num_ops: int, *, chunk_size: int = DEFAULT_CHUNK, **rule):
+        _check(type(self).__name__, locals())
+        super().__init__(num_configs, **rule)
         if num_ops > OPCODE_VOCAB:
             raise ValueError(f"num_ops={num_ops} exceeds the opcode vocabulary {OPCODE_VOCAB}")
-        self._num_configs, self._chunk_size = int(num_configs), chunk_size
-
-    def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
-        return self.rule.tie(self._scores(graph))
-
-    @_plain
-    def _scores(self, graph: tfgnn.GraphTensor) -> tf.Tensor:
-        configs = _config_features(graph, self._num_configs)
-        return self.head(self.embed(graph, self.encode(graph), configs))
+        self._chunk_size = chunk_size
 
     @_plain
     def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
@@ -757,9 +732,10 @@ class ResidualSAGE(_TileRanker):
         score_j = MLP(DefaultContext(ConfigSetAttention(e))_j), both blocks optional
 
     `config_attention`: one of `SET_CONTEXTS` (`ConfigSetAttention`: `true` ungated, "gated",
-    "alone" gated with no other config seen). `activation` is a Keras activation's name. Its
-    defaults are the benchmark suite's recommendation (docs/choosing.md); runs record their
-    resolved keywords, so a later default changes later runs only.
+    "alone" gated with no other config seen). `activation` is a Keras activation's name;
+    `common`: every model's keywords (`_TileRanker`). Its defaults are the benchmark suite's
+    recommendation (docs/choosing.md); runs record their resolved keywords, so a later default
+    changes later runs only.
     """
 
     def __init__(
@@ -777,16 +753,13 @@ class ResidualSAGE(_TileRanker):
         pooling: Sequence[str] = ("sum", "mean", "max"),
         default_context: bool = True,
         tile_geometry: bool | dict = False,
-        chunk_size: int = DEFAULT_CHUNK,
-        keep_default_gate: bool = True,
-        default_margin: bool = True,
+        **common,
     ):
         _check(type(self).__name__, locals())
-        super().__init__(num_configs, num_ops, chunk_size)
+        super().__init__(num_configs, num_ops, **common)
         width = dict(units=hidden_dim, activation=activation)
         self._pooling = tuple(pooling)
         self._op_embedding = tf.keras.layers.Embedding(OPCODE_VOCAB, op_embed_dim)
-        self._stretch = LogStretch()
         self._node_in = tf.keras.layers.Dense(hidden_dim)
         self._config_in = _mlp([hidden_dim, hidden_dim], activation)
         self._blocks = [DirectedSAGEBlock(**width) for _ in range(num_layers)]
@@ -800,7 +773,7 @@ class ResidualSAGE(_TileRanker):
         geometry = tile_geometry if isinstance(tile_geometry, dict) else {}  # true: no map
         self.geometry = TileGeometry(**geometry) if tile_geometry else None
         self._geometry_in = tf.keras.layers.Dense(hidden_dim) if tile_geometry else None
-        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
+        self._add_rule()
         # The attention mixes a kernel's configs; the default context reads position 0 only,
         # which configs appended as padding leave in place.
         self.independent_configs = config_attention in (False, "alone")
@@ -808,13 +781,13 @@ class ResidualSAGE(_TileRanker):
 
     def encode(self, graph):
         ops, feats = _nodes(graph)
-        nodes = tf.concat([self._op_embedding(ops), self._stretch(feats)], axis=-1)
+        nodes = tf.concat([self._op_embedding(ops), _stretch(feats)], axis=-1)
         geometry = self.geometry and self.geometry.kernel_part(graph)
         return self._node_in(nodes), geometry  # n: [num_nodes, hidden]
 
     def embed(self, graph, kernel, configs):
         nodes, geometry = kernel
-        c = _apply(self._config_in, self._stretch(configs))  # [batch, c, hidden]
+        c = _apply(self._config_in, _stretch(configs))  # [batch, c, hidden]
         h = nodes[:, tf.newaxis, :] + _to_ops(graph, c)  # [num_nodes, c, hidden]
         if self.geometry is not None:
             h += self._geometry_in(self.geometry(graph, geometry, configs))
@@ -850,11 +823,15 @@ class ResidualSAGEPlain(ResidualSAGE):
 
 # --- The baselines of the TpuGraphs paper, under upstream's names, keywords and defaults --------
 class _Baseline(_TileRanker):
-    """The paper's baselines: upstream's keywords (`hidden_activation` a `tf.nn` name), ours
-    (`chunk_size`, the rule's), an opcode embedding with an L2 activity penalty."""
+    """The paper's baselines: an opcode embedding `E` (an L2 activity penalty), a backbone
+    (`_backbone`), a `reduction` over each kernel's nodes and an MLP head to one score, L2
+    `BASELINE_L2` on every dense kernel; the configs join before the backbone (`_JoinEarly`)
+    or after the pooling (`_JoinLate`). `hidden_activation` is a `tf.nn` name."""
 
-    def __init__(self, num_configs: int, num_ops: int, chunk_size: int, op_embed_dim: int):
-        super().__init__(num_configs, num_ops, chunk_size)
+    _reduction = "sum"
+
+    def __init__(self, num_configs: int, num_ops: int, *, op_embed_dim: int, **common):
+        super().__init__(num_configs, num_ops, **common)
         reg = tf.keras.regularizers.l2(BASELINE_L2)
         self._op_embedding = tf.keras.layers.Embedding(
             OPCODE_VOCAB, op_embed_dim, activity_regularizer=reg
@@ -865,33 +842,44 @@ class _Baseline(_TileRanker):
         ops, feats = _nodes(graph)
         return self._op_embedding(ops), feats
 
-    def _early_join(self, graph: tfgnn.GraphTensor, dense: Any, *, neighbours: bool) -> tuple:
-        """Early join's `encode`: `EarlyJoin` of the model's first layer `dense`, and its
-        once-per-kernel part of `[E op || config || x]`."""
-        ops, feats = self._node_parts(graph)
-        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
-        join = EarlyJoin(dense, widths, neighbours=neighbours)
-        return join, join.node_part(graph, ops, feats)
-
-    def _late_join(self, graph: tfgnn.GraphTensor) -> tf.Tensor:
-        """Late join's `encode`: `reduction_v GNN([E op || x])(v)` `[batch, hidden]`."""
-        x = self._gnn(graph, tf.concat(self._node_parts(graph), axis=-1))
-        return _pool(graph, x, [self._reduction])
-
-    def embed(self, graph, pooled, configs):  # late join: [pooled || config_j]
-        return tf.concat([_per_config(pooled, tf.shape(configs)[1]), configs], axis=-1)
-
     def head(self, h):
         return tf.squeeze(_apply(self._head, h), -1)
 
 
-class _SAGEBaseline(_Baseline):
-    """The paper's GraphSAGE baselines: opcode embedding -> `num_gnns`
-    `BidirectionalSAGELayer`s of width `hidden_dim` -> sum over the nodes of each kernel ->
-    `final_mlp_layers` dense layers of width `hidden_dim` -> one score, L2 `BASELINE_L2` on
-    every dense kernel."""
+class _JoinEarly:
+    """Config features on every node, then the backbone, once per config:
+    `reduction_v backbone([E op(v) || config_j || x_v])`, the backbone's first dense layer
+    split by `EarlyJoin` into a once-per-kernel part (`encode`) and a per-config part."""
 
-    _reduction = "sum"
+    def encode(self, graph):
+        ops, feats = self._node_parts(graph)
+        widths = [ops.shape[-1], graph.node_sets["config"]["feats"].shape[-1], feats.shape[-1]]
+        dense, neighbours = self._first_dense()
+        join = EarlyJoin(dense, widths, neighbours=neighbours)
+        return join, join.node_part(graph, ops, feats)
+
+    def embed(self, graph, kernel, configs):
+        join, node_part = kernel
+        x = self._backbone(graph, join(graph, node_part, configs), joined=True)
+        return _pool(graph, x, [self._reduction])  # [batch, c, hidden]
+
+
+class _JoinLate:
+    """The backbone on the kernel alone, the config features joined after pooling:
+    `[reduction_v backbone([E op(v) || x_v]) || config_j]`."""
+
+    def encode(self, graph):
+        x = self._backbone(graph, tf.concat(self._node_parts(graph), axis=-1))
+        return _pool(graph, x, [self._reduction])  # [batch, hidden]
+
+    def embed(self, graph, pooled, configs):
+        return tf.concat([_per_config(pooled, tf.shape(configs)[1]), configs], axis=-1)
+
+
+class _SAGEBaseline(_Baseline):
+    """The paper's GraphSAGE baselines: `num_gnns` `BidirectionalSAGELayer`s of width
+    `hidden_dim`, a sum over the nodes, `final_mlp_layers` dense layers of width `hidden_dim`,
+    then one score."""
 
     def __init__(
         self,
@@ -903,60 +891,47 @@ class _SAGEBaseline(_Baseline):
         hidden_activation: str = "leaky_relu",
         hidden_dim: int = 64,
         op_embed_dim: int = 64,
-        chunk_size: int = DEFAULT_CHUNK,
-        keep_default_gate: bool = True,
-        default_margin: bool = True,
+        **common,
     ):
         _check(type(self).__name__, locals())
-        super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
+        super().__init__(num_configs, num_ops, op_embed_dim=op_embed_dim, **common)
         sage = dict(units=hidden_dim, activation=hidden_activation)
         self._gnn_layers = [BidirectionalSAGELayer(**sage) for _ in range(num_gnns)]
         dims = [hidden_dim] * final_mlp_layers + [1]
         self._head = _mlp(dims, getattr(tf.nn, hidden_activation), BASELINE_L2)
-        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
+        self._add_rule()
 
-    def _gnn(self, graph, x):
-        for layer in self._gnn_layers:
+    def _first_dense(self) -> tuple[Any, bool]:
+        """(the first SAGE layer's dense, None without one; it sums over neighbours)."""
+        if not self._gnn_layers:
+            return None, True
+        self._gnn_layers[0].built = True  # its variables exist (`EarlyJoin` builds them)
+        return self._gnn_layers[0].dense, True
+
+    def _backbone(self, graph, x, *, joined: bool = False):
+        """The SAGE layers on `x`; `joined`: `x` is the first one's pre-activation."""
+        layers = self._gnn_layers
+        if joined and layers:
+            x, layers = layers[0].finish(x), layers[1:]
+        for layer in layers:
             x = layer(graph, x)
         return x
 
 
-class EarlyJoinSAGE(_SAGEBaseline):
-    """The paper's best tile baseline: config features on every node, then GraphSAGE.
-
-    `score_j = MLP(sum_v SAGE^L([E op(v) || config_j || x_v]))`: the GNN runs once per config,
-    its first layer split by `EarlyJoin` into a once-per-kernel part and a per-config part.
-    """
-
-    def encode(self, graph):
-        first = self._gnn_layers[0] if self._gnn_layers else None
-        if first:
-            first.built = True  # its variables exist (`EarlyJoin` builds them), though unused
-        return self._early_join(graph, first and first.dense, neighbours=True)
-
-    def embed(self, graph, kernel, configs):
-        join, node_part = kernel
-        x = join(graph, node_part, configs)  # [num_nodes, c, hidden]
-        if self._gnn_layers:
-            x = self._gnn_layers[0].finish(x)  # layer 1
-        for layer in self._gnn_layers[1:]:
-            x = layer(graph, x)
-        return _pool(graph, x, [self._reduction])  # [batch, c, hidden]
+class EarlyJoinSAGE(_JoinEarly, _SAGEBaseline):
+    """The paper's best tile baseline, config features on every node, then GraphSAGE:
+    `score_j = MLP(sum_v SAGE^L([E op(v) || config_j || x_v]))`."""
 
 
-class LateJoinSAGE(_SAGEBaseline):
+class LateJoinSAGE(_JoinLate, _SAGEBaseline):
     """GraphSAGE on the kernel alone; config features join after pooling:
     `score_j = MLP([sum_v SAGE^L([E op(v) || x_v]) || config_j])`."""
 
-    def encode(self, graph):
-        return self._late_join(graph)
-
 
 class _ResGCNBaseline(_Baseline):
-    """The paper's residual GCN baselines: opcode embedding -> a two-layer dense prenet to
-    `hidden_dim` -> `num_gnns` `ResidualGCNLayer`s (`directed`: producers, consumers and the
-    node itself with their own weights) -> activation -> `reduction` over the nodes of each
-    kernel -> a two-layer dense head -> one score, L2 `BASELINE_L2` on every dense kernel."""
+    """The paper's residual GCN baselines: a two-layer dense prenet to `hidden_dim`, `num_gnns`
+    `ResidualGCNLayer`s (`directed`: producers, consumers and the node itself with their own
+    weights), the activation, `reduction` over the nodes, a two-layer dense head to one score."""
 
     def __init__(
         self,
@@ -970,54 +945,42 @@ class _ResGCNBaseline(_Baseline):
         op_embed_dim: int = 32,
         directed: bool = False,
         reduction: str = "sum",
-        chunk_size: int = DEFAULT_CHUNK,
-        keep_default_gate: bool = True,
-        default_margin: bool = True,
+        **common,
     ):
         _check(type(self).__name__, locals())
-        super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
+        super().__init__(num_configs, num_ops, op_embed_dim=op_embed_dim, **common)
         self._reduction, self._act = reduction, getattr(tf.nn, hidden_activation)
         gcn = dict(units=hidden_dim, mlp_layers=mlp_layers, activation=hidden_activation)
         # Attribute order fixes variable order; this is upstream's (GCN layers before prenet).
         self._gc_layers = [ResidualGCNLayer(**gcn, directed=directed) for _ in range(num_gnns)]
         self._prenet = _mlp([hidden_dim, hidden_dim], self._act, BASELINE_L2)
         self._head = _mlp([hidden_dim, 1], self._act, BASELINE_L2)
-        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
+        self._add_rule()
 
-    def _gnn(self, graph, x):
-        return self._gcn(graph, _apply(self._prenet, x))
+    def _first_dense(self) -> tuple[Any, bool]:
+        """(the prenet's first layer, which does not sum over neighbours)."""
+        return self._prenet[0], False
 
-    def _gcn(self, graph: tfgnn.GraphTensor, x: tf.Tensor) -> tf.Tensor:
-        """The GCN layers, then the activation, on the prenet's output."""
+    def _backbone(self, graph, x, *, joined: bool = False):
+        """Prenet, GCN layers, activation; `joined`: `x` is the prenet's first pre-activation."""
+        first = self._prenet[0]
+        x = _apply(self._prenet[1:], first.activation(x) if joined else first(x))
         for layer in self._gc_layers:
             x = layer(graph, x)
         return self._act(x)
 
 
-class EarlyJoinResGCN(_ResGCNBaseline):
+class EarlyJoinResGCN(_JoinEarly, _ResGCNBaseline):
     """Config features on every node, then a residual GCN:
-    `score_j = MLP(reduction_v GCN^L(prenet([E op(v) || config_j || x_v])))`, the prenet's
-    first layer split by `EarlyJoin`."""
-
-    def encode(self, graph):
-        return self._early_join(graph, self._prenet[0], neighbours=False)
-
-    def embed(self, graph, kernel, configs):
-        join, node_part = kernel
-        x = self._prenet[0].activation(join(graph, node_part, configs))  # [num_nodes, c, hidden]
-        x = _apply(self._prenet[1:], x)
-        return _pool(graph, self._gcn(graph, x), [self._reduction])
+    `score_j = MLP(reduction_v GCN^L(prenet([E op(v) || config_j || x_v])))`."""
 
 
-class LateJoinResGCN(_ResGCNBaseline):
+class LateJoinResGCN(_JoinLate, _ResGCNBaseline):
     """Residual GCN on the kernel alone; config features join after pooling:
     `score_j = MLP([reduction_v GCN^L(prenet([E op(v) || x_v])) || config_j])`."""
 
-    def encode(self, graph):
-        return self._late_join(graph)
 
-
-class MLP(_Baseline):
+class MLP(_JoinLate, _Baseline):
     """The paper's graph-free baseline: `score_j = MLP([reduction_v x_v || reduction_v E op(v)
     || config_j])`, `mlp_layers` dense layers of width `hidden_dim`, L2 as the others."""
 
@@ -1031,16 +994,14 @@ class MLP(_Baseline):
         hidden_activation: str = "leaky_relu",
         hidden_dim: int = 64,
         reduction: str = "sum",
-        chunk_size: int = DEFAULT_CHUNK,
-        keep_default_gate: bool = True,
-        default_margin: bool = True,
+        **common,
     ):
         _check(type(self).__name__, locals())
-        super().__init__(num_configs, num_ops, chunk_size, op_embed_dim)
+        super().__init__(num_configs, num_ops, op_embed_dim=op_embed_dim, **common)
         self._reduction = reduction
         dims = [hidden_dim] * mlp_layers + [1]
         self._head = _mlp(dims, getattr(tf.nn, hidden_activation), BASELINE_L2)
-        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
+        self._add_rule()
 
     def encode(self, graph):
         ops, feats = self._node_parts(graph)
@@ -1101,15 +1062,14 @@ class Ensemble(_Ranker):
         *,
         members: Sequence[dict],
         combine: str = "zscore",
-        keep_default_gate: bool = True,
-        default_margin: bool = True,
+        **rule,
     ):
-        _check("Ensemble", locals())
-        super().__init__()
+        _check(type(self).__name__, locals())
+        super().__init__(num_configs, **rule)
         self._combine = combine
         built = [_member(i, m, num_configs, num_ops) for i, m in enumerate(members)]
         self._ensemble_members = built
-        self.rule = RankingRule(keep_default_gate=keep_default_gate, default_margin=default_margin)
+        self._add_rule()
 
     @property
     def members(self) -> list[tf.keras.Model]:
@@ -1121,16 +1081,11 @@ class Ensemble(_Ranker):
         """Whether a member reads position 0 as the compiler's default."""
         return any(m.default_first for m in self._ensemble_members)
 
-    def call(self, graph: tfgnn.GraphTensor, training: bool = False) -> tf.Tensor:
-        scores = [m(graph, training=training) for m in self._ensemble_members]
-        return self.rule.tie(self._average(scores))
-
     @_plain
     def raw_scores(self, graph: tfgnn.GraphTensor, num_configs: int | tf.Tensor) -> tf.Tensor:
-        return self._average([m.raw_scores(graph, num_configs) for m in self._ensemble_members])
-
-    def _average(self, member_scores: list[tf.Tensor]) -> tf.Tensor:
-        normalised = [normalise_scores(s, self._combine) for s in member_scores]
+        # Each member's rule tied in (0 times its weights), as in the member's own `call`.
+        scores = [m.rule.tie(m.raw_scores(graph, num_configs)) for m in self._ensemble_members]
+        normalised = [normalise_scores(s, self._combine) for s in scores]
         return tf.add_n(normalised) / float(len(normalised))
 
 

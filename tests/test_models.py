@@ -7,7 +7,6 @@ tests; widths are tiny because the contract does not depend on them.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import itertools
 
 import numpy as np
@@ -161,8 +160,7 @@ def test_variables_do_not_depend_on_configs_ops_or_first_call(name, kernels, bat
 def test_upstream_kwargs_defaults_and_meaning(name, kernels):
     """Every upstream keyword exists with upstream's default, and another value changes the
     variables' shapes or, for the same variables, the scores."""
-    params = inspect.signature(getattr(models, name)).parameters
-    ours = {p: params[p].default for p in params if p not in ("num_configs", "num_ops")}
+    ours = registry.resolved_kwargs(name, {}, models)  # its keywords' defaults, base classes too
     upstream = UPSTREAM_KWARGS[name]
     assert {k: v[0] for k, v in upstream.items()} == {k: ours[k] for k in upstream}
     assert set(ours) - set(upstream) == OURS_ONLY
@@ -281,7 +279,7 @@ def _joined_reference(model, graph, n: int) -> np.ndarray:
     op_e, feats = model._node_parts(graph)
     configs = models._config_features(graph, n)
     join = models.EarlyJoin(None, [], neighbours=False)  # the join itself, built
-    x = model._gnn(graph, join(graph, (op_e, feats), configs))
+    x = model._backbone(graph, join(graph, (op_e, feats), configs))
     return model.head(models._pool(graph, x, [model._reduction])).numpy()
 
 
@@ -314,7 +312,7 @@ def test_sage_layer_sums_neighbours_after_its_product_as_before(kernels):
     layer = models.BidirectionalSAGELayer(units=8)
     got = layer(graph, x).numpy()
     dense = layer.dense
-    concatenated = dense(tf.concat([models._neighbour_sum(graph, x), x], axis=-1))
+    concatenated = dense(tf.concat([models._neighbours(graph, x), x], axis=-1))
     ref = tf.math.l2_normalize(tf.nn.leaky_relu(concatenated), axis=-1).numpy()
     np.testing.assert_allclose(got, ref, rtol=1e-5, atol=1e-6)
 
@@ -342,12 +340,12 @@ def test_sums_over_edges_match_tf_gnn_pooling():
         return tfgnn.pool_edges_to_node(graph, "feed", receiver, reduction, feature_value=messages)
 
     for receiver in (tfgnn.SOURCE, tfgnn.TARGET):
-        got = models._neighbour_sum(graph, h, (receiver,))
+        got = models._neighbours(graph, h, (receiver,))
         np.testing.assert_allclose(got, pooled(receiver), rtol=1e-6)
-        got = models._neighbour_mean(graph, h, receiver)
+        got = models._neighbours(graph, h, (receiver,), mean=True)
         np.testing.assert_allclose(got, pooled(receiver, "mean"), rtol=1e-6)
     both = pooled(tfgnn.SOURCE) + pooled(tfgnn.TARGET)
-    np.testing.assert_allclose(models._neighbour_sum(graph, h), both, rtol=1e-6)
+    np.testing.assert_allclose(models._neighbours(graph, h), both, rtol=1e-6)
 
 
 def _with_configs_in_order(graph, order: np.ndarray):
