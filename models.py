@@ -49,7 +49,7 @@ OPCODE_VOCAB = 128
 DEFAULT_CHUNK = 512
 
 # The ranking rule keeps config 0 among this many first places: the 5 the Kaggle metric reads
-# (`tpu_tiles_models.metrics.KEEP_TOP`, whose numpy rule this one matches exactly).
+# (`tpu_tiles_models.margin.KEEP_TOP`, whose numpy rule this one matches exactly).
 KEEP_DEFAULT_TOP = 5
 
 # Upstream's baselines put this L2 weight on every dense kernel and on the opcode embedding's
