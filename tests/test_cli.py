@@ -324,6 +324,7 @@ def _stop_in_training(monkeypatch, after: int = 0) -> None:
 DEMO_STOPPED = "tpu-tiles demo: stopped by SIGTERM; removed what this run had started"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("after", [0, 1])
 def test_a_stopped_demo_leaves_no_data(after, monkeypatch, tmp_path, capsys):
     """Before, it said so and left --out/data (34 MB at the defaults); stopped in its second

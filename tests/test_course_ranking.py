@@ -236,6 +236,7 @@ def test_a_run_recorded_before_the_rule_still_reloads(missing, synth_root, tmp_p
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+@pytest.mark.slow
 def test_a_geometry_run_given_the_printed_map_reranks_by_the_course_procedure(synth_root, tmp_path):
     """As an upstream user trains it: ResidualSAGE with the gated set context and the map
     `tpu-tiles columns` prints, passed in `--model_kwargs_json`. The course's reload (the

@@ -488,6 +488,7 @@ def test_inspect_tail_sigmas_must_be_a_finite_positive_number(value, synth_root,
 # -- a cache that cannot be written only warns -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_read_only_default_cache_warns_and_training_goes_on(
     synth_root, tmp_path, read_only, monkeypatch, capsys
 ):

@@ -130,6 +130,7 @@ def test_the_remote_model_dir_loads_back_with_its_weights(remote_run):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 
 
+@pytest.mark.slow
 def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
     remote_run, ram_root, tmp_path, monkeypatch
 ):
@@ -165,6 +166,7 @@ def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
     assert _tree(out) == [] and list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow
 def test_a_two_point_sweep_on_remote_paths_writes_its_leaderboard_and_runs(remote_run, ram_root):
     out = SWEEP_OUT
     argv = ["--grid", "lr=1e-3,2e-3", "--out_dir", out, f"--data_root={ram_root}"]

@@ -177,6 +177,7 @@ def test_an_output_in_a_bind_mounted_input_folder_is_refused(
 # -- 12: a failed rename while train puts its outputs in place --------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("code", [errno.EIO, errno.EROFS])
 def test_a_failed_rename_of_trains_commit_is_one_line(
     code, short_test_root, tmp_path, monkeypatch, capsys

@@ -182,6 +182,7 @@ def test_resume_does_not_depend_on_how_out_dir_is_spelled(
     assert sorted(p.name for p in out.iterdir()) == first["names"]
 
 
+@pytest.mark.slow
 def test_rerun_after_a_killed_point_trains_only_that_point(first, synth_root, capsys, monkeypatch):
     out = first["out"]
     victim = first["rows"][1]
@@ -212,6 +213,7 @@ def test_rerun_after_a_killed_point_trains_only_that_point(first, synth_root, ca
     )
 
 
+@pytest.mark.slow
 def test_rerun_trains_again_a_point_whose_model_dir_is_gone(first, synth_root, capsys):
     """Defect 4: resume checks the whole run, not the run file alone (what else a whole run
     needs: test_nothing_lost): a point whose model dir is gone is trained again, its run file

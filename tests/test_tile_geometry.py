@@ -142,6 +142,7 @@ def test_columns_prints_the_map_upstreams_preprocessing_gives(synth_root, capsys
     models.ResidualSAGE(4, 8, **json.loads(TINY_RESIDUAL), **printed)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("in_ensemble", [False, True])
 def test_our_trainer_builds_with_the_datas_map(in_ensemble, synth_root, tmp_path, capsys):
     """`tile_geometry: true` is built with the map `tpu-tiles columns` prints (same --configs),
@@ -222,6 +223,7 @@ def test_a_map_for_other_widths_fails_at_the_first_call_naming_them(synth_root):
         model.forward(graph, n)
 
 
+@pytest.mark.slow
 def test_the_map_stays_through_upstreams_fit_and_the_courses_copy(synth_root):
     """Keras `fit` with Adam and clipping (upstream's trainer) and its best-weights snapshot
     leave the map as given; the course's build from `true` (zeros) and in-order copy restores

@@ -64,6 +64,7 @@ def test_run_file_has_upstream_keys_and_our_extras(residual_run):
     assert all(len(v) == 10 for v in info["test_predictions"].values())
 
 
+@pytest.mark.slow
 def test_sample_scores_choose_candidates_rescored_on_every_config(
     synth_root, tmp_path, monkeypatch
 ):
@@ -142,6 +143,7 @@ def test_results_csv_matches_test_predictions(residual_run):
     }
 
 
+@pytest.mark.slow
 def test_a_rerun_is_refused_and_replaces_its_run_only_with_overwrite(
     mlp_seeds, short_test_root, tmp_path
 ):
@@ -237,6 +239,7 @@ def test_failed_training_leaves_no_out_dir(tmp_path, capsys):
     assert not (tmp_path / "new").exists()  # the folders the run made go too
 
 
+@pytest.mark.slow
 def test_a_stop_signal_during_the_save_removes_every_artifact(
     synth_root, tmp_path, capsys, monkeypatch
 ):
