@@ -93,9 +93,9 @@ def test_table_json_and_png(result, tmp_path):
         assert f"{m['rows']['overall']['score']:.4f}" in overall
     assert any(line.startswith("tiny_bench ") for line in lines)
 
-    path = evaluate.write_json(result, tmp_path / "sub" / "eval.json")
+    path = evaluate.write_outputs(result, json_path=tmp_path / "sub" / "eval.json")[0]
     assert json.loads(path.read_text()) == json.loads(json.dumps(result))
-    png = evaluate.plot(result, tmp_path / "eval.png")
+    png = evaluate.write_outputs(result, png_path=tmp_path / "eval.png")[0]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.png", "sub"]  # no temp left
 
@@ -187,7 +187,7 @@ def test_top1_over_the_default_rows(two_runs, eval_root, result, tmp_path):
                 assert row[evaluate.RATIO] == pytest.approx(row["top1"] / base, rel=1e-12)
             else:
                 assert row[evaluate.RATIO] is None
-    path = evaluate.write_json(result, tmp_path / "eval.json")
+    path = evaluate.write_outputs(result, json_path=tmp_path / "eval.json")[0]
     stored = json.loads(path.read_text())
     assert stored["models"][0]["rows"][evaluate.OVERALL][evaluate.RATIO] == pytest.approx(
         result["models"][0]["rows"][evaluate.OVERALL][evaluate.RATIO]
