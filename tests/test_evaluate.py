@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_run
 
 from tpu_tiles_models import data, evaluate, export, margin, metrics, run_file, scoring
 
@@ -108,7 +109,7 @@ def test_refit_statistics_when_the_run_file_has_none(two_runs, eval_root, result
     del run[run_file.EXTRAS_KEY]
     model_dir = tmp_path / f"model_{run_file.run_info_hash(run)}"  # upstream's name: its args alone
     shutil.copytree(r.model_dir, model_dir)
-    run_file.write_run(tmp_path, run)
+    write_run(tmp_path, run)
     refit = evaluate.evaluate_dirs([model_dir], eval_root, progress=False)
     got, want = refit["models"][0]["rows"], result["models"][1]["rows"]
     assert got.keys() == want.keys()
