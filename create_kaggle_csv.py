@@ -68,8 +68,7 @@ def _top_k(value: str) -> str | None:
 def _check_out(out_path: str, inputs: dict[str, str]) -> None:
     """Fallback check: ``--out`` is no folder and not the file of a flag in ``inputs``."""
     if os.path.isdir(out_path):
-        example = os.path.join(out_path, "predictions_kaggle.csv")
-        raise ValueError(f"--out {out_path} is a folder; pass a file path, e.g. --out {example}")
+        raise ValueError(f"--out {out_path} is a folder; pass the path of a file to write")
     for flag, path in inputs.items():
         try:
             same = os.path.samefile(out_path, path)

@@ -269,8 +269,9 @@ def upstream_run(root: Path, out: Path) -> Path:
     info = run_file.read_run(result.model_dir)
     del info[run_file.EXTRAS_KEY]
     out.mkdir(parents=True)
-    written = run_file.write_run(out, info)
-    model_dir = out / ("model_" + written.stem.split("_", 1)[1])
+    h = run_file.run_info_hash(info)  # upstream's run: no extras
+    Path(run_file.run_file_path(out, h)).write_bytes(run_file.run_bytes(info))
+    model_dir = out / ("model_" + h)
     shutil.copytree(result.model_dir, model_dir)
     shutil.rmtree(trained)
     return model_dir

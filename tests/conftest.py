@@ -169,7 +169,17 @@ def write_hand_made_run(out_dir: Path, args, stats, **extras) -> Path:
             **extras,
         },
     }
-    return run_file.write_run(out_dir, info)
+    return write_run(out_dir, info)
+
+
+def write_run(out_dir: str | Path, run_info: dict) -> Path | str:
+    """Writes `run_info` as `export.finish` writes a run file (`run_file.run_bytes`, named by
+    its hash); returns its path (a string if remote)."""
+    from tpu_tiles_models import files, run_file, safe
+
+    path = run_file.run_file_path(out_dir, run_file.run_info_hash(run_info))
+    safe.write_bytes(path, run_file.run_bytes(run_info))
+    return path if files.is_remote(path) else Path(path)
 
 
 def tiny_cli(data_root: Path, out_dir: Path, *extra: str) -> list[str]:

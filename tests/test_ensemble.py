@@ -8,8 +8,9 @@ import shutil
 from pathlib import Path
 
 import pytest
+from conftest import write_run
 
-from tpu_tiles_models import cli, ensemble, export, kaggle, run_file, scoring
+from tpu_tiles_models import cli, ensemble, export, kaggle, scoring
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainCommand
 
@@ -62,7 +63,7 @@ def test_members_on_other_data_are_refused(residual_run, synth_root, tmp_path):
     info = _run_info(residual_run.run_file)
     info["tpu_tiles"]["feature_stats"]["num_ops"] += 1
     shutil.copytree(residual_run.model_dir, other / residual_run.model_dir.name)
-    run_file.write_run(other, info)
+    write_run(other, info)
     with pytest.raises(ensemble.EnsembleError, match="trained on other data than"):
         ensemble.build_ensemble(
             [residual_run.model_dir, other / residual_run.model_dir.name],

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import write_run
 
 from tpu_tiles_models import data, evaluate, export, margin, metrics, run_file, scoring
 
@@ -93,9 +94,9 @@ def test_table_json_and_png(result, tmp_path):
         assert f"{m['rows']['overall']['score']:.4f}" in overall
     assert any(line.startswith("tiny_bench ") for line in lines)
 
-    path = evaluate.write_json(result, tmp_path / "sub" / "eval.json")
+    path = evaluate.write_outputs(result, json_path=tmp_path / "sub" / "eval.json")[0]
     assert json.loads(path.read_text()) == json.loads(json.dumps(result))
-    png = evaluate.plot(result, tmp_path / "eval.png")
+    png = evaluate.write_outputs(result, png_path=tmp_path / "eval.png")[0]
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["eval.png", "sub"]  # no temp left
 
@@ -108,7 +109,7 @@ def test_refit_statistics_when_the_run_file_has_none(two_runs, eval_root, result
     del run[run_file.EXTRAS_KEY]
     model_dir = tmp_path / f"model_{run_file.run_info_hash(run)}"  # upstream's name: its args alone
     shutil.copytree(r.model_dir, model_dir)
-    run_file.write_run(tmp_path, run)
+    write_run(tmp_path, run)
     refit = evaluate.evaluate_dirs([model_dir], eval_root, progress=False)
     got, want = refit["models"][0]["rows"], result["models"][1]["rows"]
     assert got.keys() == want.keys()
@@ -187,7 +188,7 @@ def test_top1_over_the_default_rows(two_runs, eval_root, result, tmp_path):
                 assert row[evaluate.RATIO] == pytest.approx(row["top1"] / base, rel=1e-12)
             else:
                 assert row[evaluate.RATIO] is None
-    path = evaluate.write_json(result, tmp_path / "eval.json")
+    path = evaluate.write_outputs(result, json_path=tmp_path / "eval.json")[0]
     stored = json.loads(path.read_text())
     assert stored["models"][0]["rows"][evaluate.OVERALL][evaluate.RATIO] == pytest.approx(
         result["models"][0]["rows"][evaluate.OVERALL][evaluate.RATIO]

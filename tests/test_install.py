@@ -214,15 +214,15 @@ def test_folder_in_the_way_is_one_line(upstream_checkout, source):
 
 
 def _failing_copy(monkeypatch, target: Path, error: BaseException) -> None:
-    """`safe.copy_file` fails for `target` (a read-only file, a full disk, a kill)."""
-    copy = inst.safe.copy_file
+    """`install._copy` fails for `target` (a read-only file, a full disk, a kill)."""
+    copy = inst._copy
 
-    def copy_file(src, dst, **kwargs):
+    def copy_file(src, dst):
         if Path(dst) == target:
             raise error
-        return copy(src, dst, **kwargs)
+        return copy(src, dst)
 
-    monkeypatch.setattr(inst.safe, "copy_file", copy_file)
+    monkeypatch.setattr(inst, "_copy", copy_file)
 
 
 def test_a_failed_install_leaves_no_record(upstream_checkout, source, monkeypatch):

@@ -289,11 +289,9 @@ def test_out_folder_is_one_line_naming_the_flag(small_sample, tmp_path):
     preds = _good_predictions(tmp_path)
     folder = tmp_path / "subs"
     folder.mkdir()
-    with pytest.raises(KaggleError) as err:
+    with pytest.raises(files.WriteError) as err:
         kaggle.merge_kaggle(small_sample, preds, folder)
-    assert str(err.value) == (
-        f"--out {folder} is a folder; pass a file path, e.g. --out {folder}/predictions_kaggle.csv"
-    )
+    assert str(err.value) == f"--out {folder} is a folder; pass the path of a file to write"
     with pytest.raises(files.WriteError) as err:
         kaggle.write_predictions_csv(folder, [("a", [0, 1, 2, 3, 4])])
     assert str(err.value) == f"--out {folder} is a folder; pass the path of a file to write"
@@ -505,9 +503,7 @@ def test_script_out_folder_fails_without_a_stray_file(submission_dir, monkeypatc
     (submission_dir / "subs").mkdir()
     before = sorted(os.listdir(submission_dir))
     assert _script_main(monkeypatch, mode, "--out", "subs") == 2
-    assert _one_error_line(capsys) == (
-        "--out subs is a folder; pass a file path, e.g. --out subs/predictions_kaggle.csv"
-    )
+    assert _one_error_line(capsys) == "--out subs is a folder; pass the path of a file to write"
     assert sorted(os.listdir(submission_dir)) == before and os.listdir("subs") == []
 
 

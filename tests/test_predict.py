@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from conftest import tiny_args, tiny_cli
+from conftest import tiny_args, tiny_cli, write_run
 
 from tpu_tiles_models import cli, data, export, kaggle, kernel_files, run_file, train
 
@@ -124,7 +124,7 @@ def test_keep_default_follows_the_model_unless_told(
     edited[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]["chosen"] = not chosen
     out_dir = tmp_path / "edited"
     shutil.copytree(without_margin.model_dir, out_dir / without_margin.model_dir.name)
-    run_file.write_run(out_dir, edited)
+    write_run(out_dir, edited)
 
     def predict(model_dir: Path, mode: str | None) -> dict[str, list[int]]:
         out = tmp_path / f"{model_dir.parent.name}_{mode}.csv"
@@ -162,7 +162,7 @@ def _copy_model(result: export.TrainResult, out_dir: Path, **arg_changes) -> Pat
     out_dir.mkdir()
     model_dir = out_dir / f"model_{run_file.run_info_hash(run_info)}"
     shutil.copytree(result.model_dir, model_dir)
-    run_file.write_run(out_dir, run_info)
+    write_run(out_dir, run_info)
     return model_dir
 
 
@@ -399,7 +399,7 @@ def _forged_copy(result: export.TrainResult, out_dir: Path, args_kwargs: dict, r
     out_dir.mkdir()
     model_dir = out_dir / f"model_{run_file.run_info_hash(run_info)}"
     shutil.copytree(result.model_dir, model_dir)
-    return model_dir, run_file.write_run(out_dir, run_info)
+    return model_dir, write_run(out_dir, run_info)
 
 
 @pytest.mark.parametrize("command", ["predict", "evaluate"])

@@ -16,6 +16,7 @@ import zlib
 from pathlib import Path
 
 import pytest
+from conftest import write_run
 
 from tpu_tiles_models import cli, formats, registry, run_file
 
@@ -188,5 +189,5 @@ def test_no_run_file_is_written_with_a_number_json_lacks(mlp_seeds, tmp_path):
     info = json.loads(gzip.decompress(Path(mlp_seeds[0].run_file).read_bytes()))
     info["final_error"]["val"]["5"] = float("inf")
     with pytest.raises(ValueError, match="Out of range float values are not JSON compliant"):
-        run_file.write_run(tmp_path, info)
+        write_run(tmp_path, info)
     assert list(tmp_path.iterdir()) == []

@@ -14,6 +14,7 @@ import pytest
 
 from tpu_tiles_models import synthetic
 from tpu_tiles_models.errors import FlagError, UserError
+from tpu_tiles_models.files import WriteError
 from tpu_tiles_models.synthetic import autotuner, writer
 
 KEYS = {
@@ -462,7 +463,7 @@ def test_interrupted_generation_leaves_the_folder_as_it_was(tmp_path: Path, monk
 
 def test_output_that_is_a_file(tmp_path: Path) -> None:
     (tmp_path / "f").write_text("x")
-    with pytest.raises(FlagError, match="f is a file; give synth a folder"):
+    with pytest.raises(WriteError, match=r"^OUT \S+/f is a file; pass a folder$"):
         synthetic.generate(tmp_path / "f", train=1, progress=False)
 
 

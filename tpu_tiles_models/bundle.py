@@ -99,8 +99,6 @@ def make_bundle(
     _ = run.stats  # nor use NaN statistics (they would rank every kernel in file order)
     if out == model_dir.parent:
         raise BundleError(f"{out}: --out must be a new folder, not the model's own directory")
-    if out.exists() and not out.is_dir():
-        raise BundleError(f"--out {out} is a file; pass a new folder")
     with locks.claim(out, flag="--out", command="bundle"):  # one bundle into --out at a time
         others = [
             p.name

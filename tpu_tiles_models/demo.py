@@ -194,7 +194,7 @@ def run(a: DemoArgs) -> None:
         print("\n== evaluating on the validation split")
         result = evaluate.evaluate_dirs(list(model_dirs.values()), data_root, progress=progress)
         print(evaluate.format_table(result))
-        chart = evaluate.plot(result, out / EVALUATION_PNG)
+        chart = evaluate.write_outputs(result, png_path=out / EVALUATION_PNG)[0]
         rows = _evaluation_rows(result)
         table = [[r["model"], *(f"{r[c]:.4f}" for c in EVALUATION_COLUMNS[1:])] for r in rows]
         with safe.atomic_path(out / EVALUATION_CSV) as tmp:

@@ -251,10 +251,6 @@ def ratio_text(ratio: float | None) -> str:
     return "-" if ratio is None else f"{ratio:.2f}x"
 
 
-def write_json(result: dict[str, Any], path: str | os.PathLike) -> Path:
-    return write_outputs(result, json_path=path)[0]
-
-
 def write_outputs(
     result: dict[str, Any],
     *,
@@ -272,10 +268,6 @@ def write_outputs(
             else:
                 draw(result, tmp)
     return paths
-
-
-def plot(result: dict[str, Any], path: str | os.PathLike) -> Path:
-    return write_outputs(result, png_path=path)[0]
 
 
 def draw(result: dict[str, Any], path: str | os.PathLike) -> None:

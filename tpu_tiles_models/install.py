@@ -17,6 +17,7 @@ import hashlib
 import itertools
 import json
 import os
+import shutil
 from importlib import util
 from pathlib import Path
 
@@ -241,7 +242,7 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
             entry["link"] = os.readlink(dst)
             action = f"original link to {entry['link']} recorded in {_manifest_path(root)}"
         elif entry["had_original"]:
-            safe.copy_file(dst, backup)
+            _copy(dst, backup)
             action = f"original saved to {backup}"
         else:
             action = "new file"
@@ -255,7 +256,7 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
             infix = "" if number == 1 else f".{number}"
             kept = backup.with_name(f"{backup.name}{infix}{MODIFIED_SUFFIX}")
             if not kept.exists():
-                safe.copy_file(dst, kept)
+                _copy(dst, kept)
                 break
             if kept.is_file() and _sha256(kept) == sha:
                 new = False
@@ -268,8 +269,15 @@ def _install_one(root: Path, rel: str, src: Path, manifest: dict) -> str:
     entry["installed_sha256"] = new_sha
     # Record before copying: a crash in between then reads as "edited", never loses data.
     _save_manifest(root, manifest)
-    safe.copy_file(src, dst)
+    _copy(src, dst)
     return f"installed {src.name} -> {dst} ({action})"
+
+
+def _copy(src: Path, dst: Path) -> None:
+    """`cp src dst`, staged (`safe.Stage`): a new `dst` gets src's permission bits less the
+    umask, an existing one keeps its own."""
+    with safe.Stage() as stage:
+        shutil.copyfile(src, stage.path(dst, mode=src.stat().st_mode & 0o777))
 
 
 def _undo_record(root: Path, rel: str, before: dict) -> None:
@@ -318,7 +326,7 @@ def uninstall(root: str | os.PathLike[str], *, force: bool = False) -> list[str]
                         f"backup {backup} of {dst} is gone; restore it with git (git checkout -- "
                         f"{rel}) and delete {_manifest_path(root)}"
                     )
-                safe.copy_file(backup, dst)
+                _copy(backup, dst)
                 backup.unlink()
                 lines.append(f"restored the original {dst}")
             else:

@@ -209,18 +209,6 @@ def validate_predictions(
             raise KaggleError(f"{source}: {_describe(offenders)} {problem}")
 
 
-def _check_out(out_path: PathLike, inputs: Mapping[str, PathLike]) -> None:
-    """Refuses an ``--out`` that is a folder, one of ``inputs`` (``{flag: path}``) or on a
-    full disk."""
-    if Path(out_path).is_dir():
-        example = Path(out_path) / "predictions_kaggle.csv"
-        raise KaggleError(f"--out {out_path} is a folder; pass a file path, e.g. --out {example}")
-    safe.claim(
-        [safe.Output(out_path, "--out", example="predictions_kaggle.csv")],
-        [safe.Input(path, f"{flag} file") for flag, path in inputs.items()],
-    )
-
-
 def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: PathLike) -> dict:
     """Writes the Kaggle submission (``--out``): the sample (``--sample``) with its tile:xla
     rows replaced by the predictions (``--inputcsv``) of the same ID; the course script
@@ -233,7 +221,10 @@ def merge_kaggle(sample_path: PathLike, predictions_path: PathLike, out_path: Pa
       KaggleError: an input that is not the file it should be (named, with the row).
       FlagError: ``--out`` that is an input or cannot be written.
     """
-    _check_out(out_path, {"--sample": sample_path, "--inputcsv": predictions_path})
+    safe.claim(
+        [safe.Output(out_path, "--out", example="predictions_kaggle.csv")],
+        [safe.Input(sample_path, "--sample file"), safe.Input(predictions_path, "--inputcsv file")],
+    )
     sample = _read_rows(sample_path, "sample submission", SAMPLE_HELP)
     predictions = read_predictions_csv(predictions_path)
     tile_ids = [row_id for row_id, _ in sample if row_id.startswith(TILE_PREFIX)]

@@ -201,14 +201,6 @@ def run_bytes(run_info: Mapping) -> bytes:
     return gzip.compress(json.dumps(run_info, allow_nan=False).encode())
 
 
-def write_run(out_dir: str | Path, run_info: Mapping) -> Path | str:
-    """Writes `run_<h>.jsonz` (gzip JSON) atomically, `h` from its content (`run_info_hash`);
-    returns its path (a string if remote)."""
-    path = run_file_path(out_dir, run_info_hash(run_info))
-    safe.write_bytes(path, run_bytes(run_info))
-    return path if files.is_remote(path) else Path(path)
-
-
 def read_run_bytes(path: str | os.PathLike) -> Any:
     """The run file's JSON content, of any shape (`run_info_problem` checks it), read within
     `formats.RUN_FILE_LIMIT`. Raises OSError, EOFError, zlib.error, ValueError or

@@ -482,10 +482,3 @@ def atomic_path(
 def write_bytes(path: str | os.PathLike, data: bytes, *, flag: str | None = None) -> None:
     with atomic_path(path, flag=flag) as tmp:
         tmp.write_bytes(data)
-
-
-def copy_file(src: str | os.PathLike, dst: str | os.PathLike, *, flag: str | None = None) -> None:
-    """`cp src dst` through `atomic_path`: a new `dst` gets src's permission bits less the
-    umask, an existing one keeps its own."""
-    with atomic_path(dst, flag=flag, mode=stat.S_IMODE(os.stat(src).st_mode) & 0o777) as tmp:
-        shutil.copyfile(src, tmp)

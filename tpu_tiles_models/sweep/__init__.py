@@ -1,8 +1,8 @@
 """`tpu-tiles sweep`: a grid of training runs as one Apache Beam pipeline, resumable
-(docs/sweeps.md): its options, the command, and its records; the pipeline is `pipeline`'s.
+(docs/sweeps.md): its options and the command; the pipeline and the records are `pipeline`'s.
 Its bookkeeping in `--out_dir`: sweep/plan.json (the points), sweep/points/<key>.json (each
 outcome), sweep/logs/<key>.log (each output), ensemble_top<k>/sweep_ensemble.json (which
-names its files inside its own folder, `_ENSEMBLE_FILES`).
+names its files inside its own folder, `pipeline.ENSEMBLE_FILES`).
 """
 
 from __future__ import annotations
@@ -10,8 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
-import os
 from typing import Any, Sequence
 
 from tpu_tiles_models import (
@@ -242,9 +240,9 @@ def _run(args: SweepArgs) -> SweepSummary:
     plan["points"] = [
         dict(key=p.key, hash=p.hash, values=p.values, flags=p.args.to_argv()) for p in points
     ]
-    _write_json(files.join(sweep_dir, "plan.json"), plan)
-    error = pipeline.train_points(todo, sweep_dir, args, len(points), _BOOKS) if todo else ""
-    records = [_read_json(_record_path(sweep_dir, p.key)) for p in points]
+    pipeline.write_record(files.join(sweep_dir, "plan.json"), plan)
+    error = pipeline.train_points(todo, sweep_dir, args, len(points)) if todo else ""
+    records = [pipeline.read_record(pipeline.record_path(sweep_dir, p.key)) for p in points]
     infos = [run_file.completed_run(out_dir, p.hash) for p in points]
     rows = leaderboard.rank_rows(list(map(leaderboard.leaderboard_row, points, infos, records)))
     ensemble = _ensemble(rows, args.ensemble_top, out_dir, base) if args.ensemble_top else None
@@ -301,7 +299,7 @@ def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[st
     if len(best) < 2:
         return dict(info, error=f"{len(best)} ok point(s); an ensemble needs at least 2")
     record = files.join(target, "sweep_ensemble.json")
-    previous = _read_json(record)
+    previous = pipeline.read_record(record)
     if previous and previous["members"] == info["members"] and run_file.whole_run(previous["dir"]):
         return previous
     print(f"sweep: building the ensemble of the {len(best)} best points", flush=True)
@@ -318,55 +316,14 @@ def _ensemble(rows: list[Row], k: int, out_dir: str, base: TrainArgs) -> dict[st
     info.update(dir=str(result.model_dir), run_file=str(result.run_file), top1=errors[1])
     info.update(top5=errors[5], top10=errors[10], score=1.0 - errors[5])
     info["results_csv"] = str(result.results_csv or "")
-    for key in _ENSEMBLE_FILES:  # the ensemble of other members, replaced
+    for key in pipeline.ENSEMBLE_FILES:  # the ensemble of other members, replaced
         if previous and previous.get(key) and previous[key] != info[key]:
             files.remove(previous[key])
     # Its files by name: `target` (build_ensemble's out_dir) holds them all.
-    _write_json(record, dict(info, **{k: files.basename(info[k]) for k in _ENSEMBLE_FILES}))
+    pipeline.write_record(
+        record, dict(info, **{k: files.basename(info[k]) for k in pipeline.ENSEMBLE_FILES})
+    )
     return info
 
 
 # -- its records ------------------------------------------------------------------------------
-
-
-def _record_path(sweep_dir: str, key: str) -> str:
-    return files.join(sweep_dir, "points", f"{key}.json")
-
-
-# What the sweep reads of its records: the ensemble's (`sweep_ensemble.json`) and a point's
-# outcome (`_record_path`). Other keys are kept for people to read.
-_ENSEMBLE_FIELDS: formats.Fields = dict(
-    members=(list,), dir=(str,), error=(str,), run_file=(str,), results_csv=(str,)
-) | {k: formats.NUMBER for k in ("score", "top1", "top5", "top10")}
-# The ensemble record's files, named inside its folder ("" for none): a copied sweep's record
-# names its own copies, and a name that leaves the folder is refused (`files.within`).
-_ENSEMBLE_FILES = ("dir", "run_file", "results_csv")
-_POINT_FIELDS: formats.Fields = dict(
-    status=(str,), error=(str,), wall_s=(*formats.NUMBER, type(None))
-)
-
-
-def _read_json(path: str) -> dict | None:
-    """The record's JSON, an ensemble's files by their paths; None if it does not exist or is
-    not whole."""
-    try:
-        value = json.loads(files.read_bytes(path))
-    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
-        return None
-    ensemble = files.basename(path) == "sweep_ensemble.json"
-    fix = "it is the sweep's bookkeeping: delete it and rerun the sweep"
-    value = formats.checked(path, value, _ENSEMBLE_FIELDS if ensemble else _POINT_FIELDS, fix)
-    folder = os.path.dirname(path)
-    for key in _ENSEMBLE_FILES if ensemble else ():
-        if value[key]:
-            value[key] = files.within(folder, value[key], where=f"{path}: {key!r}", fix=fix)
-    return value
-
-
-def _write_json(path: str, value: Any) -> None:
-    text = json.dumps(value, indent=1, allow_nan=False)
-    safe.write_bytes(path, text.encode(), flag="--out_dir")
-
-
-# What the pipeline keeps of each point (`pipeline.Bookkeeping`).
-_BOOKS = pipeline.Bookkeeping(_record_path, _read_json, _write_json)

@@ -1,14 +1,13 @@
 """The sweep's Apache Beam pipeline: `Create | Reshuffle | Map(train_element)` on any runner,
 each point trained in a fresh child process of its worker (`child_main`), so that a crash or an
 out-of-memory kill is the point's failure only; its runner and options; Ctrl-C through the
-file `sweep/STOP`. The command (`sweep`) hands in its bookkeeping (`Bookkeeping`): where a
-point's outcome is written, and how it is read back.
+file `sweep/STOP`; the sweep's records (each point's outcome, the ensemble's), where they go and
+how they are read back.
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import json
 import os
 import signal
@@ -20,9 +19,9 @@ import threading
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Callable, Protocol, Sequence
+from typing import Any, Protocol, Sequence
 
-from tpu_tiles_models import export, files, interrupts, pipelines, run_file, safe
+from tpu_tiles_models import export, files, formats, interrupts, pipelines, run_file, safe
 from tpu_tiles_models.errors import FlagError, one_line
 from tpu_tiles_models.sweep.grid import Point
 from tpu_tiles_models.train_args import TrainArgs
@@ -50,14 +49,46 @@ class Flags(Protocol):
     beam_argv: Sequence[str]
 
 
-@dataclasses.dataclass(frozen=True)
-class Bookkeeping:
-    """The command's record of each point's outcome, for the pipeline to keep (module-level
-    functions: Beam's workers get them by name)."""
+# -- the records ----------------------------------------------------------------------------------
 
-    path: Callable[[str, str], str]  # (sweep_dir, point key) -> its record's path
-    read: Callable[[str], dict | None]  # a record, None if missing or not whole
-    write: Callable[[str, Any], None]
+
+def record_path(sweep_dir: str, key: str) -> str:
+    return files.join(sweep_dir, "points", f"{key}.json")
+
+
+# What the sweep reads of its records: the ensemble's (`sweep_ensemble.json`) and a point's
+# outcome (`record_path`). Other keys are kept for people to read.
+_ENSEMBLE_FIELDS: formats.Fields = dict(
+    members=(list,), dir=(str,), error=(str,), run_file=(str,), results_csv=(str,)
+) | {k: formats.NUMBER for k in ("score", "top1", "top5", "top10")}
+# The ensemble record's files, named inside its folder ("" for none): a copied sweep's record
+# names its own copies, and a name that leaves the folder is refused (`files.within`).
+ENSEMBLE_FILES = ("dir", "run_file", "results_csv")
+_POINT_FIELDS: formats.Fields = dict(
+    status=(str,), error=(str,), wall_s=(*formats.NUMBER, type(None))
+)
+
+
+def read_record(path: str) -> dict | None:
+    """The record's JSON, an ensemble's files by their paths; None if it does not exist or is
+    not whole."""
+    try:
+        value = json.loads(files.read_bytes(path))
+    except (FileNotFoundError, NotADirectoryError, IsADirectoryError, ValueError):
+        return None
+    ensemble = files.basename(path) == "sweep_ensemble.json"
+    fix = "it is the sweep's bookkeeping: delete it and rerun the sweep"
+    value = formats.checked(path, value, _ENSEMBLE_FIELDS if ensemble else _POINT_FIELDS, fix)
+    folder = os.path.dirname(path)
+    for key in ENSEMBLE_FILES if ensemble else ():
+        if value[key]:
+            value[key] = files.within(folder, value[key], where=f"{path}: {key!r}", fix=fix)
+    return value
+
+
+def write_record(path: str, value: Any) -> None:
+    text = json.dumps(value, indent=1, allow_nan=False)
+    safe.write_bytes(path, text.encode(), flag="--out_dir")
 
 
 # -- the runner ---------------------------------------------------------------------------------
@@ -110,14 +141,12 @@ def check_runner(name: str) -> None:
 # -- the pipeline and its step -----------------------------------------------------------------
 
 
-def train_points(
-    todo: Sequence[Point], sweep_dir: str, args: Flags, total: int, books: Bookkeeping
-) -> str:
-    """Runs the pipeline over `todo`, printing a line per finished point (`books`: where each
-    point's outcome goes); returns the pipeline's error ('' if it finished)."""
+def train_points(todo: Sequence[Point], sweep_dir: str, args: Flags, total: int) -> str:
+    """Runs the pipeline over `todo`, printing a line per finished point; returns the
+    pipeline's error ('' if it finished)."""
     options = pipeline_options(args, args.beam_argv)
     for p in todo:  # outcomes of earlier attempts: these points are tried again
-        files.remove(books.path(sweep_dir, p.key))
+        files.remove(record_path(sweep_dir, p.key))
     STOPPED.clear()
     stop = files.join(sweep_dir, "STOP")
     files.remove(stop)
@@ -130,9 +159,7 @@ def train_points(
             with beam.Pipeline(options=options) as p:
                 # Reshuffle: a distributed runner would fuse every point onto one worker.
                 spread = p | "Points" >> beam.Create(elements) | "Spread" >> beam.Reshuffle()
-                train = beam.Map(
-                    train_element, sweep_dir=sweep_dir, isolation=args.isolation, books=books
-                )
+                train = beam.Map(train_element, sweep_dir=sweep_dir, isolation=args.isolation)
                 _ = spread | "Train" >> train
 
     def on_ctrl_c(previous) -> None:  # running points get it too (children, or `previous`)
@@ -145,7 +172,7 @@ def train_points(
                 previous(signal.SIGINT, None)
 
     done = threading.Event()
-    progress = threading.Thread(target=_progress, args=(todo, sweep_dir, total, done, books))
+    progress = threading.Thread(target=_progress, args=(todo, sweep_dir, total, done))
     error, pressed = "", False
     progress.start()
     try:
@@ -161,18 +188,16 @@ def train_points(
     return error
 
 
-def _progress(
-    todo: Sequence[Point], sweep_dir: str, total: int, done: threading.Event, books: Bookkeeping
-) -> None:
+def _progress(todo: Sequence[Point], sweep_dir: str, total: int, done: threading.Event) -> None:
     """A line per finished point (from its outcome record) until `done`."""
     points, seen, failed = {p.key: p for p in todo}, set(), 0
     interval = 15.0 if files.is_remote(sweep_dir) else 2.0
     finished = False
     while not finished:
         finished = done.wait(interval)
-        for path in sorted(files.glob(books.path(sweep_dir, "*"))):
+        for path in sorted(files.glob(record_path(sweep_dir, "*"))):
             key = os.path.basename(path)[: -len(".json")]
-            record = books.read(path) if key in points and key not in seen else None
+            record = read_record(path) if key in points and key not in seen else None
             if record is None:
                 continue
             seen.add(key)
@@ -186,7 +211,7 @@ def _progress(
             )
 
 
-def train_element(element: str, sweep_dir: str, isolation: str, books: Bookkeeping) -> dict:
+def train_element(element: str, sweep_dir: str, isolation: str) -> dict:
     """The pipeline's step, on a worker: trains one point (JSON `{"key", "args"}`) unless it
     is complete meanwhile, and records its outcome (unless interrupted)."""
     point = json.loads(element)
@@ -202,12 +227,12 @@ def train_element(element: str, sweep_dir: str, isolation: str, books: Bookkeepi
         start = time.time()
         log = files.join(sweep_dir, "logs", f"{key}.log")
         here = isolation != "process"
-        outcome = _train_here(args) if here else _train_in_child(args, log, books.read)
+        outcome = _train_here(args) if here else _train_in_child(args, log)
         record.update(outcome, wall_s=round(time.time() - start, 2), finished=time.time())
         if outcome["status"] == "interrupted":
             STOPPED.set()
             return record
-    books.write(books.path(sweep_dir, key), record)
+    write_record(record_path(sweep_dir, key), record)
     return record
 
 
@@ -224,8 +249,8 @@ def _train_here(args: TrainArgs) -> dict:
     return dict(status="ok", error="")
 
 
-def _train_in_child(args: TrainArgs, log_path: str, read: Callable[[str], dict | None]) -> dict:
-    """Trains in a fresh Python process whose output goes to `log_path`, and `read`s its
+def _train_in_child(args: TrainArgs, log_path: str) -> dict:
+    """Trains in a fresh Python process whose output goes to `log_path`, and reads its
     outcome. It shares this process group, so a terminal's Ctrl-C reaches it (the worker
     ignores it)."""
     with tempfile.TemporaryDirectory(prefix="tpu_tiles_point_") as tmp:
@@ -249,7 +274,7 @@ def _train_in_child(args: TrainArgs, log_path: str, read: Callable[[str], dict |
                     STOPPED.set()
         if remote:
             safe.write_bytes(log_path, local_log.read_bytes())
-        outcome = read(str(outcome_path))
+        outcome = read_record(str(outcome_path))
     if code in INTERRUPTED_STATUSES:
         return dict(status="interrupted", error="interrupted")
     if outcome is not None:

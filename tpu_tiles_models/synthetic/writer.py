@@ -248,8 +248,6 @@ def generate(
     workers = num_workers or default_workers(sum(counts.values()))
     out = Path(out_dir)
     with locks.claim(out, flag="OUT", command="synth"):  # one synth into OUT at a time
-        if out.exists() and not out.is_dir():
-            raise FlagError(f"{out} is a file; give synth a folder to write the data set into")
         old = existing_npz(out) if out.is_dir() else []  # replaced by the new set
         if old and not overwrite:
             raise DataSetExistsError(
