@@ -70,6 +70,16 @@ ARMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "gated48": ("ResidualSAGE", dict(_BARE, config_attention="gated", hidden_dim=48), {}),
     # The ungated block as first written, 48 wide (issue 60's set A figures).
     "att48": ("ResidualSAGE", dict(_BARE, config_attention=True, hidden_dim=48), {}),
+    # With the tile geometry (`tile_geometry: true`: the trainer builds it with the data's
+    # column map), at each width and set context of the candidates (issue 60 item 5).
+    "geo32": ("ResidualSAGE", dict(_BARE, tile_geometry=True), {}),
+    "w48geo": ("ResidualSAGE", dict(_BARE, hidden_dim=48, tile_geometry=True), {}),
+    "gated32geo": ("ResidualSAGE", dict(_BARE, config_attention="gated", tile_geometry=True), {}),
+    "gated48geo": (
+        "ResidualSAGE",
+        dict(_BARE, config_attention="gated", hidden_dim=48, tile_geometry=True),
+        {},
+    ),
     # Trained longer: "epochs" is a multiple of the budget's.
     "bare32x3": ("ResidualSAGE", _BARE, {"epochs": 3}),
     "gated48x3": (
@@ -338,11 +348,11 @@ def score_path(work: Path, arm: str, family: str, draw: int, seed: int) -> Path:
 
 def kernel_errors(scored, keep_default: bool = False) -> dict[str, list[float]]:
     """Per-kernel top-1 and top-5 errors of `scoring.Scored` kernels."""
-    from tpu_tiles_models import metrics, scoring
+    from tpu_tiles_models import margin, metrics
 
     out: dict[str, list[float]] = {"top1": [], "top5": []}
     for s in scored:
-        order = scoring.ranking(s.scores, keep_default)
+        order = margin.ranking(s.scores, keep_default)
         for k in (1, 5):
             out[f"top{k}"].append(metrics.kernel_top_k_error(s.runtimes, order, k))
     return out

@@ -135,3 +135,26 @@ def test_the_heldout_split_is_the_test_split_with_its_runtimes(protocol, tmp_pat
     with pytest.raises(RuntimeError, match="not the kernel the generator makes again"):
         protocol.write_heldout(root, "roofline", seed=4, kernels=5, max_configs=3)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["roofline"]  # nothing half-made
+
+
+def test_one_run_of_the_protocol_end_to_end(protocol, tmp_path):
+    """A child trains one arm with its held-out curve and writes every figure the tables read."""
+    import json
+
+    from tpu_tiles_models import synthetic
+
+    root = tmp_path / "roofline"
+    made = dict(seed=4, max_configs=12, family="roofline", progress=False)
+    synthetic.generate(root, train=6, valid=4, test=2, **made)
+    heldout = protocol.write_heldout(root, "roofline", seed=4, kernels=5, max_configs=12)
+    a = protocol.parse_args(["--work", str(tmp_path / "w"), "--epochs", "2"])
+    args = dict(protocol.point_args(a, "geo32", root, 0, tmp_path / "w"), batch=2)
+    out = protocol.score_path(tmp_path / "w", "geo32", "roofline", 4, 0)
+    spec = dict(args=args, heldout=str(heldout), curve_every=1, out=str(out))
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    protocol.child(str(tmp_path / "spec.json"))
+    result = json.loads(out.read_text())
+    assert len(result["tile_ids"]) == len(result["top5"]) == len(result["top1_default"]) == 5
+    assert [c["epoch"] for c in result["curve"]] == [1, 2]
+    assert all(0.0 <= e < 100.0 for e in result["top5"] + result["top1"] + result["top5_scores"])
+    assert len(result["epoch_cpu_seconds"]) == 2 and result["steps_per_epoch"] >= 1
