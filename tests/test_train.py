@@ -49,6 +49,9 @@ def test_run_file_has_upstream_keys_and_our_extras(residual_run):
     assert set(info["final_error"]["val"]) == {"1", "5", "10"}
     assert info["final_error"]["val"]["1"] >= info["final_error"]["val"]["5"] >= 0
     ours = info["tpu_tiles"]
+    # Each figure says whether its kernels chose the epoch or the rule (issue 60).
+    assert ours["in_sample"]["final_error.val"].startswith("in sample")
+    assert ours["in_sample"]["final_error.test"].startswith("out of sample")
     assert len(ours["epoch_seconds"]) == 2 and ours["feature_stats"]["num_ops"] > 1
     assert len(ours["epoch_cpu_seconds"]) == 2 and min(ours["epoch_cpu_seconds"]) > 0
     # The kept weights are the best epoch's (by the sample's score, then on every config),

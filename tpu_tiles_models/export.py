@@ -299,6 +299,16 @@ def _plot_curve(curve: dict, extras: dict, path: Path) -> None:
     plt.close(fig)
 
 
+# Which of the run file's figures were measured on kernels that chose something (issue 60):
+# selection flatters them, so only a split that chose nothing (a test split) tells.
+IN_SAMPLE = {
+    "final_error.val": "in sample: the epoch and config 0's rule were chosen on these kernels",
+    f"tpu_tiles.{KEEP_DEFAULT_KEY}": "the epoch chosen on these kernels; val_margin and val_rule "
+    "cross-fit the rule (out of sample for the rule only)",
+    "final_error.test": "out of sample (nothing was chosen on the test split)",
+}
+
+
 def finish(
     args: TrainArgs,
     model: tf.keras.Model,
@@ -335,6 +345,7 @@ def finish(
         train_args=args.to_dict(),
         **{IDENTITY_KEY: args.identity()},
         **{KEEP_DEFAULT_KEY: val.to_json()},
+        in_sample=IN_SAMPLE,
     )
     interrupts.check()
     save_model(model, artifacts.stage(paths.model_dir))
