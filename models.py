@@ -607,7 +607,8 @@ class RankingRule(tf.keras.layers.Layer):
     another config ranks above config 0 (the compiler's default) only where the model prefers
     it by more than `m`, and the gate keeps config 0 in the first `KEEP_DEFAULT_TOP` places.
 
-    Both are fitted on validation once a run's hash is fixed: hence weights, not keywords. As
+    Both are fitted on validation once a run's hash is fixed (`tpu_tiles_models.margin` sets
+    them, None where built without): hence weights, not keywords. As
     the model's last layer, its weights (gate, margin) come last in the course's in-order copy;
     `tie` adds them times 0 to `call`'s scores, so their gradients are 0 and Adam keeps them.
     """
@@ -669,31 +670,6 @@ class _Ranker(tf.keras.Model):
         """`[batch, num_configs]`, lowest first: the scores with the margin or, with the gate
         on, each config's place. `num_configs` may be an int or a scalar tensor."""
         return self.rule.rank(self.config_scores(graph, num_configs))
-
-    # The rule's settings (None: built without that weight).
-    @property
-    def default_margin(self) -> float | None:
-        return None if self.rule.margin is None else float(self.rule.margin.numpy())
-
-    def set_default_margin(self, margin: float) -> None:
-        self._set_rule("margin", margin)
-
-    @property
-    def keeps_default(self) -> bool | None:  # whether `forward` keeps config 0 in the top 5
-        return None if self.rule.gate is None else float(self.rule.gate.numpy()) > 0.5
-
-    def set_keeps_default(self, keep: bool) -> None:
-        self._set_rule("gate", 1.0 if keep else 0.0)
-
-    def _set_rule(self, name: str, value: float) -> None:
-        """Sets the rule's weight `name`; `ValueError` if built without it or if not finite."""
-        weight, owner = getattr(self.rule, name), type(self).__name__
-        if weight is None:
-            keyword = "keep_default_gate" if name == "gate" else "default_margin"
-            raise ValueError(f"{owner} was built with {keyword}=false")
-        if not math.isfinite(value):
-            raise ValueError(f"{owner}: the {name} must be finite, got {value}")
-        weight.assign(value)
 
 
 class _TileRanker(_Ranker):

@@ -364,6 +364,7 @@ def child(spec_path: str) -> None:
     by its scores and by its own rule; writes the spec's `out` JSON."""
     spec = json.loads(Path(spec_path).read_text())
     from tpu_tiles_models import data, scoring, train
+    from tpu_tiles_models import margin as margins
     from tpu_tiles_models.runs import TrainedRun
     from tpu_tiles_models.train_args import TrainArgs
 
@@ -399,7 +400,7 @@ def child(spec_path: str) -> None:
     scored = scoring.score_split(model, dataset.test, dataset.stats, progress=False)
     rule = bool(run.keeps_default_in(model))
     ruled = kernel_errors(scored, keep_default=rule)  # its margin and gate: what it ranks
-    margin = float(getattr(model, "default_margin", None) or 0.0)
+    margin = float(margins.margin_of(model) or 0.0)
     for s in scored:  # `own_scores` took config 0's margin off: the scores alone put it back
         s.scores = s.scores.copy()
         s.scores[0] += margin

@@ -89,15 +89,15 @@ def test_the_course_procedure_ranks_as_the_run_did(which, kept_runs, synth_root)
     # The rule mattered: the model's own scores rank config 0 below the 5th on some kernels.
     run = TrainedRun.open(result.model_dir)
     model, ds = run.load(synth_root, progress=False)
-    assert model.keeps_default is True and run.keeps_default_in(model) is True
+    assert margin.rule_of(model) is True and run.keeps_default_in(model) is True
     record = info[run_file.EXTRAS_KEY][run_file.KEEP_DEFAULT_KEY]
-    assert record["margin"] != 0 and model.default_margin == pytest.approx(record["margin"])
+    assert record["margin"] != 0 and margin.margin_of(model) == pytest.approx(record["margin"])
     scored = scoring.score_split(model, ds.test, ds.stats, progress=False)
     plain = {s.tile_id: scoring.upstream_top(s.scores, 5) for s in scored}
     assert any(0 not in top for top in plain.values())
     assert plain != course
     # The margin mattered too: without it, config 0 comes first on other kernels.
-    model.set_default_margin(0.0)
+    margin.set_rule(model, margin=0.0)
     raw = scoring.score_split(model, ds.test, ds.stats, progress=False)
     first = {s.tile_id: scoring.upstream_top(s.scores, 5, keep_default=True)[0] for s in raw}
     assert first != {tile: top[0] for tile, top in course.items()}
@@ -132,22 +132,22 @@ def test_an_ensemble_applies_its_own_rule_not_its_members(kept_runs, synth_root)
     """Members kept config 0 too; the ensemble combines their own scores, then its rule."""
     run = TrainedRun.open(kept_runs[2].model_dir)
     model, ds = run.load(synth_root, progress=False)
-    assert [m.keeps_default for m in model.members] == [True, True]
+    assert [margin.rule_of(m) for m in model.members] == [True, True]
     graph = data.kernel_graph(ds.test, 0, ds.stats)
     n = ds.test.num_configs(0)
-    assert all(m.default_margin != 0 for m in model.members)
+    assert all(margin.margin_of(m) != 0 for m in model.members)
     module = run.module
     members = [module.normalise_scores(m.raw_scores(graph, n), "zscore") for m in model.members]
     combined = (tf.add_n(members) / float(len(members))).numpy()[0]
     np.testing.assert_array_equal(model.raw_scores(graph, n).numpy()[0], combined)
     shifted = combined.copy()
-    shifted[0] -= np.float32(model.default_margin)
+    shifted[0] -= np.float32(margin.margin_of(model))
     np.testing.assert_allclose(model.config_scores(graph, n).numpy()[0], shifted, atol=1e-6)
     np.testing.assert_array_equal(
         model.forward(graph, n).numpy()[0],
         margin.keep_default(model.config_scores(graph, n).numpy()[0]),
     )
-    model.set_keeps_default(False)
+    margin.set_rule(model, keep=False)
     np.testing.assert_array_equal(
         model.forward(graph, n).numpy()[0], model.config_scores(graph, n).numpy()[0]
     )
@@ -163,8 +163,7 @@ def test_training_leaves_the_rule_as_it_is(synth_root):
     for how in ("ours", "fit"):
         model = registry.build_model("MLP", 4, ds.num_ops, TINY_MLP)
         model(graph)
-        model.set_keeps_default(True)
-        model.set_default_margin(0.25)
+        margin.set_rule(model, margin=0.25, keep=True)
         before = [v.numpy() for v in model.trainable_variables]
         if how == "ours":
             args = TrainArgs(model="MLP", model_kwargs_json=TINY_MLP, configs=4, batch=4)
@@ -182,8 +181,8 @@ def test_training_leaves_the_rule_as_it_is(synth_root):
             "keep_default_gate",
             "default_margin",
         ]
-        assert after[-2] == before[-2] == 1.0 and model.keeps_default is True
-        assert after[-1] == before[-1] == 0.25 and model.default_margin == 0.25
+        assert after[-2] == before[-2] == 1.0 and margin.rule_of(model) is True
+        assert after[-1] == before[-1] == 0.25 and margin.margin_of(model) == 0.25
         assert any(not np.array_equal(a, b) for a, b in zip(after[:-2], before[:-2]))
     del labels
 
@@ -203,8 +202,8 @@ def test_a_run_recorded_before_the_rule_still_reloads(missing, synth_root, tmp_p
     model = registry.build_model("MLP", 4, ds.num_ops, json.dumps(then))
     batches = data.training_batches(ds.train, ds.stats, num_configs=4, batch_size=4, seed=0)
     model(next(iter(batches))[0])  # called like a training batch: Keras then saves it
-    assert model.keeps_default is (None if "keep_default_gate" in missing else False)
-    assert model.default_margin is None
+    assert margin.rule_of(model) is (None if "keep_default_gate" in missing else False)
+    assert margin.margin_of(model) is None
     for i, v in enumerate(model.trainable_variables):
         v.assign(tf.fill(v.shape, 0.01 * (i + 1)))
     args = TrainArgs(
@@ -229,9 +228,9 @@ def test_a_run_recorded_before_the_rule_still_reloads(missing, synth_root, tmp_p
     run = TrainedRun.open(model_dir)
     assert run.model_kwargs == {**recorded, **{k: False for k in missing}}
     rebuilt, _ = run.load(synth_root, split="valid", progress=False)
-    assert rebuilt.default_margin is None
+    assert margin.margin_of(rebuilt) is None
     if "keep_default_gate" in missing:
-        assert rebuilt.keeps_default is None and run.keeps_default_in(rebuilt) is True
+        assert margin.rule_of(rebuilt) is None and run.keeps_default_in(rebuilt) is True
     for a, b in zip(rebuilt.trainable_variables, model.trainable_variables):
         np.testing.assert_array_equal(a.numpy(), b.numpy())
 

@@ -129,3 +129,21 @@ def test_keep_default_measures_the_margin_then_the_keep_rule():
     assert blind.margin == 0.0 and blind.margin_errors == blind.errors
     record = measured.to_json()
     assert record["margin"] == measured.margin and record["val_rule"]["1"] == 0.0
+
+
+def test_set_rule_sets_a_models_weights_and_names_what_it_lacks():
+    import models
+
+    model = models.MLP(4, 8)
+    assert margin.rule_of(model) is False and margin.margin_of(model) == 0.0
+    margin.set_rule(model, margin=0.25, keep=True)
+    assert margin.rule_of(model) is True and margin.margin_of(model) == 0.25
+    with pytest.raises(ValueError, match=r"^MLP: the margin must be finite, got nan$"):
+        margin.set_rule(model, margin=float("nan"))
+    bare = models.MLP(4, 8, keep_default_gate=False, default_margin=False)
+    assert margin.rule_of(bare) is None and not margin.carries_margin(bare)
+    with pytest.raises(ValueError, match=r"^MLP was built with keep_default_gate=false$"):
+        margin.set_rule(bare, keep=True)
+    with pytest.raises(ValueError, match=r"^MLP was built with default_margin=false$"):
+        margin.set_rule(bare, margin=0.1)
+    assert margin.rule_of(object()) is None and margin.margin_of(object()) is None  # upstream's

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tpu_tiles_models import data, ranking, registry
+from tpu_tiles_models import data, margin, ranking, registry
 from tpu_tiles_models.losses import CombinedLoss
 
 models = registry.load_models_module()
@@ -613,7 +613,7 @@ def test_ensemble_averages_normalised_member_scores(fitted, kernels, batch):
         v.ref() for v in own
     ]
     assert [v.name.split(":")[0] for v in own] == ["keep_default_gate", "default_margin"]
-    assert ensemble.keeps_default is False and ensemble.default_margin == 0.0
+    assert margin.rule_of(ensemble) is False and margin.margin_of(ensemble) == 0.0
     graph = kernels[0]
     n = num_configs_of(graph)
     per_member = [models.normalise_scores(m.raw_scores(graph, n), "zscore") for m in members]

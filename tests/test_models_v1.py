@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from tpu_tiles_models import data, registry, runs, train_args
+from tpu_tiles_models import data, margin, registry, runs, train_args
 
 V1 = Path(__file__).parent / "data" / "v1"
 models = registry.load_models_module()
@@ -63,7 +63,7 @@ def test_each_class_rebuilds_with_the_same_variables_and_scores(label):
         v.assign(ARRAYS[f"{label}/var{i}"])  # shapes must match, in order
     resolved = registry.resolved_kwargs(meta["class"], meta["kwargs"], models)
     assert _as_v1(resolved) == meta["resolved"]
-    assert model.default_margin == pytest.approx(0.05) and model.keeps_default
+    assert margin.margin_of(model) == pytest.approx(0.05) and margin.rule_of(model)
 
     def close(got, key):
         ref = ARRAYS[f"{label}/{key}"]

@@ -16,7 +16,7 @@ import tensorflow as tf
 from conftest import load_benchmark, write_hand_made_run
 from tensorflow.core.protobuf import saved_model_pb2
 
-from tpu_tiles_models import bundle, cli, data, demo, formats, registry, run_file
+from tpu_tiles_models import bundle, cli, data, demo, formats, margin, registry, run_file
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
 
@@ -125,7 +125,7 @@ def test_an_old_run_file_rebuilds_the_earlier_architecture(old_run, synth_root):
     }
     model, _ = run.load(synth_root, split="valid", progress=False)
     assert model._attention is not None and not model.default_first
-    assert model.keeps_default is None  # built without the ranking rule, as it was trained
+    assert margin.rule_of(model) is None  # built without the ranking rule, as it was trained
     rebuilt = [v.numpy() for v in model.trainable_variables]
     assert [r.shape for r in rebuilt] == [s.shape for s in saved]
     for r, s in zip(rebuilt, saved):

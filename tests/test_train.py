@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import TINY_MLP, tiny_args, tiny_cli
 
-from tpu_tiles_models import cli, data, export, run_file, scoring, train, train_args
+from tpu_tiles_models import cli, data, export, margin, run_file, scoring, train, train_args
 
 FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0", "--no_progress"]
 
@@ -101,7 +101,7 @@ def test_sample_scores_choose_candidates_rescored_on_every_config(
     assert sorted(full) == sorted(sorted(range(4), key=lambda e: -ours["val_score"][e])[:2])
     assert ours["best_epoch"] == max(full, key=full.get)
     stats = data.FeatureStats.from_json(ours["feature_stats"])
-    result.model.set_default_margin(0.0)  # the candidates were scored before it was fitted
+    margin.set_rule(result.model, margin=0.0)  # the candidates were scored before it was fitted
     scored = scoring.score_split(result.model, valid, stats, progress=False)
     smooth = metrics.mean_top_k_error(((s.runtimes, s.scores) for s in scored), 2)
     assert 1 - smooth == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
@@ -114,7 +114,7 @@ def test_validation_chooses_whether_to_keep_config_0(residual_run, synth_root):
     it in the top 5 on the ranking with the margin), and a test ranking that follows them."""
     info = _run_info(residual_run)
     record = info["tpu_tiles"][run_file.KEEP_DEFAULT_KEY]
-    assert residual_run.model.default_margin == pytest.approx(record["margin"])
+    assert margin.margin_of(residual_run.model) == pytest.approx(record["margin"])
     stats = data.FeatureStats.from_json(info["tpu_tiles"]["feature_stats"])
     valid = data.load_dataset(synth_root, splits=("valid",), stats=stats, progress=False).valid
     scored = scoring.score_split(

@@ -18,6 +18,7 @@ compiler's. `KeepDefault.measure` then opens the gate where that lowers the top-
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass
 from typing import Any, Sequence
 
@@ -227,19 +228,52 @@ class KeepDefault:
         one, `carries_margin`); returns the record of what `model` now ranks by: without a
         gate config 0 is never kept, as graders rank by `forward`."""
         if self.margin:  # only fitted for a model that carries one
-            model.set_default_margin(model.default_margin + self.margin)
+            set_rule(model, margin=margin_of(model) + self.margin)
         if rule_of(model) is None:
             return dataclasses.replace(self, chosen=False, rule=self.margin_errors or self.errors)
-        model.set_keeps_default(self.chosen)
+        set_rule(model, keep=self.chosen)
         return self
+
+
+# The rule's two weights in a model of models.py (`RankingRule`: `gate`, `margin`), by the
+# keywords that build them; a model without a rule (upstream's) or built without one has None.
+_WEIGHTS = {"gate": "keep_default_gate", "margin": "default_margin"}
+
+
+def _weight(model: Any, name: str) -> Any:
+    return getattr(getattr(model, "rule", None), name, None)
 
 
 def rule_of(model: Any) -> bool | None:
     """Whether `model`'s own ranking keeps config 0 in the top 5 (its gate); None for a model
     that carries no gate (upstream's, older runs of ours)."""
-    return getattr(model, "keeps_default", None)
+    gate = _weight(model, "gate")
+    return None if gate is None else float(gate.numpy()) > 0.5
+
+
+def margin_of(model: Any) -> float | None:
+    """Config 0's margin `model` ranks with; None for a model that carries none."""
+    weight = _weight(model, "margin")
+    return None if weight is None else float(weight.numpy())
 
 
 def carries_margin(model: Any) -> bool:
     """Whether `model` carries config 0's margin (a `default_margin` weight)."""
-    return getattr(model, "default_margin", None) is not None
+    return margin_of(model) is not None
+
+
+def set_rule(model: Any, *, margin: float | None = None, keep: bool | None = None) -> None:
+    """Sets `model`'s margin and (`keep`) its gate, those given.
+
+    Raises:
+        ValueError: `model` was built without that weight, or the margin is not finite.
+    """
+    for name, value in (("margin", margin), ("gate", None if keep is None else float(keep))):
+        if value is None:
+            continue
+        weight, owner = _weight(model, name), type(model).__name__
+        if weight is None:
+            raise ValueError(f"{owner} was built with {_WEIGHTS[name]}=false")
+        if not math.isfinite(value):
+            raise ValueError(f"{owner}: the {name} must be finite, got {value}")
+        weight.assign(value)

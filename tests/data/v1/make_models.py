@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import tensorflow as tf
 
-from tpu_tiles_models import data, registry, synthetic
+from tpu_tiles_models import data, margin, registry, synthetic
 
 out = Path(sys.argv[1])
 root = Path(sys.argv[2])
@@ -123,8 +123,7 @@ for label, (cls, kw) in variants.items():
         x = rng.normal(size=v.shape.as_list()).astype(np.float32) * 0.5
         v.assign(x)
     # rule: a margin and the gate on
-    m.set_default_margin(0.05)
-    m.set_keeps_default(True)
+    margin.set_rule(m, margin=0.05, keep=True)
     for i, v in enumerate(m.trainable_variables):
         arrays[f"{label}/var{i}"] = v.numpy()
     meta[label] = {
