@@ -443,9 +443,13 @@ def run_points(a: argparse.Namespace, roots: dict[tuple[str, int], Path], work: 
                 if not out.exists():
                     todo.append((arm, family, draw, seed, root, out))
     # Seed 0 first, then arm by arm in `--arms` order, each on every draw and family: a
-    # partial run already pairs the first arms with the reference on both draws.
+    # partial run already pairs the first arms with the reference on both draws. By family:
+    # draw by draw, family by family, every arm: a partial run pairs every arm on the first.
     arms = a.arms.split(",")
-    todo.sort(key=lambda t: (t[3], arms.index(t[0]), t[2], t[1]))
+    if a.order == "family":
+        todo.sort(key=lambda t: (t[3], t[2], t[1], arms.index(t[0])))
+    else:
+        todo.sort(key=lambda t: (t[3], arms.index(t[0]), t[2], t[1]))
     print(f"{len(todo)} runs to train", flush=True)
     running: list[tuple[subprocess.Popen, str, float]] = []
     (work / "logs").mkdir(parents=True, exist_ok=True)
@@ -688,6 +692,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument("--score_candidates", type=int, default=3)
     p.add_argument("--curve_every", type=int, default=5)
     p.add_argument("--jobs", type=int, default=1, help="runs trained at once")
+    p.add_argument("--order", choices=("arm", "family"), default="arm", help="what runs first")
     p.add_argument("--tabulate", action="store_true", help="train nothing; write the tables")
     p.add_argument("--name", default="protocol")
     p.add_argument("--out", default=str(RESULTS))
