@@ -146,10 +146,9 @@ _HEADERS = {
 def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray]:
     """Arrays from `read_members` output, each only if its `.npy` header's shape and dtype
     take the bytes its member holds (a header may declare any shape: numpy would allocate it
-    first). Each header is parsed once and the array is a read-only view of its member's
-    bytes, not a copy. One thread only: numpy parses .npy headers with `ast.literal_eval`,
-    which CPython 3.11 can fail on when several threads run it at once ("AST constructor
-    recursion depth mismatch")."""
+    first), each header parsed once. One thread only: numpy parses .npy headers with
+    `ast.literal_eval`, which CPython 3.11 can fail on when several threads run it at once
+    ("AST constructor recursion depth mismatch")."""
     arrays = {}
     try:
         for key, raw in members.items():
@@ -167,7 +166,7 @@ def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray
                     f"{key} declares shape {shape} of {dtype} ({files.format_size(declared)}), "
                     f"but its member holds {files.format_size(held)}",
                 )
-            order = "F" if fortran_order else "C"
+            order = "F" if fortran_order else "C"  # a view of the member's bytes, no copy
             arrays[key] = np.ndarray(shape, dtype, raw, stream.tell(), order=order)
     except DataError:
         raise
@@ -260,8 +259,8 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
     # Numbers are checked as float32, the precision they are used in: a float64 beyond its
     # range is inf there, and a tiny runtime 0 (the labels are runtime / normalizer).
     # Scaling divides by a column's range, max - min over the train split: within half
-    # float32's largest number every range, and every value less min, is finite. One min and
-    # one max (NaN if any value is) clear an array; only a failing one is searched for why.
+    # float32's largest number every range and value less min is finite. A min and a max (NaN
+    # if a value is) clear an array; only a failing one is searched for why.
     for key in ("node_feat", "config_feat"):
         values = _as_models_see(arrays[key])
         if values.dtype.kind in "iu" or not values.size:  # integers: finite, far within
