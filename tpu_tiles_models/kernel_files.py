@@ -146,9 +146,9 @@ _HEADERS = {
 def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray]:
     """Arrays from `read_members` output, each only if its `.npy` header's shape and dtype
     take the bytes its member holds (a header may declare any shape: numpy would allocate it
-    first). One thread only: numpy parses .npy headers with `ast.literal_eval`, which
-    CPython 3.11 can fail on when several threads run it at once ("AST constructor recursion
-    depth mismatch")."""
+    first), each header parsed once. One thread only: numpy parses .npy headers with
+    `ast.literal_eval`, which CPython 3.11 can fail on when several threads run it at once
+    ("AST constructor recursion depth mismatch")."""
     arrays = {}
     try:
         for key, raw in members.items():
@@ -156,7 +156,9 @@ def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray
             version = np.lib.format.read_magic(stream)
             if version not in _HEADERS:
                 raise ValueError(f"{key}.npy has .npy format version {version}")
-            shape, _, dtype = _HEADERS[version](stream)
+            shape, fortran_order, dtype = _HEADERS[version](stream)
+            if dtype.hasobject:  # what numpy's allow_pickle=False refuses: no pickle is run
+                raise ValueError(f"{key}.npy holds Python objects, not numbers")
             declared, held = math.prod(shape) * dtype.itemsize, len(raw) - stream.tell()
             if declared != held:
                 raise _fail(
@@ -164,8 +166,8 @@ def _parse_members(path: str, members: dict[str, bytes]) -> dict[str, np.ndarray
                     f"{key} declares shape {shape} of {dtype} ({files.format_size(declared)}), "
                     f"but its member holds {files.format_size(held)}",
                 )
-            stream.seek(0)
-            arrays[key] = np.lib.format.read_array(stream, allow_pickle=False)
+            order = "F" if fortran_order else "C"  # a view of the member's bytes, no copy
+            arrays[key] = np.ndarray(shape, dtype, raw, stream.tell(), order=order)
     except DataError:
         raise
     except _ZIP_ERRORS as err:
@@ -256,21 +258,24 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
         )
     # Numbers are checked as float32, the precision they are used in: a float64 beyond its
     # range is inf there, and a tiny runtime 0 (the labels are runtime / normalizer).
+    # Scaling divides by a column's range, max - min over the train split: within half
+    # float32's largest number every range and value less min is finite. A min and a max (NaN
+    # if a value is) clear an array; only a failing one is searched for why.
     for key in ("node_feat", "config_feat"):
         values = _as_models_see(arrays[key])
+        if values.dtype.kind in "iu" or not values.size:  # integers: finite, far within
+            continue
+        if -_SCALABLE <= values.min() and values.max() <= _SCALABLE:
+            continue
         if not np.isfinite(values).all():
             raise _fail(path, f"{key} has NaN or infinite values{_IN_FLOAT32}")
-        # Scaling divides by a column's range, max - min over the train split: within half
-        # float32's largest number every range, and every value less min, is finite.
-        beyond = np.abs(values) > _SCALABLE
-        if beyond.any():
-            row, column = np.argwhere(beyond)[0]
-            raise _fail(
-                path,
-                f"{key} column {column} holds {values[row, column]:.4g}; past "
-                f"{_SCALABLE:.2g} in magnitude a column's range (max - min), which scaling "
-                "divides by, overflows float32",
-            )
+        row, column = np.argwhere(np.abs(values) > _SCALABLE)[0]
+        raise _fail(
+            path,
+            f"{key} column {column} holds {values[row, column]:.4g}; past "
+            f"{_SCALABLE:.2g} in magnitude a column's range (max - min), which scaling "
+            "divides by, overflows float32",
+        )
 
     if c < 1:
         raise _fail(path, "has no configs")
@@ -282,9 +287,10 @@ def validate_arrays(path: str, arrays: dict[str, np.ndarray], *, split: str) -> 
         ratios = runtime_ratios(arrays["config_runtime"], arrays["config_runtime_normalizers"])
         runtimes["config_runtime / config_runtime_normalizers"] = ratios
     for key, values in runtimes.items():
-        if not np.isfinite(values).all() or values.min() < 0:
+        lowest = values.min()  # NaN if any value is; an inf is the max
+        if not (lowest >= 0 and values.max() < np.inf):
             raise _fail(path, f"{key} has negative, NaN or infinite values{_IN_FLOAT32}")
-        if split != "test" and values.min() <= 0:
+        if split != "test" and lowest <= 0:
             raise _fail(
                 path, f"{key} has zeros{_IN_FLOAT32}; only the test split may lack runtimes"
             )
