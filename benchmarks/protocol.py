@@ -718,8 +718,15 @@ def main(argv: Sequence[str] | None = None) -> None:
     if not a.tabulate:
         run_points(a, roots, work)
     scores = load_scores(work)
+    # Only what the command names: its arms, families (and shuffled copies), draws and seeds.
     arms = set(a.arms.split(",")) | {a.reference}
-    scores = {k: v for k, v in scores.items() if k[0] in arms}
+    families = {f + copy for f in a.families.split(",") for copy in ("", SHUFFLED)}
+    draws, seeds = set(seeds_of(a.data_seeds)), set(seeds_of(a.seeds))
+    scores = {
+        k: v
+        for k, v in scores.items()
+        if k[0] in arms and k[1] in families and k[2] in draws and k[3] in seeds
+    }
     command = "python benchmarks/protocol.py " + " ".join(
         x if not x.startswith(str(work)) else Path(x).name for x in argv
     )
