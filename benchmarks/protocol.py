@@ -621,6 +621,42 @@ def matched_cpu(scores: dict, reference: str, arms: Sequence[str]) -> list[str]:
     ]
 
 
+def summary_table(a: argparse.Namespace, scores: dict) -> str:
+    """The decision in a few lines (the docs include it): per arm, its top-5 against the
+    reference on each family and shuffled copy (difference and interval), its training CPU
+    over the reference's, and the rule's verdict."""
+    arms = [x for x in a.arms.split(",") if x != a.reference]
+    cs = [c for c in comparisons(scores, a.reference, arms) if c.column == "top5"]
+    families = list(dict.fromkeys(c.family for c in cs))
+    cpu = {
+        arm: np.mean([cpu_at(r, r["epochs"]) for k, r in scores.items() if k[0] == arm])
+        for arm in [a.reference, *arms]
+    }
+    seeds = sorted({k[3] for k in scores})
+    lines = [
+        f"Top-5 error, arm - {a.reference} on {MIN_HELDOUT}+ held-out kernels a draw "
+        f"({len({k[2] for k in scores})} draws, training seeds {seeds}; {LEVEL:.0%} interval), "
+        "[the full tables](../benchmarks/results/" + f"{a.name}.md):",
+        "",
+        "| arm | " + " | ".join(families) + f" | CPU / {a.reference}'s | verdict |",
+        "|---|" + "---|" * (len(families) + 2),
+    ]
+    reference = {c.family: c.reference_mean for c in cs}
+    cells = [f"{reference[f]:.3f} (its error)" for f in families]
+    lines.append(f"| {a.reference} | " + " | ".join(cells) + " | 1.00 | the default |")
+    verdicts = decide(comparisons(scores, a.reference, arms))
+    for arm in arms:
+        by_family = {c.family: c for c in cs if c.arm == arm}
+        cells = [
+            f"{c.difference:+.3f} ({c.low:+.3f} to {c.high:+.3f})" if c else "-"
+            for c in (by_family.get(f) for f in families)
+        ]
+        verdict = verdicts.get(arm, "KEEP").split(":")[0]
+        ratio = cpu[arm] / cpu[a.reference]
+        lines.append(f"| {arm} | " + " | ".join(cells) + f" | {ratio:.2f} | {verdict} |")
+    return "\n".join(lines) + "\n"
+
+
 def markdown(a: argparse.Namespace, scores: dict, command: str) -> str:
     arms = a.arms.split(",")
     cs = comparisons(scores, a.reference, arms)
@@ -734,6 +770,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     out.mkdir(parents=True, exist_ok=True)
     text = markdown(a, scores, command)
     (out / f"{a.name}.md").write_text(text)
+    (out / f"{a.name}_summary.md").write_text(summary_table(a, scores))
     per_kernel = ("top1", "top5", "top1_scores", "top5_scores", "top1_default", "top5_last")
     summary = dict(
         command=command,

@@ -158,3 +158,30 @@ def test_one_run_of_the_protocol_end_to_end(protocol, tmp_path):
     assert [c["epoch"] for c in result["curve"]] == [1, 2]
     assert all(0.0 <= e < 100.0 for e in result["top5"] + result["top1"] + result["top5_scores"])
     assert len(result["epoch_cpu_seconds"]) == 2 and result["steps_per_epoch"] >= 1
+
+
+def test_the_summary_gives_each_arm_its_intervals_cost_and_verdict(protocol):
+    """The few lines the docs include: the reference's error, then per arm its paired top-5
+    difference on each family and copy, its CPU over the reference's and the rule's word."""
+    rng = np.random.default_rng(0)
+    scores = {}
+    for family in ("archetype", "archetype-shuffled"):
+        for draw in (0, 1):
+            base = rng.uniform(0.1, 0.2, size=300)
+            for arm, shift, cpu in (("bare32", 0.0, 1.0), ("w48geo", -0.05, 1.5)):
+                scores[arm, family, draw, 0] = dict(
+                    top5=(base + shift).tolist(),
+                    top1=(2 * base).tolist(),
+                    epochs=2,
+                    epoch_cpu_seconds=[cpu, cpu],
+                )
+    a = protocol.parse_args(["--work", "w", "--arms", "bare32,w48geo", "--name", "p"])
+    lines = protocol.summary_table(a, scores).splitlines()
+    assert "(2 draws, training seeds [0]; 90% interval)" in lines[0]
+    assert "(../benchmarks/results/p.md)" in lines[0]
+    assert lines[2] == "| arm | archetype | archetype-shuffled | CPU / bare32's | verdict |"
+    assert lines[4].startswith("| bare32 | 0.1") and lines[4].endswith("| 1.00 | the default |")
+    # A shift of -0.05 on every kernel: the interval is the point, and both primary cells win.
+    assert lines[5] == (
+        "| w48geo | -0.050 (-0.050 to -0.050) | -0.050 (-0.050 to -0.050) | 1.50 | CHANGE |"
+    )
