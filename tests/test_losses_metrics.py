@@ -90,14 +90,6 @@ def test_top_k_error_by_hand():
     assert metrics.kaggle_score(0.25) == 0.75
 
 
-def test_mean_top_k_error_by_hand():
-    runtimes = np.array([4.0, 2.0, 8.0, 1.0])
-    scores = np.array([0.0, 1.0, 2.0, 3.0])  # top 2: runtimes 4 and 2; fastest 2: 1 and 2
-    assert metrics.kernel_mean_top_k_error(runtimes, scores, 2) == pytest.approx(3 / 1.5 - 1)
-    assert metrics.kernel_mean_top_k_error(runtimes, -runtimes, 2) == pytest.approx(6 / 1.5 - 1)
-    assert metrics.kernel_mean_top_k_error(runtimes, scores, 50) == 0.0  # every config counts
-
-
 def test_ordered_pair_accuracy_by_hand():
     runtimes = np.array([1.0, 2.0, 3.0, 3.0])
     assert metrics.ordered_pair_accuracy(runtimes, runtimes) == 1.0

@@ -44,28 +44,6 @@ def top_k_errors(
     return {k: float(m) for k, m in zip(ks, means)}
 
 
-def kernel_mean_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """`mean runtime of the k lowest scores / mean of the k fastest runtimes - 1`: smoother
-    than the top-k error (the 1st-place Kaggle tile solution picked checkpoints by it)."""
-    runtimes = np.asarray(runtimes, dtype=np.float64)
-    k = min(k, len(runtimes))
-    chosen = np.argsort(np.asarray(scores), kind="stable")[:k]
-    return float(runtimes[chosen].mean() / np.sort(runtimes)[:k].mean() - 1.0)
-
-
-def mean_top_k_error(
-    kernels: Iterable[tuple[np.ndarray, np.ndarray]],
-    k: int,
-    *,
-    weights: Sequence[float] | None = None,
-) -> float:
-    """Mean `kernel_mean_top_k_error` over `(runtimes, scores)` pairs, weighted."""
-    per_kernel = [kernel_mean_top_k_error(r, s, k) for r, s in kernels]
-    if not per_kernel:
-        raise ValueError("mean_top_k_error: no kernels to evaluate")
-    return float(np.average(per_kernel, weights=weights))
-
-
 def kaggle_score(top5_error: float) -> float:
     """The competition's tile score from the mean top-5 error: `1 - error` (higher is better)."""
     return 1.0 - top5_error

@@ -23,7 +23,6 @@ from tpu_tiles_models import (
     formats,
     interrupts,
     margin,
-    metrics,
     ranking,
     registry,
     run_file,
@@ -98,15 +97,11 @@ class _Loop:
         return float(self.mean_loss.result()), float(self.opa.result())
 
 
-SMOOTH_TOP_K = 50  # `--select_by=top50`: the configs its measure averages
-
-
 def _val_score(
-    model, split, stats, sample: scoring.KernelSample, progress, scorer, select_by: str
-) -> tuple[float, float, margin.KeepDefault]:
+    model, split, stats, sample: scoring.KernelSample, progress, scorer
+) -> tuple[float, margin.KeepDefault]:
     """On `sample`'s valid kernels (weighted: estimates for the whole split): the model's own
-    Kaggle-form score, the selection key (the score, 1 - mean top-`SMOOTH_TOP_K` error with
-    `top50`, NaN with `opa`) and the errors both ways (`margin.KeepDefault`)."""
+    Kaggle-form score and the errors both ways (`margin.KeepDefault`)."""
     scored = scoring.score_split(
         model,
         split,
@@ -123,11 +118,7 @@ def _val_score(
     measured = margin.KeepDefault.measure(
         scoring.pairs(scored), sample.weights, fit_margin=margin.carries_margin(model)
     )
-    score = key = 1.0 - measured.errors[5]
-    if select_by == "top50":
-        pairs = ((s.runtimes, s.scores) for s in scored)
-        key = 1.0 - metrics.mean_top_k_error(pairs, SMOOTH_TOP_K, weights=sample.weights)
-    return score, float("nan") if select_by == "opa" else key, measured
+    return 1.0 - measured.errors[5], measured
 
 
 def _epoch_sample(args: TrainArgs, valid: data.Split) -> scoring.KernelSample:
@@ -156,15 +147,15 @@ class _Candidates:
 
 
 def _choose(
-    candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer, select_by: str
+    candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer
 ) -> tuple[int, list[np.ndarray], margin.KeepDefault, dict[int, float]]:
     """Scores each candidate on all of valid; returns the best one's (epoch, weights, errors
-    both ways) and each candidate's key by epoch."""
+    both ways) and each candidate's score by epoch."""
     results = []
     for _, epoch, weights in candidates.kept:
         _assign(model, weights)
-        _, key, measured = _val_score(
-            model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer, select_by
+        key, measured = _val_score(
+            model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer
         )
         results.append((key, epoch, weights, measured))
     _, epoch, weights, measured = max(results, key=lambda r: r[0])  # the first of equals
@@ -387,9 +378,7 @@ def _train(
         val_loss, val_opa = loop.run(
             valid_batches, train=False, progress=progress, desc="valid", total=None
         )
-        score, selection, measured = _val_score(
-            model, dataset.valid, dataset.stats, sample, progress, scorer, args.select_by
-        )
+        score, measured = _val_score(model, dataset.valid, dataset.stats, sample, progress, scorer)
         seconds = time.perf_counter() - start
         row = (epoch, train_loss, train_opa, val_loss, val_opa)
         for key, value in zip(curve, row):
@@ -403,7 +392,7 @@ def _train(
                     if name != "epoch":
                         tf.summary.scalar(name, value)
             writer.flush()
-        key = val_opa if args.select_by == "opa" else selection
+        key = val_opa if args.select_by == "opa" else score
         candidates.offer(key, epoch, model)
         improved = key > best_key
         if improved:
@@ -419,9 +408,7 @@ def _train(
             print(f"no gain for {args.early_stop} epochs since epoch {best_epoch}; stopping")
             break
     if rescore and candidates.kept:
-        best_epoch, weights, best_val, full = _choose(
-            candidates, model, dataset, progress, scorer, args.select_by
-        )
+        best_epoch, weights, best_val, full = _choose(candidates, model, dataset, progress, scorer)
         extras["candidate_scores"] = {str(e): s for e, s in full.items()}
         print(
             f"kept epoch {best_epoch}: best on every config of "

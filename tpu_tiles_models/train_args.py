@@ -118,9 +118,8 @@ class TrainArgs:
     lr_schedule: str = _flag("cosine", "learning-rate schedule", ("cosine", "constant"))
     select_by: str = _flag(
         "score",
-        "keep weights by Kaggle-form score (ours), OPA (upstream's) or top50 (mean runtime of "
-        "the top 50 over that of the 50 fastest: smoother)",
-        ("score", "opa", "top50"),
+        "keep weights by Kaggle-form score (ours) or OPA (upstream's)",
+        ("score", "opa"),
     )
     score_sample: float = _flag(
         1.0,
