@@ -35,7 +35,7 @@ MODELS: dict[str, str] = {
     "LateJoinResGCN": "paper baseline: residual GCN on the kernel, config late",
     "MLP": "paper baseline: pooled node features and config features, no GNN",
     "Ensemble": "several trained runs as one model: per-kernel normalised scores, averaged "
-    "(made by tpu-tiles ensemble or train --seeds=... --ensemble)",
+    "(made by tpu-tiles ensemble or sweep --ensemble_top)",
 }
 
 
