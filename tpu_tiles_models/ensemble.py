@@ -156,7 +156,7 @@ def build_ensemble(
             model,
             ds,
             test_mode=args.test_mode,
-            scorer=scoring.kernel_scorer(model),
+            scorer=scoring.KernelScorer(model),
             progress=not args.no_progress,
         )
         return export.finish(

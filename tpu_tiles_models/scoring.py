@@ -103,11 +103,6 @@ class KernelScorer:
         return kept[1]
 
 
-def kernel_scorer(model: tf.keras.Model) -> KernelScorer:
-    """The `KernelScorer` of `model` (built), to pass to every `score_split` call."""
-    return KernelScorer(model)
-
-
 def plan_groups(order: Sequence[int], configs: np.ndarray, nodes: np.ndarray) -> list[list[int]]:
     """Kernels of `order` in groups of similar config counts (`configs`, one per kernel) within
     `GROUP_WORK` and `GROUP_PADDING`; a big kernel alone."""
@@ -147,7 +142,7 @@ def score_split(
     prepared graphs in `scorer` for the next call on the same kernels (the trainer's sample;
     not a full pass, which would hold a second copy of the split).
     """
-    scorer = scorer or kernel_scorer(model)
+    scorer = scorer or KernelScorer(model)
     grouped = scorer.grouped
     order = list(range(len(split))) if kernels is None else [int(k) for k in kernels]
     # Grouped, each distinct config row is scored once (the real collection repeats rows).

@@ -350,7 +350,7 @@ def _train(
     # The best few epochs by sample score are rescored on all of valid; by OPA, as upstream.
     rescore = sample.is_subset and args.select_by != "opa"
     candidates = _Candidates(args.score_candidates if rescore else 1)
-    scorer = scoring.kernel_scorer(model)
+    scorer = scoring.KernelScorer(model)
     # tf.summary writes a remote folder itself.
     writer = (
         tf.summary.create_file_writer(artifacts.log_into(artifacts.places.tensorboard))
