@@ -234,13 +234,6 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
 
 
-def _check_before_data(args: TrainArgs, module: ModuleType, paths: run_file.RunPaths) -> None:
-    """Fails on a bad model name, kwargs, size or loss, before any data is read (outputs are
-    claimed next, by `export.writing_into`)."""
-    registry.model_class(args.model, module)
-    parse_losses(args.losses)
-
-
 def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
     """Builds a `--model_kwargs_json` model in a `tf.Graph` (which allocates nothing) on a
     made-up kernel of full feature widths, so a size too big fails before any data is read."""
@@ -289,7 +282,8 @@ def train(args: TrainArgs) -> export.TrainResult:
     paths = run_file.RunPaths.of(args)  # the run's places and hash, worked out once
     files.require_local(args.models, flag="--models")  # Python imports local files only
     module = registry.load_models_module(args.models or None)
-    _check_before_data(args, module, paths)
+    registry.model_class(args.model, module)  # a bad name or loss fails before any data is read
+    parse_losses(args.losses)
     # First TensorFlow work: a multi-worker strategy must exist before any other op.
     strategy = _strategy(args.strategy)
     _check_model_size(args, module)
