@@ -105,13 +105,6 @@ def parse_grid(text: str) -> list[Grid]:
     return [_checked(axes, "--grid")]
 
 
-def parse_inline(spec: str) -> Grid:
-    """One inline grid (see the module docstring)."""
-    if "=" not in spec:
-        raise FlagError(f"--grid: {spec!r} is not name=values; {EXAMPLE}")
-    return parse_grid(spec)[0]
-
-
 def _load_file(path: str) -> list[Grid]:
     where = f"--grid {path}"
     try:
