@@ -30,17 +30,13 @@ def kernel_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> floa
 
 
 def top_k_errors(
-    kernels: Iterable[tuple[np.ndarray, np.ndarray]],
-    ks: Sequence[int] = TOP_KS,
-    *,
-    weights: Sequence[float] | None = None,
+    kernels: Iterable[tuple[np.ndarray, np.ndarray]], ks: Sequence[int] = TOP_KS
 ) -> dict[int, float]:
-    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs for each k in `ks`, weighted by
-    `weights` (one per kernel; a stratified sample's) if given."""
+    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs for each k in `ks`."""
     per_kernel = [[kernel_top_k_error(r, s, k) for k in ks] for r, s in kernels]
     if not per_kernel:
         raise ValueError("top_k_errors: no kernels to evaluate")
-    means = np.average(np.asarray(per_kernel), axis=0, weights=weights)
+    means = np.mean(np.asarray(per_kernel), axis=0)
     return {k: float(m) for k, m in zip(ks, means)}
 
 

@@ -100,8 +100,8 @@ class _Loop:
 def _val_score(
     model, split, stats, sample: scoring.KernelSample, progress, scorer
 ) -> tuple[float, margin.KeepDefault]:
-    """On `sample`'s valid kernels (weighted: estimates for the whole split): the model's own
-    Kaggle-form score and the errors both ways (`margin.KeepDefault`)."""
+    """On `sample`'s valid kernels: the model's own Kaggle-form score and the errors both ways
+    (`margin.KeepDefault`)."""
     scored = scoring.score_split(
         model,
         split,
@@ -116,19 +116,20 @@ def _val_score(
         fix=DIVERGED_FIX,
     )
     measured = margin.KeepDefault.measure(
-        scoring.pairs(scored), sample.weights, fit_margin=margin.carries_margin(model)
+        scoring.pairs(scored), fit_margin=margin.carries_margin(model)
     )
     return 1.0 - measured.errors[5], measured
 
 
 def _epoch_sample(args: TrainArgs, valid: data.Split) -> scoring.KernelSample:
-    """The valid kernels scored each epoch: upstream's `--validate_batches` first ones, else a
-    stratified `--score_sample`."""
+    """The valid kernels scored each epoch: upstream's `--validate_batches` first ones, else
+    every one, on at most `--score_configs` configs (all where none has more)."""
     if args.validate_batches > 0:
         count = min(args.validate_batches * args.batch, len(valid))
         return scoring.KernelSample(tuple(range(count)))
-    configs = args.score_configs if args.score_configs > 0 else None
-    return scoring.stratified_sample(valid, args.score_sample, seed=args.seed, max_configs=configs)
+    counts = valid.config_counts()
+    capped = 0 < args.score_configs < (counts.max() if len(counts) else 0)
+    return scoring.KernelSample(None, args.score_configs if capped else None)
 
 
 class _Candidates:

@@ -37,6 +37,9 @@ REMOVED_FLAGS = {
     # `train --seeds --ensemble`: ensembles of seeds, what `sweep --ensemble_top` also makes.
     "seeds": "benchmarks/results/ensemble_bench.md",
     "ensemble": "benchmarks/results/ensemble_bench.md",
+    # A stratified fraction of the validation kernels each epoch: every kernel on 32 configs
+    # chose as well at a twentieth of the work.
+    "score_sample": "benchmarks/results/selection.md",
 }
 # Losses removed the same way, every one that left `losses.LOSSES`: a run file that names
 # one reads, training refuses it. (FastFirstListMLE's data set is not in this repository:
@@ -100,7 +103,7 @@ class TrainArgs:
     validate_batches: int = _flag(
         -1,
         ">0: validate on this many batches per epoch and score their kernels on every config "
-        "(instead of --score_sample); -1: every batch",
+        "(instead of --score_configs); -1: every batch",
     )
     test_mode: str = _flag(
         "predictions", "rank the test split or score it", ("predictions", "metrics")
@@ -124,14 +127,9 @@ class TrainArgs:
         "keep weights by Kaggle-form score (ours) or OPA (upstream's)",
         ("score", "opa"),
     )
-    score_sample: float = _flag(
-        1.0,
-        "fraction of validation kernels scored each epoch (a fixed sample, stratified by "
-        "program and size; 1: all of them)",
-    )
     score_configs: int = _flag(
         32,
-        "each epoch, at most this many configs of each of those kernels, evenly spread in file "
+        "each epoch, at most this many configs of each validation kernel, evenly spread in file "
         "order, the same every epoch (0: all; 32 chose epochs as well as 128 at under a third of "
         "the work, benchmarks/results/selection.md)",
         at_least=0,
@@ -179,8 +177,6 @@ class TrainArgs:
         loss_weights(self.losses)
         if not 0 <= self.seed <= MAX_SEED:
             raise FlagError(f"--seed must be in 0..{MAX_SEED}, got {self.seed}")
-        if not 0 < self.score_sample <= 1:
-            raise FlagError(f"--score_sample must be in (0, 1], got {self.score_sample}")
         if self.validate_batches == 0:
             raise FlagError("--validate_batches must be -1 (all) or positive, got 0")
         if not self.model:
