@@ -611,7 +611,7 @@ def test_beam_workers_start_up_lines_are_left_out(capfd):
     with pipelines.quiet_workers():
         subprocess.run([sys.executable, "-c", worker], check=True)
     for thread in threading.enumerate():  # the filter ends once the worker's stderr closes
-        if thread.name == "beam-worker-stderr":
+        if thread.name == "stderr-filter":
             thread.join(10)
     print("after", file=sys.stderr)
     err = capfd.readouterr().err
