@@ -197,7 +197,7 @@ def _scoring_lines(args: argparse.Namespace, work: Path) -> list[str]:
         "",
     ]
     course_s, course = timed(course_rank, model, ds, repeats=args.repeats)
-    scorer = scoring.kernel_scorer(model)
+    scorer = scoring.KernelScorer(model)
     cold_s, ours = timed(our_rank, model, ds, scorer)
     warm_s, _ = timed(our_rank, model, ds, scorer, repeats=args.repeats)
     agree = sum(course[t] == ours[t] for t in course)

@@ -3,17 +3,17 @@
     python benchmarks/selection_bench.py --data DATA --work WORK [--models EarlyJoinSAGE,...]
         [--seeds 0,1,2] [--epochs 40]
 
-Each training (`tpu-tiles train` with upstream's default flags, `--score_sample=1`, no early
-stop, in its own process) scores every config of every validation kernel after every epoch,
+Each training (`tpu-tiles train` with upstream's default flags, no early stop, in its own
+process) scores every config of every validation kernel after every epoch,
 and the scores are kept. From them, offline, for each way of choosing:
 
-- **full** (our trainer before `--score_sample`): the best epoch by the score on every config
-  of every kernel, stopping after `--early_stop` (20) epochs without gain;
+- **full** (our trainer before it sampled): the best epoch by the score on every config of
+  every kernel, stopping after `--early_stop` (20) epochs without gain;
 - **sample F, M configs, K candidates**: the score on a stratified sample of a fraction F of
-  the kernels (`scoring.stratified_sample`, 10 sample seeds), on at most M configs of each
-  (evenly spread in file order, as `--score_configs` takes them), chooses when to stop and
-  the K best epochs, which are then compared on every config of every kernel (as
-  `--score_sample`, `--score_configs` and `--score_candidates` do);
+  the kernels (`stratified_sample`, 10 sample seeds; the trainer's `--score_sample` until this
+  verdict removed it), on at most M configs of each (evenly spread in file order, as
+  `--score_configs` takes them), chooses when to stop and the K best epochs, which are then
+  compared on every config of every kernel (as `--score_configs` and `--score_candidates` do);
 
 the Kaggle-form score on every config of every kernel of the epoch it keeps, and its loss
 against the full choice. The cost of a sample pass is its share of nodes x configs, the
@@ -95,10 +95,36 @@ def kernel_errors(scores: np.ndarray, split, max_configs: int | None) -> np.ndar
     return out
 
 
+def stratified_sample(split, fraction: float, *, seed: int) -> tuple[list[int], np.ndarray]:
+    """About `fraction` of `split`'s kernels (all if that is 1 or the strata are too small) and
+    each one's weight. Strata: one program's kernels with 2-9, 10-99, 100-999 or 1000+
+    configs, each drawn `round(fraction * size)` times (at least once) at weight
+    `size / drawn`: weighted means estimate the split's without bias."""
+    from tpu_tiles_models.kernel_files import benchmark_of
+
+    counts = split.config_counts()
+    everything = list(range(len(counts))), np.ones(len(counts))
+    if fraction >= 1:
+        return everything
+    sizes = np.minimum(np.floor(np.log10(np.maximum(counts, 1))), 3)
+    strata: dict[tuple[str, int], list[int]] = {}
+    for i, (tile_id, size) in enumerate(zip(split.tile_ids, sizes)):
+        strata.setdefault((benchmark_of(tile_id), int(size)), []).append(i)
+    rng = np.random.default_rng(seed)
+    chosen: dict[int, float] = {}
+    for key in sorted(strata):
+        members = strata[key]
+        take = max(1, round(fraction * len(members)))
+        for i in rng.choice(members, size=take, replace=False):
+            chosen[int(i)] = len(members) / take
+    if len(chosen) == len(counts):  # every stratum too small to sample
+        return everything
+    indices = sorted(chosen)
+    return indices, np.array([chosen[i] for i in indices])
+
+
 def choices(scores: np.ndarray, split) -> dict:
     """Full score of the epoch each policy keeps, from `scores` [epochs, configs]."""
-    from tpu_tiles_models import scoring
-
     errors = {m: kernel_errors(scores, split, m) for m in {m for _, m, _ in POLICIES} | {None}}
     full = 1 - errors[None].mean(axis=1)
     stop = _early_stopped(full)
@@ -108,9 +134,8 @@ def choices(scores: np.ndarray, split) -> dict:
         work = nodes * (counts if m is None else np.minimum(counts, m))
         kept, costs, kernels = [], [], []
         for seed in SAMPLE_SEEDS:
-            sample = scoring.stratified_sample(split, fraction, seed=seed)
-            idx = list(sample.indices) if sample.indices else list(range(len(counts)))
-            estimate = 1 - np.average(errors[m][:, idx], axis=1, weights=sample.weights)
+            idx, weights = stratified_sample(split, fraction, seed=seed)
+            estimate = 1 - np.average(errors[m][:, idx], axis=1, weights=weights)
             last = _early_stopped(estimate)
             ranked = sorted(range(last + 1), key=lambda e: (-estimate[e], e))[:k]
             kept.append(float(full[ranked].max()))
@@ -198,7 +223,6 @@ def main(argv: list[str] | None = None) -> None:
                 f"--seed={seed}",
                 f"--epochs={a.epochs}",
                 "--early_stop=0",
-                "--score_sample=1",
                 "--score_configs=0",
                 f"--data_root={a.data}",
                 f"--cache_dir={work / 'cache'}",

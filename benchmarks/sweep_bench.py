@@ -84,7 +84,7 @@ def measure(result: dict, name: str, run) -> None:
 def points(grid: str, base: TrainArgs, out: Path) -> list[grids.Point]:
     """The grid's points as a sweep into `out` makes them (flags, results_csv, TensorBoard)."""
     base = base.replace(out_dir=str(out), tensorboard=str(out / "tensorboard"), no_progress=True)
-    return grids.expand([grids.parse_inline(grid)], base)
+    return grids.expand(grids.parse_grid(grid), base)
 
 
 def sequential(plan: list[grids.Point], log: Path) -> float:

@@ -240,16 +240,26 @@ def residual_run(synth_root, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mlp_seeds(short_test_root, tmp_path_factory) -> list:
-    """`train --seeds=0,1 --ensemble`: two tiny MLPs, 1 epoch on short_test_root, and their
-    ensemble, all in one out_dir (`--results_csv` is given, so each seed's gets a suffix).
-    Seed 0 is `mlp_run`. Read-only, like every shared run: tests on other workers read it at
-    the same time."""
-    from tpu_tiles_models import ensemble
+    """Two tiny MLPs (seeds 0 and 1), 1 epoch on short_test_root, and their ensemble, all in
+    one out_dir, each with its own `--results_csv`. Seed 0 is `mlp_run`. Read-only, like every
+    shared run: tests on other workers read it at the same time."""
+    from tpu_tiles_models import ensemble, train
 
     def make(out: Path) -> list[list[str | None]]:
         args = tiny_args(short_test_root, out, model="MLP", model_kwargs_json=TINY_MLP)
-        args = args.replace(results_csv=str(out / "results.csv"))
-        return [_places(r) for r in ensemble.train_seeds(args, [0, 1], ensemble=True)]
+        runs = [
+            train.train(args.replace(seed=s, results_csv=str(out / f"results_seed{s}.csv")))
+            for s in (0, 1)
+        ]
+        made = ensemble.build_ensemble(
+            [r.model_dir for r in runs],
+            out,
+            data_root=args.data_root,
+            cache_dir=args.cache_dir or None,
+            results_csv=str(out / "results_ensemble.csv"),
+            progress=False,
+        )
+        return [_places(r) for r in [*runs, made]]
 
     return [_reopened(*p) for p in made_once(tmp_path_factory, "mlp_seeds", make)[1]]
 

@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from tpu_tiles_models import bundle, cli, registry, run_file
+from tpu_tiles_models.errors import FlagError
 
 
 @pytest.fixture(scope="module")
@@ -151,7 +152,7 @@ def test_make_bundle_refuses_a_folder_with_another_model(residual_run, tmp_path)
         bundle.make_bundle(residual_run.model_dir, out)
     with pytest.raises(bundle.BundleError, match="must be a new folder"):
         bundle.make_bundle(residual_run.model_dir, residual_run.model_dir.parent)
-    with pytest.raises(bundle.BundleError, match="no such models.py"):
+    with pytest.raises(FlagError, match="no such models.py"):
         bundle.make_bundle(residual_run.model_dir, tmp_path / "x", models_path=tmp_path / "nope.py")
 
 

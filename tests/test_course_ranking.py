@@ -40,11 +40,11 @@ def _always_keep(original):
     """`KeepDefault.measure` with `chosen` forced on, and a margin that moves config 0 first
     on about half the kernels: validation 'chose' both parts of the rule."""
 
-    def measure(kernels, weights=None, *, fit_margin=False):
+    def measure(kernels, *, fit_margin=False):
         gaps = [s[0] - s[1:].min() for _, s in kernels if len(s) > 1]
         forced = float(np.median(gaps)) if fit_margin else 0.0
         return dataclasses.replace(
-            original(kernels, weights, fit_margin=fit_margin), chosen=True, margin=forced
+            original(kernels, fit_margin=fit_margin), chosen=True, margin=forced
         )
 
     return measure

@@ -1,4 +1,4 @@
-"""`tpu-tiles ensemble` and `train --seeds --ensemble`: one drop-in model from several runs."""
+"""`tpu-tiles ensemble`: one drop-in model from several runs."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from conftest import write_run
 
 from tpu_tiles_models import cli, ensemble, export, kaggle, scoring
 from tpu_tiles_models.runs import TrainedRun
-from tpu_tiles_models.train_args import TrainCommand
 
 
 @pytest.fixture(scope="module")
@@ -92,13 +91,11 @@ def test_cli_refuses_a_dir_without_its_run_file(residual_run, synth_root, tmp_pa
     assert code == 2 and len(err.splitlines()) == 1 and "needs its run file beside it" in err
 
 
-def test_train_seeds_then_ensemble(mlp_seeds):
-    """`mlp_seeds` is `train_seeds(args, [0, 1], ensemble=True)` with a --results_csv."""
+def test_seeds_then_their_ensemble(mlp_seeds):
+    """`mlp_seeds`: two seeds' runs, then their ensemble, each with its --results_csv."""
     results = mlp_seeds
     out = results[0].model_dir.parent
     assert [r.args.seed for r in results[:2]] == [0, 1]
     assert results[2].args.model == "Ensemble" and len(list(out.glob("run_*.jsonz"))) == 3
     names = [r.results_csv.name for r in results]
     assert names == ["results_seed0.csv", "results_seed1.csv", "results_ensemble.csv"]
-    with pytest.raises(ValueError, match="--ensemble needs at least two --seeds"):
-        TrainCommand.from_argv(["--seeds=0", "--ensemble"])

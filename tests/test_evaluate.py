@@ -199,10 +199,3 @@ def test_top1_over_the_default_rows(two_runs, eval_root, result, tmp_path):
     for label, row in evaluate.rankings(result):
         line = next(line for line in table[at:] if line.startswith(label + " "))
         assert f" {row[evaluate.RATIO]:.2f}x" in line
-    from tpu_tiles_models import demo
-
-    side = demo._side_by_side(demo._evaluation_rows(result)).splitlines()
-    assert side[0].split()[-1] == "top1/def"
-    for row in demo._evaluation_rows(result):
-        line = next(line for line in side if line.startswith(row["model"] + " "))
-        assert line.split()[-1] == f"{row[evaluate.RATIO]:.2f}x"

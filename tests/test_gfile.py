@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from conftest import TINY_MLP, tiny_args
 
-from tpu_tiles_models import data, export, files, run_file, runs, safe, scoring, sweep, train
+from tpu_tiles_models import cli, data, export, files, run_file, runs, safe, scoring, sweep, train
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.sweep.grid import make_point
@@ -169,10 +169,11 @@ def test_a_failed_end_of_training_leaves_nothing_remote_or_staged(
 @pytest.mark.slow
 def test_a_two_point_sweep_on_remote_paths_writes_its_leaderboard_and_runs(remote_run, ram_root):
     out = SWEEP_OUT
-    argv = ["--grid", "lr=1e-3,2e-3", "--out_dir", out, f"--data_root={ram_root}"]
+    argv = ["sweep", "--grid", "lr=1e-3,2e-3", "--out_dir", out, f"--data_root={ram_root}"]
     argv += ["--isolation=none", "--num_workers=1", "--direct_running_mode=in_memory"]
     argv += ["--model=MLP", f"--model_kwargs_json={TINY_MLP}", "--epochs=1", "--configs=4"]
-    summary = sweep.main([*argv, "--batch=4", "--early_stop=0", "--cache_dir="])
+    argv += ["--batch=4", "--early_stop=0", "--cache_dir="]
+    summary = sweep.run(sweep.SweepArgs.from_namespace(*cli.build_parser().parse_known_args(argv)))
     assert (summary.trained, summary.skipped) == (1, 1)  # lr=1e-3 is remote_run
     assert [r.status for r in summary.rows] == ["ok", "ok"]
     rows = list(csv.DictReader(io.StringIO(files.read_bytes(f"{out}/sweep.csv").decode())))

@@ -90,14 +90,6 @@ def test_top_k_error_by_hand():
     assert metrics.kaggle_score(0.25) == 0.75
 
 
-def test_mean_top_k_error_by_hand():
-    runtimes = np.array([4.0, 2.0, 8.0, 1.0])
-    scores = np.array([0.0, 1.0, 2.0, 3.0])  # top 2: runtimes 4 and 2; fastest 2: 1 and 2
-    assert metrics.kernel_mean_top_k_error(runtimes, scores, 2) == pytest.approx(3 / 1.5 - 1)
-    assert metrics.kernel_mean_top_k_error(runtimes, -runtimes, 2) == pytest.approx(6 / 1.5 - 1)
-    assert metrics.kernel_mean_top_k_error(runtimes, scores, 50) == 0.0  # every config counts
-
-
 def test_ordered_pair_accuracy_by_hand():
     runtimes = np.array([1.0, 2.0, 3.0, 3.0])
     assert metrics.ordered_pair_accuracy(runtimes, runtimes) == 1.0
@@ -118,45 +110,6 @@ def test_random_floor_and_pair_accuracy():
     assert metrics.mean_pair_accuracy(reversed_) == 0.0
     big = np.arange(2000.0)
     assert metrics.mean_pair_accuracy([(big, big)], max_configs=100) == 1.0
-
-
-def test_stratified_sample_covers_every_program_and_size_and_weighs_them():
-    from types import SimpleNamespace
-
-    from tpu_tiles_models import scoring
-
-    programs = {"a": [3, 5, 50, 5000] * 5, "b": [20] * 30, "c": [2]}
-    ids, counts = [], []
-    for program, sizes in programs.items():
-        ids += [f"{program}_x_{i:04x}" for i in range(len(sizes))]
-        counts += sizes
-    split = SimpleNamespace(tile_ids=ids, config_counts=lambda: np.array(counts))
-    sample = scoring.stratified_sample(split, 0.2, seed=3)
-    assert sample == scoring.stratified_sample(split, 0.2, seed=3)  # fixed by its seed
-    assert sample != scoring.stratified_sample(split, 0.2, seed=4)
-    size_class = np.floor(np.log10(counts))  # 2-9, 10-99, 100-999, 1000+ configs
-    strata = [(i[0], c) for i, c in zip(ids, size_class)]
-    chosen = [strata[i] for i in sample.indices]
-    assert set(chosen) == set(strata)  # each program and size class, at least once
-    assert chosen.count(("b", 1)) == 6 and chosen.count(("a", 0)) == 2
-    # Weighted, the sample's mean of a per-kernel figure is the whole split's when the figure
-    # is constant within each stratum.
-    figure = size_class + np.array([ord(i[0]) for i in ids])
-    estimate = np.average(figure[list(sample.indices)], weights=sample.weights)
-    assert estimate == pytest.approx(figure.mean())
-    assert sum(sample.weights) == pytest.approx(len(ids))
-    assert scoring.stratified_sample(split, 1.0, seed=0) == scoring.ALL_KERNELS
-    assert not scoring.ALL_KERNELS.is_subset
-    capped = scoring.stratified_sample(split, 1.0, seed=0, max_configs=8)
-    assert capped == scoring.KernelSample(None, max_configs=8) and capped.is_subset
-    assert scoring.stratified_sample(split, 1.0, seed=0, max_configs=5000) == scoring.ALL_KERNELS
-
-
-def test_weighted_top_k_errors():
-    fast_first = (np.array([1.0, 2.0]), np.array([0.0, 1.0]))  # error 0
-    slow_first = (np.array([1.0, 2.0]), np.array([1.0, 0.0]))  # top-1 error 1
-    got = metrics.top_k_errors([fast_first, slow_first], (1,), weights=[3, 1])
-    assert got == {1: pytest.approx(0.25)}
 
 
 def test_default_baseline_ranks_config_0_first_then_at_random():

@@ -106,12 +106,11 @@ def test_fold_margins_fit_each_fold_on_the_others():
     assert margin.fold_margins(kernels[:1]).tolist() == [0.0]
 
 
-def test_one_config_kernels_and_weights():
+def test_one_config_kernels():
     kernels = [_kernel([1.0], [0.0]), *_two_kinds(20, bias=3.0)]
-    weights = [5.0] + [1.0] * 20
-    m = margin.fit(kernels, weights)
+    m = margin.fit(kernels)
     assert -4.0 <= m < -2.0
-    assert margin.choose(kernels, weights).errors[1] == 0.0
+    assert margin.choose(kernels).errors[1] == 0.0
 
 
 def test_keep_default_measures_the_margin_then_the_keep_rule():

@@ -525,8 +525,8 @@ def test_ensemble_of_an_ensemble_names_its_members(mlp_seeds, short_test_root, t
 
 
 def test_ensemble_takes_results_csv(tmp_path, monkeypatch, capsys):
-    """The flag its messages name, as `train` has it (the write itself: `train --seeds
-    --ensemble` in test_ensemble, which passes it on)."""
+    """The flag its messages name, as `train` has it (the write itself: the `mlp_seeds`
+    ensemble in test_ensemble, which passes it on)."""
     from tpu_tiles_models import ensemble
 
     given = {}
@@ -611,7 +611,7 @@ def test_beam_workers_start_up_lines_are_left_out(capfd):
     with pipelines.quiet_workers():
         subprocess.run([sys.executable, "-c", worker], check=True)
     for thread in threading.enumerate():  # the filter ends once the worker's stderr closes
-        if thread.name == "beam-worker-stderr":
+        if thread.name == "stderr-filter":
             thread.join(10)
     print("after", file=sys.stderr)
     err = capfd.readouterr().err

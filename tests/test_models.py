@@ -153,7 +153,7 @@ def test_variables_do_not_depend_on_configs_ops_or_first_call(name, kernels, bat
     # `score_split` puts several kernels in one call only where configs do not see each other.
     from tpu_tiles_models import scoring
 
-    assert scoring.kernel_scorer(a).grouped == (name not in SEES_OTHER_CONFIGS)
+    assert scoring.KernelScorer(a).grouped == (name not in SEES_OTHER_CONFIGS)
 
 
 @pytest.mark.parametrize("name", BASELINES)
@@ -426,7 +426,7 @@ def test_gated_set_context_starts_small_and_alone_sees_no_other_config(kernels):
         assert (abs(moved[0] - base[0]) > 1e-5 * max(1.0, abs(base[0]))) == sees
         from tpu_tiles_models import scoring
 
-        assert scoring.kernel_scorer(model).grouped == (not sees)
+        assert scoring.KernelScorer(model).grouped == (not sees)
 
 
 def _kernel_with_6000_configs(stats) -> tuple:
@@ -654,12 +654,12 @@ def test_kernels_scored_together_score_as_one_by_one(name, dataset, monkeypatch)
     model = build(name)
     first = next(iter(data.graph_dataset(dataset.valid, dataset.stats)))
     model.forward(first, num_configs_of(first))
-    assert scoring.kernel_scorer(model).grouped
+    assert scoring.KernelScorer(model).grouped
     monkeypatch.setattr(scoring, "GROUP_PADDING", 4.0)  # tiny kernels: let groups form
     order = [5, 0, 3, 1, 7, 2]
     for max_configs in (None, 7):
-        together = scoring.kernel_scorer(model)
-        alone = scoring.kernel_scorer(model)
+        together = scoring.KernelScorer(model)
+        alone = scoring.KernelScorer(model)
         alone.grouped = False
         got, want = (
             scoring.score_split(
@@ -701,7 +701,7 @@ def test_a_reused_sample_is_prepared_once_and_scores_as_fresh(name, dataset, mon
             prepared.extend(kernels) or components(split, stats, kernels, *a, **k)
         ),
     )
-    scorer = scoring.kernel_scorer(model)
+    scorer = scoring.KernelScorer(model)
     sample = dict(kernels=[4, 1, 6], max_configs=5, scorer=scorer, progress=False)
 
     def score(**changes):
@@ -779,8 +779,8 @@ def test_repeated_configs_are_scored_once_with_the_scores_of_every_config(
         "_components",
         lambda *a, **k: fed.append(components(*a, **k)) or fed[-1],
     )
-    together = scoring.kernel_scorer(model)
-    alone = scoring.kernel_scorer(model)
+    together = scoring.KernelScorer(model)
+    alone = scoring.KernelScorer(model)
     alone.grouped = False  # one kernel a call, every config: the reference
     got = scoring.score_split(model, repeated, dataset.stats, scorer=together, progress=False)
     fed_rows = sum(len(f["config_feats"]) for f in fed)

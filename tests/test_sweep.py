@@ -464,7 +464,7 @@ def test_inline_grid_round_trips_and_matches_yaml_and_json(tmp_path):
         'model_kwargs_json={"hidden_dim": 8},{} kwargs.pooling="sum",\'"x y"\' '
         "toy_data=true,false configs=int(4,32)"
     )
-    grid = grids.parse_inline(spec)
+    (grid,) = grids.parse_grid(spec)
     assert [a.name for a in grid.axes][:3] == ["model", "lr", "seed"]
     assert grid.axes[1].values == (0.001, 0.002)
     assert grid.axes[3].values == ("ListMLELoss:1,MSE:0.02", "PairwiseHingeLoss:1,MSE:0.02")
@@ -501,24 +501,24 @@ def test_inline_grid_round_trips_and_matches_yaml_and_json(tmp_path):
         ("epochs=uniform(1,3)", r"integer flag; use int\(1,3\)"),
         ("lr=loguniform(0,1)", "low > 0"),
         ('model_kwargs_json={"a":1', "unbalanced"),
-        ("lr", "not name=values"),
+        ("lr", "--grid lr: no such file"),  # no "=": a file's name
     ],
 )
 def test_bad_grids_are_one_line_flag_errors(spec, message):
     with pytest.raises(FlagError, match=message):
-        grids.parse_inline(spec)
+        grids.parse_grid(spec)
 
 
 def test_ranges_need_random_and_bad_points_are_refused():
     base = TrainArgs(out_dir="/o")
     with pytest.raises(FlagError, match=r"lr is a range; add --random N"):
-        grids.expand([grids.parse_inline("lr=loguniform(1e-4,1e-2)")], base)
+        grids.expand(grids.parse_grid("lr=loguniform(1e-4,1e-2)"), base)
     with pytest.raises(FlagError, match=r"--grid point lr=-1: --lr must be positive"):
-        grids.expand([grids.parse_inline("lr=-1")], base)
+        grids.expand(grids.parse_grid("lr=-1"), base)
 
 
 def test_random_draws_are_reproducible_in_range_and_crossed_with_seeds():
-    grid = grids.parse_inline("lr=loguniform(1e-4,1e-2) kwargs.hidden_dim=logint(8,64) seed=0,1")
+    (grid,) = grids.parse_grid("lr=loguniform(1e-4,1e-2) kwargs.hidden_dim=logint(8,64) seed=0,1")
     base = TrainArgs(out_dir="/o", model_kwargs_json='{"num_layers": 2}')
     points = grids.expand([grid], base, random_points=5, random_seed=3)
     assert len(points) == 10
@@ -536,7 +536,7 @@ def test_random_draws_are_reproducible_in_range_and_crossed_with_seeds():
 
 def test_points_have_distinct_stable_hashes_and_results_csv():
     base = TrainArgs(out_dir="/o")
-    points = grids.expand([grids.parse_inline("seed=0,1,0")], base)
+    points = grids.expand(grids.parse_grid("seed=0,1,0"), base)
     assert len(points) == 2  # the repeated seed is one point
     assert points[0].hash != points[1].hash  # upstream's hash lacks seed; results_csv has it
     assert points[0].args.results_csv == f"/o/results_{points[0].key}.csv"
@@ -637,7 +637,7 @@ def test_non_finite_loss_makes_a_nan_row_and_a_missing_run_a_not_run_row():
 def test_a_points_key_outlives_options_added_and_removed_after_it():
     """A sweep started before an option existed resumes after it is added, and after it is
     removed: this key was taken before `--head_configs` and `--head_share` existed, which
-    left it out at their defaults and are gone now."""
+    left it out at their defaults and are gone now, and with `--score_sample`, gone too."""
     args = TrainArgs(
         model="ResidualSAGE", epochs=40, out_dir="/runs", data_root="/data/alt", seed=2
     )

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tpu_tiles_models import interrupts, pipelines, synthetic
+from tpu_tiles_models import cli, interrupts, pipelines, synthetic
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.synthetic import command, writer
 
@@ -21,7 +21,9 @@ pytestmark = pytest.mark.filterwarnings("ignore::tpu_tiles_models.synthetic.Vali
 
 
 def _args(*argv: str) -> synthetic.SynthArgs:
-    return synthetic.SynthArgs.from_argv(["out", *argv])
+    return synthetic.SynthArgs.from_namespace(
+        cli.build_parser().parse_args(["synth", "out", *argv])
+    )
 
 
 def _files(root: Path) -> dict[str, bytes]:

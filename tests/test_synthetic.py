@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import synthetic
+from tpu_tiles_models import cli, synthetic
 from tpu_tiles_models.errors import FlagError, UserError
 from tpu_tiles_models.files import WriteError
 from tpu_tiles_models.synthetic import autotuner, writer
@@ -490,7 +490,7 @@ def check_default_validation_split_feeds_upstream(tmp_path: Path, family: str) -
 
 
 def _cli_args(*argv: str) -> synthetic.SynthArgs:
-    return synthetic.SynthArgs.from_argv(argv)
+    return synthetic.SynthArgs.from_namespace(cli.build_parser().parse_args(["synth", *argv]))
 
 
 def test_run_prints_what_it_wrote(tmp_path: Path, capsys) -> None:

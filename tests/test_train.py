@@ -68,20 +68,15 @@ def test_run_file_has_upstream_keys_and_our_extras(residual_run):
 
 
 @pytest.mark.slow
-def test_sample_scores_choose_candidates_rescored_on_every_config(
-    synth_root, tmp_path, monkeypatch
-):
+def test_sample_scores_choose_candidates_rescored_on_every_config(synth_root, tmp_path):
     """Each epoch scores some of the valid kernels (here upstream's --validate_batches; by
     default a stratified sample, which on 8 kernels would be all of them); the best epochs by
     it are scored on every config at the end, and the best of those is kept and reported.
-    Scored here by `--select_by=top50`, the mean runtime of the model's top k (k = 2: the tiny
-    kernels have fewer than 50 configs), reported per candidate; the default key, 1 - top-5
-    error, in test_run_file_has_upstream_keys_and_our_extras."""
+    Scored by the default key, 1 - top-5 error, reported per candidate."""
     from conftest import TINY_MLP, tiny_args
 
-    from tpu_tiles_models import data, metrics, scoring
+    from tpu_tiles_models import data, scoring
 
-    monkeypatch.setattr(train, "SMOOTH_TOP_K", 2)
     args = tiny_args(
         synth_root,
         tmp_path,
@@ -91,7 +86,6 @@ def test_sample_scores_choose_candidates_rescored_on_every_config(
         validate_batches=1,
         score_candidates=2,
         lr=0.05,
-        select_by="top50",
     )
     result = train.train(args)
     ours = _run_info(result)["tpu_tiles"]
@@ -103,8 +97,7 @@ def test_sample_scores_choose_candidates_rescored_on_every_config(
     stats = data.FeatureStats.from_json(ours["feature_stats"])
     margin.set_rule(result.model, margin=0.0)  # the candidates were scored before it was fitted
     scored = scoring.score_split(result.model, valid, stats, progress=False)
-    smooth = metrics.mean_top_k_error(((s.runtimes, s.scores) for s in scored), 2)
-    assert 1 - smooth == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
+    assert 1 - scoring.errors(scored)[5] == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
     own = ours[run_file.KEEP_DEFAULT_KEY]["val"]
     assert {int(k): v for k, v in own.items()} == pytest.approx(scoring.errors(scored), abs=1e-9)
 

@@ -197,7 +197,7 @@ def test_a_grid_too_big_is_refused_before_a_point_is_made(monkeypatch):
 
     monkeypatch.setattr(grids, "make_point", make_point)
     values = ",".join(f"{i}e-4" for i in range(1, 101))
-    grid = grids.parse_inline(f"lr={values} clip_norm={values} seed=0,1,2,3,4,5,6,7,8,9")
+    (grid,) = grids.parse_grid(f"lr={values} clip_norm={values} seed=0,1,2,3,4,5,6,7,8,9")
     with pytest.raises(FlagError) as info:
         grids.expand([grid], TrainArgs(out_dir="o"))
     assert str(info.value) == (

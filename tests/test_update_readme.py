@@ -211,11 +211,11 @@ def _parse_tpu_tiles(words: list[str]) -> None:
     """Parses a `tpu-tiles` command line as the command would, without running it."""
     from tpu_tiles_models.cli import _ABSL_COMMANDS, build_parser
     from tpu_tiles_models.sweep import SweepArgs
-    from tpu_tiles_models.train_args import TrainCommand
+    from tpu_tiles_models.train_args import TrainArgs
 
     args, extra = build_parser().parse_known_args(words[1:])
     if args.command == "train":
-        TrainCommand.from_argv(extra)
+        TrainArgs.from_argv(extra)
     elif args.command == "sweep":
         SweepArgs.from_namespace(args, extra)
     else:

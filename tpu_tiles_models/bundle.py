@@ -43,20 +43,6 @@ class BundleError(UserError, RuntimeError):
     """A bundle that cannot be made or did not pass its check; one line with the reason."""
 
 
-def _models_source(models_path: str | os.PathLike | None) -> Path:
-    """The models.py to hand in: ours, a given file, or an upstream root's swapped-in one."""
-    if models_path is None:
-        return registry.dropin_file(MODELS_FILE)
-    path = Path(os.path.expanduser(os.fspath(models_path)))
-    if path.is_dir():
-        path = path / registry.UPSTREAM_MODELS
-    kind = files.not_a_file(path)
-    if kind:
-        what = "no such models.py" if kind == "not found" else f"{kind}, not a models.py"
-        raise BundleError(f"{path}: {what}; pass --models <file or upstream root>")
-    return path
-
-
 def _same_content(src: Path, dst: Path) -> bool:
     """Whether `dst` (not a link) is a byte-for-byte copy of file or folder `src`."""
     if dst.is_symlink() or src.is_dir() != dst.is_dir():
@@ -83,10 +69,13 @@ def make_bundle(
 
     Raises:
       BundleError: one of those refusals.
+      FlagError: a `models_path` that names no models.py.
       ExportError: a model folder or run file missing, damaged or of another model.
     """
     out = Path(files.canonical(out_dir, what="--out"))
-    source = _models_source(models_path)
+    # The models.py to hand in: ours, a given file, or an upstream root's swapped-in one.
+    given = os.path.expanduser(os.fspath(models_path)) if models_path else None
+    source = registry.models_file(given) if given else registry.dropin_file(MODELS_FILE)
     # An upstream root is loaded as a root, so that its models.py's own imports resolve.
     run = TrainedRun.open(model_dir, models_path=models_path or source)
     model_dir, run_path = run.model_dir, run.run_file

@@ -19,17 +19,10 @@ from tpu_tiles_models import defaults, process  # noqa: E402  (after the logging
 
 
 def _train(a: argparse.Namespace) -> None:
-    from tpu_tiles_models.train_args import TrainCommand
+    from tpu_tiles_models import train
+    from tpu_tiles_models.train_args import TrainArgs
 
-    command = TrainCommand.from_argv(a.extra)
-    if command.seeds:
-        from tpu_tiles_models import ensemble
-
-        ensemble.train_seeds(command.args, command.seeds, ensemble=command.ensemble)
-    else:
-        from tpu_tiles_models import train
-
-        train.train(command.args)
+    train.train(TrainArgs.from_argv(a.extra))
 
 
 def _predict(a: argparse.Namespace) -> None:

@@ -75,42 +75,6 @@ def _write_sample(path: Path, test_dir: Path) -> None:
     safe.write_bytes(path, ("ID,TopConfigs\n" + "\n".join(rows) + "\n").encode(), flag="--out")
 
 
-def _evaluation_rows(result: dict) -> list[dict]:
-    """Overall validation figures of every ranking `evaluate` compares: the baselines (random,
-    default: config 0 first), then each model and the same with config 0 kept in its top 5."""
-    from tpu_tiles_models import evaluate
-
-    return [
-        {
-            "model": name,
-            **{c: row[c] for c in EVALUATION_COLUMNS[1:]},
-            evaluate.RATIO: row.get(evaluate.RATIO),
-        }
-        for name, row in evaluate.rankings(result, name="model")
-    ]
-
-
-def _side_by_side(rows: list[dict]) -> str:
-    """The table the demo ends with: the baselines and the two models on the validation split,
-    with each one's top-1 error over the `default` row's (`top1/def`)."""
-    from tpu_tiles_models import evaluate
-
-    width = max(len(r["model"]) for r in rows) + 2
-    lines = [f"{'':<{width}}" + "".join(f"{c:>8}" for c in EVALUATION_COLUMNS[1:]) + "  top1/def"]
-    for row in rows:
-        lines.append(
-            f"{row['model']:<{width}}"
-            + "".join(f"{row[c]:>8.3f}" for c in EVALUATION_COLUMNS[1:])
-            + f"  {evaluate.ratio_text(row.get(evaluate.RATIO)):>8}"
-        )
-    lines.append(
-        "default: config 0 (the compiler's default) first, the rest random; +default: the "
-        "model's ranking with config 0 kept in its top 5; top1/def: top-1 error over "
-        "default's (below 1: a better single pick than the compiler's)"
-    )
-    return "\n".join(lines)
-
-
 def _train_args(a: DemoArgs, out: Path) -> dict[str, TrainArgs]:
     """Each model's training options, every flag checked before anything is written."""
     from tpu_tiles_models import files, run_file
@@ -195,8 +159,8 @@ def run(a: DemoArgs) -> None:
         result = evaluate.evaluate_dirs(list(model_dirs.values()), data_root, progress=progress)
         print(evaluate.format_table(result))
         chart = evaluate.write_outputs(result, png_path=out / EVALUATION_PNG)[0]
-        rows = _evaluation_rows(result)
-        table = [[r["model"], *(f"{r[c]:.4f}" for c in EVALUATION_COLUMNS[1:])] for r in rows]
+        rows = evaluate.rankings(result, name="model")
+        table = [[name, *(f"{row[c]:.4f}" for c in EVALUATION_COLUMNS[1:])] for name, row in rows]
         with safe.atomic_path(out / EVALUATION_CSV) as tmp:
             tmp.write_text("\n".join(",".join(r) for r in [EVALUATION_COLUMNS, *table]) + "\n")
 
@@ -224,7 +188,7 @@ def run(a: DemoArgs) -> None:
         ):
             print(f"  {label:<28} {path}")
         print("\n== validation split, every config of every kernel (errors: lower is better)")
-        print(_side_by_side(rows))
+        print("\n".join(evaluate.rankings_table(result, name="model")))
     except BaseException:  # stopped or failed: what this demo added to --out goes again
         for path in sorted(_entries(out) - before):
             files.remove(path)

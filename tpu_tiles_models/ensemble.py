@@ -15,7 +15,7 @@ from typing import Sequence
 import numpy as np
 import tensorflow as tf
 
-from tpu_tiles_models import data, export, registry, run_file, safe, scoring, train
+from tpu_tiles_models import data, export, registry, run_file, safe, scoring
 from tpu_tiles_models.errors import UserError
 from tpu_tiles_models.runs import TrainedRun
 from tpu_tiles_models.train_args import TrainArgs
@@ -156,7 +156,7 @@ def build_ensemble(
             model,
             ds,
             test_mode=args.test_mode,
-            scorer=scoring.kernel_scorer(model),
+            scorer=scoring.KernelScorer(model),
             progress=not args.no_progress,
         )
         return export.finish(
@@ -174,37 +174,3 @@ def build_ensemble(
                 ),
             },
         )
-
-
-def train_seeds(
-    args: TrainArgs, seeds: Sequence[int], *, ensemble: bool
-) -> list[export.TrainResult]:
-    """`tpu-tiles train --seeds 0,1,2 [--ensemble]`: one complete run per seed, then their
-    ensemble (its result last); an explicit `--results_csv` gets a `_seed<s>` suffix per run,
-    and `_ensemble` for the ensemble.
-
-    Raises:
-      UserError: as `train.train` and `build_ensemble`.
-    """
-
-    def csv_of(tag: str) -> str:
-        stem, ext = os.path.splitext(args.results_csv)
-        return f"{stem}_{tag}{ext}" if args.results_csv else ""
-
-    results = []
-    for seed in seeds:
-        results.append(train.train(args.replace(seed=seed, results_csv=csv_of(f"seed{seed}"))))
-    if ensemble:
-        results.append(
-            build_ensemble(
-                [r.model_dir for r in results],
-                args.out_dir,
-                data_root=args.data_root,
-                cache_dir=os.path.expanduser(args.cache_dir) if args.cache_dir else None,
-                run_id=args.run_id,
-                overwrite=args.overwrite,
-                results_csv=csv_of("ensemble"),
-                progress=not args.no_progress,
-            )
-        )
-    return results

@@ -223,14 +223,14 @@ def format_table(result: dict[str, Any]) -> str:
             values = [f"{row[c]:>{cell}.4f}" if row else f"{'-':>{cell}}" for c in _COLUMNS]
             line += " | " + " ".join(values)
         lines.append(line)
-    return "\n".join([*lines, "", *_rankings_table(result)])
+    return "\n".join([*lines, "", *rankings_table(result)])
 
 
-def _rankings_table(result: dict[str, Any]) -> list[str]:
+def rankings_table(result: dict[str, Any], *, name: str = "label") -> list[str]:
     """Every ranking's overall row, baselines first, with its top-1 error over the `default`
-    row's (`top1/def`), and which rankings the models rank by."""
-    chose = {m["label"] + KEPT: m.get("run_keep_default") for m in result["models"]}
-    ranked = rankings(result)
+    row's (`top1/def`), and which rankings the models rank by (models named as `rankings`)."""
+    chose = {m[name] + KEPT: m.get("run_keep_default") for m in result["models"]}
+    ranked = rankings(result, name=name)
     name_w = max(len("ranking"), *(len(label) for label, _ in ranked))
     lines = [
         "all kernels, every ranking (default: config 0, the compiler's default, first, the "

@@ -294,8 +294,7 @@ def _plot_curve(curve: dict, extras: dict, path: Path) -> None:
     for ax in axes:
         ax.set_xlabel("epoch")
     fig.tight_layout()
-    with safe.atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
+    fig.savefig(path, format="png", dpi=90)  # `path` is staged (`finish`)
     plt.close(fig)
 
 

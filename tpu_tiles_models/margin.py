@@ -90,23 +90,22 @@ def _pick_errors(gaps, default, other, margins: np.ndarray) -> np.ndarray:
     return np.where(gaps[:, None] <= margins[None, :], default[:, None], other[:, None])
 
 
-def _fit(gaps, default, other, weights) -> float:
+def _fit(gaps, default, other) -> float:
     finite = gaps[np.isfinite(gaps)]
     margins = np.unique(
         np.concatenate([[0.0], np.quantile(finite, np.linspace(0, 1, CANDIDATES))])
         if len(finite)
         else [0.0]
     )
-    errors = np.average(_pick_errors(gaps, default, other, margins), axis=0, weights=weights)
+    errors = _pick_errors(gaps, default, other, margins).mean(axis=0)
     best = errors.min()
     tied = margins[errors <= best + 1e-12]
     return float(tied[np.argmin(np.abs(tied))])
 
 
-def fit(kernels: Kernels, weights: Sequence[float] | None = None) -> float:
-    """The margin with the lowest (weighted) mean top-1 error on `(runtimes, scores)` pairs."""
-    gaps, default, other = _gaps_and_picks(kernels)
-    return _fit(gaps, default, other, None if weights is None else np.asarray(weights))
+def fit(kernels: Kernels) -> float:
+    """The margin with the lowest mean top-1 error on `(runtimes, scores)` pairs."""
+    return _fit(*_gaps_and_picks(kernels))
 
 
 @dataclass(frozen=True)
@@ -124,46 +123,39 @@ class Margin:
         return cls(0.0, errors, (0.0,) * count)
 
 
-def fold_margins(kernels: Kernels, weights: Sequence[float] | None = None) -> np.ndarray:
+def fold_margins(kernels: Kernels) -> np.ndarray:
     """`[kernels]`: each kernel's margin fitted on the other folds (kernel i in fold
     i % `FOLDS`; 0.0 where there is no other)."""
     kernels = list(kernels)
-    w = None if weights is None else np.asarray(weights, dtype=np.float64)
     gaps, default, other = _gaps_and_picks(kernels)
     folds = np.arange(len(kernels)) % FOLDS
     out = np.zeros(len(kernels))
     for f in range(min(FOLDS, len(kernels))):
         rest = folds != f
         if rest.any():
-            out[~rest] = _fit(
-                gaps[rest], default[rest], other[rest], None if w is None else w[rest]
-            )
+            out[~rest] = _fit(gaps[rest], default[rest], other[rest])
     return out
 
 
-def choose(kernels: Kernels, weights: Sequence[float] | None = None) -> Margin:
+def choose(kernels: Kernels) -> Margin:
     """The lowest top-1 error of three (see the module): no margin (the model's own ranking),
     the margin fitted on all of `kernels` (its cross-fitted estimate), or `ALWAYS`; a tie
     keeps the one that fits less (none, then `ALWAYS`)."""
     kernels = list(kernels)
-    own = metrics.top_k_errors(kernels, weights=weights)
-    folds = fold_margins(kernels, weights)
-    crossed = metrics.top_k_errors(
-        [(r, with_margin(s, m)) for (r, s), m in zip(kernels, folds)], weights=weights
-    )
-    always = metrics.top_k_errors(
-        [(r, with_margin(s, ALWAYS)) for r, s in kernels], weights=weights
-    )
+    own = metrics.top_k_errors(kernels)
+    folds = fold_margins(kernels)
+    crossed = metrics.top_k_errors([(r, with_margin(s, m)) for (r, s), m in zip(kernels, folds)])
+    always = metrics.top_k_errors([(r, with_margin(s, ALWAYS)) for r, s in kernels])
     best = Margin.none(own, len(kernels))
     if always[1] < best.errors[1]:
         best = Margin(ALWAYS, always, (ALWAYS,) * len(kernels))
     if crossed[1] < best.errors[1]:
-        best = Margin(fit(kernels, weights), crossed, tuple(folds.tolist()))
+        best = Margin(fit(kernels), crossed, tuple(folds.tolist()))
     return best
 
 
-def _errors(kernels: Kernels, weights, *, keep: bool = False) -> dict[int, float]:
-    return metrics.top_k_errors(((r, ranking(s, keep)) for r, s in kernels), weights=weights)
+def _errors(kernels: Kernels, *, keep: bool = False) -> dict[int, float]:
+    return metrics.top_k_errors((r, ranking(s, keep)) for r, s in kernels)
 
 
 @dataclass(frozen=True)
@@ -190,20 +182,18 @@ class KeepDefault:
         return self.kept if self.chosen else (self.shifted or self.errors)
 
     @classmethod
-    def measure(
-        cls, kernels: Kernels, weights: Sequence[float] | None = None, *, fit_margin: bool = False
-    ) -> KeepDefault:
+    def measure(cls, kernels: Kernels, *, fit_margin: bool = False) -> KeepDefault:
         """Every way on `kernels`; with `fit_margin`, config 0's margin is fitted too."""
         kernels = list(kernels)
-        plain = _errors(kernels, weights)
-        fitted = choose(kernels, weights) if fit_margin else Margin.none(plain, len(kernels))
+        plain = _errors(kernels)
+        fitted = choose(kernels) if fit_margin else Margin.none(plain, len(kernels))
         shifted = [(r, with_margin(s, fitted.margin)) for r, s in kernels]
-        own, kept = _errors(shifted, weights), _errors(shifted, weights, keep=True)
+        own, kept = _errors(shifted), _errors(shifted, keep=True)
         chosen = kept[5] < own[5]
         rule = fitted.errors
         if chosen:  # the margin's cross-fitted ranking, then config 0 kept in the top 5
             folds = zip(kernels, fitted.folds)
-            rule = _errors([(r, with_margin(s, m)) for (r, s), m in folds], weights, keep=True)
+            rule = _errors([(r, with_margin(s, m)) for (r, s), m in folds], keep=True)
         return cls(chosen, plain, kept, fitted.margin, fitted.errors, rule, own)
 
     def to_json(self) -> dict:

@@ -30,40 +30,14 @@ def kernel_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> floa
 
 
 def top_k_errors(
-    kernels: Iterable[tuple[np.ndarray, np.ndarray]],
-    ks: Sequence[int] = TOP_KS,
-    *,
-    weights: Sequence[float] | None = None,
+    kernels: Iterable[tuple[np.ndarray, np.ndarray]], ks: Sequence[int] = TOP_KS
 ) -> dict[int, float]:
-    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs for each k in `ks`, weighted by
-    `weights` (one per kernel; a stratified sample's) if given."""
+    """Mean `kernel_top_k_error` over `(runtimes, scores)` pairs for each k in `ks`."""
     per_kernel = [[kernel_top_k_error(r, s, k) for k in ks] for r, s in kernels]
     if not per_kernel:
         raise ValueError("top_k_errors: no kernels to evaluate")
-    means = np.average(np.asarray(per_kernel), axis=0, weights=weights)
+    means = np.mean(np.asarray(per_kernel), axis=0)
     return {k: float(m) for k, m in zip(ks, means)}
-
-
-def kernel_mean_top_k_error(runtimes: np.ndarray, scores: np.ndarray, k: int) -> float:
-    """`mean runtime of the k lowest scores / mean of the k fastest runtimes - 1`: smoother
-    than the top-k error (the 1st-place Kaggle tile solution picked checkpoints by it)."""
-    runtimes = np.asarray(runtimes, dtype=np.float64)
-    k = min(k, len(runtimes))
-    chosen = np.argsort(np.asarray(scores), kind="stable")[:k]
-    return float(runtimes[chosen].mean() / np.sort(runtimes)[:k].mean() - 1.0)
-
-
-def mean_top_k_error(
-    kernels: Iterable[tuple[np.ndarray, np.ndarray]],
-    k: int,
-    *,
-    weights: Sequence[float] | None = None,
-) -> float:
-    """Mean `kernel_mean_top_k_error` over `(runtimes, scores)` pairs, weighted."""
-    per_kernel = [kernel_mean_top_k_error(r, s, k) for r, s in kernels]
-    if not per_kernel:
-        raise ValueError("mean_top_k_error: no kernels to evaluate")
-    return float(np.average(per_kernel, weights=weights))
 
 
 def kaggle_score(top5_error: float) -> float:

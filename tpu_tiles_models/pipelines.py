@@ -16,7 +16,7 @@ import time
 from collections.abc import Iterator
 from typing import Any, Callable, TypeVar
 
-from tpu_tiles_models import interrupts
+from tpu_tiles_models import interrupts, tf_start
 
 T = TypeVar("T")
 Handler = Any  # what signal.signal returns: a callable, SIG_IGN, SIG_DFL or None
@@ -79,33 +79,11 @@ def _descendants(pid: int) -> list[int]:
 _WORKER_NOISE = re.compile(rb"^(INFO:|WARNING:root:apitools not found)")
 
 
-@contextlib.contextmanager
-def quiet_workers() -> Iterator[None]:
+def quiet_workers() -> contextlib.AbstractContextManager:
     """Worker processes started within the block inherit a stderr that drops their start-up
-    lines (`_WORKER_NOISE`) and passes every other line to this process's stderr."""
-    try:
-        sys.stderr.flush()
-        stderr = os.dup(2)
-    except (OSError, ValueError):  # no stderr to filter
-        yield
-        return
-    read_end, write_end = os.pipe()
-
-    def pump() -> None:
-        with os.fdopen(read_end, "rb") as lines:
-            for line in lines:
-                if not _WORKER_NOISE.match(line):
-                    os.write(stderr, line)
-        os.close(stderr)  # every writer has gone: the workers have exited
-
-    threading.Thread(target=pump, name="beam-worker-stderr", daemon=True).start()
-    os.dup2(write_end, 2)
-    os.close(write_end)
-    try:
-        yield
-    finally:
-        sys.stderr.flush()
-        os.dup2(stderr, 2)  # ours again; the pipe closes when the last worker exits
+    lines (`_WORKER_NOISE`) and passes every other line to this process's stderr (the filter
+    ends once the last worker has exited)."""
+    return tf_start.filtered_stderr(_WORKER_NOISE.match)
 
 
 @quiet_workers()  # a fresh one for each call

@@ -35,7 +35,7 @@ MODELS: dict[str, str] = {
     "LateJoinResGCN": "paper baseline: residual GCN on the kernel, config late",
     "MLP": "paper baseline: pooled node features and config features, no GNN",
     "Ensemble": "several trained runs as one model: per-kernel normalised scores, averaged "
-    "(made by tpu-tiles ensemble or train --seeds=... --ensemble)",
+    "(made by tpu-tiles ensemble or sweep --ensemble_top)",
 }
 
 
@@ -69,19 +69,10 @@ def load_models_module(
     """Imports a `models.py` by path (None: ours), or an upstream root's, with the root on
     sys.path for its own imports of `tpu_graphs`. `flag` chose `path`, for messages (None: a
     file the user did not name). A file that cannot be imported is a `FlagError` naming it."""
-    fix = f"pass {flag} <models.py or upstream root>" if flag else "restore the file"
-    path = Path(path) if path is not None else dropin_file("models.py")
-    if path.is_dir():
-        root, path = path, path / UPSTREAM_MODELS
-        if not path.is_file():
-            raise FlagError(f"{path} not found: is {root} a tpu_graphs checkout? ({fix})")
-        if str(root) not in sys.path:
-            sys.path.insert(0, str(root))
-    kind = files.not_a_file(path)
-    if kind:
-        what = "no such models.py" if kind == "not found" else f"{kind}, not a models.py"
-        raise FlagError(f"{path}: {what}; {fix}")
-    path = Path(files.canonical(path, what="--models"))
+    root = Path(path) if path is not None else dropin_file("models.py")
+    path = Path(files.canonical(models_file(root, flag=flag), what="--models"))
+    if root.is_dir() and str(root) not in sys.path:
+        sys.path.insert(0, str(root))
     module_name = _MODULE_PREFIX + str(abs(hash(str(path))))
     if module_name in sys.modules:
         return sys.modules[module_name]
@@ -107,6 +98,22 @@ def load_models_module(
         del sys.modules[module_name]
         raise FlagError(_policy_set(f"{path}: importing it", changed[0], other))
     return module
+
+
+def models_file(path: str | os.PathLike, *, flag: str | None = "--models") -> Path:
+    """The models.py that `path` names: the file, or an upstream root's; a `FlagError` when
+    there is none (`flag` chose `path`, for the fix; None: a file the user did not name)."""
+    fix = f"pass {flag} <models.py or upstream root>" if flag else "restore the file"
+    path = Path(path)
+    if path.is_dir():
+        root, path = path, path / UPSTREAM_MODELS
+        if not path.is_file():
+            raise FlagError(f"{path} not found: is {root} a tpu_graphs checkout? ({fix})")
+    kind = files.not_a_file(path)
+    if kind:
+        what = "no such models.py" if kind == "not found" else f"{kind}, not a models.py"
+        raise FlagError(f"{path}: {what}; {fix}")
+    return path
 
 
 def _policy_set(what: str, policy: str, other: str) -> str:

@@ -16,7 +16,6 @@ import tqdm
 
 from tpu_tiles_models import data, interrupts, kaggle, margin, metrics
 from tpu_tiles_models.errors import UserError
-from tpu_tiles_models.kernel_files import benchmark_of
 
 
 class NonFiniteScores(UserError, FloatingPointError):
@@ -103,11 +102,6 @@ class KernelScorer:
         return kept[1]
 
 
-def kernel_scorer(model: tf.keras.Model) -> KernelScorer:
-    """The `KernelScorer` of `model` (built), to pass to every `score_split` call."""
-    return KernelScorer(model)
-
-
 def plan_groups(order: Sequence[int], configs: np.ndarray, nodes: np.ndarray) -> list[list[int]]:
     """Kernels of `order` in groups of similar config counts (`configs`, one per kernel) within
     `GROUP_WORK` and `GROUP_PADDING`; a big kernel alone."""
@@ -147,7 +141,7 @@ def score_split(
     prepared graphs in `scorer` for the next call on the same kernels (the trainer's sample;
     not a full pass, which would hold a second copy of the split).
     """
-    scorer = scorer or kernel_scorer(model)
+    scorer = scorer or KernelScorer(model)
     grouped = scorer.grouped
     order = list(range(len(split))) if kernels is None else [int(k) for k in kernels]
     # Grouped, each distinct config row is scored once (the real collection repeats rows).
@@ -185,11 +179,10 @@ def score_split(
 
 @dataclass(frozen=True)
 class KernelSample:
-    """Kernels of a split to score (None: all, equal weights), each one's weight in the mean
-    over the split, and at most how many configs of each (None: all; see `score_split`)."""
+    """Kernels of a split to score (None: all), and at most how many configs of each (None:
+    all; see `score_split`)."""
 
     indices: tuple[int, ...] | None
-    weights: tuple[float, ...] | None = None
     max_configs: int | None = None
 
     @property
@@ -200,47 +193,16 @@ class KernelSample:
 ALL_KERNELS = KernelSample(None)
 
 
-def stratified_sample(
-    split: data.Split, fraction: float, *, seed: int, max_configs: int | None = None
-) -> KernelSample:
-    """A fixed sample of about `fraction` of `split`'s kernels (all if that is 1 or the strata
-    are too small), and of each at most `max_configs` configs. Strata: one program's kernels
-    with 2-9, 10-99, 100-999 or 1000+ configs, each drawn `round(fraction * size)` times (at
-    least once) at weight `size / drawn`: weighted means estimate the split's without bias."""
-    counts = split.config_counts()
-    if max_configs is not None and (len(counts) == 0 or counts.max() <= max_configs):
-        max_configs = None
-    if fraction >= 1:
-        return KernelSample(None, max_configs=max_configs)
-    sizes = np.minimum(np.floor(np.log10(np.maximum(counts, 1))), 3)
-    strata: dict[tuple[str, int], list[int]] = {}
-    for i, (tile_id, size) in enumerate(zip(split.tile_ids, sizes)):
-        strata.setdefault((benchmark_of(tile_id), int(size)), []).append(i)
-    rng = np.random.default_rng(seed)
-    chosen: dict[int, float] = {}
-    for key in sorted(strata):
-        members = strata[key]
-        take = max(1, round(fraction * len(members)))
-        for i in rng.choice(members, size=take, replace=False):
-            chosen[int(i)] = len(members) / take
-    if len(chosen) == len(split.tile_ids):  # every stratum too small to sample
-        return KernelSample(None, max_configs=max_configs)
-    indices = tuple(sorted(chosen))
-    return KernelSample(indices, tuple(chosen[i] for i in indices), max_configs)
-
-
 def pairs(scored: Iterable[Scored]) -> list[tuple[np.ndarray, np.ndarray]]:
     """`(runtimes, scores)` of each kernel: what `metrics` and `margin` take."""
     return [(s.runtimes, s.scores) for s in scored]
 
 
-def errors(
-    scored: Iterable[Scored], weights: Sequence[float] | None = None, *, keep_default: bool = False
-) -> dict[int, float]:
-    """Mean top-1/5/10 errors (weighted by `weights`, one per kernel) of scored kernels; with
-    `keep_default`, of the rankings with config 0 kept among the 5 first."""
+def errors(scored: Iterable[Scored], *, keep_default: bool = False) -> dict[int, float]:
+    """Mean top-1/5/10 errors of scored kernels; with `keep_default`, of the rankings with
+    config 0 kept among the 5 first."""
     ranked = ((s.runtimes, margin.ranking(s.scores, keep_default)) for s in scored)
-    return metrics.top_k_errors(ranked, weights=weights)
+    return metrics.top_k_errors(ranked)
 
 
 def _top(scores: np.ndarray, k: int, keep_default: bool) -> list[int]:

@@ -3,8 +3,9 @@
 TensorFlow 2.16 and later print a few C++ log lines as their native libraries load (absl's
 "before InitializeLog" notice, oneDNN, CUDA drivers, CPU instructions), whatever
 `TF_CPP_MIN_LOG_LEVEL` says, and a command that promises one line on a fault would drown in
-them. `load_tensorflow` loads them with stderr's file descriptor on a temporary file, then
-writes back every captured line that is not such a notice.
+them. `load_tensorflow` loads them with stderr's file descriptor through `filtered_stderr`,
+which passes on every line that is not such a notice (and filters Beam's workers' start-up
+lines the same way, `pipelines.quiet_workers`).
 """
 
 from __future__ import annotations
@@ -12,8 +13,8 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 
 # Pieces of the lines TensorFlow's native libraries print as they load, on any machine.
 START_UP_NOTICES = (
@@ -48,15 +49,11 @@ def load_tensorflow() -> None:
     if not quiet:
         _load()
         return
-    captured: list[str] = []
-    try:
-        with _stderr_captured(captured):
-            _load()
-    finally:  # a real message from a failed load reaches the user too
-        kept = [line for line in captured if not any(n in line for n in START_UP_NOTICES)]
-        if kept:
-            sys.stderr.write("".join(kept))
-            sys.stderr.flush()
+    notices = [n.encode() for n in START_UP_NOTICES]
+    with filtered_stderr(lambda line: any(n in line for n in notices)) as pump:
+        _load()  # a real message from a failed load reaches the user too
+    if pump is not None:
+        pump.join()  # every line passed on before the command's own
 
 
 def _load() -> None:
@@ -67,18 +64,32 @@ def _load() -> None:
 
 
 @contextlib.contextmanager
-def _stderr_captured(lines: list[str]) -> Iterator[None]:
-    """Points file descriptor 2 at a temporary file; what was written there is appended to
-    `lines` (with their newlines) when the block is left."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as tmp:
-        os.dup2(tmp.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            tmp.seek(0)
-            lines.extend(tmp.read().decode("utf-8", "replace").splitlines(keepends=True))
+def filtered_stderr(drop: Callable[[bytes], bool]) -> Iterator[threading.Thread | None]:
+    """Within the block, file descriptor 2 (this process's, and that of every process started
+    in it) goes through a pipe whose lines `drop` does not match a thread writes to stderr.
+    Yields that thread (None when there is no stderr to filter): it ends once every writer
+    has closed the pipe, the block's end for this process."""
+    try:
+        sys.stderr.flush()
+        stderr = os.dup(2)
+    except (OSError, ValueError):  # no stderr to filter
+        yield None
+        return
+    read_end, write_end = os.pipe()
+
+    def pump() -> None:
+        with os.fdopen(read_end, "rb") as lines:
+            for line in lines:
+                if not drop(line):
+                    os.write(stderr, line)
+        os.close(stderr)  # every writer has gone
+
+    thread = threading.Thread(target=pump, name="stderr-filter", daemon=True)
+    thread.start()
+    os.dup2(write_end, 2)
+    os.close(write_end)
+    try:
+        yield thread
+    finally:
+        sys.stderr.flush()
+        os.dup2(stderr, 2)  # ours again; the pipe closes when its last writer exits

@@ -23,7 +23,6 @@ from tpu_tiles_models import (
     formats,
     interrupts,
     margin,
-    metrics,
     ranking,
     registry,
     run_file,
@@ -98,15 +97,11 @@ class _Loop:
         return float(self.mean_loss.result()), float(self.opa.result())
 
 
-SMOOTH_TOP_K = 50  # `--select_by=top50`: the configs its measure averages
-
-
 def _val_score(
-    model, split, stats, sample: scoring.KernelSample, progress, scorer, select_by: str
-) -> tuple[float, float, margin.KeepDefault]:
-    """On `sample`'s valid kernels (weighted: estimates for the whole split): the model's own
-    Kaggle-form score, the selection key (the score, 1 - mean top-`SMOOTH_TOP_K` error with
-    `top50`, NaN with `opa`) and the errors both ways (`margin.KeepDefault`)."""
+    model, split, stats, sample: scoring.KernelSample, progress, scorer
+) -> tuple[float, margin.KeepDefault]:
+    """On `sample`'s valid kernels: the model's own Kaggle-form score and the errors both ways
+    (`margin.KeepDefault`)."""
     scored = scoring.score_split(
         model,
         split,
@@ -121,23 +116,20 @@ def _val_score(
         fix=DIVERGED_FIX,
     )
     measured = margin.KeepDefault.measure(
-        scoring.pairs(scored), sample.weights, fit_margin=margin.carries_margin(model)
+        scoring.pairs(scored), fit_margin=margin.carries_margin(model)
     )
-    score = key = 1.0 - measured.errors[5]
-    if select_by == "top50":
-        pairs = ((s.runtimes, s.scores) for s in scored)
-        key = 1.0 - metrics.mean_top_k_error(pairs, SMOOTH_TOP_K, weights=sample.weights)
-    return score, float("nan") if select_by == "opa" else key, measured
+    return 1.0 - measured.errors[5], measured
 
 
 def _epoch_sample(args: TrainArgs, valid: data.Split) -> scoring.KernelSample:
-    """The valid kernels scored each epoch: upstream's `--validate_batches` first ones, else a
-    stratified `--score_sample`."""
+    """The valid kernels scored each epoch: upstream's `--validate_batches` first ones, else
+    every one, on at most `--score_configs` configs (all where none has more)."""
     if args.validate_batches > 0:
         count = min(args.validate_batches * args.batch, len(valid))
         return scoring.KernelSample(tuple(range(count)))
-    configs = args.score_configs if args.score_configs > 0 else None
-    return scoring.stratified_sample(valid, args.score_sample, seed=args.seed, max_configs=configs)
+    counts = valid.config_counts()
+    capped = 0 < args.score_configs < (counts.max() if len(counts) else 0)
+    return scoring.KernelSample(None, args.score_configs if capped else None)
 
 
 class _Candidates:
@@ -156,15 +148,15 @@ class _Candidates:
 
 
 def _choose(
-    candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer, select_by: str
+    candidates: _Candidates, model, dataset: data.Dataset, progress: bool, scorer
 ) -> tuple[int, list[np.ndarray], margin.KeepDefault, dict[int, float]]:
     """Scores each candidate on all of valid; returns the best one's (epoch, weights, errors
-    both ways) and each candidate's key by epoch."""
+    both ways) and each candidate's score by epoch."""
     results = []
     for _, epoch, weights in candidates.kept:
         _assign(model, weights)
-        _, key, measured = _val_score(
-            model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer, select_by
+        key, measured = _val_score(
+            model, dataset.valid, dataset.stats, scoring.ALL_KERNELS, progress, scorer
         )
         results.append((key, epoch, weights, measured))
     _, epoch, weights, measured = max(results, key=lambda r: r[0])  # the first of equals
@@ -243,13 +235,6 @@ def _is_chief(strategy: tf.distribute.Strategy) -> bool:
     return resolver.task_type == "worker" and resolver.task_id == 0 and not has_chief
 
 
-def _check_before_data(args: TrainArgs, module: ModuleType, paths: run_file.RunPaths) -> None:
-    """Fails on a bad model name, kwargs, size or loss, before any data is read (outputs are
-    claimed next, by `export.writing_into`)."""
-    registry.model_class(args.model, module)
-    parse_losses(args.losses)
-
-
 def _check_model_size(args: TrainArgs, module: ModuleType) -> None:
     """Builds a `--model_kwargs_json` model in a `tf.Graph` (which allocates nothing) on a
     made-up kernel of full feature widths, so a size too big fails before any data is read."""
@@ -298,7 +283,8 @@ def train(args: TrainArgs) -> export.TrainResult:
     paths = run_file.RunPaths.of(args)  # the run's places and hash, worked out once
     files.require_local(args.models, flag="--models")  # Python imports local files only
     module = registry.load_models_module(args.models or None)
-    _check_before_data(args, module, paths)
+    registry.model_class(args.model, module)  # a bad name or loss fails before any data is read
+    parse_losses(args.losses)
     # First TensorFlow work: a multi-worker strategy must exist before any other op.
     strategy = _strategy(args.strategy)
     _check_model_size(args, module)
@@ -359,7 +345,7 @@ def _train(
     # The best few epochs by sample score are rescored on all of valid; by OPA, as upstream.
     rescore = sample.is_subset and args.select_by != "opa"
     candidates = _Candidates(args.score_candidates if rescore else 1)
-    scorer = scoring.kernel_scorer(model)
+    scorer = scoring.KernelScorer(model)
     # tf.summary writes a remote folder itself.
     writer = (
         tf.summary.create_file_writer(artifacts.log_into(artifacts.places.tensorboard))
@@ -387,9 +373,7 @@ def _train(
         val_loss, val_opa = loop.run(
             valid_batches, train=False, progress=progress, desc="valid", total=None
         )
-        score, selection, measured = _val_score(
-            model, dataset.valid, dataset.stats, sample, progress, scorer, args.select_by
-        )
+        score, measured = _val_score(model, dataset.valid, dataset.stats, sample, progress, scorer)
         seconds = time.perf_counter() - start
         row = (epoch, train_loss, train_opa, val_loss, val_opa)
         for key, value in zip(curve, row):
@@ -403,7 +387,7 @@ def _train(
                     if name != "epoch":
                         tf.summary.scalar(name, value)
             writer.flush()
-        key = val_opa if args.select_by == "opa" else selection
+        key = val_opa if args.select_by == "opa" else score
         candidates.offer(key, epoch, model)
         improved = key > best_key
         if improved:
@@ -419,9 +403,7 @@ def _train(
             print(f"no gain for {args.early_stop} epochs since epoch {best_epoch}; stopping")
             break
     if rescore and candidates.kept:
-        best_epoch, weights, best_val, full = _choose(
-            candidates, model, dataset, progress, scorer, args.select_by
-        )
+        best_epoch, weights, best_val, full = _choose(candidates, model, dataset, progress, scorer)
         extras["candidate_scores"] = {str(e): s for e, s in full.items()}
         print(
             f"kept epoch {best_epoch}: best on every config of "

@@ -34,6 +34,12 @@ ADDED_FLAGS: dict[str, Any] = {}
 REMOVED_FLAGS = {
     "head_configs": "benchmarks/results/suite_head.md",
     "head_share": "benchmarks/results/suite_head.md",
+    # `train --seeds --ensemble`: ensembles of seeds, what `sweep --ensemble_top` also makes.
+    "seeds": "benchmarks/results/ensemble_bench.md",
+    "ensemble": "benchmarks/results/ensemble_bench.md",
+    # A stratified fraction of the validation kernels each epoch: every kernel on 32 configs
+    # chose as well at a twentieth of the work.
+    "score_sample": "benchmarks/results/selection.md",
 }
 # Losses removed the same way, every one that left `losses.LOSSES`: a run file that names
 # one reads, training refuses it. (FastFirstListMLE's data set is not in this repository:
@@ -97,7 +103,7 @@ class TrainArgs:
     validate_batches: int = _flag(
         -1,
         ">0: validate on this many batches per epoch and score their kernels on every config "
-        "(instead of --score_sample); -1: every batch",
+        "(instead of --score_configs); -1: every batch",
     )
     test_mode: str = _flag(
         "predictions", "rank the test split or score it", ("predictions", "metrics")
@@ -118,18 +124,12 @@ class TrainArgs:
     lr_schedule: str = _flag("cosine", "learning-rate schedule", ("cosine", "constant"))
     select_by: str = _flag(
         "score",
-        "keep weights by Kaggle-form score (ours), OPA (upstream's) or top50 (mean runtime of "
-        "the top 50 over that of the 50 fastest: smoother)",
-        ("score", "opa", "top50"),
-    )
-    score_sample: float = _flag(
-        1.0,
-        "fraction of validation kernels scored each epoch (a fixed sample, stratified by "
-        "program and size; 1: all of them)",
+        "keep weights by Kaggle-form score (ours) or OPA (upstream's)",
+        ("score", "opa"),
     )
     score_configs: int = _flag(
         32,
-        "each epoch, at most this many configs of each of those kernels, evenly spread in file "
+        "each epoch, at most this many configs of each validation kernel, evenly spread in file "
         "order, the same every epoch (0: all; 32 chose epochs as well as 128 at under a third of "
         "the work, benchmarks/results/selection.md)",
         at_least=0,
@@ -177,8 +177,6 @@ class TrainArgs:
         loss_weights(self.losses)
         if not 0 <= self.seed <= MAX_SEED:
             raise FlagError(f"--seed must be in 0..{MAX_SEED}, got {self.seed}")
-        if not 0 < self.score_sample <= 1:
-            raise FlagError(f"--score_sample must be in (0, 1], got {self.score_sample}")
         if self.validate_batches == 0:
             raise FlagError("--validate_batches must be -1 (all) or positive, got 0")
         if not self.model:
@@ -280,46 +278,6 @@ class TrainArgs:
         return args_hash(self.upstream_args(), self.identity())
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainCommand:
-    """`tpu-tiles train`'s command line: the options, and `--seeds=0,1,2` (one run per seed
-    instead of `--seed`) with `--ensemble` (their ensemble as one more model)."""
-
-    args: TrainArgs
-    seeds: tuple[int, ...] = ()
-    ensemble: bool = False
-
-    def __post_init__(self) -> None:
-        if self.ensemble and len(self.seeds) < 2:
-            raise FlagError("--ensemble needs at least two --seeds, e.g. --seeds=0,1,2 --ensemble")
-
-    @classmethod
-    def from_argv(cls, argv: Sequence[str], prog: str = "tpu-tiles train") -> TrainCommand:
-        """Parses `argv` like `TrainArgs.from_argv`, with `--seeds` and `--ensemble` too."""
-        values = absl_flags.FlagValues()
-        absl_flags.DEFINE_list("seeds", [], "train one run per seed", flag_values=values)
-        absl_flags.DEFINE_boolean(
-            "ensemble", False, "then ensemble the seeds' runs", flag_values=values
-        )
-        try:
-            rest = values([prog, *argv], known_only=True)[1:]
-            seeds = tuple(int(s) for s in values.seeds)
-        except (absl_flags.Error, ValueError) as e:
-            raise FlagError(f"--seeds takes integers, e.g. --seeds=0,1,2 ({e})") from None
-        if values["seeds"].present and not seeds:  # it would quietly train --seed alone
-            raise FlagError("--seeds is empty; name the seeds, e.g. --seeds=0,1,2, or leave it out")
-        twice = sorted({s for s in seeds if seeds.count(s) > 1})  # each would be the same run
-        if twice:
-            raise FlagError(
-                f"--seeds names seed {', '.join(map(str, twice))} more than once; each seed is "
-                "one run, so list different seeds, e.g. --seeds=0,1,2"
-            )
-        for seed in seeds:
-            if not 0 <= seed <= MAX_SEED:
-                raise FlagError(f"--seeds must be in 0..{MAX_SEED}, got {seed}")
-        return cls(TrainArgs.from_argv(rest, prog), seeds, values.ensemble)
-
-
 def loss_weights(spec: str) -> list[tuple[str, float]]:
     """`--losses` (upstream's `"ListMLELoss:1,MSE:0.02"`) as (name, weight) pairs: its syntax
     and weights (finite, at least 0, and a finite sum above 0: training divides by it); which
@@ -371,12 +329,6 @@ def help_text(prog: str = "tpu-tiles train") -> str:
         choices = f" {{{','.join(f.metadata['choices'])}}}" if f.metadata["choices"] else ""
         lines.append(f"  --{f.name}{choices}  (default: {getattr(defaults, f.name)!r})")
         lines.append(f"      {f.metadata['help']}")
-    lines += [
-        "  --seeds=0,1,2  (tpu-tiles train only; default: none, one run of --seed)",
-        "      one run per seed instead of --seed",
-        "  --ensemble  (with --seeds; default: off)",
-        "      then write the ensemble of those runs as one more model (tpu-tiles ensemble)",
-    ]
     return "\n".join(lines)
 
 

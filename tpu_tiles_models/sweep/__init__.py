@@ -189,14 +189,6 @@ class SweepSummary:
         return [r for r in self.rows if not r.ok]
 
 
-def main(argv: Sequence[str] | None = None) -> SweepSummary:
-    """`tpu-tiles sweep` without the CLI around it: parses `argv` and runs."""
-    parser = argparse.ArgumentParser(prog="tpu-tiles sweep")
-    add_flags(parser)
-    a, extra = parser.parse_known_args(list(argv or []))
-    return run(SweepArgs.from_namespace(a, extra))
-
-
 def run(args: SweepArgs) -> SweepSummary:
     """Expands the grid, trains the missing points, writes the leaderboard. A dry run only
     reads.

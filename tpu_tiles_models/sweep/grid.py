@@ -105,13 +105,6 @@ def parse_grid(text: str) -> list[Grid]:
     return [_checked(axes, "--grid")]
 
 
-def parse_inline(spec: str) -> Grid:
-    """One inline grid (see the module docstring)."""
-    if "=" not in spec:
-        raise FlagError(f"--grid: {spec!r} is not name=values; {EXAMPLE}")
-    return parse_grid(spec)[0]
-
-
 def _load_file(path: str) -> list[Grid]:
     where = f"--grid {path}"
     try:
@@ -373,12 +366,18 @@ def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
     return Point(key, dict(values), args.replace(results_csv=results_csv))
 
 
+# Options removed after sweeps began, at the value every point had: still in the key.
+KEPT_IN_KEY = {"score_sample": 1.0}
+
+
 def point_key(args: TrainArgs) -> str:
     """16 hex digits naming a point: md5 of every option that shapes the model (one of
-    `ADDED_FLAGS` only off its "as before" value). Frozen: the resume needs it."""
+    `ADDED_FLAGS` only off its "as before" value; `KEPT_IN_KEY` as they were). Frozen: the
+    resume needs it (a point's results CSV, in its hash, is named by it)."""
     kept = {
         k: v
         for k, v in args.to_dict().items()
         if k not in NOT_IN_KEY and not (k in ADDED_FLAGS and v == ADDED_FLAGS[k])
     }
+    kept.update(KEPT_IN_KEY)
     return hashlib.md5(json.dumps(kept, sort_keys=True).encode()).hexdigest()[:16]

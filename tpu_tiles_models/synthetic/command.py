@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import sys
 import warnings
-from typing import Any, Sequence
+from typing import Any
 
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.synthetic.autotuner import MAX_CONFIGS
@@ -58,13 +58,6 @@ class SynthArgs:
     def from_namespace(cls, a: argparse.Namespace) -> SynthArgs:
         names = [f.name for f in dataclasses.fields(cls) if f.name != "given"]
         return cls(**{n: getattr(a, n) for n in names}, given=frozenset(getattr(a, _GIVEN, ())))
-
-    @classmethod
-    def from_argv(cls, argv: Sequence[str]) -> SynthArgs:
-        """Parses a `tpu-tiles synth` command line (without the program and command names)."""
-        parser = argparse.ArgumentParser(prog="tpu-tiles synth")
-        add_flags(parser)
-        return cls.from_namespace(parser.parse_args(list(argv)))
 
 
 def resolve_scale(args: SynthArgs) -> dict[str, Any]:
