@@ -358,8 +358,8 @@ class DirectedSAGEBlock(_Configured):
 
 
 # `ResidualSAGE`'s `config_attention`: none, the block as first written (ungated: what runs
-# that recorded `true` were trained with), the gated block, the gated block on each config alone.
-SET_CONTEXTS = (False, True, "gated", "alone")
+# that recorded `true` were trained with), the gated block.
+SET_CONTEXTS = (False, True, "gated")
 # LayerScale's first value of each gate (Touvron et al., ICCV 2021: 0.1 for up to 18 blocks).
 GATE_INIT = 0.1
 
@@ -377,11 +377,10 @@ class ConfigSetAttention(_Configured):
         residual, and FFN is two layers (4 units wide, then units, GELU between);
         otherwise (the block as first written, for runs that recorded it) `a = f = 1` and FFN
         is one GELU layer.
-      * `alone`: each config is a set of its own (the same weights; no other config seen).
     Call: `h` `[batch, num_configs, units]` -> the same shape.
     """
 
-    CONFIG = ("units", "num_heads", "num_points", "gated", "alone")
+    CONFIG = ("units", "num_heads", "num_points", "gated")
 
     def __init__(
         self,
@@ -390,14 +389,13 @@ class ConfigSetAttention(_Configured):
         num_heads: int = 4,
         num_points: int = 8,
         gated: bool = False,
-        alone: bool = False,
         **kwargs,
     ):
         super().__init__(**kwargs)
         if units % num_heads:
             raise ValueError(f"ConfigSetAttention: units={units} not divisible by num_heads")
         self.units, self.num_heads, self.num_points = units, num_heads, num_points
-        self.gated, self.alone = bool(gated), bool(alone)
+        self.gated = bool(gated)
         self._points = self.add_weight(
             name="inducing_points", shape=[num_points, units], initializer="glorot_uniform"
         )
@@ -414,14 +412,10 @@ class ConfigSetAttention(_Configured):
         )
 
     def call(self, h: tf.Tensor) -> tf.Tensor:
-        shape = tf.shape(h)
-        if self.alone:  # [batch * num_configs, 1, units]: sets of one
-            h = tf.reshape(h, [-1, 1, self.units])
         z = self._norm_in(h)
         points = tf.tile(self._points[tf.newaxis], [tf.shape(h)[0], 1, 1])
         h = h + self._gates[0] * self._broadcast(z, self._summarise(points, z))
-        h = h + self._gates[1] * _apply(self._ffn, self._norm_out(h))
-        return tf.reshape(h, shape) if self.alone else h
+        return h + self._gates[1] * _apply(self._ffn, self._norm_out(h))
 
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
@@ -707,8 +701,8 @@ class ResidualSAGE(_TileRanker):
         e_j = MLP([sum || mean || max over v of LayerNorm(h)(v, j) || c_j])  [batch, c, hidden]
         score_j = MLP(DefaultContext(ConfigSetAttention(e))_j), both blocks optional
 
-    `config_attention`: one of `SET_CONTEXTS` (`ConfigSetAttention`: `true` ungated, "gated",
-    "alone" gated with no other config seen). `activation` is a Keras activation's name;
+    `config_attention`: one of `SET_CONTEXTS` (`ConfigSetAttention`: `true` ungated, or
+    "gated"). `activation` is a Keras activation's name;
     `common`: every model's keywords (`_TileRanker`). Its defaults are the benchmark suite's
     recommendation (docs/choosing.md); runs record their resolved keywords, so a later default
     changes later runs only.
@@ -742,7 +736,7 @@ class ResidualSAGE(_TileRanker):
         self._pool_norm = tf.keras.layers.LayerNormalization()
         self._readout = _mlp([hidden_dim, hidden_dim], activation)
         attention = dict(units=hidden_dim, num_heads=attention_heads, num_points=inducing_points)
-        attention.update(gated=isinstance(config_attention, str), alone=config_attention == "alone")
+        attention.update(gated=config_attention == "gated")
         self._attention = ConfigSetAttention(**attention) if config_attention else None
         self._default_context = DefaultContext(**width) if default_context else None
         self._score_head = _mlp([hidden_dim, 1], activation)
@@ -752,7 +746,7 @@ class ResidualSAGE(_TileRanker):
         self._add_rule()
         # The attention mixes a kernel's configs; the default context reads position 0 only,
         # which configs appended as padding leave in place.
-        self.independent_configs = config_attention in (False, "alone")
+        self.independent_configs = not config_attention
         self.default_first = default_context
 
     def encode(self, graph):

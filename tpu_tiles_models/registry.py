@@ -24,7 +24,7 @@ UPSTREAM_MODELS = Path("tpu_graphs/baselines/tiles/models.py")
 MODELS: dict[str, str] = {
     "ResidualSAGE": "ours (recommended): residual directed GraphSAGE, early config join, "
     "sum+mean+max pooling, config 0 read as the compiler's default; keywords config_attention "
-    '(true, "gated" or "alone") and tile_geometry (the map tpu-tiles columns prints; '
+    '(true or "gated") and tile_geometry (the map tpu-tiles columns prints; '
     "lower top-5, above all where config 0 is not the default) optional",
     "ResidualSAGEPlain": "ResidualSAGE as first configured, without attention: 48 wide, no "
     "default context",
