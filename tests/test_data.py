@@ -470,31 +470,6 @@ def test_training_batches_shapes_and_labels(synth_root: Path):
         data.training_batches(ds.train, ds.stats, num_configs=10**6, batch_size=b)
 
 
-def test_padded_batches_keep_small_kernels_and_mask_the_repeats(synth_root: Path):
-    ds = data.load_dataset(synth_root, progress=False)
-    counts = ds.train.config_counts()
-    k, b = int(np.percentile(counts, 60)), 2
-    small = int(((counts >= 2) & (counts < k)).sum())
-    assert small > 0  # the case under test: kernels with fewer than k configs
-    batches = list(
-        data.training_batches(ds.train, ds.stats, num_configs=k, batch_size=b, fill=True)
-    )
-    assert len(batches) == int((counts >= 2).sum()) // b  # nobody is left out
-    padded = 0
-    for graph, labels in batches:
-        assert labels.shape == (b, k)
-        ids = [t.decode() for t in graph.node_sets["g"]["tile_id"].numpy()]
-        for row, tile_id in zip(labels.numpy(), ids):
-            n = int(counts[ds.train.tile_ids.index(tile_id)])
-            real = min(n, k)
-            # Each kernel's own configs first (distinct rows), then its repeats, labelled -1.
-            assert (row[:real] > 0).all() and (row[real:] == -1).all()
-            padded += k - real
-    assert padded > 0
-    unpadded = data.training_batches(ds.train, ds.stats, num_configs=k, batch_size=b)
-    assert len(list(unpadded)) == int((counts >= k).sum()) // b
-
-
 def test_default_first_draws_config_0_first_then_distinct_others(synth_root: Path):
     """For a model that reads position 0 as the default: config 0 first in every draw."""
     ds = data.load_dataset(synth_root, progress=False)
