@@ -168,7 +168,8 @@ _NO_TENSORFLOW = ("synth", "inspect", "kaggle", "install")
 
 def build_parser() -> _Parser:
     """The `tpu-tiles` parser; importing it loads no TensorFlow."""
-    from tpu_tiles_models import demo, inspection, sweep, synthetic
+    from tpu_tiles_models import demo, sweep, synthetic
+    from tpu_tiles_models.inspection import command as inspect_command
 
     parser = _Parser(prog="tpu-tiles", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -187,11 +188,11 @@ def build_parser() -> _Parser:
 
     p = command(
         "inspect",
-        inspection.run,
+        inspect_command.run,
         "a data report of a data root, real or synthetic",
-        epilog=inspection.EPILOG,
+        epilog=inspect_command.EPILOG,
     )
-    inspection.add_flags(p)
+    inspect_command.add_flags(p)
 
     command(
         "train",
