@@ -97,7 +97,6 @@ def _ensemble(a: argparse.Namespace) -> None:
         [d for d in a.dirs.split(",") if d.strip()],
         a.out_dir,
         data_root=a.data_root,
-        combine=a.combine,
         cache_dir=a.cache_dir or None,
         run_id=a.run_id,
         overwrite=a.overwrite,
@@ -270,7 +269,6 @@ def build_parser() -> _Parser:
         default="",
         help="test predictions CSV ('': <out_dir>/results_<ms>.csv, as train)",
     )
-    p.add_argument("--combine", default="zscore", help="zscore, rank or minmax")
     p.add_argument("--run_id", default="", help="a tag for the run; part of the hash")
     p.add_argument(
         "--overwrite",
