@@ -251,7 +251,9 @@ def final_scores(
     score = functools.partial(score_split, model, scorer=scorer, progress=progress)
     if val is None:
         scored = score(dataset.valid, dataset.stats, desc="valid")
-        val = margin.KeepDefault.measure(pairs(scored), fit_margin=margin.carries_margin(model))
+        val = margin.KeepDefault.measure(
+            pairs(scored), fit_margin=margin.margin_of(model) is not None
+        )
     final = FinalScores(val.put_into(model))
     if dataset.test is not None and len(dataset.test):
         scored = score(dataset.test, dataset.stats, desc="test")

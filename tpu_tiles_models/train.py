@@ -116,7 +116,7 @@ def _val_score(
         fix=DIVERGED_FIX,
     )
     measured = margin.KeepDefault.measure(
-        scoring.pairs(scored), fit_margin=margin.carries_margin(model)
+        scoring.pairs(scored), fit_margin=margin.margin_of(model) is not None
     )
     return 1.0 - measured.errors[5], measured
 
