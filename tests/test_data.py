@@ -352,7 +352,7 @@ def test_damaged_cache_is_rebuilt(random_root: Path, tmp_path: Path):
 # ---------------------------------------------------------------------------------------------
 
 
-def test_toy_stats_saved_and_reloaded_reproduce_features(synth_root: Path, tmp_path: Path):
+def test_toy_stats_stored_and_reloaded_reproduce_features(synth_root: Path):
     full_train = data.load_split(synth_root, "train", progress=False)
     toy = data.Split(**vars(full_train))  # a 5-kernel "toy" subset
     k = 5
@@ -371,10 +371,8 @@ def test_toy_stats_saved_and_reloaded_reproduce_features(synth_root: Path, tmp_p
     assert stats.train_files == [os.path.basename(f) for f in full_train.files[:k]]
     trained = [data.kernel_graph(toy, i, stats) for i in range(k)]
 
-    path = tmp_path / "model" / "feature_stats.json"
-    stats.save(path)
-    json.loads(path.read_text())  # plain JSON
-    reloaded = data.FeatureStats.load(path)
+    # As a run file stores them: plain JSON.
+    reloaded = data.FeatureStats.from_json(json.loads(json.dumps(stats.to_json())))
     assert reloaded.to_json() == stats.to_json()
 
     full = data.load_dataset(synth_root, splits=("train", "test"), stats=reloaded, progress=False)
@@ -391,11 +389,9 @@ def test_toy_stats_saved_and_reloaded_reproduce_features(synth_root: Path, tmp_p
     assert graph.node_sets["op"]["feats"].shape[1] == stats.node_width
 
 
-def test_stats_load_errors_name_the_file(tmp_path: Path):
-    bad = tmp_path / "stats.json"
-    bad.write_text('{"node_keep": [true]}')
-    with pytest.raises(data.DataError, match=r"stats.json: cannot read feature statistics"):
-        data.FeatureStats.load(bad)
+def test_malformed_stats_and_a_root_without_train_are_refused(tmp_path: Path):
+    with pytest.raises(data.DataError, match="feature statistics are malformed"):
+        data.FeatureStats.from_json({"node_keep": [True]})
     with pytest.raises(data.DataError, match="load the train split"):
         data.load_dataset(tmp_path, splits=("test",))
 

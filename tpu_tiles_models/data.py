@@ -323,21 +323,6 @@ class FeatureStats:
             raise DataError("feature statistics hold NaN or infinite minima or maxima")
         return stats
 
-    def save(self, path: str | os.PathLike) -> None:
-        with safe.atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self.to_json(), allow_nan=False), encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> FeatureStats:
-        """Reads a file written by `save`; problems raise `DataError` naming the file."""
-        path = os.fspath(path)
-        try:
-            return cls.from_json(json.loads(files.read_bytes(path)))
-        except (OSError, json.JSONDecodeError, DataError) as err:
-            raise DataError(
-                f"{path}: cannot read feature statistics ({err}); re-export the model"
-            ) from None
-
 
 @dataclasses.dataclass
 class Dataset:
