@@ -118,10 +118,7 @@ def _columns(a: argparse.Namespace) -> None:
 def _models(a: argparse.Namespace) -> None:
     from tpu_tiles_models import registry
 
-    if a.json:
-        print(json.dumps(registry.describe_json(), indent=1, allow_nan=False))
-    else:
-        print(registry.describe())
+    print(registry.describe())
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
@@ -296,13 +293,7 @@ def build_parser() -> _Parser:
     p.add_argument("--cache_dir", default=defaults.CACHE_DIR, help=defaults.CACHE_DIR_HELP)
     p.add_argument("--no_progress", action="store_true", help="no progress bars (logs, CI)")
 
-    p = command("models", _models, "list the model classes and the recommended one")
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help='print one JSON object instead: {"models": {name: description}, "recommended": '
-        '{"model", "flags", "kwargs"}}',
-    )
+    command("models", _models, "list the model classes and the recommended one")
     return parser
 
 
