@@ -89,6 +89,8 @@ def test_ordered_pair_accuracy_by_hand():
     assert float(opa.result()) == pytest.approx(1 / 4)
     opa.reset_state()
     assert float(opa.result()) == 0.0
+    with pytest.raises(ValueError, match="sample_weight must be None"):
+        opa.update_state(tf.constant([[0.0, 1.0]]), tf.constant([[1.0, 0.0]]), [[1.0, 1.0]])
 
 
 def test_losses_table_uses_these_classes():

@@ -103,7 +103,9 @@ class OrderedPairAccuracy(tf.keras.metrics.Metric):
         self.correct = self.add_weight(name="correct", initializer="zeros")
         self.pairs = self.add_weight(name="pairs", initializer="zeros")
 
-    def update_state(self, y_true, y_pred):
+    def update_state(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:  # Keras's fit passes None
+            raise ValueError("OrderedPairAccuracy is unweighted: sample_weight must be None")
         labels = tf.cast(y_true, self.dtype)
         scores = tf.cast(y_pred, self.dtype)
         pairs = tf.cast(_ordered(labels), self.dtype)
