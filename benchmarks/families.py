@@ -4,10 +4,10 @@ For each family, one data set at the suite's budget (`suite.BUDGET`: 1,000 train
 20 test kernels, data seed 0, no config cap: the families' own counts, up to 10,000 a kernel),
 then:
 
-- data figures from `tpu-tiles inspect`'s report (`inspection.inspect_root`, the one reader of
-  a data root's statistics): configs, nodes and edges per kernel, runtime / normaliser over
-  all configs, worst / best per kernel, config 0 as the default and as the fastest, duplicate
-  rows, programs per split and their overlap;
+- data figures from `tpu-tiles inspect`'s report (`inspection.report.inspect_root`, the one
+  reader of a data root's statistics): configs, nodes and edges per kernel, runtime /
+  normaliser over all configs, worst / best per kernel, config 0 as the default and as the
+  fastest, duplicate rows, programs per split and their overlap;
 - rankers on the validation split: `random` (mean of 20 draws), `default` (config 0 first,
   then random order; mean of 20 draws), a config-only ridge (fitted on train: log runtime /
   normaliser, centred per kernel, on log1p of every config column and its square), and the
@@ -59,7 +59,8 @@ from suite import (
     run_sweep,
 )
 
-from tpu_tiles_models import data, inspection, metrics, run_file, safe, synthetic
+from tpu_tiles_models import data, metrics, run_file, safe, synthetic
+from tpu_tiles_models.inspection import report as inspect_report
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "benchmarks" / "results" / "families.json"
@@ -282,7 +283,7 @@ def model_rows(
 # --------------------------------------------------------------------------------------
 def data_figures(root: Path) -> dict[str, Any]:
     """The figures the targets read, from `tpu-tiles inspect`'s report of `root`."""
-    report = inspection.inspect_root(root, progress=False)["splits"]
+    report = inspect_report.inspect_root(root, progress=False)["splits"]
     train, valid, test = report["train"], report["valid"], report["test"]
     both = [train, valid]
     valid_bins = valid["configs"]["histogram"]
@@ -346,7 +347,7 @@ def data_figures(root: Path) -> dict[str, Any]:
 
 def full_figures(root: Path) -> dict[str, Any]:
     """Kernels per split and configs in all of a `--scale full` set (`tpu-tiles inspect`)."""
-    report = inspection.inspect_root(root, progress=False)["splits"]
+    report = inspect_report.inspect_root(root, progress=False)["splits"]
     return {
         "kernels": [report[s]["kernels"] for s in ("train", "valid", "test")],
         "configs": sum(report[s]["configs"]["total"] for s in ("train", "valid", "test")),
@@ -543,8 +544,8 @@ def _cross_checks(doc: dict[str, Any]) -> list[str]:
         "| check | real | " + " | ".join(fams) + " |",
         "|---|---|" + "---|" * len(fams),
         "| train kernels whose runtime falls as the output tile grows (correlation with "
-        f"config column {inspection.report.OUTPUT_SUM_COLUMN}, the output bounds' sum, below "
-        f"{inspection.report.FALLS_BELOW}) | "
+        f"config column {inspect_report.OUTPUT_SUM_COLUMN}, the output bounds' sum, below "
+        f"{inspect_report.FALLS_BELOW}) | "
         f"{_pct(REAL['output_tile_falls'])} | " + " | ".join(falls) + " |",
     ]
     if fx:

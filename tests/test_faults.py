@@ -169,7 +169,7 @@ def _reader(command: str, model_dir: Path, other: Path, root: Path, tmp: Path) -
         return ["check", str(_hand_in(model_dir, tmp / "hand_in")), *data]
     if command == "ensemble":
         dirs = f"{other},{model_dir}"
-        return ["ensemble", "--dirs", dirs, "--out_dir", str(tmp / "e"), "--combine", "rank", *data]
+        return ["ensemble", "--dirs", dirs, "--out_dir", str(tmp / "e"), *data]
     assert command == "bundle"
     return ["bundle", "--dir", str(model_dir), "--out", str(tmp / "b")]
 

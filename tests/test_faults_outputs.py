@@ -418,10 +418,11 @@ def test_a_full_disk_is_found_before_the_work(mlp_run, synth_root, tmp_path, mon
     def no_work(*args, **kwargs):
         raise AssertionError("the work started")
 
-    from tpu_tiles_models import inspection, runs
+    from tpu_tiles_models import runs
+    from tpu_tiles_models.inspection import command
 
     monkeypatch.setattr(runs.TrainedRun, "load", no_work)
-    monkeypatch.setattr(inspection.command, "inspect_root", no_work)
+    monkeypatch.setattr(command, "inspect_root", no_work)
     out = tmp_path / "sub" / "out"
     data = [f"--data_root={synth_root}", "--no_progress"]
     cases = [

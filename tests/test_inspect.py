@@ -10,9 +10,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from tpu_tiles_models import cli, inspection, kernel_files
+from tpu_tiles_models import cli, kernel_files
 from tpu_tiles_models.errors import FlagError
-from tpu_tiles_models.inspection.stats import Columns, LogHistogram
+from tpu_tiles_models.inspection.command import check_outputs
+from tpu_tiles_models.inspection.render import format_table
+from tpu_tiles_models.inspection.report import CONFIG_BINS, FORMAT, TAIL_SIGMAS, inspect_root
+from tpu_tiles_models.inspection.stats import QUANTILES, Columns, LogHistogram
 
 SPLITS = ("train", "valid", "test")
 
@@ -27,8 +30,8 @@ def _kernels(root: Path, split: str) -> list[tuple[str, dict[str, np.ndarray]]]:
 
 
 def _quantiles(values) -> dict[str, float]:
-    q = np.quantile(np.asarray(values, np.float64), list(inspection.QUANTILES.values()))
-    return dict(zip(inspection.QUANTILES, q))
+    q = np.quantile(np.asarray(values, np.float64), list(QUANTILES.values()))
+    return dict(zip(QUANTILES, q))
 
 
 def _assert_distribution(got: dict, values) -> None:
@@ -48,7 +51,7 @@ def _assert_streamed_quantiles(got: dict, values) -> None:
     assert got["mean"] == pytest.approx(x.mean(), rel=1e-9)
     assert got["std"] == pytest.approx(x.std(), rel=1e-6)
     assert (got["min"], got["max"]) == (x[0], x[-1])
-    for name, q in inspection.QUANTILES.items():
+    for name, q in QUANTILES.items():
         rank = q * (len(x) - 1)
         lo, hi = x[int(np.floor(rank))], x[int(np.ceil(rank))]
         assert lo * (1 - 0.0025) <= got[name] <= hi * (1 + 0.0025), name
@@ -56,11 +59,11 @@ def _assert_streamed_quantiles(got: dict, values) -> None:
 
 @pytest.fixture(scope="module")
 def report(synth_root: Path) -> dict:
-    return inspection.inspect_root(synth_root, progress=False)
+    return inspect_root(synth_root, progress=False)
 
 
 def test_counts_and_histograms_match_numpy(report, synth_root: Path) -> None:
-    assert report["format"] == inspection.FORMAT
+    assert report["format"] == FORMAT
     assert list(report["splits"]) == list(SPLITS)
     total_configs = 0
     for split in SPLITS:
@@ -74,7 +77,7 @@ def test_counts_and_histograms_match_numpy(report, synth_root: Path) -> None:
         for key, values in (("nodes", nodes), ("edges", edges), ("configs", configs)):
             assert s[key]["total"] == sum(values)
             _assert_distribution(s[key], values)
-        want, _ = np.histogram(configs, bins=[*inspection.CONFIG_BINS, 10**9])
+        want, _ = np.histogram(configs, bins=[*CONFIG_BINS, 10**9])
         assert [b["kernels"] for b in s["configs"]["histogram"]] == want.tolist()
         assert [(b["lo"], b["hi"]) for b in s["configs"]["histogram"]][:2] == [
             (1, 1000),
@@ -188,7 +191,7 @@ def test_feature_columns_match_numpy(report, synth_root: Path) -> None:
                 tail = np.maximum(x.max(0) - x.mean(0), x.mean(0) - x.min(0)) / std
             assert f["constant"] == np.flatnonzero(distinct == 1).tolist()
             assert f["two_valued"] == np.flatnonzero(distinct == 2).tolist()
-            heavy = (distinct > 2) & (tail > inspection.TAIL_SIGMAS)
+            heavy = (distinct > 2) & (tail > TAIL_SIGMAS)
             assert f["heavy_tailed"] == np.flatnonzero(heavy).tolist()
 
 
@@ -259,14 +262,14 @@ def test_runtime_falls_as_the_output_tile_grows(tmp_path: Path) -> None:
     _write(root / "train" / "a_4.npz", [200, 100], [200] * 2, [1, 2], output_sums=[2, 4])
     _write(root / "train" / "a_5.npz", [300, 200, 100], [300] * 3, [1, 2, 3], output_sums=[4] * 3)
     _write(root / "train" / "a_6.npz", [100] * 3, [100] * 3, [1, 2, 3], output_sums=[2, 4, 8])
-    r = inspection.inspect_root(root, progress=False)["splits"]["train"]["runtimes"]
+    r = inspect_root(root, progress=False)["splits"]["train"]["runtimes"]
     assert r["output_tile"]["corr"]["count"] == 3
     assert r["output_tile"]["runtime_falls"] == {"kernels": 1, "share": 1 / 3}
     assert r["output_tile"]["corr"]["min"] == pytest.approx(np.corrcoef([2, 4, 8], [4, 2, 1])[0, 1])
 
 
 def test_known_answers(handmade: Path) -> None:
-    r = inspection.inspect_root(handmade, progress=False)
+    r = inspect_root(handmade, progress=False)
     train = r["splits"]["train"]
     c0 = train["runtimes"]["config0"]
     assert c0["is_default"] == {"kernels": 2, "share": 2 / 3}
@@ -283,7 +286,7 @@ def test_known_answers(handmade: Path) -> None:
     assert test["runtimes"] is None and test["duplicates"]["rows"] == 1
     assert test["programs"]["anonymised_kernels"] == 1
     assert r["splits"]["valid"]["configs"]["fewer_than_10"]["share"] == 1.0
-    only = inspection.inspect_root(handmade, splits=["valid"], progress=False)
+    only = inspect_root(handmade, splits=["valid"], progress=False)
     assert list(only["splits"]) == ["valid"] and only["program_overlap"] == {}
 
 
@@ -302,8 +305,8 @@ def test_cli_table_json_and_png(handmade: Path, tmp_path: Path, capsys) -> None:
     assert "programs in both train-valid: 1 (beta)" in out
     assert out_png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     saved = json.loads(out_json.read_text(encoding="utf-8"))
-    assert saved == json.loads(json.dumps(inspection.inspect_root(handmade, progress=False)))
-    assert inspection.format_table(saved) in out
+    assert saved == json.loads(json.dumps(inspect_root(handmade, progress=False)))
+    assert format_table(saved) in out
     assert sorted(p.name for p in out_json.parent.iterdir()) == ["hist.png", "report.json"]
     # an existing report is refused unless --overwrite
     before = out_json.read_bytes()
@@ -324,7 +327,7 @@ def test_bad_file_is_one_line_and_skip_bad_reads_the_rest(handmade: Path, capsys
     assert cli.main(["inspect", str(handmade), "--no_progress", "--skip_bad"]) == 0
     captured = capsys.readouterr()
     assert "skipped 1 bad file(s)" in captured.err
-    r = inspection.inspect_root(handmade, skip_bad=True, progress=False)
+    r = inspect_root(handmade, skip_bad=True, progress=False)
     valid = r["splits"]["valid"]
     assert (valid["files"], valid["kernels"], len(valid["bad_files"])) == (2, 1, 1)
     assert valid["bad_files"][0].startswith(f"{bad}: not a readable npz file")
@@ -335,7 +338,7 @@ def test_bad_file_is_one_line_and_skip_bad_reads_the_rest(handmade: Path, capsys
     arrays["edge_index"] = np.array([[0, 7]], np.int64)
     np.savez(bad, **arrays)
     with pytest.raises(kernel_files.DataError, match="edge_index refers to node 7"):
-        inspection.inspect_root(handmade, progress=False)
+        inspect_root(handmade, progress=False)
 
 
 @pytest.mark.parametrize(
@@ -405,7 +408,7 @@ def test_report_keys_are_the_documented_ones(report) -> None:
         "programs",
         "features",
     }
-    distribution = {"count", "mean", "std", *inspection.QUANTILES}
+    distribution = {"count", "mean", "std", *QUANTILES}
     assert set(train["nodes"]) == distribution | {"total", "histogram"}
     assert set(train["configs"]) == distribution | {"total", "histogram", "fewer_than_10"}
     assert set(train["runtimes"]) == {
@@ -467,8 +470,8 @@ def test_a_remote_root_reads_like_its_local_copy(handmade: Path) -> None:
 
     url = "ram://test_inspect/root"
     files.copy_tree(handmade, url)
-    remote = inspection.inspect_root(url, progress=False)
-    local = inspection.inspect_root(handmade, progress=False)
+    remote = inspect_root(url, progress=False)
+    local = inspect_root(handmade, progress=False)
     assert remote["splits"] == local["splits"] and remote["data_root"] == url
     with pytest.raises(FlagError, match="is in the ROOT's valid split"):
-        inspection.check_outputs(url, {"--json": f"{url}/valid/r.json"})
+        check_outputs(url, {"--json": f"{url}/valid/r.json"})

@@ -64,19 +64,12 @@ def test_combined_loss_is_the_normalised_weighted_sum():
     )
 
 
-@pytest.mark.parametrize("name", sorted(losses.LOSSES))
-def test_every_loss_prefers_the_right_order_and_ignores_padding(name):
+@pytest.mark.parametrize("name", ["ListMLELoss", "PairwiseHingeLoss"])
+def test_every_ranking_loss_prefers_the_right_order(name):
     runtimes = tf.constant([[1.0, 2.0, 4.0, 8.0]])
     good = tf.constant([[0.0, 1.0, 2.0, 3.0]])  # lower score = faster: the right order
     loss = losses.LOSSES[name]()
-    if name != "MSE":
-        assert float(loss(runtimes, good)) < float(loss(runtimes, -good))
-    # A padding entry (label -1) counts for nothing: its score changes nothing.
-    padded = tf.constant([[1.0, 2.0, 4.0, 8.0, -1.0]])
-    values = {float(loss(padded, tf.concat([good, [[p]]], axis=1))) for p in (-5.0, 0.0, 7.0)}
-    assert max(values) - min(values) < 1e-6
-    if name != "PairwiseHingeLoss":  # it averages over every position
-        assert values.pop() == pytest.approx(float(loss(runtimes, good)), rel=1e-5, abs=1e-6)
+    assert float(loss(runtimes, good)) < float(loss(runtimes, -good))
 
 
 def test_top_k_error_by_hand():

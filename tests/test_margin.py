@@ -140,7 +140,7 @@ def test_set_rule_sets_a_models_weights_and_names_what_it_lacks():
     with pytest.raises(ValueError, match=r"^MLP: the margin must be finite, got nan$"):
         margin.set_rule(model, margin=float("nan"))
     bare = models.MLP(4, 8, keep_default_gate=False, default_margin=False)
-    assert margin.rule_of(bare) is None and not margin.carries_margin(bare)
+    assert margin.rule_of(bare) is None and margin.margin_of(bare) is None
     with pytest.raises(ValueError, match=r"^MLP was built with keep_default_gate=false$"):
         margin.set_rule(bare, keep=True)
     with pytest.raises(ValueError, match=r"^MLP was built with default_margin=false$"):

@@ -104,7 +104,7 @@ def test_a_run_trained_before_reloads_and_ranks_identically(tmp_path):
 
 
 def test_a_run_recording_options_removed_since_reloads_without_them(tmp_path):
-    """`--head_configs` and `--head_share` are gone (the suite rejected them). The stored run
+    """`--head_configs`, `--head_share` and `--pad_configs` are gone. The stored run
     records them at their defaults: its options read, and name it, as before. A run trained
     with one set keeps its name (its run file lists what entered it) and reloads and ranks
     like any other: those options only chose which configs training drew."""
@@ -117,8 +117,8 @@ def test_a_run_recording_options_removed_since_reloads_without_them(tmp_path):
     assert stored.train_args.hash() == h
     info = json.loads(gzip.decompress((V1 / f"run_{h}.jsonz").read_bytes()))
     extras = info["tpu_tiles"]
-    extras["train_args"].update(head_configs=3, head_share=0.01)
-    extras["identity"].update(head_configs=3, head_share=0.01)
+    extras["train_args"].update(head_configs=3, head_share=0.01, pad_configs=True)
+    extras["identity"].update(head_configs=3, head_share=0.01, pad_configs=True)
     head = train_args.args_hash(info["args"], extras["identity"])
     shutil.copytree(V1 / f"model_{h}", tmp_path / f"model_{head}")
     (tmp_path / f"run_{head}.jsonz").write_bytes(gzip.compress(json.dumps(info).encode()))

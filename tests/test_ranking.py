@@ -43,13 +43,6 @@ def test_list_mle_by_hand():
     # d/ds_k = (sum over the terms whose tail holds k of its softmax share - [k heads a term])
     # / temperature: item 1: (1/4 - 1)/2; item 2: (2/4 + 2/3 - 1)/2; item 0: (1/4 + 1/3)/2.
     _close(grad, [[7 / 24, -3 / 8, 1 / 12]])
-    # Two padding entries come last with logit ln(1e-10): they add ln 2! to the value (their
-    # 1e-10 terms are below float32's resolution here) and get no gradient.
-    value, grad = _value_and_gradient(
-        loss, [[1.0, 3.0, 2.0, -1.0, -1.0]], [[0.0, 0.0, 2 * LN2, 5.0, -5.0]]
-    )
-    _close(value, [[math.log(12.0)]])
-    _close(grad, [[7 / 24, -3 / 8, 1 / 12, 0.0, 0.0]])
     # One item: ln(e^s) - s = 0.
     _close(_value_and_gradient(loss, [[4.0]], [[3.0]])[0], [[0.0]])
 
@@ -76,9 +69,9 @@ def test_pairwise_hinge_by_hand():
     _close(value, [[1.5, 3.0, 0.0]])
     # Each active pair moves its upper item by -1/10 and its lower one by +1/10.
     _close(grad, [[-0.1, -0.1, 0.2]])
-    # Padding (label -1) is in no pair; equal labels make no pair either.
-    value, _ = _value_and_gradient(loss, [[2.0, 1.0, -1.0, 1.0]], [[15.0, 0.0, 99.0, 0.0]])
-    _close(value, [[0.0, 0.0, 0.0, 0.0]])
+    # Equal labels make no pair.
+    value, _ = _value_and_gradient(loss, [[1.0, 1.0]], [[0.0, 99.0]])
+    _close(value, [[0.0, 0.0]])
     # With the trainer's per-list mean over items: (1.5 + 3 + 0) / 3.
     per_list = losses.per_list(loss, tf.constant([[2.0, 1.0, 0.0]]), tf.constant([[15.0, 0, 20]]))
     _close(per_list.numpy(), [1.5])
@@ -91,16 +84,13 @@ def test_ordered_pair_accuracy_by_hand():
     # higher score: 1/3.
     opa.update_state(tf.constant([[0.0, 1.0, 2.0]]), tf.constant([[3.0, 1.0, 2.0]]))
     assert float(opa.result()) == pytest.approx(1 / 3)
-    # Pairs pool over updates: one more pair, tied in score (wrong); the padding is in none.
-    opa.update_state(tf.constant([[1.0, 0.0, -1.0]]), tf.constant([[5.0, 5.0, 9.0]]))
+    # Pairs pool over updates: one more pair, tied in score (wrong).
+    opa.update_state(tf.constant([[1.0, 0.0]]), tf.constant([[5.0, 5.0]]))
     assert float(opa.result()) == pytest.approx(1 / 4)
     opa.reset_state()
     assert float(opa.result()) == 0.0
-    # An item of weight 0 is left out: only the pair (2>1) is left, and it is right.
-    opa.update_state(
-        tf.constant([[0.0, 1.0, 2.0]]), tf.constant([[3.0, 1.0, 2.0]]), [[0.0, 1.0, 1.0]]
-    )
-    assert float(opa.result()) == 1.0
+    with pytest.raises(ValueError, match="sample_weight must be None"):
+        opa.update_state(tf.constant([[0.0, 1.0]]), tf.constant([[1.0, 0.0]]), [[1.0, 1.0]])
 
 
 def test_losses_table_uses_these_classes():
@@ -119,15 +109,12 @@ def tfr():
 
 def _lists(*, ties: bool) -> dict[str, tuple[np.ndarray, np.ndarray]]:
     """Named (labels, scores) batches `[batch, 7]` (one `[1, 1]`). Scores are distinct and
-    away from hinge kinks. With `ties=False` no two real labels of a list are equal."""
+    away from hinge kinks. With `ties=False` no two labels of a list are equal."""
     rng = np.random.default_rng(7)
     random = rng.uniform(0.0, 4.0, (3, 7))
     tied = rng.integers(0, 3, (3, 7)).astype(float)
-    padded = rng.uniform(0.0, 4.0, (3, 7))
-    padded[0, 5:] = padded[1, 2:] = -1.0
-    padded[2, :] = -1.0  # a list of padding only
-    mixed = np.stack([random[0], padded[0], padded[1], tied[0] if ties else random[1]])
-    batches = {"random": random, "padded": padded, "one": np.array([[2.0]]), "mixed": mixed}
+    mixed = np.stack([random[0], random[2], tied[0] if ties else random[1]])
+    batches = {"random": random, "one": np.array([[2.0]]), "mixed": mixed}
     if ties:
         batches["tied"] = tied
     return {
@@ -212,8 +199,3 @@ def test_ordered_pair_accuracy_equals_tf_ranking(tfr):
         for metric in (ours, theirs):
             metric.update_state(tf.constant(y), tf.constant(s))
         _close(float(ours.result()), float(theirs.result()))
-    weights = np.random.default_rng(3).integers(0, 3, y.shape).astype(np.float32)
-    for metric in (ours, theirs):
-        metric.reset_state()
-        metric.update_state(tf.constant(y), tf.constant(s), weights)
-    _close(float(ours.result()), float(theirs.result()))

@@ -637,7 +637,8 @@ def test_non_finite_loss_makes_a_nan_row_and_a_missing_run_a_not_run_row():
 def test_a_points_key_outlives_options_added_and_removed_after_it():
     """A sweep started before an option existed resumes after it is added, and after it is
     removed: this key was taken before `--head_configs` and `--head_share` existed, which
-    left it out at their defaults and are gone now, and with `--score_sample`, gone too."""
+    left it out at their defaults and are gone now, and with `--score_sample` and
+    `--pad_configs`, gone too."""
     args = TrainArgs(
         model="ResidualSAGE", epochs=40, out_dir="/runs", data_root="/data/alt", seed=2
     )

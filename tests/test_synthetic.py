@@ -51,9 +51,9 @@ def ranked_root(tmp_path_factory) -> Path:
 
 
 def test_counts_and_summary(synth_root: Path) -> None:
-    from tpu_tiles_models import inspection
+    from tpu_tiles_models.inspection.report import inspect_root
 
-    summary = inspection.inspect_root(synth_root, progress=False)
+    summary = inspect_root(synth_root, progress=False)
     assert {s: summary["splits"][s]["kernels"] for s in synthetic.SPLITS} == {
         "train": 24,
         "valid": 8,

@@ -14,7 +14,17 @@ from pathlib import Path
 import pytest
 from conftest import TINY_MLP, tiny_args, tiny_cli
 
-from tpu_tiles_models import cli, data, export, margin, run_file, scoring, train, train_args
+from tpu_tiles_models import (
+    cli,
+    data,
+    export,
+    margin,
+    metrics,
+    run_file,
+    scoring,
+    train,
+    train_args,
+)
 
 FLAGS = ["--configs", "4", "--batch", "4", "--epochs", "2", "--early_stop", "0", "--no_progress"]
 
@@ -97,9 +107,10 @@ def test_sample_scores_choose_candidates_rescored_on_every_config(synth_root, tm
     stats = data.FeatureStats.from_json(ours["feature_stats"])
     margin.set_rule(result.model, margin=0.0)  # the candidates were scored before it was fitted
     scored = scoring.score_split(result.model, valid, stats, progress=False)
-    assert 1 - scoring.errors(scored)[5] == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
+    errors = metrics.top_k_errors(scoring.pairs(scored))
+    assert 1 - errors[5] == pytest.approx(full[ours["best_epoch"]], abs=1e-9)
     own = ours[run_file.KEEP_DEFAULT_KEY]["val"]
-    assert {int(k): v for k, v in own.items()} == pytest.approx(scoring.errors(scored), abs=1e-9)
+    assert {int(k): v for k, v in own.items()} == pytest.approx(errors, abs=1e-9)
 
 
 def test_validation_chooses_whether_to_keep_config_0(residual_run, synth_root):
@@ -113,7 +124,8 @@ def test_validation_chooses_whether_to_keep_config_0(residual_run, synth_root):
     scored = scoring.score_split(
         residual_run.model, valid, stats, progress=False
     )  # with the margin
-    own, kept = scoring.errors(scored), scoring.errors(scored, keep_default=True)
+    own = metrics.top_k_errors(scoring.pairs(scored))
+    kept = metrics.top_k_errors((s.runtimes, margin.keep_default(s.scores)) for s in scored)
     # The run file's figure is that of the ranking `forward` hands in: the margin, then
     # config 0 kept where chosen.
     figure = kept if record["chosen"] else own

@@ -67,6 +67,7 @@ def test_values_with_equals_or_space_and_defaults_as_upstream():
             "benchmarks/results/suite_head.md); leave it out",
         ),
         (["--epochs=2", "--head_share", "0.01"], "--head_share was removed"),
+        (["--pad_configs"], "--pad_configs was removed"),
         (["--epochs=ten"], "flag --epochs=ten"),
         (["--test_mode=both"], "--test_mode=both"),
         (["--batch_size=4"], "Unknown command line flag 'batch_size'"),
@@ -120,6 +121,7 @@ def test_removed_options_read_as_absent_and_keep_the_hash():
     stored = {**a.to_dict(), "head_configs": 0, "head_share": 0.1}
     assert TrainArgs.from_dict(stored) == a
     assert TrainArgs.from_dict({**stored, "head_configs": 3, "head_share": 0.01}) == a
+    assert TrainArgs.from_dict({**stored, "pad_configs": True}) == a
     assert TrainArgs.from_dict(stored).hash() == args_hash(a.upstream_args(), {"seed": 1})
 
 

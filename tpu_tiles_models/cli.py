@@ -97,7 +97,6 @@ def _ensemble(a: argparse.Namespace) -> None:
         [d for d in a.dirs.split(",") if d.strip()],
         a.out_dir,
         data_root=a.data_root,
-        combine=a.combine,
         cache_dir=a.cache_dir or None,
         run_id=a.run_id,
         overwrite=a.overwrite,
@@ -119,10 +118,7 @@ def _columns(a: argparse.Namespace) -> None:
 def _models(a: argparse.Namespace) -> None:
     from tpu_tiles_models import registry
 
-    if a.json:
-        print(json.dumps(registry.describe_json(), indent=1, allow_nan=False))
-    else:
-        print(registry.describe())
+    print(registry.describe())
 
 
 def _add_data_flags(p: argparse.ArgumentParser) -> None:
@@ -168,7 +164,8 @@ _NO_TENSORFLOW = ("synth", "inspect", "kaggle", "install")
 
 def build_parser() -> _Parser:
     """The `tpu-tiles` parser; importing it loads no TensorFlow."""
-    from tpu_tiles_models import demo, inspection, sweep, synthetic
+    from tpu_tiles_models import demo, sweep, synthetic
+    from tpu_tiles_models.inspection import command as inspect_command
 
     parser = _Parser(prog="tpu-tiles", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -187,11 +184,11 @@ def build_parser() -> _Parser:
 
     p = command(
         "inspect",
-        inspection.run,
+        inspect_command.run,
         "a data report of a data root, real or synthetic",
-        epilog=inspection.EPILOG,
+        epilog=inspect_command.EPILOG,
     )
-    inspection.add_flags(p)
+    inspect_command.add_flags(p)
 
     command(
         "train",
@@ -269,7 +266,6 @@ def build_parser() -> _Parser:
         default="",
         help="test predictions CSV ('': <out_dir>/results_<ms>.csv, as train)",
     )
-    p.add_argument("--combine", default="zscore", help="zscore, rank or minmax")
     p.add_argument("--run_id", default="", help="a tag for the run; part of the hash")
     p.add_argument(
         "--overwrite",
@@ -297,13 +293,7 @@ def build_parser() -> _Parser:
     p.add_argument("--cache_dir", default=defaults.CACHE_DIR, help=defaults.CACHE_DIR_HELP)
     p.add_argument("--no_progress", action="store_true", help="no progress bars (logs, CI)")
 
-    p = command("models", _models, "list the model classes and the recommended one")
-    p.add_argument(
-        "--json",
-        action="store_true",
-        help='print one JSON object instead: {"models": {name: description}, "recommended": '
-        '{"model", "flags", "kwargs"}}',
-    )
+    command("models", _models, "list the model classes and the recommended one")
     return parser
 
 

@@ -323,21 +323,6 @@ class FeatureStats:
             raise DataError("feature statistics hold NaN or infinite minima or maxima")
         return stats
 
-    def save(self, path: str | os.PathLike) -> None:
-        with safe.atomic_path(path) as tmp:
-            tmp.write_text(json.dumps(self.to_json(), allow_nan=False), encoding="utf-8")
-
-    @classmethod
-    def load(cls, path: str | os.PathLike) -> FeatureStats:
-        """Reads a file written by `save`; problems raise `DataError` naming the file."""
-        path = os.fspath(path)
-        try:
-            return cls.from_json(json.loads(files.read_bytes(path)))
-        except (OSError, json.JSONDecodeError, DataError) as err:
-            raise DataError(
-                f"{path}: cannot read feature statistics ({err}); re-export the model"
-            ) from None
-
 
 @dataclasses.dataclass
 class Dataset:
@@ -404,13 +389,12 @@ def _pick_configs(
     num_configs: int,
     rng: np.random.Generator,
     spread: int | None = None,
-    fill: bool = False,
     default_first: bool = False,
 ) -> np.ndarray:
     """Row indices of one kernel's configs: all in file order (-1; at most `spread`, evenly
-    spaced), else `num_configs` drawn without replacement (all, shuffled, if fewer; with
-    `fill`, then repeats of them). `default_first`: config 0 at position 0 (only for models
-    that read position 0 as the default; the others keep upstream's draw).
+    spaced), else `num_configs` drawn without replacement (all, shuffled, if fewer).
+    `default_first`: config 0 at position 0 (only for models that read position 0 as the
+    default; the others keep upstream's draw).
     """
     if num_configs < 0:
         if spread is not None and c1 - c0 > spread:
@@ -419,16 +403,8 @@ def _pick_configs(
     size = min(num_configs, c1 - c0)
     if default_first and size > 0:
         rest = 1 + rng.choice(c1 - c0 - 1, size=size - 1, replace=False)
-        picked = c0 + np.concatenate([[0], rest])
-    else:
-        picked = c0 + rng.choice(c1 - c0, size=size, replace=False)
-    if fill and len(picked) < num_configs:
-        picked = np.concatenate([picked, rng.choice(picked, size=num_configs - len(picked))])
-    return picked
-
-
-# The runtime label of a `fill` repeat: every loss leaves negative labels out (losses.py).
-_FILLER = -1.0
+        return c0 + np.concatenate([[0], rest])
+    return c0 + rng.choice(c1 - c0, size=size, replace=False)
 
 
 def _components(
@@ -440,18 +416,17 @@ def _components(
     num_configs: int = -1,
     spread: int | None = None,
     pad: bool = False,
-    fill: bool = False,
     default_first: bool = False,
     rows: Sequence[np.ndarray] | None = None,
 ) -> dict[str, Any]:
     """Numpy pieces of `kernels` merged as `GraphTensor.merge_batch_to_components` would,
     normalised on the rows taken (no normalised copy of a split is held). `pad`: each kernel's
-    configs padded to the most any has by repeating its first. `fill`: `_pick_configs`' repeats
-    labelled `_FILLER`. `rows`: per kernel, the split's config indices to take, not a draw."""
+    configs padded to the most any has by repeating its first. `rows`: per kernel, the split's
+    config indices to take, not a draw."""
     no, eo, co = split.node_offsets, split.edge_offsets, split.config_offsets
     if rows is None:
         rows = [
-            _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, fill, default_first)
+            _pick_configs(int(co[i]), int(co[i + 1]), num_configs, rng, spread, default_first)
             for i in kernels
         ]
     picks = list(rows)
@@ -466,10 +441,6 @@ def _components(
     configs = np.concatenate(picks)
     normalizers = split.config_runtime_normalizers[configs]
     runtimes = runtime_ratios(split.config_runtime[configs], normalizers)
-    if fill:  # the repeats come after each kernel's own configs
-        real = [min(len(p), int(co[i + 1] - co[i])) for p, i in zip(picks, kernels)]
-        repeat = np.concatenate([np.arange(len(p)) >= r for p, r in zip(picks, real)])
-        runtimes = np.where(repeat, np.float32(_FILLER), runtimes)
     return {
         "op": stats.ops(split.node_opcode[nodes]),
         "node_feats": stats.node(split.node_feat[nodes]),
@@ -567,7 +538,6 @@ def graph_dataset(
     cache: bool = False,
     batch_size: int = 1,
     shard: tuple[int, int] = (0, 1),
-    fill: bool = False,
     default_first: bool = False,
 ) -> tf.data.Dataset:
     """GraphTensors of `batch_size` kernels of `split` with `min_configs` configs or more (or
@@ -577,7 +547,7 @@ def graph_dataset(
     usable = np.flatnonzero(split.config_counts() >= min_configs)
     index = (usable if kernels is None else np.asarray(kernels, np.int64))[shard[0] :: shard[1]]
     passes = itertools.count()  # per-dataset state, so each pass draws fresh samples
-    pick = dict(num_configs=num_configs, spread=spread, fill=fill, default_first=default_first)
+    pick = dict(num_configs=num_configs, spread=spread, default_first=default_first)
 
     def generate() -> Iterator[dict[str, Any]]:
         rng = np.random.default_rng([seed, next(passes)])
@@ -663,18 +633,16 @@ def training_batches(
     seed: int = 0,
     shuffle: bool = True,
     shard: tuple[int, int] = (0, 1),
-    fill: bool = False,
     default_first: bool = False,
 ) -> tf.data.Dataset:
     """(GraphTensor of `batch_size` merged kernels, labels `[batch_size, num_configs]`, the
     sampled configs' runtime / normalizer), as upstream batches and merges `graph_dataset`'s.
-    Kernels with fewer than `num_configs` configs are left out, or with `fill` kept.
+    Kernels with fewer than `num_configs` configs are left out.
     """
-    min_configs = 2 if fill else num_configs
-    usable = int((split.config_counts() >= min_configs).sum())
+    usable = int((split.config_counts() >= num_configs).sum())
     if usable < batch_size:
         raise DataError(
-            f"{split.name}: only {usable} kernel(s) have >= {min_configs} configs, fewer than "
+            f"{split.name}: only {usable} kernel(s) have >= {num_configs} configs, fewer than "
             f"--batch={batch_size}; lower --configs or --batch"
         )
     ds = graph_dataset(
@@ -682,11 +650,10 @@ def training_batches(
         stats,
         batch_size=batch_size,
         num_configs=num_configs,
-        min_configs=min_configs,
+        min_configs=num_configs,
         shuffle=shuffle,
         seed=seed,
         shard=shard,
-        fill=fill,
         default_first=default_first,
     )
     ds = ds.map(

@@ -105,7 +105,6 @@ def build_ensemble(
     out_dir: str | os.PathLike,
     *,
     data_root: str | os.PathLike,
-    combine: str = "zscore",
     cache_dir: str | None = None,
     run_id: str = "",
     overwrite: bool = False,
@@ -113,21 +112,19 @@ def build_ensemble(
     progress: bool = True,
 ) -> export.TrainResult:
     """Writes the ensemble of `model_dirs` (runs trained on the same data) into `out_dir`, as
-    `tpu-tiles ensemble`'s flags say; returns its artifacts and errors.
+    `tpu-tiles ensemble`'s flags say; returns its artifacts and errors. Members' scores are
+    combined by z-score (models.py's other `COMBINE_METHODS` are for ensembles that recorded
+    them: no results file favours them).
 
     Raises:
-      EnsembleError: fewer than two different runs of ours on the same data, or a bad
-        `combine`.
+      EnsembleError: fewer than two different runs of ours on the same data.
       ExportError: a member that cannot be read, or (`RunExistsError`) a finished ensemble.
     """
     if not model_dirs:
         raise EnsembleError("no runs given; pass --dirs model_<h1>,model_<h2>[,...]")
     runs = [TrainedRun.open(d) for d in model_dirs]
     _check_members(runs)
-    methods = runs[0].module.COMBINE_METHODS
-    if combine not in methods:
-        raise EnsembleError(f"--combine must be one of {', '.join(methods)}, got {combine!r}")
-    kwargs = {"members": members_of(runs), "combine": combine}
+    kwargs = {"members": members_of(runs), "combine": "zscore"}
     args = (
         runs[0]
         .train_args.replace(
@@ -168,7 +165,6 @@ def build_ensemble(
             curve=dict(epoch=[], train_loss=[], train_opa=[], val_loss=[], val_opa=[]),
             extras={
                 "members": member_errors,
-                "combine": combine,
                 run_file.MODEL_KWARGS_KEY: registry.resolved_kwargs(
                     "Ensemble", registry.parse_model_kwargs(args.model_kwargs_json), runs[0].module
                 ),

@@ -2,7 +2,7 @@
 
 Labels are runtimes `[batch, num_configs]`, predictions scores of that shape (lower = faster):
 ranking losses rank a larger label higher, so they push slow configs to high scores, as we
-want. Every loss leaves out padding (`--pad_configs`), a negative label.
+want.
 """
 
 from __future__ import annotations
@@ -15,27 +15,12 @@ from tpu_tiles_models import ranking
 from tpu_tiles_models.errors import FlagError
 from tpu_tiles_models.train_args import DEFAULT_LOSSES, REMOVED_LOSSES, loss_weights, removed
 
-
-def _valid(y_true: tf.Tensor) -> tf.Tensor:
-    """1.0 for real configs, 0.0 for padding (negative labels): `[batch, num_configs]`."""
-    return tf.cast(y_true >= 0, y_true.dtype)
-
-
-class MaskedMSE(tf.keras.losses.Loss):
-    """Mean squared error of scores and runtimes over real configs: anchors the score scale."""
-
-    def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
-        y_true = tf.cast(y_true, y_pred.dtype)
-        valid = _valid(y_true)
-        squared = valid * tf.square(y_pred - y_true)
-        return tf.reduce_sum(squared, -1) / tf.maximum(tf.reduce_sum(valid, -1), 1.0)
-
-
 # The one table of losses: `--losses` names (upstream's first) -> factories.
 LOSSES: dict[str, Callable[[], tf.keras.losses.Loss]] = {
     "ListMLELoss": lambda: ranking.ListMLE(temperature=10),
     "PairwiseHingeLoss": lambda: ranking.PairwiseHinge(temperature=10),
-    "MSE": MaskedMSE,
+    # Anchors the score scale to the runtimes.
+    "MSE": tf.keras.losses.MeanSquaredError,
 }
 
 

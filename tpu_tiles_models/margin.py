@@ -215,7 +215,7 @@ class KeepDefault:
 
     def put_into(self, model: Any) -> KeepDefault:
         """Sets the rule's weights of `model` (models.py's; the margin only where it carries
-        one, `carries_margin`); returns the record of what `model` now ranks by: without a
+        one, `margin_of` not None); returns the record of what `model` now ranks by: without a
         gate config 0 is never kept, as graders rank by `forward`."""
         if self.margin:  # only fitted for a model that carries one
             set_rule(model, margin=margin_of(model) + self.margin)
@@ -245,11 +245,6 @@ def margin_of(model: Any) -> float | None:
     """Config 0's margin `model` ranks with; None for a model that carries none."""
     weight = _weight(model, "margin")
     return None if weight is None else float(weight.numpy())
-
-
-def carries_margin(model: Any) -> bool:
-    """Whether `model` carries config 0's margin (a `default_margin` weight)."""
-    return margin_of(model) is not None
 
 
 def set_rule(model: Any, *, margin: float | None = None, keep: bool | None = None) -> None:

@@ -1,20 +1,16 @@
 """Learning-to-rank losses and ordered pair accuracy in plain TensorFlow, so that no run needs
 `tensorflow-ranking` (not installable beside TensorFlow >= 2.16).
 
-Each gives TF-Ranking 0.5's numbers (tests/test_ranking.py): labels and scores are
-`[batch, list_size]`, larger = "rank higher"; a label < 0 marks padding, left out of every
-pair, sum and rank; `temperature` divides the scores; `call` returns `[batch, 1]` (listwise)
-or `[batch, list_size]` (each item's sum over its pairs).
+Each gives TF-Ranking 0.5's numbers on lists without padding (tests/test_ranking.py; no
+list here is padded): labels and scores are `[batch, list_size]`, larger = "rank higher";
+`temperature` divides the scores; `call` returns `[batch, 1]` (listwise) or
+`[batch, list_size]` (each item's sum over its pairs).
 """
 
 from __future__ import annotations
 
-import math
-
 import tensorflow as tf
 
-# TF-Ranking gives a padding entry of ListMLE this logit (log 1e-10) and puts it last.
-_PADDING_LOGIT = math.log(1e-10)
 # ListMLE's tie shuffle's op-level seed: TF-Ranking's, so both order ties alike (one global seed).
 _LIST_MLE_TIE_SEED = 37
 
@@ -24,33 +20,22 @@ def _gather(values: tf.Tensor, indices: tf.Tensor) -> tf.Tensor:
     return tf.gather(values, indices, batch_dims=1)
 
 
-def _valid(labels: tf.Tensor) -> tf.Tensor:
-    """True for real entries, False for padding (label < 0): `[batch, list_size]`."""
-    return labels >= 0
+def _ordered(labels: tf.Tensor) -> tf.Tensor:
+    """`[batch, list_size, list_size]`: True for the pairs with label_i > label_j."""
+    return labels[:, :, None] > labels[:, None, :]
 
 
-def _ordered(labels: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-    """`[batch, list_size, list_size]`: True for the real pairs with label_i > label_j."""
-    both_real = tf.logical_and(valid[:, :, None], valid[:, None, :])
-    return tf.logical_and(labels[:, :, None] > labels[:, None, :], both_real)
-
-
-def _descending_order(
-    keys: tf.Tensor, valid: tf.Tensor, *, shuffle_ties: bool, seed: int | None = None
-) -> tf.Tensor:
-    """Indices `[batch, list_size]` that sort each row: the real entries by `keys`, largest
-    first, then the padding. Equal keys in random order with `shuffle_ties` (the stable sorts
-    keep a random permutation's order among equals), else in index order."""
+def _descending_order(keys: tf.Tensor, *, shuffle_ties: bool, seed: int | None = None) -> tf.Tensor:
+    """Indices `[batch, list_size]` that sort each row by `keys`, largest first. Equal keys in
+    random order with `shuffle_ties` (the stable sort keeps a random permutation's order among
+    equals), else in index order."""
     shape = tf.shape(keys)
     if shuffle_ties:
         start = tf.argsort(tf.random.uniform(shape, seed=seed), stable=True)
     else:
         start = tf.broadcast_to(tf.range(shape[1]), shape)
     by_key = tf.argsort(_gather(keys, start), direction="DESCENDING", stable=True)
-    # A second stable sort, on validity alone, moves the padding behind the real entries.
-    is_real = tf.cast(_gather(_gather(valid, start), by_key), tf.int32)
-    real_first = tf.argsort(is_real, direction="DESCENDING", stable=True)
-    return _gather(start, _gather(by_key, real_first))
+    return _gather(start, by_key)
 
 
 class _RankingLoss(tf.keras.losses.Loss):
@@ -73,7 +58,7 @@ class ListMLE(_RankingLoss):
     """ListMLE (Xia et al., ICML 2008): the Plackett-Luce negative log-likelihood of the labels'
     order, `sum_k [log(sum_{m >= k} exp(s_m)) - s_k]`, `s` the scores / temperature in that
     order. Equal labels in a random order drawn on each call (`shuffle_ties=False`: in index
-    order). Padding, as in TF-Ranking, comes last with logit log(1e-10), adding log(n_pad!).
+    order).
     """
 
     def __init__(self, temperature: float = 1.0, *, shuffle_ties: bool = True, **kwargs):
@@ -82,11 +67,7 @@ class ListMLE(_RankingLoss):
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         labels, scores = self._inputs(y_true, y_pred)
-        valid = _valid(labels)
-        scores = tf.where(valid, scores, tf.cast(_PADDING_LOGIT, scores.dtype))
-        order = _descending_order(
-            labels, valid, shuffle_ties=self.shuffle_ties, seed=_LIST_MLE_TIE_SEED
-        )
+        order = _descending_order(labels, shuffle_ties=self.shuffle_ties, seed=_LIST_MLE_TIE_SEED)
         s = _gather(scores, order)
         # log of the reverse cumulative sum of exp(s), shifted by the row maximum for range.
         top = tf.stop_gradient(tf.reduce_max(s, axis=-1, keepdims=True))
@@ -99,13 +80,13 @@ class ListMLE(_RankingLoss):
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class PairwiseHinge(_RankingLoss):
-    """Pairwise hinge (RankSVM; Joachims, KDD 2002): each pair of real items with label_i >
+    """Pairwise hinge (RankSVM; Joachims, KDD 2002): each pair of items with label_i >
     label_j costs `max(0, 1 - (s_i - s_j))`, `s` = scores / temperature; `call` returns each
     item's sum over its pairs."""
 
     def call(self, y_true: tf.Tensor, y_pred: tf.Tensor) -> tf.Tensor:
         labels, scores = self._inputs(y_true, y_pred)
-        ordered = tf.cast(_ordered(labels, _valid(labels)), scores.dtype)
+        ordered = tf.cast(_ordered(labels), scores.dtype)
         return tf.reduce_sum(
             ordered * tf.nn.relu(1.0 - (scores[:, :, None] - scores[:, None, :])), -1
         )
@@ -113,9 +94,9 @@ class PairwiseHinge(_RankingLoss):
 
 @tf.keras.utils.register_keras_serializable(package="tpu_tiles")
 class OrderedPairAccuracy(tf.keras.metrics.Metric):
-    """Ordered pair accuracy: of the pairs of real items with label_i > label_j, the share with
+    """Ordered pair accuracy: of the pairs of items with label_i > label_j, the share with
     score_i > score_j, pooled over every list since `reset_state` (as TF-Ranking's
-    `OPAMetric`). `sample_weight` weighs a pair by its higher-labelled item's weight."""
+    `OPAMetric`, unweighted)."""
 
     def __init__(self, name: str = "opa_metric", dtype=None, **kwargs):
         super().__init__(name=name, dtype=dtype, **kwargs)
@@ -123,17 +104,15 @@ class OrderedPairAccuracy(tf.keras.metrics.Metric):
         self.pairs = self.add_weight(name="pairs", initializer="zeros")
 
     def update_state(self, y_true, y_pred, sample_weight=None):
+        if sample_weight is not None:  # Keras's fit passes None
+            raise ValueError("OrderedPairAccuracy is unweighted: sample_weight must be None")
         labels = tf.cast(y_true, self.dtype)
         scores = tf.cast(y_pred, self.dtype)
-        weights = tf.ones_like(labels)
-        if sample_weight is not None:
-            weights *= tf.cast(sample_weight, self.dtype)
-        valid = tf.logical_and(_valid(labels), weights > 0)
-        pair_weights = tf.cast(_ordered(labels, valid), self.dtype) * weights[:, :, None]
+        pairs = tf.cast(_ordered(labels), self.dtype)
         right = tf.cast(scores[:, :, None] > scores[:, None, :], self.dtype)
         return tf.group(
-            self.correct.assign_add(tf.reduce_sum(pair_weights * right)),
-            self.pairs.assign_add(tf.reduce_sum(pair_weights)),
+            self.correct.assign_add(tf.reduce_sum(pairs * right)),
+            self.pairs.assign_add(tf.reduce_sum(pairs)),
         )
 
     def result(self) -> tf.Tensor:

@@ -404,15 +404,3 @@ def describe(module: ModuleType | None = None) -> str:
         "  Every other flag: upstream's default.",
     ]
     return "\n".join(lines)
-
-
-def describe_json(module: ModuleType | None = None) -> dict:
-    """`tpu-tiles models --json`: `{"models": {name: description}, "recommended": {...}}`."""
-    return {
-        "models": dict(MODELS),
-        "recommended": {
-            "model": RECOMMENDED_MODEL,
-            "flags": RECOMMENDED_FLAGS,
-            "kwargs": recommended_kwargs(module),
-        },
-    }

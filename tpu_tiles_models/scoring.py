@@ -198,13 +198,6 @@ def pairs(scored: Iterable[Scored]) -> list[tuple[np.ndarray, np.ndarray]]:
     return [(s.runtimes, s.scores) for s in scored]
 
 
-def errors(scored: Iterable[Scored], *, keep_default: bool = False) -> dict[int, float]:
-    """Mean top-1/5/10 errors of scored kernels; with `keep_default`, of the rankings with
-    config 0 kept among the 5 first."""
-    ranked = ((s.runtimes, margin.ranking(s.scores, keep_default)) for s in scored)
-    return metrics.top_k_errors(ranked)
-
-
 def _top(scores: np.ndarray, k: int, keep_default: bool) -> list[int]:
     """The k lowest-score indices (with `keep_default`, config 0 kept among the 5 first)."""
     return np.argsort(margin.ranking(scores, keep_default), kind="stable")[:k].tolist()
@@ -251,13 +244,15 @@ def final_scores(
     score = functools.partial(score_split, model, scorer=scorer, progress=progress)
     if val is None:
         scored = score(dataset.valid, dataset.stats, desc="valid")
-        val = margin.KeepDefault.measure(pairs(scored), fit_margin=margin.carries_margin(model))
+        val = margin.KeepDefault.measure(
+            pairs(scored), fit_margin=margin.margin_of(model) is not None
+        )
     final = FinalScores(val.put_into(model))
     if dataset.test is not None and len(dataset.test):
         scored = score(dataset.test, dataset.stats, desc="test")
         keep = bool(margin.rule_of(model))
         if test_mode == "metrics":
-            final.test_errors = errors(scored)
+            final.test_errors = metrics.top_k_errors(pairs(scored))
         else:
             top = kaggle.UPSTREAM_TOP
             final.test_ranks = {

@@ -116,7 +116,7 @@ def _val_score(
         fix=DIVERGED_FIX,
     )
     measured = margin.KeepDefault.measure(
-        scoring.pairs(scored), fit_margin=margin.carries_margin(model)
+        scoring.pairs(scored), fit_margin=margin.margin_of(model) is not None
     )
     return 1.0 - measured.errors[5], measured
 
@@ -317,7 +317,7 @@ def _train(
     tf.keras.utils.set_random_seed(args.seed)
     dataset = data.load_dataset(
         files.expand(args.data_root),
-        min_train_configs=args.min_train_configs,
+        min_train_configs=args.configs,
         cache_dir=files.expand(args.cache_dir) if args.cache_dir else None,
         toy_data=args.toy_data,
         skip_bad=args.skip_bad,
@@ -432,7 +432,7 @@ class DivergedError(UserError, FloatingPointError):
 
 def _steps(split: data.Split, args: TrainArgs, workers: int, local_replicas: int) -> int:
     """Steps one pass takes when each worker reads its share of the usable kernels."""
-    usable = int((split.config_counts() >= args.min_train_configs).sum())
+    usable = int((split.config_counts() >= args.configs).sum())
     return (usable // workers) // (args.batch * local_replicas)
 
 
@@ -458,7 +458,6 @@ def _datasets_and_loop(args: TrainArgs, dataset: data.Dataset, model, strategy):
                 seed=seed,
                 shuffle=shuffle,
                 shard=(ctx.input_pipeline_id, ctx.num_input_pipelines) if ctx else (0, 1),
-                fill=args.pad_configs,
                 # Only a model that reads position 0 as the default says so (`_pick_configs`).
                 default_first=getattr(model, "default_first", False),
             ).take(count * local)

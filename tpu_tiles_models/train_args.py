@@ -40,6 +40,9 @@ REMOVED_FLAGS = {
     # A stratified fraction of the validation kernels each epoch: every kernel on 32 configs
     # chose as well at a twentieth of the work.
     "score_sample": "benchmarks/results/selection.md",
+    # Kernels with fewer than --configs configs, their lists padded: only the rejected second
+    # stage there trained with it, and no results file compares it with leaving them out.
+    "pad_configs": "benchmarks/results/rerank_oof_all16.md",
 }
 # Losses removed the same way, every one that left `losses.LOSSES`: a run file that names
 # one reads, training refuses it. (FastFirstListMLE's data set is not in this repository:
@@ -137,11 +140,6 @@ class TrainArgs:
     score_candidates: int = _flag(
         3, "the epochs with the best sample scores, rescored on every config at the end", at_least=1
     )
-    pad_configs: bool = _flag(
-        False,
-        "train on kernels with fewer than --configs configs too, their lists padded with "
-        "repeats that the losses leave out (default: left out, as upstream)",
-    )
     seed: int = _flag(0, "seed of weights and sampling")
     strategy: str = _flag(
         "default",
@@ -235,11 +233,6 @@ class TrainArgs:
 
     def replace(self, **changes: Any) -> TrainArgs:  # validated again
         return dataclasses.replace(self, **changes)
-
-    @property
-    def min_train_configs(self) -> int:
-        """Train kernels with fewer configs are left out (a single one cannot be ranked)."""
-        return 2 if self.pad_configs else self.configs
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)

@@ -367,7 +367,7 @@ def make_point(base: TrainArgs, values: Mapping[str, Any]) -> Point:
 
 
 # Options removed after sweeps began, at the value every point had: still in the key.
-KEPT_IN_KEY = {"score_sample": 1.0}
+KEPT_IN_KEY = {"score_sample": 1.0, "pad_configs": False}
 
 
 def point_key(args: TrainArgs) -> str:
