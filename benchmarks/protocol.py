@@ -21,7 +21,7 @@ top-5 10% of the reference's error, and where config 0 is the compiler's default
 error of the ranking by each run's own rule (the single pick) +0.003.
 
     python benchmarks/protocol.py --work W --families archetype \
-        --arms bare32,gated32,self32,w48,gated48 --name protocol_archetype
+        --arms bare32,gated32,w48,gated48 --name protocol_archetype
     python benchmarks/protocol.py --work W --families archetype --tabulate   # tables only
 
 Writes `benchmarks/results/<name>.json` (every run's figures and every comparison) and
@@ -63,10 +63,10 @@ _BARE = {"hidden_dim": 32, "config_attention": False}
 ARMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     "bare32": ("ResidualSAGE", _BARE, {}),
     "w48": ("ResidualSAGE", dict(_BARE, hidden_dim=48), {}),
-    # The gated set context (LayerScale gates on both branches), and its ablation: the same
-    # block on each config by itself (same parameters, no other config seen).
+    # The gated set context (LayerScale gates on both branches). Its ablation `self32`, the
+    # same block on each config by itself (config_attention="alone"), ran with models.py at
+    # 2215679 (protocol_small_archetype.md) and left with the keyword.
     "gated32": ("ResidualSAGE", dict(_BARE, config_attention="gated"), {}),
-    "self32": ("ResidualSAGE", dict(_BARE, config_attention="alone"), {}),
     "gated48": ("ResidualSAGE", dict(_BARE, config_attention="gated", hidden_dim=48), {}),
     # The ungated block as first written, 48 wide (issue 60's set A figures).
     "att48": ("ResidualSAGE", dict(_BARE, config_attention=True, hidden_dim=48), {}),
