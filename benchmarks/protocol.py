@@ -632,10 +632,10 @@ def summary_table(a: argparse.Namespace, scores: dict) -> str:
         arm: np.mean([cpu_at(r, r["epochs"]) for k, r in scores.items() if k[0] == arm])
         for arm in [a.reference, *arms]
     }
-    seeds = sorted({k[3] for k in scores})
+    seeds, draws = sorted({k[3] for k in scores}), len({k[2] for k in scores})
     lines = [
         f"Top-5 error, arm - {a.reference} on {MIN_HELDOUT}+ held-out kernels a draw "
-        f"({len({k[2] for k in scores})} draws, training seeds {seeds}; {LEVEL:.0%} interval), "
+        f"({draws} draw{'s' * (draws != 1)}, training seeds {seeds}; {LEVEL:.0%} interval), "
         "[the full tables](../benchmarks/results/" + f"{a.name}.md):",
         "",
         "| arm | " + " | ".join(families) + f" | CPU / {a.reference}'s | verdict |",
