@@ -382,6 +382,7 @@ def child(spec_path: str) -> None:
 
     def offered(self, key, epoch, model):
         offer(self, key, epoch, model)
+        seen["candidates"] = self
         if (epoch + 1) % every:
             return
         if "test" not in seen:
@@ -405,6 +406,7 @@ def child(spec_path: str) -> None:
         s.scores = s.scores.copy()
         s.scores[0] += margin
     plain = kernel_errors(scored)
+    averaged = averaged_candidates(model, seen["candidates"].kept, seen["dataset"], dataset)
     extras = run.extras
     steps_per_epoch = train._steps(seen["dataset"].train, args, 1, 1)
     default = kernel_errors(
@@ -419,6 +421,8 @@ def child(spec_path: str) -> None:
         top5_scores=plain["top5"],
         top1_default=default["top1"],
         rule_keeps_default=rule,
+        top1_averaged=averaged["top1"],
+        top5_averaged=averaged["top5"],
         margin=margin,
         epochs=len(extras.get("epoch_cpu_seconds", [])),
         best_epoch=extras.get("best_epoch"),
@@ -431,6 +435,23 @@ def child(spec_path: str) -> None:
     tmp = out.with_suffix(".tmp")
     tmp.write_text(json.dumps(result))
     os.replace(tmp, out)
+
+
+def averaged_candidates(model, kept: list, trainer, heldout) -> dict[str, list[float]]:
+    """The single pick from weight-averaged checkpoints (issue 60 item 6): the weights of the
+    epochs the trainer kept as candidates averaged (as stochastic weight averaging averages
+    checkpoints; the rule's weights are 0 in every candidate), config 0's rule fitted again
+    on the trainer's validation kernels, then the per-kernel errors of that ranking on the
+    held-out split. Leaves `model` with those weights."""
+    from tpu_tiles_models import margin, scoring, train
+
+    weights = [w for _, _, w in kept]
+    train._assign(model, [np.mean(ws, axis=0) for ws in zip(*weights)])
+    val = scoring.score_split(model, trainer.valid, trainer.stats, progress=False)
+    fit = margin.margin_of(model) is not None
+    margin.KeepDefault.measure(scoring.pairs(val), fit_margin=fit).put_into(model)
+    scored = scoring.score_split(model, heldout.test, heldout.stats, progress=False)
+    return kernel_errors(scored, keep_default=bool(margin.rule_of(model)))
 
 
 def run_points(a: argparse.Namespace, roots: dict[tuple[str, int], Path], work: Path) -> None:
@@ -657,6 +678,41 @@ def summary_table(a: argparse.Namespace, scores: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def averaged_table(scores: dict) -> list[str]:
+    """Weight-averaged candidates against the selected epoch, paired within the same runs
+    (arm and family), each ranked by its own rule; top-1 also over config 0's (the compiler's
+    pick). Empty where no run measured them."""
+    lines = []
+    for arm, family in sorted({(k[0], k[1]) for k, r in scores.items() if "top1_averaged" in r}):
+        row = [arm, family]
+        for column in ("top1", "top5"):
+            mine = errors_of(scores, arm, family, f"{column}_averaged")
+            ref = errors_of(scores, arm, family, column)
+            c = compare(arm, family, column, mine, ref)
+            row.append(f"{c.reference_mean:.4f} -> {c.reference_mean + c.difference:.4f}")
+            row.append(f"{c.difference:+.4f} ({c.low:+.4f} to {c.high:+.4f})")
+        default = float(
+            np.mean([np.mean(v) for v in _flat(errors_of(scores, arm, family, "top1_default"))])
+        )
+        averaged = float(
+            np.mean([np.mean(v) for v in _flat(errors_of(scores, arm, family, "top1_averaged"))])
+        )
+        row.append(f"{averaged / default:.2f}" if default else "-")
+        lines.append("| " + " | ".join(row) + " |")
+    if not lines:
+        return []
+    return [
+        "| arm | family | top-1: selected -> averaged | difference (90%) | top-5: selected -> "
+        "averaged | difference (90%) | averaged top-1 / config 0's |",
+        "|---|---|---|---|---|---|---|",
+        *lines,
+    ]
+
+
+def _flat(by_draw: dict[int, dict[int, np.ndarray]]) -> list[np.ndarray]:
+    return [v for seeds in by_draw.values() for v in seeds.values()]
+
+
 def markdown(a: argparse.Namespace, scores: dict, command: str) -> str:
     arms = a.arms.split(",")
     cs = comparisons(scores, a.reference, arms)
@@ -690,6 +746,16 @@ def markdown(a: argparse.Namespace, scores: dict, command: str) -> str:
         "",
         *verdict_table(cs, a.reference),
     ]
+    averaged = averaged_table(scores)
+    if averaged:
+        parts += [
+            "",
+            "The single pick from weight-averaged checkpoints: the trainer's candidate epochs' "
+            "weights averaged, config 0's rule fitted again on validation, against the epoch "
+            "the trainer selected, paired within the same runs (held-out kernels):",
+            "",
+            *averaged,
+        ]
     for reference in dict.fromkeys([a.reference, *filter(None, a.long_reference.split(","))]):
         matched = matched_cpu(scores, reference, arms)
         if matched:
@@ -773,6 +839,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     (out / f"{a.name}.md").write_text(text)
     (out / f"{a.name}_summary.md").write_text(summary_table(a, scores))
     per_kernel = ("top1", "top5", "top1_scores", "top5_scores", "top1_default", "top5_last")
+    per_kernel += ("top1_averaged", "top5_averaged")
     summary = dict(
         command=command,
         # Per run its means over the held-out kernels (the per-kernel figures stay in the

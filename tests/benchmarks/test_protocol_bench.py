@@ -158,6 +158,11 @@ def test_one_run_of_the_protocol_end_to_end(protocol, tmp_path):
     assert [c["epoch"] for c in result["curve"]] == [1, 2]
     assert all(0.0 <= e < 100.0 for e in result["top5"] + result["top1"] + result["top5_scores"])
     assert len(result["epoch_cpu_seconds"]) == 2 and result["steps_per_epoch"] >= 1
+    # The weight-averaged candidates' pick, ranked by its own rule, on the same kernels.
+    assert len(result["top1_averaged"]) == len(result["top5_averaged"]) == 5
+    scores = {("geo32", "roofline", 4, 0): result}
+    (line,) = protocol.averaged_table(scores)[2:]
+    assert line.startswith("| geo32 | roofline | ") and line.count("|") == 8
 
 
 def test_the_summary_gives_each_arm_its_intervals_cost_and_verdict(protocol):
