@@ -227,12 +227,17 @@ def test_inference_draws_its_own_mix(ranked_roots: dict[str, Path]) -> None:
     assert our_bf16 >= 0.5 > 0.35 >= their_bf16
 
 
+def _uncapped(factory, family: str, train: int) -> list[dict[str, np.ndarray]]:
+    """The train kernels of an uncapped `family` set of `train` kernels (seed 0)."""
+    root = factory.mktemp(family)
+    synthetic.generate(root, train=train, valid=0, test=0, seed=0, family=family, progress=False)
+    return [d for _, d in _kernels(root, "train")]
+
+
 @pytest.fixture(scope="module")
 def archetype_kernels(tmp_path_factory) -> list[dict[str, np.ndarray]]:
     """An uncapped archetype set, for its config counts and config 0."""
-    root = tmp_path_factory.mktemp("archetype")
-    synthetic.generate(root, train=60, valid=0, test=0, seed=0, family="archetype", progress=False)
-    return [d for _, d in _kernels(root, "train")]
+    return _uncapped(tmp_path_factory, "archetype", 60)
 
 
 def test_archetype_logs_12_to_400_configs(
@@ -326,9 +331,7 @@ def test_drawn_draws_a_core_and_a_log_per_data_seed() -> None:
 @pytest.fixture(scope="module")
 def fusion_kernels(tmp_path_factory) -> list[dict[str, np.ndarray]]:
     """An uncapped fusion set, for its config-count tail and duplicates."""
-    root = tmp_path_factory.mktemp("fusion_tail")
-    synthetic.generate(root, train=40, valid=0, test=0, seed=0, family="fusion", progress=False)
-    return [d for _, d in _kernels(root, "train")]
+    return _uncapped(tmp_path_factory, "fusion", 40)
 
 
 def test_fusion_config_counts_are_heavy_tailed(
