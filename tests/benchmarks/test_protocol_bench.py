@@ -163,6 +163,19 @@ def test_one_run_of_the_protocol_end_to_end(protocol, tmp_path):
     scores = {("geo32", "roofline", 4, 0): result}
     (line,) = protocol.averaged_table(scores)[2:]
     assert line.startswith("| geo32 | roofline | ") and line.count("|") == 8
+    # The noise-free floor: each kernel ranked by the generator's own runtimes, never worse
+    # than the compiler's pick, and the pick's share of that gap.
+    floor = protocol.floor_errors("roofline", 4, heldout)
+    assert sorted(floor) == sorted(result["tile_ids"])
+    assert min(floor.values()) >= 0.0
+    assert np.mean(list(floor.values())) <= np.mean(result["top1_default"])
+    (row,) = protocol.floor_table(scores, {("roofline", 4): root})[2:]
+    cells = [c.strip() for c in row.strip("|").split("|")]
+    assert cells[:3] == ["geo32", "roofline", "1"]
+    pick, compiler, fl = map(float, cells[3:6])
+    assert pick == round(np.mean(result["top1"]), 4)
+    assert compiler == round(np.mean(result["top1_default"]), 4)
+    assert fl == round(np.mean(list(floor.values())), 4)
 
 
 def test_the_summary_gives_each_arm_its_intervals_cost_and_verdict(protocol):
