@@ -82,6 +82,7 @@ ARMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
     ),
     # Trained longer: "epochs" is a multiple of the budget's.
     "bare32x3": ("ResidualSAGE", _BARE, {"epochs": 3}),
+    "w48geox3": ("ResidualSAGE", dict(_BARE, hidden_dim=48, tile_geometry=True), {"epochs": 3}),
     "gated48x3": (
         "ResidualSAGE",
         dict(_BARE, config_attention="gated", hidden_dim=48),
