@@ -80,6 +80,8 @@ ARMS: dict[str, tuple[str, dict[str, Any], dict[str, Any]]] = {
         dict(_BARE, config_attention="gated", hidden_dim=48, tile_geometry=True),
         {},
     ),
+    # Upstream's best baseline with upstream's keywords: the training CPU the 3x cap is of.
+    "ej": ("EarlyJoinSAGE", {}, {}),
     # Trained longer: "epochs" is a multiple of the budget's.
     "bare32x3": ("ResidualSAGE", _BARE, {"epochs": 3}),
     "w48geox3": ("ResidualSAGE", dict(_BARE, hidden_dim=48, tile_geometry=True), {"epochs": 3}),
