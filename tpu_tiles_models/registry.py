@@ -399,9 +399,8 @@ def describe(module: ModuleType | None = None) -> str:
         "",
         f"recommended: {RECOMMENDED_FLAGS}",
         f"  its class defaults: {json.dumps(kwargs, sort_keys=True)}",
-        "  (at the benchmark suite's budget it beats EarlyJoinSAGE on every generator family",
-        "  by more than one std, in under 2x its training time; the protocol's held-out test",
-        "  split has found no better default yet; see docs/choosing.md).",
+        "  (the suite: it beats EarlyJoinSAGE on every family by more than one std, in under 2x",
+        "  its training time; the protocol's held-out test found no better one: docs/choosing.md)",
         "  Every other flag: upstream's default.",
     ]
     return "\n".join(lines)
