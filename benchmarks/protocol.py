@@ -715,14 +715,12 @@ def averaged_table(scores: dict) -> list[str]:
 def floor_errors(family: str, draw: int, heldout: Path) -> dict[str, float]:
     """`{tile_id: top-1 error}` of the noise-free floor on a held-out split: each kernel's
     configs ranked by the generator's noise-free runtimes (the family's cost model; `drawn`
-    on the draw's own core), scored against the measured ones. A shuffled copy's configs are
-    its family's, reordered."""
+    on the draw's own core), scored against the measured ones."""
     from tpu_tiles_models import metrics
     from tpu_tiles_models.synthetic import families
 
-    base = family.removesuffix(SHUFFLED)
-    runtime = families.get_family(base).runtime
-    seeded = {"seed": draw} if base == "drawn" else {}
+    runtime = families.get_family(family).runtime
+    seeded = {"seed": draw} if family == "drawn" else {}
     out = {}
     for path in sorted((heldout / "test").glob("*.npz")):
         with np.load(path) as z:
