@@ -635,14 +635,11 @@ def matched_cpu(scores: dict, reference: str, arms: Sequence[str]) -> list[str]:
                 f"at {cpu[cheap]:.0f} s | {c.reference_mean:.4f} | {c.difference:+.4f} | "
                 f"{c.low:+.4f} to {c.high:+.4f} |"
             )
-    if not lines:
-        return []
-    return [
+    return _table(
         f"| arm | family | arm's CPU s/run | {reference}'s | compared | {reference}'s top-5 "
         f"| arm - {reference} | {LEVEL:.0%} interval |",
-        "|---|---|---|---|---|---|---|---|",
-        *lines,
-    ]
+        lines,
+    )
 
 
 def summary_table(a: argparse.Namespace, scores: dict) -> str:
@@ -702,14 +699,11 @@ def averaged_table(scores: dict) -> list[str]:
         )
         row.append(f"{averaged / default:.2f}" if default else "-")
         lines.append("| " + " | ".join(row) + " |")
-    if not lines:
-        return []
-    return [
+    return _table(
         "| arm | family | top-1: selected -> averaged | difference (90%) | top-5: selected -> "
         "averaged | difference (90%) | averaged top-1 / config 0's |",
-        "|---|---|---|---|---|---|---|",
-        *lines,
-    ]
+        lines,
+    )
 
 
 def floor_errors(family: str, draw: int, heldout: Path) -> dict[str, float]:
@@ -755,14 +749,16 @@ def floor_table(scores: dict, roots: dict[tuple[str, int], Path]) -> list[str]:
         closed = f"{(c - p) / (c - fl):+.0%}" if c > fl else "-"
         cells = [arm, family, str(len(pick)), f"{p:.4f}", f"{c:.4f}", f"{fl:.4f}", ratio, closed]
         lines.append("| " + " | ".join(cells) + " |")
-    if not lines:
-        return []
-    return [
+    return _table(
         "| arm | family | runs | top-1: the pick | config 0 (the compiler's) | noise-free floor "
         "| pick / compiler's | gap to the floor closed |",
-        "|---|---|---|---|---|---|---|---|",
-        *lines,
-    ]
+        lines,
+    )
+
+
+def _table(header: str, lines: list[str]) -> list[str]:
+    """A markdown table of `header` (`| a | b |`) and its rows; none without rows."""
+    return [header, "|" + "---|" * (header.count("|") - 1), *lines] if lines else []
 
 
 def _flat(by_draw: dict[int, dict[int, np.ndarray]]) -> list[np.ndarray]:
